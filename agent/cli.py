@@ -1,0 +1,149 @@
+"""The ``kagent`` command line."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from kagent.agent.errors import KagentError
+from kagent.agent.paths import kagent_home, runs_dir
+
+app = typer.Typer(
+    name="kagent",
+    help="kagent makes GPU code fast on its own, and grades it with numbers you can trust.\n\n"
+         "Start with `kagent tasks`, then `kagent eval TASK --solution FILE`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Scale(str, Enum):
+    smoke = "smoke"
+    full = "full"
+
+
+# Exit codes of `kagent eval`, for scripts.
+EXIT_PASS = 0
+EXIT_SOLUTION_FAILED = 1  # incorrect, error, crash, timeout, forbidden, tampered
+EXIT_USAGE = 2  # bad arguments, unknown task, missing file
+EXIT_INTERNAL = 3  # a bug in kagent or in the task
+
+
+@app.command("tasks")
+def tasks_command() -> None:
+    """List the built-in tasks."""
+    from kagent.agent.views import tasks_table
+    from kagent.tasks import builtin_tasks
+
+    console.print(tasks_table(builtin_tasks()))
+
+
+def _parse_contexts(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        return [int(part) for part in re.split(r"[,\s]+", text.strip()) if part]
+    except ValueError:
+        raise KagentError(f"--contexts takes context lengths separated by commas, such as 2048,8192; got {text!r}")
+
+
+def _resolve_device(device: str) -> str:
+    if device != "auto":
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise KagentError(f"unknown device {device!r}", hint="use auto, cpu, cuda or cuda:N")
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@app.command("eval")
+def eval_command(
+    task: str = typer.Argument(..., help="A built-in task name (see `kagent tasks`), a problem folder, "
+                                         "or a KernelBench .py file."),
+    solution: Optional[Path] = typer.Option(None, "--solution", "-s", help="The solution file to grade."),
+    aa: bool = typer.Option(False, "--aa", help="A/A run: time the baseline against itself (no solution)."),
+    check_only: bool = typer.Option(False, "--check-only", help="Correctness checks only, no timing."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    scale: Optional[Scale] = typer.Option(None, help="full: the real sizes; smoke: a tiny config for CPUs and "
+                                                     "CI. Default: full on CUDA, smoke on the CPU."),
+    contexts: Optional[str] = typer.Option(None, help="Context lengths to time, e.g. 2048,8192 (default: all)."),
+    rounds: Optional[int] = typer.Option(None, min=1, help="Timed chains per contestant and context."),
+    timeout: Optional[float] = typer.Option(None, min=1, help="Seconds before the run is killed "
+                                                              "(default 900 full, 300 smoke)."),
+    atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
+    rtol: float = typer.Option(1e-2, help="KernelBench files: relative tolerance."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write the result JSON "
+                                                               "(default: runs/evals/<time>_<task>.json)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON only."),
+) -> None:
+    """Grade a solution: correctness against the reference, then speed against the baseline.
+
+    Exit code: 0 pass, 1 the solution failed, 2 bad usage, 3 internal error.
+    """
+    from kagent.agent.views import print_result
+    from kagent.sandbox.evaluate import EvalOptions, evaluate
+    from kagent.sandbox.results import Verdict
+    from kagent.tasks import resolve_task
+
+    if aa and solution is not None:
+        raise KagentError("--aa times the baseline against itself: leave out --solution")
+    if not aa and solution is None:
+        raise KagentError("give --solution FILE, or --aa for an A/A run of the baseline")
+    if aa and check_only:
+        raise KagentError("--aa and --check-only do not go together: an A/A run is about timing")
+    task_ref = resolve_task(task)
+    if solution is not None and not solution.is_file():
+        raise KagentError(f"no solution file at {solution}")
+    resolved_device = _resolve_device(device)
+    chosen_scale = scale.value if scale else ("full" if resolved_device.startswith("cuda") else "smoke")
+    options = EvalOptions(
+        mode="aa" if aa else "check" if check_only else "eval", device=resolved_device, scale=chosen_scale,
+        contexts=_parse_contexts(contexts), rounds=rounds,
+        timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
+        cache_dir=kagent_home(), atol=atol, rtol=rtol,
+    )
+    if not json_output:
+        what = "A/A (baseline vs baseline)" if aa else str(solution)
+        err_console.print(f"[dim]evaluating {what} on {task_ref.name} ({chosen_scale} scale, {resolved_device})…[/]")
+    result = evaluate(task_ref, solution, options)
+    path = out or runs_dir() / "evals" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}_{task_ref.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.model_dump_json(indent=1))
+    if json_output:
+        sys.stdout.write(result.model_dump_json(indent=1) + "\n")
+    else:
+        print_result(console, result, str(path))
+    if result.verdict is Verdict.INTERNAL_ERROR:
+        raise typer.Exit(EXIT_INTERNAL)
+    raise typer.Exit(EXIT_PASS if result.verdict is Verdict.PASS else EXIT_SOLUTION_FAILED)
+
+
+def main() -> None:
+    """Console entry point: click reports usage errors; errors users can fix get one clear line."""
+    try:
+        app()
+    except KagentError as err:
+        if os.environ.get("KAGENT_DEBUG"):
+            raise
+        err_console.print(f"[bold red]error:[/] {err.message}")
+        if err.hint:
+            err_console.print(f"[dim]{err.hint}[/]")
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

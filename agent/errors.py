@@ -1,0 +1,16 @@
+"""The one error type users see: a clear message at the CLI boundary, no traceback."""
+from __future__ import annotations
+
+
+class KagentError(Exception):
+    """Something the user can fix (a bad path, a missing GPU, a task that does not load).
+
+    The CLI prints ``message`` (and ``hint`` when given) and exits non-zero; with
+    KAGENT_DEBUG=1 it re-raises so the traceback is there for a bug report.
+    """
+
+    def __init__(self, message: str, hint: str = "", exit_code: int = 2):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.exit_code = exit_code

@@ -1,0 +1,117 @@
+"""How results look in a terminal (rich)."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kagent.sandbox.results import EvalResult, Verdict
+from kagent.tasks import TaskRef
+
+VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.INCORRECT: "bold red", Verdict.ERROR: "bold red",
+                 Verdict.FORBIDDEN: "bold red", Verdict.TAMPERED: "bold magenta", Verdict.TIMEOUT: "bold yellow",
+                 Verdict.CRASH: "bold red", Verdict.INTERNAL_ERROR: "bold magenta"}
+
+
+def tasks_table(tasks: list[TaskRef]) -> Table:
+    table = Table(title="Built-in tasks", show_lines=False)
+    table.add_column("name", style="bold")
+    table.add_column("kind")
+    table.add_column("description")
+    for task in tasks:
+        table.add_row(task.name, task.kind, task.description)
+    return table
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def timing_table(result: EvalResult) -> Table:
+    contestant = "the baseline again (A/A)" if result.mode == "aa" else "the solution"
+    table = Table(title=f"Baseline vs {contestant}, interleaved step by step",
+                  caption="ms: median per step (p10–p90); CI: 95% bootstrap interval of the speedup, "
+                          "≈ when it holds 1.0 (within noise); floor: the bytes floor over the solution's time")
+    for name in ("shape", "base ms", "sol ms", "tok/s", "speedup", "CI", "floor"):
+        table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
+    for t in result.timings:
+        roofline = f"{t.roofline.candidate_fraction:.1%}" if t.roofline else "–"
+        table.add_row(
+            t.label, f"{_ms(t.baseline.median_ms)}\n({_ms(t.baseline.p10_ms)}–{_ms(t.baseline.p90_ms)})",
+            f"{_ms(t.candidate.median_ms)}\n({_ms(t.candidate.p10_ms)}–{_ms(t.candidate.p90_ms)})",
+            f"{t.tokens_per_s:,.0f}", f"{t.speedup:.3f}x" + (" ≈" if t.within_noise else ""),
+            f"{t.ci_low:.2f}–{t.ci_high:.2f}", roofline,
+        )
+    return table
+
+
+def checks_table(result: EvalResult) -> Table:
+    table = Table(title="Checks")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("reason", overflow="fold")
+    colors = {"pass": "green", "fail": "red", "error": "red"}
+    for c in result.checks:
+        table.add_row(c.name, Text(c.status, style=colors[c.status]), c.reason)
+    return table
+
+
+def _launch_line(result: EvalResult) -> str:
+    parts = []
+    for report in result.launches:
+        if report.launches is None:
+            parts.append(f"{report.who}: {report.note}")
+            continue
+        flags = [f for f, on in (("CUDA graph replay", report.cuda_graph_replay),
+                                 ("torch.compile", report.torch_compile)) if on]
+        single = "single launch" if report.single_launch else "not a megakernel"
+        parts.append(f"{report.who}: {report.launches} launches/step ({single}"
+                     + (f"; {', '.join(flags)}" if flags else "") + ")")
+    return "; ".join(parts)
+
+
+def result_view(result: EvalResult, result_path: str | None = None) -> Group:
+    parts = []
+    head = Text.assemble((f"{result.verdict.value.upper()}", VERDICT_STYLE[result.verdict]), "  ", result.reason)
+    parts.append(head)
+    if result.static_findings:
+        table = Table(title="Static findings")
+        for col in ("file", "line", "rule", "code"):
+            table.add_column(col)
+        for f in result.static_findings:
+            table.add_row(f.file, str(f.line), f.rule, f.evidence)
+        parts.append(table)
+    if result.checks:
+        parts.append(checks_table(result))
+    if result.timings:
+        parts.append(timing_table(result))
+    lines = []
+    if result.score is not None:
+        lines.append(f"score (geomean speedup): {result.score:.3f}x")
+    if result.launches:
+        lines.append(f"launches: {_launch_line(result)}")
+    if result.bandwidth:
+        source = "cached" if result.bandwidth.cached else "measured now"
+        lines.append(f"copy bandwidth: {result.bandwidth.bytes_per_s / 1e12:.3f} TB/s ({source})")
+    env = result.environment
+    if env:
+        where = env.gpu_name or f"CPU ({env.platform})"
+        lines.append(f"on {where}, torch {env.torch}, CUDA {env.cuda or '–'}, driver {env.driver or '–'}")
+    if result.phases:
+        phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
+        lines.append(f"wall time {result.wall_seconds:.1f} s ({phases})")
+    else:
+        lines.append(f"wall time {result.wall_seconds:.1f} s")
+    if result_path:
+        lines.append(f"result written to {result_path}")
+    parts.append(Text("\n".join(lines)))
+    if result.verdict in (Verdict.CRASH, Verdict.ERROR, Verdict.INTERNAL_ERROR):
+        evidence = next((c.details for c in result.checks if c.details), "") or result.stderr_tail
+        if evidence.strip():
+            parts.append(Panel(evidence.strip()[-2000:], title="evidence (tail)", border_style="red"))
+    return Group(*parts)
+
+
+def print_result(console: Console, result: EvalResult, result_path: str | None = None) -> None:
+    console.print(result_view(result, result_path))

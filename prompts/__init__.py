@@ -1,0 +1,1 @@
+"""Prompt texts for the agent, kept as files beside this module."""

@@ -1,0 +1,1 @@
+"""Workspaces, isolation and the evaluation harness (agent side here; GPU side in ``harness``)."""

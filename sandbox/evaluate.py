@@ -1,0 +1,364 @@
+"""Evaluate a solution: the agent side of the harness.
+
+Static rules first; then a pristine, read-only copy of the task and of the GPU-side harness
+(kagent.sandbox.harness) is made in a fresh temporary folder, the solution's folder is
+copied beside it, and a new child process runs the harness there. The child reports over a
+pipe that only it was given (not stdout); the parent enforces the time limit by killing the
+child's whole process group, and afterwards checks by hash that the pristine copy is intact.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field, ValidationError
+
+from kagent.agent.errors import KagentError
+from kagent.sandbox import static_checks
+from kagent.sandbox.harness.protocol import PROTOCOL_VERSION
+from kagent.sandbox.results import (
+    Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
+)
+from kagent.tasks import TaskRef
+
+HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
+HARNESS_PACKAGE = "kagent_harness"
+# A solution folder is copied whole (its kernels, headers, helpers); past this it is refused.
+MAX_SOLUTION_BYTES = 64 << 20
+SKIPPED_NAMES = {"__pycache__", ".git", "build", ".ipynb_checkpoints"}
+OUTPUT_TAIL_CHARS = 4000
+# After the child exits, how long to wait for stragglers holding the pipe.
+DRAIN_GRACE_S = 2.0
+
+
+class EvalOptions(BaseModel):
+    """How to evaluate: every field has a default suited to the scale."""
+
+    mode: Literal["eval", "check", "aa"] = Field("eval", description="eval: check and time; check: correctness "
+                                                 "only; aa: the baseline timed against itself")
+    device: str = Field("cpu", description="torch device for the run: cpu, cuda, cuda:1")
+    scale: Literal["smoke", "full"] = Field("smoke", description="smoke: tiny config for CPUs and CI")
+    contexts: Optional[list[int]] = Field(None, description="Context lengths to time (default: all of the scale)")
+    rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant and shape")
+    warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
+    timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
+    cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
+    hidden_seeds: int = Field(2, ge=1, description="Seeds drawn at run time, unknown to the solution")
+    atol: float = Field(1e-2, description="KernelBench files: absolute tolerance of allclose")
+    rtol: float = Field(1e-2, description="KernelBench files: relative tolerance of allclose")
+    python: str = Field(default_factory=lambda: sys.executable, description="Interpreter for the child")
+
+
+def hash_tree(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root``, by relative path."""
+    result = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            result[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return result
+
+
+def _copy_solution(solution: Path, dest: Path) -> None:
+    total = 0
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        nonlocal total
+        skipped = []
+        for name in names:
+            path = Path(folder) / name
+            if name in SKIPPED_NAMES or name.startswith(".") or path.is_symlink():
+                skipped.append(name)
+            elif path.is_file():
+                total += path.stat().st_size
+        if total > MAX_SOLUTION_BYTES:
+            raise KagentError(f"the solution's folder {solution.parent} holds more than "
+                              f"{MAX_SOLUTION_BYTES >> 20} MiB", hint="put the solution in a folder of its own")
+        return skipped
+
+    shutil.copytree(solution.parent, dest, ignore=ignore)
+
+
+def _make_read_only(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _make_writable(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        try:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+        except OSError:
+            pass
+
+
+class Bundle:
+    """The temporary folder of one evaluation."""
+
+    def __init__(self, tmp: Path, task: TaskRef, solution: Optional[Path]):
+        self.root = tmp
+        self.harness = tmp / "lib" / HARNESS_PACKAGE
+        self.task_dir = tmp / "task"
+        self.work = tmp / "solution"
+        shutil.copytree(HARNESS_SOURCE, self.harness, ignore=shutil.ignore_patterns("__pycache__"))
+        if task.kind == "mega":
+            shutil.copytree(task.path, self.task_dir, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+            self.task_file = None
+        else:
+            self.task_dir.mkdir()
+            self.task_file = self.task_dir / task.path.name
+            shutil.copy2(task.path, self.task_file)
+        if solution is not None:
+            _copy_solution(solution, self.work)
+            self.solution = self.work / solution.name
+        else:
+            self.work.mkdir()
+            self.solution = None
+        # The pristine copy: what the source says, checked now and again after the run.
+        self.expected = {"harness": hash_tree(HARNESS_SOURCE),
+                         "task": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in task.files()}}
+        self.read_only = [self.harness.parent, self.task_dir]
+        for folder in self.read_only:
+            _make_read_only(folder)
+
+    def tampering(self) -> list[str]:
+        """Files of the pristine copy that were changed, added or removed."""
+        changed = []
+        for name, folder in (("harness", self.harness), ("task", self.task_dir)):
+            now = hash_tree(folder)
+            want = self.expected[name]
+            changed += [f"{name}/{f}" for f in sorted(set(now) | set(want)) if now.get(f) != want.get(f)]
+        return changed
+
+    def digest(self) -> dict[str, str]:
+        return {name: hashlib.sha256(json.dumps(h, sort_keys=True).encode()).hexdigest()
+                for name, h in self.expected.items()}
+
+
+def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "kind": task.kind,
+        "mode": options.mode,
+        "task_dir": str(bundle.task_dir),
+        "task_file": str(bundle.task_file) if bundle.task_file else None,
+        "solution": str(bundle.solution) if bundle.solution else None,
+        "scale": options.scale,
+        "device": options.device,
+        "contexts": options.contexts,
+        "rounds": options.rounds,
+        "warmup": options.warmup,
+        "cache_dir": str(options.cache_dir) if options.cache_dir else None,
+        "hidden_seeds": options.hidden_seeds,
+        "atol": options.atol,
+        "rtol": options.rtol,
+    }
+
+
+class ChildRun(BaseModel):
+    events: list[dict]
+    exit_code: Optional[int]
+    timed_out: bool
+    stdout_tail: str
+    stderr_tail: str
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - OUTPUT_TAIL_CHARS))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
+    """Run the harness in a new session, reading its events until done, exit or the limit."""
+    private = bundle.root / "private"
+    private.mkdir()
+    job_file = private / "job.json"
+    job_file.write_text(json.dumps(job))
+    out_path, err_path = private / "stdout.txt", private / "stderr.txt"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(bundle.harness.parent), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine copy must stay byte-for-byte the same
+    env["PYTHONUNBUFFERED"] = "1"
+    read_fd, write_fd = os.pipe()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [options.python, "-m", HARNESS_PACKAGE, "--job", str(job_file), "--result-fd", str(write_fd)],
+            cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            pass_fds=(write_fd,), start_new_session=True,
+        )
+    os.close(write_fd)
+    deadline = time.monotonic() + options.timeout_s
+    events, buffer, timed_out, exited_at = [], b"", False, None
+    selector = selectors.DefaultSelector()
+    selector.register(read_fd, selectors.EVENT_READ)
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                break
+            if proc.poll() is not None:
+                exited_at = exited_at or now
+                if now - exited_at > DRAIN_GRACE_S:
+                    break  # a straggler holds the pipe: it is killed below
+            if not selector.select(timeout=min(0.5, deadline - now)):
+                continue
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    events.append({"event": "garbled", "text": line[:200].decode("utf-8", "replace")})
+            if events and events[-1].get("event") == "done":
+                break
+    finally:
+        selector.close()
+        os.close(read_fd)
+        if timed_out or proc.poll() is None:
+            # Give a finished child a moment to exit by itself; then no mercy for the group.
+            try:
+                proc.wait(timeout=0 if timed_out else 10)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_group(proc)
+        proc.wait()
+    return ChildRun(events=events, exit_code=proc.returncode, timed_out=timed_out,
+                    stdout_tail=_tail(out_path), stderr_tail=_tail(err_path))
+
+
+def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
+    return [StaticFinding(**f.__dict__) for f in static_checks.scan(solution, task.forbidden_imports)]
+
+
+def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions) -> EvalResult:
+    """Evaluate ``solution`` (None in A/A mode) on ``task``; never raises for a bad solution."""
+    started = time.monotonic()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if options.mode != "aa":
+        if solution is None:
+            raise KagentError("a solution file is needed (or ask for an A/A run)")
+        solution = solution.resolve()
+        if not solution.is_file():
+            raise KagentError(f"no solution file at {solution}")
+    header = dict(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
+                  device=options.device, started_at=started_at,
+                  solution=str(solution) if solution else None,
+                  solution_sha256=hashlib.sha256(solution.read_bytes()).hexdigest() if solution else None)
+    if solution is not None:
+        findings = _static(task, solution)
+        if findings:
+            first = findings[0]
+            return EvalResult(**header, verdict=Verdict.FORBIDDEN, static_findings=findings,
+                              reason=f"{first.rule} at {first.file}:{first.line}: {first.evidence}",
+                              wall_seconds=round(time.monotonic() - started, 3))
+    with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
+        bundle = Bundle(Path(tmp), task, solution)
+        try:
+            child = run_child(bundle, _job(task, bundle, options), options)
+            tampered = bundle.tampering()
+        finally:
+            for folder in bundle.read_only:
+                _make_writable(folder)  # so the temporary folder can be removed
+        result = assemble(header, child, tampered, bundle.digest(), options)
+    result.wall_seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: dict,
+             options: EvalOptions) -> EvalResult:
+    """Turn the child's events into a validated EvalResult with one verdict."""
+    checks, timings, launches = [], [], []
+    fields: dict = {}
+    task_error = internal_error = None
+    for event in child.events:
+        kind = event.get("event")
+        body = {k: v for k, v in event.items() if k != "event"}
+        try:
+            if kind == "check":
+                core = {k: body.pop(k) for k in ("name", "status", "reason") if k in body}
+                checks.append(CheckResult(**core, details=str(body.pop("details", ""))[:OUTPUT_TAIL_CHARS],
+                                          data=body))
+            elif kind == "timing":
+                timings.append(ShapeTiming(**body))
+            elif kind == "launches":
+                launches.append(LaunchReport(**body))
+            elif kind == "environment":
+                fields["environment"] = Environment(**body)
+            elif kind == "bandwidth":
+                fields["bandwidth"] = Bandwidth(**body)
+            elif kind == "score":
+                fields["score"] = body["geomean_speedup"]
+                fields["clocks_during_timing"] = {"before": body.get("clocks_before", {}),
+                                                  "after": body.get("clocks_after", {})}
+            elif kind == "done":
+                fields.update(phases=body.get("phases", {}), hidden_seeds=body.get("hidden_seeds", []),
+                              cache=body.get("cache", {}))
+            elif kind == "task_error":
+                task_error = body["reason"]
+            elif kind == "internal_error":
+                internal_error = f"{body['reason']}\n{body.get('details', '')}"
+        except (ValidationError, KeyError) as err:
+            internal_error = f"malformed {kind} event from the harness: {err}"
+    if task_error:
+        raise KagentError(f"the task cannot be evaluated: {task_error}")
+    done = any(e.get("event") == "done" for e in child.events)
+    verdict, reason = _verdict(checks, done, child, tampered, internal_error, options)
+    if verdict is not Verdict.PASS:
+        fields.pop("score", None)
+    return EvalResult(**header, **fields, verdict=verdict, reason=reason, checks=checks, timings=timings,
+                      launches=launches, wall_seconds=0.0, bundle_sha256=bundle_digest,
+                      exit_code=child.exit_code, stdout_tail=child.stdout_tail, stderr_tail=child.stderr_tail)
+
+
+def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: list[str],
+             internal_error: Optional[str], options: EvalOptions) -> tuple[Verdict, str]:
+    if tampered:
+        return Verdict.TAMPERED, f"the pristine task/harness copy changed during the run: {', '.join(tampered[:5])}"
+    if child.timed_out:
+        return Verdict.TIMEOUT, f"no verdict within the {options.timeout_s:g} s limit; the process group was killed"
+    if internal_error:
+        return Verdict.INTERNAL_ERROR, internal_error
+    if not done:
+        last = checks[-1].name if checks else "start-up"
+        how = (f"killed by signal {-child.exit_code}" if child.exit_code and child.exit_code < 0
+               else f"exit code {child.exit_code}")
+        stderr = child.stderr_tail.strip().splitlines()
+        return Verdict.CRASH, f"the process died after {last} ({how})" + (f": {stderr[-1][:300]}" if stderr else "")
+    for check in checks:
+        if check.status == "error":
+            return Verdict.ERROR, f"{check.name}: {check.reason}"
+        if check.status == "fail":
+            return Verdict.INCORRECT, f"{check.name}: {check.reason}"
+    if not checks:
+        return Verdict.INTERNAL_ERROR, "the harness finished without running any check"
+    if options.mode == "check":
+        return Verdict.PASS, f"all {len(checks)} checks passed (not timed)"
+    return Verdict.PASS, f"all {len(checks)} checks passed"

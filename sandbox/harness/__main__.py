@@ -1,0 +1,61 @@
+"""Entry point of the evaluation child: ``python -m kagent_harness --job JOB --result-fd FD``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+from .loading import CandidateError, TaskError
+from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kagent_harness", description=__doc__)
+    parser.add_argument("--job", required=True, help="the job file (JSON) written by the agent side")
+    parser.add_argument("--result-fd", type=int, default=None, help="file descriptor for the result events")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.job) as f:
+            job = json.load(f)
+    except (OSError, ValueError) as err:
+        print(f"kagent_harness: cannot read the job file: {err}", file=sys.stderr)
+        return EXIT_BAD_JOB
+    if job.get("protocol") != PROTOCOL_VERSION:
+        print(f"kagent_harness: job protocol {job.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
+        return EXIT_BAD_JOB
+    channel = Channel(args.result_fd)
+    run(job, channel)
+    return EXIT_OK
+
+
+def run(job: dict, channel: Channel) -> None:
+    """Evaluate the job, reporting every step on ``channel``; always ends with ``done``."""
+    started = time.perf_counter()
+    channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job["kind"], mode=job["mode"])
+    if job["kind"] == "mega":
+        from .mega import MegaEvaluation as Evaluation
+    else:
+        from .kernelbench import KernelBenchEvaluation as Evaluation
+    evaluation = None
+    try:
+        evaluation = Evaluation(job, channel)
+        evaluation.run()
+    except TaskError as err:
+        channel.send("task_error", reason=str(err))
+    except CandidateError as err:  # raised outside a check, e.g. while the task is prepared
+        channel.send("check", name="harness", status="error", reason=err.message, details=err.details)
+    except Exception as err:  # a bug in the harness or the task: reported whole, loudly
+        channel.send("internal_error", reason=f"{type(err).__name__}: {err}",
+                     details=traceback.format_exc()[-6000:])
+    cache = getattr(evaluation, "cache", None)
+    channel.send("done", wall_seconds=round(time.perf_counter() - started, 3),
+                 phases=getattr(evaluation, "phase_seconds", {}),
+                 hidden_seeds=getattr(evaluation, "hidden_seeds", []),
+                 cache={"hits": cache.hits, "misses": cache.misses} if cache else {})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

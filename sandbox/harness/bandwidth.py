@@ -1,0 +1,62 @@
+"""The device's copy bandwidth, measured once and cached, for the bytes floor."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+
+def _device_key(device: torch.device, environment: dict) -> str:
+    if device.type == "cuda":
+        return f"cuda:{environment.get('gpu_uuid') or environment.get('gpu_name')}"
+    return f"cpu:{environment.get('hostname')}:{environment.get('cpu')}"
+
+
+def _measure(device: torch.device) -> float:
+    """Bytes per second of a large device-to-device copy, counting bytes read plus written."""
+    nbytes = (1 << 30) if device.type == "cuda" else (64 << 20)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    src.random_(0, 255)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(13):
+        if device.type == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            dst.copy_(src)
+            end.record()
+            torch.cuda.synchronize(device)
+            seconds = begin.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            seconds = time.perf_counter() - t0
+        if i >= 3:  # the first copies warm up the allocator and the clocks
+            times.append(seconds)
+    times.sort()
+    return 2 * nbytes / times[len(times) // 2]
+
+
+def copy_bandwidth(device: torch.device, environment: dict, cache_dir: Path | None) -> dict:
+    """{"bytes_per_s", "measured_at", "cached"}; measured on first use per device, then cached."""
+    key = _device_key(device, environment)
+    path = Path(cache_dir) / "bandwidth.json" if cache_dir else None
+    table = {}
+    if path and path.exists():
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = {}
+    if key in table:
+        return {**table[key], "cached": True, "device_key": key}
+    entry = {"bytes_per_s": _measure(device), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if path:
+        table[key] = entry
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, path)
+    return {**entry, "cached": False, "device_key": key}

@@ -1,0 +1,58 @@
+"""What every kind of evaluation shares: phases, check events, the trusted environment."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import bandwidth, environment, launches
+from .loading import CandidateError, DiskCache, TaskError, candidate_call
+from .protocol import Channel
+
+
+class EvaluationBase:
+    def __init__(self, job: dict, channel: Channel):
+        self.job = job
+        self.channel = channel
+        self.device = torch.device(job["device"])
+        self.cache = DiskCache(Path(job["cache_dir"]) if job.get("cache_dir") else None)
+        self.phase_seconds: dict[str, float] = {}
+        self.hidden_seeds: list[int] = []
+        self._phase_start = time.perf_counter()
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise TaskError(f"device {self.device} asked for, but torch {torch.__version__} sees no CUDA device")
+        self.environment = environment.describe(self.device)
+        self.channel.send("environment", **self.environment)
+
+    def phase(self, name: str) -> None:
+        """Close the phase that has been running since the last call, under ``name``."""
+        now = time.perf_counter()
+        self.phase_seconds[name] = round(now - self._phase_start, 3)
+        self._phase_start = now
+        self.channel.send("phase", name=name, seconds=self.phase_seconds[name])
+
+    def send_check(self, name: str, status: str, reason: str, **extra: Any) -> bool:
+        self.channel.send("check", name=name, status=status, reason=reason, **extra)
+        return status == "pass"
+
+    def bandwidth(self) -> dict:
+        bw = bandwidth.copy_bandwidth(self.device, self.environment, self.cache.root)
+        self.channel.send("bandwidth", **bw)
+        return bw
+
+    def clocks(self) -> dict:
+        return environment.gpu_clocks(self.device.index or 0) if self.device.type == "cuda" else {}
+
+    def report_launches(self, who: str, step: Callable[[], Any], **context: Any) -> None:
+        """Profile one warmed call of ``step`` and send what ran on the device."""
+        def one_step() -> None:
+            candidate_call(f"{who} step", step)
+
+        try:
+            one_step()  # warm
+            report = launches.count_launches(self.device, one_step)
+        except CandidateError as err:
+            report = {"launches": None, "note": err.message}
+        self.channel.send("launches", who=who, **context, **report)

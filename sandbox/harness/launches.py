@@ -1,0 +1,56 @@
+"""How many GPU launches one warmed step makes, from torch.profiler."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Iterable
+
+import torch
+
+# Host-side runtime calls that replay a captured CUDA graph.
+_GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
+# Marks that torch.compile leaves in a profile (Inductor's kernels are named triton_*).
+_COMPILED_MARKS = ("Torch-Compiled Region", "CompiledFunction", "torch._dynamo")
+
+
+def classify(events: Iterable[tuple[str, bool]]) -> dict:
+    """Summarize profiler events given as (name, runs_on_the_gpu) pairs.
+
+    Every GPU-side event (kernel, memcpy, memset) is one launch: the megakernel rule asks for
+    exactly one of them per step.
+    """
+    gpu = Counter()
+    graph_replay = False
+    compiled = False
+    for name, on_gpu in events:
+        if on_gpu:
+            gpu[name] += 1
+            if name.startswith("triton_"):
+                compiled = True
+        else:
+            if name.startswith(_GRAPH_LAUNCH_CALLS):
+                graph_replay = True
+            if any(mark in name for mark in _COMPILED_MARKS):
+                compiled = True
+    total = sum(gpu.values())
+    return {
+        "launches": total,
+        "kernels": [{"name": name[:160], "count": count} for name, count in gpu.most_common(20)],
+        "distinct_kernels": len(gpu),
+        "single_launch": total == 1 and not graph_replay and not compiled,
+        "cuda_graph_replay": graph_replay,
+        "torch_compile": compiled,
+    }
+
+
+def count_launches(device: torch.device, step: Callable[[], None]) -> dict:
+    """Profile one call of ``step`` (already warmed) and classify its GPU work."""
+    if device.type != "cuda":
+        return {"launches": None, "note": "kernel launches are counted on CUDA devices only"}
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize(device)
+    pairs = [(e.name, e.device_type == torch.autograd.DeviceType.CUDA) for e in prof.events()]
+    return classify(pairs)

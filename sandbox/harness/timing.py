@@ -1,0 +1,131 @@
+"""Timing: device events around each step, two contestants interleaved step by step.
+
+Why interleave: a host-bound baseline (hundreds of launches a step) leaves the GPU idle
+between launches, so its clocks wander and its latency swings by 2x from one series to the
+next. Timing the baseline and the candidate alternately, step by step and in alternating
+order, exposes both to the same clocks and the same warm-up, so the ratio stays true even
+when the absolute numbers move. An A/A run (the baseline against itself) shows it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+
+# Bound at import, before candidate code runs (see compare.py for why).
+_perf_counter_ns = time.perf_counter_ns
+_synchronize = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed_time = torch.cuda.Event.elapsed_time
+
+
+class Player(Protocol):
+    """One contestant of an interleaved timing run."""
+
+    name: str
+
+    def begin_round(self, round_index: int) -> None:
+        """Prepare fresh inputs and state for a round; not timed."""
+
+    def step(self, step_index: int) -> None:
+        """The timed work: exactly one step."""
+
+    def after_step(self, step_index: int) -> None:
+        """Bookkeeping after the step's end mark (e.g. keep a copy of the output); not timed."""
+
+    def end_round(self, round_index: int) -> None:
+        """Called after the device is idle again; not timed."""
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        _synchronize(device)
+
+
+class _Interval:
+    """One timed interval: CUDA events on the current stream, or host nanoseconds on the CPU."""
+
+    __slots__ = ("cuda", "begin", "end")
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        if cuda:
+            self.begin, self.end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _record(self.begin)
+        else:
+            self.begin = _perf_counter_ns()
+
+    def close(self) -> None:
+        if self.cuda:
+            _record(self.end)
+        else:
+            self.end = _perf_counter_ns()
+
+    def milliseconds(self) -> float:
+        if self.cuda:
+            return float(_elapsed_time(self.begin, self.end))
+        return (self.end - self.begin) / 1e6
+
+
+def run_interleaved(device: torch.device, players: Sequence[Player], rounds: int,
+                    steps: int) -> dict[str, list[float]]:
+    """Time ``steps`` steps of every player per round, alternating the order step by step.
+
+    Returns the per-step times in milliseconds for each player, rounds concatenated.
+    """
+    cuda = device.type == "cuda"
+    samples: dict[str, list[float]] = {p.name: [] for p in players}
+    for r in range(rounds):
+        for p in players:
+            p.begin_round(r)
+        synchronize(device)
+        intervals: dict[str, list[_Interval]] = {p.name: [] for p in players}
+        for i in range(steps):
+            order = players if (i + r) % 2 == 0 else list(reversed(players))
+            for p in order:
+                interval = _Interval(cuda)
+                p.step(i)
+                interval.close()
+                intervals[p.name].append(interval)
+                p.after_step(i)
+        synchronize(device)
+        for p in players:
+            samples[p.name].extend(iv.milliseconds() for iv in intervals[p.name])
+            p.end_round(r)
+    return samples
+
+
+def summarize(samples_ms: Sequence[float]) -> dict:
+    a = np.asarray(samples_ms, dtype=np.float64)
+    p10, p25, p50, p75, p90 = np.percentile(a, [10, 25, 50, 75, 90])
+    return {
+        "n": int(a.size), "median_ms": float(p50), "mean_ms": float(a.mean()),
+        "p10_ms": float(p10), "p90_ms": float(p90), "iqr_ms": float(p75 - p25),
+        "min_ms": float(a.min()), "max_ms": float(a.max()),
+    }
+
+
+def speedup_with_noise(baseline_ms: Sequence[float], candidate_ms: Sequence[float],
+                       resamples: int = 2000, seed: int = 0) -> dict:
+    """Ratio of medians (baseline / candidate) and its 95% bootstrap interval.
+
+    The difference is "within noise" when that interval contains 1.0.
+    """
+    b = np.asarray(baseline_ms, dtype=np.float64)
+    c = np.asarray(candidate_ms, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    med_b = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)
+    med_c = np.median(c[rng.integers(0, c.size, size=(resamples, c.size))], axis=1)
+    ratios = med_b / med_c
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    speedup = float(np.median(b) / np.median(c))
+    return {"speedup": speedup, "ci_low": float(low), "ci_high": float(high),
+            "within_noise": bool(low <= 1.0 <= high)}
+
+
+def geomean(values: Sequence[float]) -> float:
+    a = np.asarray(values, dtype=np.float64)
+    return float(np.exp(np.log(a).mean()))

@@ -1,0 +1,151 @@
+"""The result of an evaluation, as kagent stores and shows it (versioned pydantic models).
+
+The GPU side sends plain JSON events (kagent.sandbox.harness.protocol); ``EvalResult`` is
+what the agent side makes of them, validated field by field.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EVAL_RESULT_VERSION = 1
+
+
+class Verdict(str, Enum):
+    """What the evaluation concluded about the solution, worst first."""
+
+    INTERNAL_ERROR = "internal_error"  # a bug in kagent or in the task itself
+    TAMPERED = "tampered"  # the pristine task or harness copy changed during the run
+    FORBIDDEN = "forbidden"  # static rules broken (forbidden imports); never ran
+    TIMEOUT = "timeout"  # killed at the time limit
+    CRASH = "crash"  # the process died without finishing its report
+    ERROR = "error"  # the solution raised, or returned the wrong kind of thing
+    INCORRECT = "incorrect"  # ran, but a correctness check failed
+    PASS = "pass"  # every check passed (and, unless check-only, it was timed)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CheckResult(Model):
+    name: str = Field(description="Which check: load, fixed_seeds, hidden_seeds, overwrite_in_place, ...")
+    status: Literal["pass", "fail", "error"] = Field(description="fail: wrong answer; error: the code raised")
+    reason: str = Field(description="One line a person or a model can act on")
+    details: str = Field("", description="Traceback or other evidence, capped")
+    data: dict = Field(default_factory=dict, description="Per-case cosines, seeds and the like")
+
+
+class Stats(Model):
+    n: int = Field(description="Number of timed steps")
+    median_ms: float
+    mean_ms: float
+    p10_ms: float
+    p90_ms: float
+    iqr_ms: float
+    min_ms: float
+    max_ms: float
+
+
+class Roofline(Model):
+    bytes_per_step: int = Field(description="Bytes one step must move through device memory at least")
+    floor_ms: float = Field(description="bytes_per_step over the measured copy bandwidth")
+    candidate_fraction: float = Field(description="floor / candidate median: 1.0 would be at the floor")
+    baseline_fraction: float
+
+
+class ShapeTiming(Model):
+    label: str = Field(description="'ctx 2048' for a decode task, 'default' for a KernelBench file")
+    context_len: Optional[int] = None
+    steps: int = Field(description="Steps per timed chain")
+    rounds: int = Field(description="Chains timed per contestant")
+    baseline: Stats
+    candidate: Stats
+    speedup: float = Field(description="baseline median / candidate median")
+    ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
+    ci_high: float
+    within_noise: bool = Field(description="True when the interval contains 1.0")
+    baseline_chain_ok: bool = True
+    roofline: Optional[Roofline] = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1e3 / self.candidate.median_ms
+
+
+class LaunchReport(Model):
+    who: Literal["baseline", "candidate"]
+    context_len: Optional[int] = None
+    launches: Optional[int] = Field(None, description="GPU launches (kernels, copies, sets) in one warmed step")
+    kernels: list[dict] = Field(default_factory=list, description="Most frequent kernel names with counts")
+    distinct_kernels: int = 0
+    single_launch: Optional[bool] = Field(None, description="Exactly one launch, no graph replay, no compile")
+    cuda_graph_replay: bool = False
+    torch_compile: bool = False
+    note: str = ""
+
+
+class Environment(Model):
+    model_config = ConfigDict(extra="allow")
+    device: str
+    hostname: str = ""
+    platform: str = ""
+    python: str = ""
+    torch: str = ""
+    triton: Optional[str] = None
+    cuda: Optional[str] = None
+    gpu_name: Optional[str] = None
+    gpu_uuid: Optional[str] = None
+    driver: Optional[str] = None
+    clocks: dict = Field(default_factory=dict, description="nvidia-smi clocks when the run started")
+
+
+class Bandwidth(Model):
+    bytes_per_s: float
+    measured_at: str
+    cached: bool
+    device_key: str
+
+
+class StaticFinding(Model):
+    file: str
+    line: int
+    rule: str = Field(description="forbidden_import, dynamic_import, sys_modules, ...")
+    evidence: str
+
+
+class EvalResult(Model):
+    """One evaluation of one solution on one task. Stored as JSON; ``version`` says the schema."""
+
+    version: Literal[1] = EVAL_RESULT_VERSION
+    task: str
+    task_kind: Literal["mega", "kernelbench"]
+    solution: Optional[str] = Field(None, description="Path of the solution file (None in A/A mode)")
+    solution_sha256: Optional[str] = None
+    mode: Literal["eval", "check", "aa"]
+    scale: Literal["smoke", "full"]
+    device: str
+    verdict: Verdict
+    reason: str = Field(description="Why, in one line")
+    started_at: str
+    wall_seconds: float = Field(description="Whole evaluation, process start to verdict")
+    phases: dict[str, float] = Field(default_factory=dict, description="Seconds per phase in the child")
+    checks: list[CheckResult] = Field(default_factory=list)
+    static_findings: list[StaticFinding] = Field(default_factory=list)
+    timings: list[ShapeTiming] = Field(default_factory=list)
+    score: Optional[float] = Field(None, description="Geometric mean of the speedups over the timed shapes")
+    launches: list[LaunchReport] = Field(default_factory=list)
+    bandwidth: Optional[Bandwidth] = None
+    environment: Optional[Environment] = None
+    clocks_during_timing: dict = Field(default_factory=dict)
+    hidden_seeds: list[int] = Field(default_factory=list, description="Seeds drawn for this run, told afterwards")
+    bundle_sha256: dict[str, str] = Field(default_factory=dict, description="Hashes of the pristine copy")
+    cache: dict = Field(default_factory=dict)
+    exit_code: Optional[int] = None
+    stderr_tail: str = ""
+    stdout_tail: str = ""
+
+    def launches_of(self, who: str) -> Optional[LaunchReport]:
+        return next((r for r in self.launches if r.who == who), None)

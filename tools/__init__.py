@@ -1,0 +1,1 @@
+"""What the model can call during a run: file, shell, compile, check, benchmark, profile tools."""
