@@ -67,7 +67,6 @@ class ShapeTiming(Model):
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
     ci_high: float
     within_noise: bool = Field(description="True when the interval contains 1.0")
-    baseline_chain_ok: bool = True
     roofline: Optional[Roofline] = None
 
     @property

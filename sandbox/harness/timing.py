@@ -129,3 +129,13 @@ def speedup_with_noise(baseline_ms: Sequence[float], candidate_ms: Sequence[floa
 def geomean(values: Sequence[float]) -> float:
     a = np.asarray(values, dtype=np.float64)
     return float(np.exp(np.log(a).mean()))
+
+
+def run_untimed(device: torch.device, player: Player, steps: int) -> None:
+    """One chain of ``player`` with the same bookkeeping as a timed one, without the clock."""
+    player.begin_round(0)
+    for i in range(steps):
+        player.step(i)
+        player.after_step(i)
+    synchronize(device)
+    player.end_round(0)

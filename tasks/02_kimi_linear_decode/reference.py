@@ -1,0 +1,371 @@
+"""Correctness oracle for 02_kimi_linear_decode.
+
+Batch-1 decode of one repeating unit of Kimi-Linear-48B-A3B: layers KDA, KDA, KDA,
+MLA, each followed by a routed MoE FFN. Big projections are W4A16 (int4 weights with
+bf16 group scales/zeros, quantized along the input dimension). This file favours
+clarity over speed: every weight is dequantized to float32 and all math that the spec
+marks as float32 is done in float32.
+
+Public names: Config, build_config, quantize_int4, dequantize_int4, QuantLinear,
+QuantExperts, KDA, MLA, MoE, Block, Model, init_state, init_token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Config:
+    hidden: int = 2304
+    kda_heads: int = 32
+    kda_head_dim: int = 128
+    short_conv: int = 4
+    mla_heads: int = 32
+    kv_lora: int = 512
+    qk_nope: int = 128
+    qk_rope: int = 64
+    v_head: int = 128
+    rope_theta: float = 10000.0
+    n_experts: int = 64
+    n_active: int = 8
+    n_shared: int = 1
+    moe_inter: int = 1024
+    routed_scaling: float = 2.446
+    group: int = 128
+    pattern: tuple = ("K", "K", "K", "M")
+    dtype: torch.dtype = torch.bfloat16
+    eps: float = 1e-6
+
+
+def build_config(shape: dict) -> Config:
+    # The optional "config" dict overrides fields (the smoke scale uses it).
+    return Config(n_experts=shape["n_experts"], **shape.get("config", {}))
+
+
+# --------------------------------------------------------------------------- #
+# int4 format
+# --------------------------------------------------------------------------- #
+def quantize_int4(w: torch.Tensor, group: int):
+    """Quantize an (in, out) weight per group of `group` rows along `in`.
+
+    Returns w_q uint8 (in/2, out) with row 2r in the low nibble and row 2r+1 in the
+    high nibble of byte row r, and bf16 scales/zeros of shape (in/group, out).
+    """
+    n_in, n_out = w.shape
+    wg = w.float().reshape(n_in // group, group, n_out)
+    wmin, wmax = torch.aminmax(wg, dim=1, keepdim=True)
+    # Scale and zero are computed in float32; q uses the float32 scale, and only the
+    # stored copies are rounded to bf16 (zero is an integer 0..15, exact in bf16).
+    scale = (wmax - wmin).clamp_min(1e-8) / 15
+    zero = (-wmin / scale).round().clamp(0, 15)
+    q = (wg / scale + zero).round().clamp(0, 15).to(torch.uint8).reshape(n_in, n_out)
+    w_q = q[0::2] | (q[1::2] << 4)
+    return (w_q.contiguous(), scale.squeeze(1).to(torch.bfloat16),
+            zero.squeeze(1).to(torch.bfloat16))
+
+
+def dequantize_int4(w_q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+                    group: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of quantize_int4: (..., in/2, out) packed -> (..., in, out) in `dtype`.
+
+    Leading dimensions (an expert axis) are carried through, so a batch of experts
+    dequantizes in one call. w[k, n] = (q[k, n] - zeros[k/group, n]) * scales[k/group, n].
+    """
+    lo = w_q & 0xF
+    hi = w_q >> 4
+    # Interleave so that byte row r yields rows 2r (low nibble) and 2r+1 (high nibble).
+    q = torch.stack((lo, hi), dim=-2).flatten(-3, -2).to(dtype)
+    q = q.unflatten(-2, (q.shape[-2] // group, group))
+    w = (q - zeros.to(dtype).unsqueeze(-2)) * scales.to(dtype).unsqueeze(-2)
+    return w.flatten(-3, -2)
+
+
+class QuantLinear(nn.Module):
+    """W4A16 linear y = x @ W with W (in, out) held as int4 buffers."""
+
+    def __init__(self, in_f: int, out_f: int, group: int):
+        super().__init__()
+        assert in_f % group == 0 and group % 2 == 0, (in_f, group)
+        self.in_f, self.out_f, self.group = in_f, out_f, group
+        # Uninitialized on purpose: either random_init fills them or a state_dict is loaded.
+        self.register_buffer("w_q", torch.empty(in_f // 2, out_f, dtype=torch.uint8))
+        self.register_buffer("scales", torch.empty(in_f // group, out_f, dtype=torch.bfloat16))
+        self.register_buffer("zeros", torch.empty(in_f // group, out_f, dtype=torch.bfloat16))
+
+    def random_init(self, gen: torch.Generator, std: float = 0.02) -> None:
+        w = torch.randn(self.in_f, self.out_f, generator=gen) * std
+        w_q, s, z = quantize_int4(w, self.group)
+        self.w_q.copy_(w_q)
+        self.scales.copy_(s)
+        self.zeros.copy_(z)
+
+    def weight(self) -> torch.Tensor:
+        return dequantize_int4(self.w_q, self.scales, self.zeros, self.group)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() @ self.weight()).to(torch.bfloat16)
+
+
+class QuantExperts(nn.Module):
+    """n independent W4A16 weights (in, out) with a leading expert axis."""
+
+    def __init__(self, n: int, in_f: int, out_f: int, group: int):
+        super().__init__()
+        assert in_f % group == 0 and group % 2 == 0, (in_f, group)
+        self.n, self.in_f, self.out_f, self.group = n, in_f, out_f, group
+        self.register_buffer("w_q", torch.empty(n, in_f // 2, out_f, dtype=torch.uint8))
+        self.register_buffer("scales", torch.empty(n, in_f // group, out_f, dtype=torch.bfloat16))
+        self.register_buffer("zeros", torch.empty(n, in_f // group, out_f, dtype=torch.bfloat16))
+
+    def random_init(self, gen: torch.Generator, std: float = 0.02) -> None:
+        # One (in, out) draw per expert in index order, quantized one at a time so that
+        # the float32 copy never exceeds one expert.
+        for e in range(self.n):
+            w = torch.randn(self.in_f, self.out_f, generator=gen) * std
+            w_q, s, z = quantize_int4(w, self.group)
+            self.w_q[e].copy_(w_q)
+            self.scales[e].copy_(s)
+            self.zeros[e].copy_(z)
+
+    def weight(self, e: int) -> torch.Tensor:
+        return dequantize_int4(self.w_q[e], self.scales[e], self.zeros[e], self.group)
+
+
+# --------------------------------------------------------------------------- #
+# helpers
+# --------------------------------------------------------------------------- #
+def plain_linear(in_f: int, out_f: int, dtype: torch.dtype) -> nn.Linear:
+    """bf16 nn.Linear without bias whose weight is left uninitialized: the default
+    kaiming init would spend time and consume the global RNG for values that
+    reset_parameters or load_state_dict overwrite anyway."""
+    return torch.nn.utils.skip_init(nn.Linear, in_f, out_f, bias=False, dtype=dtype)
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * w.float()).to(torch.bfloat16)
+
+
+def rope_cos_sin(pos: int, dim: int, theta: float, device):
+    """cos/sin of angle_i = pos * theta^(-2i/dim), i = 0 .. dim/2-1, float32."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+    ang = pos * inv_freq
+    return torch.cos(ang), torch.sin(ang)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved (even, odd) pairs of the last axis; float32 math, bf16 result."""
+    xf = x.float()
+    even, odd = xf[..., 0::2], xf[..., 1::2]
+    out = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1)
+    return out.flatten(-2).to(torch.bfloat16)
+
+
+# --------------------------------------------------------------------------- #
+# layers
+# --------------------------------------------------------------------------- #
+class KDA(nn.Module):
+    """Kimi Delta Attention decode step: short conv + gated delta-rule recurrence."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        d, inner = cfg.hidden, cfg.kda_heads * cfg.kda_head_dim
+        # Registration order fixes the init draw order (conv_w is drawn when the walk
+        # reaches this module, i.e. before its child projections).
+        self.q_proj = QuantLinear(d, inner, cfg.group)
+        self.k_proj = QuantLinear(d, inner, cfg.group)
+        self.v_proj = QuantLinear(d, inner, cfg.group)
+        self.g_proj = QuantLinear(d, inner, cfg.group)
+        self.beta_proj = plain_linear(d, cfg.kda_heads, cfg.dtype)
+        # (3, inner, short_conv): index 0 for q, 1 for k, 2 for v.
+        self.conv_w = nn.Parameter(torch.ones(3, inner, cfg.short_conv, dtype=cfg.dtype))
+        self.o_proj = QuantLinear(inner, d, cfg.group)
+
+    def short_conv(self, val: torch.Tensor, prev: torch.Tensor, j: int):
+        window = torch.cat([prev, val[None]], dim=0)            # (short_conv, inner), oldest first
+        w = self.conv_w[j].float().t()                           # (short_conv, inner)
+        out = F.silu((window.float() * w).sum(0)).to(torch.bfloat16)
+        return out, window[1:]
+
+    def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
+        H, D = self.cfg.kda_heads, self.cfg.kda_head_dim
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, st["cq"] = self.short_conv(q, st["cq"], 0)
+        k, st["ck"] = self.short_conv(k, st["ck"], 1)
+        v, st["cv"] = self.short_conv(v, st["cv"], 2)
+        q = q.view(H, D).float() * D ** -0.5
+        k = k.view(H, D).float()
+        v = v.view(H, D).float()
+        g = -F.softplus(self.g_proj(x).float()).view(H, D)
+        beta = torch.sigmoid(self.beta_proj(x).float())          # (H,)
+
+        # S[h, key, value]: decay along the key channel, then delta-rule write.
+        S = st["S"] * torch.exp(g)[:, :, None]
+        pred = torch.einsum("hkv,hk->hv", S, k)
+        S = S + beta[:, None, None] * k[:, :, None] * (v - pred)[:, None, :]
+        o = torch.einsum("hkv,hk->hv", S, q)
+        st["S"] = S
+        return self.o_proj(o.reshape(H * D).to(torch.bfloat16))
+
+
+class MLA(nn.Module):
+    """Multi-head latent attention, materialized form (kv_b applied to the whole cache)."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        H, d = cfg.mla_heads, cfg.hidden
+        self.q_proj = QuantLinear(d, H * (cfg.qk_nope + cfg.qk_rope), cfg.group)
+        self.kv_a = QuantLinear(d, cfg.kv_lora + cfg.qk_rope, cfg.group)
+        self.kv_b = QuantLinear(cfg.kv_lora, H * (cfg.qk_nope + cfg.v_head), cfg.group)
+        self.o_proj = QuantLinear(H * cfg.v_head, d, cfg.group)
+
+    def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
+        cfg = self.cfg
+        H, nope, rope = cfg.mla_heads, cfg.qk_nope, cfg.qk_rope
+        pos = st["c_kv"].shape[0]                                # cache length before this token
+
+        q = self.q_proj(x).view(H, nope + rope)
+        q_nope, q_rope = q[:, :nope].float(), q[:, nope:]
+        kv = self.kv_a(x)
+        c, k_rope = kv[: cfg.kv_lora], kv[cfg.kv_lora:]
+
+        cos, sin = rope_cos_sin(pos, rope, cfg.rope_theta, x.device)
+        q_rope = apply_rope(q_rope, cos, sin).float()
+        k_rope = apply_rope(k_rope, cos, sin)
+
+        st["c_kv"] = torch.cat([st["c_kv"], c[None]], dim=0)
+        st["k_rope"] = torch.cat([st["k_rope"], k_rope[None]], dim=0)
+
+        L = st["c_kv"].shape[0]
+        kvb = self.kv_b(st["c_kv"]).view(L, H, nope + cfg.v_head).float()
+        k_nope, v = kvb[..., :nope], kvb[..., nope:]
+        score = (torch.einsum("hd,lhd->lh", q_nope, k_nope)
+                 + torch.einsum("hd,ld->lh", q_rope, st["k_rope"].float())) * (nope + rope) ** -0.5
+        p = torch.softmax(score, dim=0)                          # over cache positions
+        o = torch.einsum("lh,lhd->hd", p, v)
+        return self.o_proj(o.reshape(H * cfg.v_head).to(torch.bfloat16))
+
+
+class MoE(nn.Module):
+    """Softmax top-k routed experts plus always-on shared experts."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        d, m, E, Es = cfg.hidden, cfg.moe_inter, cfg.n_experts, cfg.n_shared
+        self.router = plain_linear(d, E, cfg.dtype)
+        self.gate = QuantExperts(E, d, m, cfg.group)
+        self.up = QuantExperts(E, d, m, cfg.group)
+        self.down = QuantExperts(E, m, d, cfg.group)
+        self.s_gate = QuantExperts(Es, d, m, cfg.group)
+        self.s_up = QuantExperts(Es, d, m, cfg.group)
+        self.s_down = QuantExperts(Es, m, d, cfg.group)
+
+    @staticmethod
+    def ffn(x: torch.Tensor, gate: QuantExperts, up: QuantExperts, down: QuantExperts, e: int):
+        xf = x.float()
+        h = F.silu(xf @ gate.weight(e)) * (xf @ up.weight(e))
+        return h @ down.weight(e)
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        # Logits stay float32: rounding them to bf16 makes exact ties between experts
+        # common (64 values in a few hundred bf16 steps), and a tie at the top-k boundary
+        # would make the chosen set depend on the sort's tie-breaking.
+        logits = x.float() @ self.router.weight.float().t()
+        probs = torch.softmax(logits, dim=-1)
+        w, idx = torch.topk(probs, cfg.n_active)
+        w = w / (w.sum() + 1e-9) * cfg.routed_scaling
+        out = torch.zeros(cfg.hidden, dtype=torch.float32, device=x.device)
+        for j in range(cfg.n_active):
+            out = out + w[j] * self.ffn(x, self.gate, self.up, self.down, int(idx[j]))
+        for s in range(cfg.n_shared):
+            out = out + self.ffn(x, self.s_gate, self.s_up, self.s_down, s)
+        return out.to(torch.bfloat16)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config, kind: str):
+        super().__init__()
+        self.cfg = cfg
+        self.kind = kind
+        self.attn_norm = nn.Parameter(torch.ones(cfg.hidden, dtype=cfg.dtype))
+        self.moe_norm = nn.Parameter(torch.ones(cfg.hidden, dtype=cfg.dtype))
+        self.attn = KDA(cfg) if kind == "K" else MLA(cfg)
+        self.moe = MoE(cfg)
+
+    def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
+        h = x + self.attn.step(rmsnorm(x, self.attn_norm, self.cfg.eps), st)
+        return h + self.moe.step(rmsnorm(h, self.moe_norm, self.cfg.eps))
+
+
+class Model(nn.Module):
+    def __init__(self, cfg: Config, init_weights: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList(Block(cfg, kind) for kind in cfg.pattern)
+        if init_weights:
+            self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        # One CPU generator walked over modules() in pre-order: the draw order is part
+        # of the spec, so the weights are identical wherever the model is built.
+        g = torch.Generator(device="cpu").manual_seed(1234)
+        for mod in self.modules():
+            if isinstance(mod, (QuantLinear, QuantExperts)):
+                mod.random_init(g)
+            elif isinstance(mod, nn.Linear):
+                mod.weight.normal_(0.0, 0.02, generator=g)
+            elif isinstance(mod, KDA):
+                mod.conv_w.normal_(0.0, 0.1, generator=g)
+
+    @torch.no_grad()
+    def step(self, hidden: torch.Tensor, state: list):
+        for blk, st in zip(self.blocks, state):
+            hidden = blk.step(hidden, st)
+        return hidden, state
+
+
+# --------------------------------------------------------------------------- #
+# state and input
+# --------------------------------------------------------------------------- #
+def _default_device(device):
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def init_state(cfg: Config, context_len: int, seed: int, device=None) -> list:
+    """Random decode state; all draws from one generator on `device`, layer by layer."""
+    dev = _default_device(device)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    H, D = cfg.kda_heads, cfg.kda_head_dim
+    rows = cfg.short_conv - 1
+    state = []
+    for kind in cfg.pattern:
+        if kind == "K":
+            st = {"S": torch.randn(H, D, D, generator=g, device=dev) * 0.05}
+            # bf16 draws scaled in bf16, as the public problem does.
+            for name in ("cq", "ck", "cv"):
+                st[name] = torch.randn(rows, H * D, generator=g, device=dev, dtype=cfg.dtype) * 0.1
+        else:
+            st = {
+                "c_kv": torch.randn(context_len, cfg.kv_lora, generator=g, device=dev, dtype=cfg.dtype) * 0.1,
+                "k_rope": torch.randn(context_len, cfg.qk_rope, generator=g, device=dev, dtype=cfg.dtype) * 0.1,
+            }
+        state.append(st)
+    return state
+
+
+def init_token(cfg: Config, seed: int, device=None) -> torch.Tensor:
+    dev = _default_device(device)
+    g = torch.Generator(device=dev).manual_seed(seed + 1)
+    return torch.randn(cfg.hidden, generator=g, device=dev, dtype=cfg.dtype) * 0.25

@@ -1,0 +1,52 @@
+"""Shared fixtures: kagent's home and runs folders point into temporary folders, and helpers
+write solutions for the smoke-scale flagship task."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kagent.sandbox.evaluate import EvalOptions, evaluate
+from kagent.sandbox.results import EvalResult
+from kagent.tasks import TaskRef, resolve_task
+
+KIMI = "02_kimi_linear_decode"
+
+
+@pytest.fixture(scope="session")
+def kagent_home(tmp_path_factory) -> Path:
+    """One cache for the whole session, so reference weights are built once."""
+    return tmp_path_factory.mktemp("kagent_home")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(kagent_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGENT_HOME", str(kagent_home))
+    monkeypatch.setenv("KAGENT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("KAGENT_DEBUG", raising=False)
+
+
+@pytest.fixture(scope="session")
+def kimi() -> TaskRef:
+    return resolve_task(KIMI)
+
+
+def write_solution(folder: Path, source: str, name: str = "solution.py") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(source)
+    return path
+
+
+def reference_solution(kimi: TaskRef, folder: Path, patch: str = "") -> Path:
+    """A solution made of the reference's own code (copied, not imported) plus ``patch``."""
+    return write_solution(folder, (kimi.path / "reference.py").read_text() + "\n" + patch)
+
+
+def run_eval(task: TaskRef, solution: Path | None, kagent_home: Path, **options) -> EvalResult:
+    defaults = dict(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=120.0)
+    return evaluate(task, solution, EvalOptions(**{**defaults, **options}))
+
+
+def check_named(result: EvalResult, name: str):
+    return next((c for c in result.checks if c.name == name), None)

@@ -1,0 +1,256 @@
+"""`kagent eval` on the flagship task at smoke scale: honest solutions pass, broken or
+cheating ones fail with the right verdict and a reason naming the check."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import check_named, reference_solution, run_eval, write_solution
+from kagent.sandbox.results import Verdict
+
+# Each case: a patch appended to a copy of the reference, the verdict it must get, and the
+# check whose failure must be the reason.
+BROKEN = {
+    "drops_the_moe": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        for block in self.blocks:
+            block.moe.step = lambda x: torch.zeros_like(x)
+        return super().step(hidden, state)
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "forgets_routed_scaling": ('''
+_moe_step = MoE.step
+def _unscaled(self, x):
+    return (_moe_step(self, x).float() / self.cfg.routed_scaling).to(torch.bfloat16)
+MoE.step = _unscaled
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "k_rope_not_appended": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden, state)
+        state[3]["k_rope"][-1] = 0
+        return out, state
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "conv_window_not_shifted": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        old = [{k: layer[k].clone() for k in ("cq", "ck", "cv")} for layer in state[:3]]
+        out, state = super().step(hidden, state)
+        for layer, kept in zip(state[:3], old):
+            layer.update(kept)
+        return out, state
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "nan_in_output": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden, state)
+        out = out.clone()
+        out[3] = float("nan")
+        return out, state
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "caches_by_pointer": ('''
+class Model(Model):
+    _answers = {}
+    def step(self, hidden, state):
+        key = (hidden.data_ptr(), state[0]["S"].data_ptr())
+        if key in self._answers:
+            out, layers = self._answers[key]
+            for layer, saved in zip(state, layers):
+                layer.update(saved)
+            return out.clone(), state
+        out, state = super().step(hidden, state)
+        self._answers[key] = (out.clone(), [dict(layer) for layer in state])
+        return out, state
+''', Verdict.INCORRECT, "overwrite_in_place"),
+    "caches_by_id": ('''
+class Model(Model):
+    _answers = {}
+    def step(self, hidden, state):
+        key = (id(hidden), id(state))
+        if key in self._answers:
+            out, layers = self._answers[key]
+            for layer, saved in zip(state, layers):
+                layer.update(saved)
+            return out.clone(), state
+        out, state = super().step(hidden, state)
+        self._answers[key] = (out.clone(), [dict(layer) for layer in state])
+        return out, state
+''', Verdict.INCORRECT, "overwrite_in_place"),
+    "skips_moe_on_chained_steps": ('''
+class Model(Model):
+    _last_output = None
+    def step(self, hidden, state):
+        chained = hidden.data_ptr() == self._last_output
+        saved = [block.moe.step for block in self.blocks]
+        if chained:
+            for block in self.blocks:
+                block.moe.step = lambda x: torch.zeros_like(x)
+        try:
+            out, state = super().step(hidden, state)
+        finally:
+            for block, step in zip(self.blocks, saved):
+                block.moe.step = step
+        self._last_output = out.data_ptr()
+        return out, state
+''', Verdict.INCORRECT, "chained_steps"),
+    "raises_in_step": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        raise RuntimeError("kernel launch failed: invalid configuration")
+''', Verdict.ERROR, "fixed_seeds"),
+    "wrong_output_shape": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden, state)
+        return out[:-1], state
+''', Verdict.ERROR, "fixed_seeds"),
+    "wrong_output_dtype": ('''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden, state)
+        return out.float(), state
+''', Verdict.ERROR, "fixed_seeds"),
+    "cannot_load_weights": ('''
+class Model(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(3))
+''', Verdict.ERROR, "load"),
+    "import_error": ('''
+import a_module_that_does_not_exist
+''', Verdict.ERROR, "load"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, tmp_path):
+    patch, verdict, check = BROKEN[name]
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is verdict, result.reason
+    assert result.reason.startswith(check + ":"), result.reason
+    assert check_named(result, check).status in ("fail", "error")
+    assert result.score is None
+
+
+def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home)
+    assert result.verdict is Verdict.PASS, result.reason
+    names = [c.name for c in result.checks]
+    assert names == ["load", "fixed_seeds", "hidden_seeds", "overwrite_in_place",
+                     "timed_chain_ctx_16", "timed_chain_ctx_32", "timed_chain_ctx_64"]
+    assert len(result.hidden_seeds) == 2 and all(s >= 1000 for s in result.hidden_seeds)
+    assert [t.context_len for t in result.timings] == [16, 32, 64]
+    for t in result.timings:
+        assert t.candidate.n == t.steps * t.rounds == 4 * 2
+        assert t.ci_low <= t.speedup <= t.ci_high
+        assert t.roofline is not None and t.roofline.bytes_per_step > 0
+    assert result.score is not None and result.score > 0
+    assert result.environment.torch and result.bandwidth.bytes_per_s > 0
+    assert result.phases["timing"] > 0 and result.wall_seconds > 0
+    # Fixed-seed reference outputs and weights were cached on disk by an earlier run (or this one).
+    assert (kagent_home / "weights").is_dir() and (kagent_home / "outputs").is_dir()
+
+
+def test_second_run_uses_the_cache(kimi, kagent_home, tmp_path):
+    solution = reference_solution(kimi, tmp_path)
+    run_eval(kimi, solution, kagent_home, mode="check")
+    again = run_eval(kimi, solution, kagent_home, mode="check")
+    assert again.verdict is Verdict.PASS
+    assert again.cache["misses"] == 0 and again.cache["hits"] > 0
+    assert [c.name for c in again.checks][-1] == "chained_steps"  # check-only runs an untimed chain
+
+
+def test_aa_run_of_the_baseline_reads_close_to_one(kimi, kagent_home):
+    result = run_eval(kimi, None, kagent_home, mode="aa", rounds=4)
+    assert result.verdict is Verdict.PASS, result.reason
+    assert len(result.timings) == 3
+    # Interleaved timing cancels the drift a 2-core CI machine has; each shape stays close.
+    assert 0.85 < result.score < 1.15, [t.speedup for t in result.timings]
+
+
+def test_contexts_can_be_chosen(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[32])
+    assert result.verdict is Verdict.PASS
+    assert [t.context_len for t in result.timings] == [32]
+
+
+def test_unknown_context_is_a_clear_error(kimi, kagent_home, tmp_path):
+    from kagent.agent.errors import KagentError
+
+    with pytest.raises(KagentError, match="no shape with context in \\[999\\]"):
+        run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[999])
+
+
+def test_hanging_solution_is_killed_at_the_limit(kimi, kagent_home, tmp_path):
+    patch = '''
+class Model(Model):
+    def step(self, hidden, state):
+        import subprocess, sys
+        # A child that would outlive its parent: the whole process group must go.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        while True:
+            pass
+'''
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check", timeout_s=15)
+    assert result.verdict is Verdict.TIMEOUT, result.reason
+    assert result.wall_seconds < 30
+    assert "killed" in result.reason
+
+
+def test_hang_at_import_is_killed_too(kimi, kagent_home, tmp_path):
+    solution = write_solution(tmp_path, "import time\nwhile True:\n    time.sleep(1)\n")
+    result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=10)
+    assert result.verdict is Verdict.TIMEOUT
+
+
+@pytest.mark.parametrize("how, signal_or_code", [
+    ("import os\nos._exit(0)", "exit code 0"),
+    ("import ctypes\nctypes.string_at(0)", "killed by signal 11"),
+    ("import os\nos.abort()", "killed by signal 6"),
+])
+def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home, tmp_path):
+    body = "\n".join("        " + line for line in how.splitlines())
+    patch = f"\nclass Model(Model):\n    def step(self, hidden, state):\n{body}\n"
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.CRASH, result.reason
+    assert signal_or_code in result.reason
+    assert "after load" in result.reason  # the last check that finished
+
+
+def test_printed_pass_and_early_exit_do_not_pass(kimi, kagent_home, tmp_path):
+    patch = '''
+class Model(Model):
+    def step(self, hidden, state):
+        import json, os, sys
+        print(json.dumps({"event": "check", "name": "fixed_seeds", "status": "pass", "reason": "ok"}))
+        print(json.dumps({"event": "done"}))
+        sys.stdout.flush()
+        os._exit(0)
+'''
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.CRASH
+
+
+def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path):
+    patch = '''
+import pathlib
+_target = pathlib.Path.cwd().parent / "task" / "problem.yaml"
+try:
+    _target.write_text(_target.read_text().replace("threshold: 0.98", "threshold: 0.0"))
+except OSError:
+    pass  # read-only for a non-root user: the write itself is refused
+'''
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    if os.geteuid() == 0:  # root ignores file modes: the hash check must catch it
+        assert result.verdict is Verdict.TAMPERED, result.reason
+        assert "task/problem.yaml" in result.reason
+    else:
+        assert result.verdict is Verdict.PASS
+
+
+def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_path):
+    (tmp_path / "helpers.py").write_text("SCALE = 1.0\n")
+    patch = "\nfrom helpers import SCALE\nassert SCALE == 1.0\n"
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason
