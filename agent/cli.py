@@ -132,7 +132,7 @@ def eval_command(
 def main() -> None:
     """Console entry point: click reports usage errors; errors users can fix get one clear line."""
     try:
-        app()
+        app(prog_name="kagent")
     except KagentError as err:
         if os.environ.get("KAGENT_DEBUG"):
             raise

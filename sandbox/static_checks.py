@@ -14,8 +14,14 @@ from pathlib import Path
 ALWAYS_FORBIDDEN = ("kagent", "kagent_harness", "reference", "baseline")
 # Modules whose only use in a solution would be to import something the rules cannot see.
 DYNAMIC_IMPORT_MODULES = ("importlib", "imp", "runpy", "pkgutil", "zipimport", "builtins")
-# Calls that run Python code built at run time, where a forbidden import could hide.
-DYNAMIC_CODE_CALLS = ("__import__", "exec", "eval", "compile")
+# Names that run Python code built at run time, where a forbidden import could hide;
+# flagged when called and when merely referenced (``f = eval``).
+DYNAMIC_CODE_NAMES = ("exec", "eval", "compile")
+# Attributes through which a loaded module or the import machinery can be reached.
+SENSITIVE_ATTRIBUTES = ("modules", "__import__", "import_module", "__builtins__", "__loader__", "__spec__",
+                        "__dict__")
+# Modules on which any dynamic attribute lookup (getattr) is treated as an import in disguise.
+SENSITIVE_MODULES = ("sys", "builtins", "importlib")
 
 
 @dataclass(frozen=True)
@@ -31,11 +37,15 @@ def _top(module: str | None) -> str:
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: Path, root: Path, source: str, forbidden: set[str]):
+    def __init__(self, path: Path, root: Path, source: str, tree: ast.AST, forbidden: set[str]):
         self.path, self.root, self.forbidden = path, root, forbidden
         self.lines = source.splitlines()
         self.findings: list[Finding] = []
         self.local_imports: list[Path] = []
+        # Every name the sensitive modules are bound to in this file (``import sys as s``).
+        self.sensitive_names = {alias.asname or alias.name for node in ast.walk(tree)
+                                if isinstance(node, ast.Import) for alias in node.names
+                                if alias.name in SENSITIVE_MODULES}
 
     def _add(self, node: ast.AST, rule: str) -> None:
         line = getattr(node, "lineno", 0)
@@ -75,26 +85,37 @@ class _Visitor(ast.NodeVisitor):
                         self.local_imports.append(target)
             return
         self._module(node.module or "", node)
+        if node.module in SENSITIVE_MODULES and any(a.name in SENSITIVE_ATTRIBUTES for a in node.names):
+            self._add(node, "sys_modules" if node.module == "sys" else "dynamic_import")
         for alias in node.names:  # `from pkg import mod` may name a local submodule
             local = self._local((node.module or "").split(".") + [alias.name])
             if local:
                 self.local_imports.append(local)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_CODE_CALLS:
-            self._add(node, "dynamic_import" if node.func.id == "__import__" else "dynamic_code")
+        if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars") and node.args:
+            target = node.args[0]
+            name = node.args[1] if len(node.args) > 1 else None
+            if isinstance(target, ast.Name) and target.id in self.sensitive_names:
+                self._add(node, "dynamic_code")
+            elif isinstance(name, ast.Constant) and name.value in SENSITIVE_ATTRIBUTES:
+                self._add(node, "dynamic_code")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr == "modules" and isinstance(node.value, ast.Name) and node.value.id == "sys":
-            self._add(node, "sys_modules")
-        elif node.attr in ("__import__", "__builtins__", "__loader__", "__spec__"):
+        on_sensitive = isinstance(node.value, ast.Name) and node.value.id in self.sensitive_names
+        if node.attr in ("modules", "__dict__"):  # only sensitive on sys and friends
+            if on_sensitive:
+                self._add(node, "sys_modules")
+        elif node.attr in SENSITIVE_ATTRIBUTES:
             self._add(node, "dynamic_import")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id == "__builtins__":
+        if node.id in ("__builtins__", "__import__"):
             self._add(node, "dynamic_import")
+        elif node.id in DYNAMIC_CODE_NAMES:
+            self._add(node, "dynamic_code")
 
 
 def scan(solution: Path, forbidden_imports: list[str] | tuple[str, ...] = ()) -> list[Finding]:
@@ -117,7 +138,7 @@ def scan(solution: Path, forbidden_imports: list[str] | tuple[str, ...] = ()) ->
             tree = ast.parse(source, filename=str(path))
         except (OSError, SyntaxError, ValueError):
             continue
-        visitor = _Visitor(path, root, source, forbidden)
+        visitor = _Visitor(path, root, source, tree, forbidden)
         visitor.visit(tree)
         findings.extend(visitor.findings)
         queue.extend(p.resolve() for p in visitor.local_imports)

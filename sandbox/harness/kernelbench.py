@@ -127,9 +127,13 @@ class KernelBenchEvaluation(EvaluationBase):
         return {"passed": True, "reason": "allclose"}
 
     def _correctness(self) -> bool:
+        # Every case's inputs stay alive until the end, so each has addresses of its own and
+        # an answer cached by pointer can only go stale in the overwrite check below.
+        keep_alive = []
         for group, seeds in (("fixed_seeds", self.seeds), ("hidden_seeds", self.hidden_seeds)):
             for seed in seeds:
-                outcome = self._outcome(seed, self._inputs(seed))
+                keep_alive.append(self._inputs(seed))
+                outcome = self._outcome(seed, keep_alive[-1])
                 if not outcome["passed"]:
                     label = f"seed {seed}" if group == "fixed_seeds" else "a seed drawn for this run"
                     return self.send_check(group, "fail", f"{label}: {outcome['reason']}")

@@ -86,7 +86,8 @@ class DiskCache:
             self.misses += 1
             return None
         try:
-            value = torch.load(path, map_location=device, weights_only=True)
+            # Memory-mapped: pages come straight from the page cache, then one copy each.
+            value = to_device(torch.load(path, map_location="cpu", weights_only=True, mmap=True), device)
         except Exception:  # a torn or foreign file: rebuild it
             self.misses += 1
             return None

@@ -49,8 +49,9 @@ class Task:
     def __init__(self, task_dir: Path, scale: str, device: torch.device):
         self.dir = task_dir
         self.device = device
+        problem_file = task_dir / "problem.yaml"
         try:
-            self.problem = yaml.safe_load((task_dir / "problem.yaml").read_text()) or {}
+            self.problem = (yaml.safe_load(problem_file.read_text()) or {}) if problem_file.exists() else {}
         except (OSError, yaml.YAMLError) as err:
             raise TaskError(f"cannot read the task's problem.yaml: {err}") from err
         self.reference = _load_task_module("reference", task_dir / "reference.py")
@@ -108,13 +109,15 @@ def build_reference(task: Task, cache: DiskCache) -> torch.nn.Module:
         weights = model.state_dict()
         cache.store("weights", key, weights)
         return model.to(task.device).eval()
-    if "init_weights" in inspect.signature(Model).parameters:
+    # Skip the random init when the reference allows it: the cached weights replace it.
+    skip = "init_weights" in inspect.signature(Model).parameters
+    if skip:
         with torch.device(task.device):
             model = Model(task.cfg, init_weights=False)
     else:
-        model = Model(task.cfg)
+        model = Model(task.cfg).to(task.device)
     model.load_state_dict(weights, strict=True)
-    return model.to(task.device).eval()
+    return model.eval()
 
 
 def reference_step(model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State]:
@@ -139,16 +142,18 @@ def grown(layout: Layout, growth: list[dict[str, tuple[int, ...]]], steps: int) 
 class StepChecker:
     """Validates what a candidate's step returned and compares it with the reference."""
 
-    def __init__(self, task: Task):
+    def __init__(self, task: Task, expected_hidden: Hidden):
         self.task = task
+        self.hidden_layout = (tuple(expected_hidden.shape), expected_hidden.dtype)
 
     def unpack(self, returned: Any, layout: Layout) -> tuple[Hidden, State]:
         """The (hidden, state) pair, or a CandidateError naming what is wrong with it."""
-        cfg, device = self.task.cfg, self.task.device
+        device = self.task.device
         if not isinstance(returned, (tuple, list)) or len(returned) != 2:
             raise CandidateError(f"step must return (hidden, state), got {type(returned).__name__}")
         hidden, state = returned
-        problem = compare.tensor_problem(hidden, "hidden", (cfg.hidden,), torch.bfloat16, device)
+        shape, dtype = self.hidden_layout
+        problem = compare.tensor_problem(hidden, "hidden", shape, dtype, device)
         if problem:
             raise CandidateError(f"step returned a bad {problem}")
         if not isinstance(state, (list, tuple)) or len(state) != len(layout):
@@ -216,7 +221,7 @@ class MegaEvaluation(EvaluationBase):
         after = layout_of(first.expected_state)
         self.growth = [{name: tuple(a - b for a, b in zip(after[i][name][0], shape))
                         for name, (shape, _) in layer.items()} for i, layer in enumerate(before)]
-        self.checker = StepChecker(task)
+        self.checker = StepChecker(task, first.expected_hidden)
         self.phase("reference_outputs")
 
     def _expected_cases(self) -> list[Case]:
@@ -253,18 +258,18 @@ class MegaEvaluation(EvaluationBase):
         Model = getattr(module, "Model", None)
         if Model is None:
             raise CandidateError(f"{label} defines no class Model")
-        with torch.device(self.device):
-            model = candidate_call(f"{label} Model(cfg)", lambda: Model(self.task.cfg))
-        candidate_call(f"{label} load_state_dict (strict)", lambda: model.load_state_dict(self.weights, strict=True))
+        # Built as a plain harness would (no device context: a solution may seed CPU
+        # generators while it builds), moved, then given the reference's weights.
+        model = candidate_call(f"{label} Model(cfg)", lambda: Model(self.task.cfg))
         model = candidate_call(f"{label} .to(device)", lambda: model.to(self.device))
+        candidate_call(f"{label} load_state_dict (strict)", lambda: model.load_state_dict(self.weights, strict=True))
         return model.eval()
 
     def load_baseline(self) -> torch.nn.Module:
-        Model = (self.task.baseline or self.task.reference).Model
-        with torch.device(self.device):
-            model = Model(self.task.cfg)
+        with torch.device(self.device):  # the trusted baseline allocates straight on the device
+            model = (self.task.baseline or self.task.reference).Model(self.task.cfg)
         model.load_state_dict(self.weights, strict=True)
-        return model.to(self.device).eval()
+        return model.eval()
 
     def run(self) -> None:
         self.prepare()
@@ -287,6 +292,7 @@ class MegaEvaluation(EvaluationBase):
 
         In eval mode the chains are validated as they are timed (see ``performance``)."""
         current = "fixed_seeds"
+        self.keep_alive: list = []
         try:
             for current in ("fixed_seeds", "hidden_seeds"):
                 if not self._check_single_steps(current):
@@ -295,6 +301,7 @@ class MegaEvaluation(EvaluationBase):
             current = "overwrite_in_place"
             if not self._check_overwrite():
                 return False
+            self.keep_alive.clear()
             if self.job["mode"] == "check":
                 current = "chained_steps"
                 shape = min(self.timing_shapes, key=lambda s: s["context_len"])
@@ -314,8 +321,11 @@ class MegaEvaluation(EvaluationBase):
         results = []
         for case in cases:
             hidden_in = task.init_token(case.seed)
-            returned = candidate_call("step", lambda: self.candidate.step(
-                hidden_in.clone(), task.init_state(case.context_len, case.seed)))
+            args = (hidden_in.clone(), task.init_state(case.context_len, case.seed))
+            # Kept alive: every case has addresses of its own, so an answer cached by pointer
+            # can only go stale in the overwrite check.
+            self.keep_alive.append(args)
+            returned = candidate_call("step", lambda: self.candidate.step(*args))
             hidden, state = self.checker.unpack(returned, layout_of(case.expected_state))
             result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
             results.append({"case": case.label, **result})

@@ -1,0 +1,86 @@
+"""The command line as a user meets it: help that reads well, one clear line for mistakes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import reference_solution
+
+
+# The console script the install put next to this interpreter: what a user types.
+KAGENT = str(Path(sys.executable).parent / "kagent")
+
+
+def kagent(*args: str, timeout: float = 300):
+    env = {**os.environ, "COLUMNS": "200"}  # wide enough that no line we look for wraps
+    return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["tasks", "--help"], ["eval", "--help"]])
+def test_help_reads_well(args):
+    proc = kagent(*args)
+    assert proc.returncode == 0 and "Usage: kagent" in proc.stdout
+    if args[0] == "eval":
+        for option in ("--solution", "--aa", "--check-only", "--device", "--scale", "--contexts", "--json"):
+            assert option in proc.stdout
+
+
+def test_tasks_lists_the_flagship_with_a_description():
+    proc = kagent("tasks")
+    assert proc.returncode == 0
+    assert "02_kimi_linear_decode" in proc.stdout and "Kimi-Linear" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message, code", [
+    ([], "Usage: kagent", 2),
+    (["bogus"], "No such command", 2),
+    (["eval"], "Missing argument", 2),
+    (["eval", "no_such_task", "--aa"], "no task named 'no_such_task'", 2),
+    (["eval", "02_kimi_linear_decode"], "give --solution FILE, or --aa", 2),
+    (["eval", "02_kimi_linear_decode", "--solution", "/nonexistent/solution.py"], "no solution file at", 2),
+    (["eval", "02_kimi_linear_decode", "--aa", "--device", "tpu"], "unknown device 'tpu'", 2),
+    (["eval", "02_kimi_linear_decode", "--aa", "--contexts", "2k"], "--contexts takes context lengths", 2),
+    (["eval", "02_kimi_linear_decode", "--aa", "--rounds", "0"], "Invalid value for '--rounds'", 2),
+    (["eval", "02_kimi_linear_decode", "--aa", "--scale", "huge"], "Invalid value for '--scale'", 2),
+    (["eval", "02_kimi_linear_decode", "--aa", "--check-only"], "do not go together", 2),
+])
+def test_bad_arguments_give_one_clear_message(args, message, code):
+    proc = kagent(*args)
+    assert proc.returncode == code
+    output = proc.stdout + proc.stderr
+    assert message in output and "Traceback" not in output
+
+
+def test_cuda_asked_for_on_a_machine_without_it(kimi, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(reference_solution(kimi, tmp_path)),
+                  "--device", "cuda", "--scale", "smoke")
+    assert proc.returncode == 2
+    assert "sees no CUDA device" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
+    out = tmp_path / "r.json"
+    proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(reference_solution(kimi, tmp_path)),
+                  "--device", "cpu", "--rounds", "2", "--contexts", "16,32", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for text in ("PASS", "Checks", "overwrite_in_place", "ctx 16", "ctx 32", "speedup", "score (geomean speedup)",
+                 "copy bandwidth", f"result written to {out}"):
+        assert text in proc.stdout, text
+    assert out.exists()
+
+
+def test_default_result_file_goes_under_runs(kimi, tmp_path, monkeypatch):
+    runs = tmp_path / "my_runs"
+    monkeypatch.setenv("KAGENT_RUNS", str(runs))
+    proc = kagent("eval", "02_kimi_linear_decode", "--aa", "--device", "cpu", "--rounds", "1", "--contexts", "16")
+    assert proc.returncode == 0, proc.stderr
+    (written,) = (runs / "evals").glob("*_02_kimi_linear_decode.json")
+    assert '"mode": "aa"' in written.read_text()

@@ -1,0 +1,104 @@
+"""Pieces of the GPU-side harness that need no model: statistics, launch classification,
+the result channel, the disk cache."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from kagent.sandbox.harness import compare, launches, timing
+from kagent.sandbox.harness.loading import DiskCache
+from kagent.sandbox.harness.protocol import Channel
+
+
+def test_speedup_interval_contains_one_for_identical_distributions():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(10, 1, 200), rng.normal(10, 1, 200)
+    result = timing.speedup_with_noise(a, b)
+    assert result["within_noise"] and result["ci_low"] < 1.0 < result["ci_high"]
+
+
+def test_speedup_interval_excludes_one_for_a_real_difference():
+    rng = np.random.default_rng(2)
+    result = timing.speedup_with_noise(rng.normal(10, 0.5, 100), rng.normal(5, 0.25, 100))
+    assert result["speedup"] == pytest.approx(2.0, rel=0.05)
+    assert not result["within_noise"] and result["ci_low"] > 1.5
+
+
+def test_summary_and_geomean():
+    stats = timing.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert stats["median_ms"] == 3.0 and stats["n"] == 5 and stats["max_ms"] == 100.0
+    assert timing.geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+class _Recorder:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def begin_round(self, r):
+        self.log.append(("begin", self.name, r))
+
+    def step(self, i):
+        self.log.append(("step", self.name, i))
+
+    def after_step(self, i):
+        pass
+
+    def end_round(self, r):
+        self.log.append(("end", self.name, r))
+
+
+def test_interleaving_alternates_the_order_step_by_step():
+    log = []
+    samples = timing.run_interleaved(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log)], rounds=2, steps=2)
+    steps = [(who, i) for kind, who, i in log if kind == "step"]
+    assert steps == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("b", 0), ("a", 0), ("a", 1), ("b", 1)]
+    assert len(samples["a"]) == len(samples["b"]) == 4 and all(t >= 0 for t in samples["a"])
+
+
+def test_launch_classification():
+    single = launches.classify([("cudaLaunchCooperativeKernel", False), ("decode_megakernel", True)])
+    assert single["launches"] == 1 and single["single_launch"]
+    many = launches.classify([("aten::mm", False)] + [("gemv_kernel", True)] * 3 + [("Memcpy DtoD", True)])
+    assert many["launches"] == 4 and not many["single_launch"] and many["distinct_kernels"] == 2
+    assert many["kernels"][0] == {"name": "gemv_kernel", "count": 3}
+    graph = launches.classify([("cudaGraphLaunch", False), ("decode_megakernel", True)])
+    assert graph["cuda_graph_replay"] and not graph["single_launch"]
+    compiled = launches.classify([("Torch-Compiled Region: 0/0", False), ("triton_poi_fused_add_0", True)])
+    assert compiled["torch_compile"] and not compiled["single_launch"]
+
+
+def test_launch_counting_on_cpu_says_why_not():
+    assert launches.count_launches(torch.device("cpu"), lambda: None)["launches"] is None
+
+
+def test_channel_writes_valid_json_lines_even_for_nan():
+    read_fd, write_fd = os.pipe()
+    channel = Channel(write_fd)
+    channel.send("timing", value=float("nan"), nested={"x": float("inf")})
+    os.close(write_fd)
+    line = os.read(read_fd, 4096).decode()
+    os.close(read_fd)
+    assert json.loads(line) == {"event": "timing", "value": "nan", "nested": {"x": "inf"}}
+
+
+def test_cosine_survives_a_patched_torch(monkeypatch):
+    a = torch.randn(100)
+    monkeypatch.setattr(torch, "dot", lambda x, y: torch.tensor(1e9))
+    monkeypatch.setattr(torch.nn.functional, "cosine_similarity", lambda *args, **kw: torch.tensor(1.0))
+    assert compare.cosine(a, -a) == pytest.approx(-1.0)
+
+
+def test_disk_cache_roundtrip_and_torn_file(tmp_path):
+    cache = DiskCache(tmp_path)
+    value = {"w": torch.arange(6).reshape(2, 3)}
+    built = cache.get_or_build("weights", "k", torch.device("cpu"), lambda: value)
+    assert built is value and cache.misses == 1
+    again = cache.get_or_build("weights", "k", torch.device("cpu"), lambda: pytest.fail("rebuilt"))
+    assert torch.equal(again["w"], value["w"]) and cache.hits == 1
+    (tmp_path / "weights" / "k.pt").write_bytes(b"torn")
+    rebuilt = cache.get_or_build("weights", "k", torch.device("cpu"), lambda: value)
+    assert rebuilt is value

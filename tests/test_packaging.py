@@ -1,0 +1,70 @@
+"""kagent installs under one `kagent` namespace, both as a wheel and in editable mode, and
+claims no generic top-level names such as `agent` or `tools`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = ("import importlib.util as u, json, kagent.agent.cli, kagent.tasks, kagent.sandbox.harness as h;"
+         "print(json.dumps({'cli': kagent.agent.cli.__file__, 'harness': h.__file__,"
+         "'generic': [n for n in ('agent', 'tools', 'sandbox', 'tasks', 'prompts') if u.find_spec(n)]}))")
+
+
+def probe(cwd: Path, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_editable_install_maps_the_repository_folders(tmp_path):
+    direct = metadata.distribution("kagent").read_text("direct_url.json") or "{}"
+    if not json.loads(direct).get("dir_info", {}).get("editable"):
+        pytest.skip("kagent is not installed in editable mode here")
+    found = probe(tmp_path)
+    assert Path(found["cli"]) == REPO / "agent" / "cli.py"
+    assert Path(found["harness"]) == REPO / "sandbox" / "harness" / "__init__.py"
+    assert found["generic"] == []
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+                   check=True, capture_output=True, timeout=600)
+    (built,) = dist.glob("kagent-*.whl")
+    return built
+
+
+def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"kagent", next(t for t in tops if t.endswith(".dist-info"))}
+    for needed in ("kagent/agent/cli.py", "kagent/sandbox/harness/mega.py",
+                   "kagent/tasks/02_kimi_linear_decode/reference.py",
+                   "kagent/tasks/02_kimi_linear_decode/problem.yaml",
+                   "kagent/tasks/02_kimi_linear_decode/PROMPT.txt"):
+        assert needed in names
+    assert not any("__pycache__" in n or n.startswith("kagent/tests") for n in names)
+
+
+def test_normal_install_runs_from_its_own_copy(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": str(target), "KAGENT_RUNS": str(tmp_path / "runs")}
+    found = probe(tmp_path, env)
+    assert Path(found["cli"]).is_relative_to(target) and Path(found["harness"]).is_relative_to(target)
+    assert found["generic"] == []
+    # The installed copy grades too: task files and harness come from the wheel.
+    run = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", "02_kimi_linear_decode", "--aa",
+                          "--device", "cpu", "--rounds", "1", "--contexts", "16", "--json"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["verdict"] == "pass"
