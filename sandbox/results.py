@@ -84,6 +84,7 @@ class LaunchReport(Model):
     cuda_graph_replay: bool = False
     torch_compile: bool = False
     note: str = ""
+    cached: bool = Field(False, description="Read from the cache (the baseline's count is measured once)")
 
 
 class Environment(Model):

@@ -247,3 +247,66 @@ def test_cli_grades_a_folder_with_json_output(mega_task, tmp_path):
                            str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "INCORRECT" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+# Decision margins: a reference may say how close a step's discrete choices came to a tie.
+MARGIN_HOOK = """
+
+def decision_margin(model):
+    return model.last_margin
+
+
+_step = Model.step
+
+
+def _step_with_margin(self, hidden, state):
+    # A stand-in for expert routing: tight on the step that finds 10 rows of memory, and
+    # for inputs whose first value is small.
+    rows = state[0]["memory"].shape[0]
+    self.last_margin = 0.0 if rows == 10 else abs(float(hidden.float()[0]))
+    return _step(self, hidden, state)
+
+
+Model.step = _step_with_margin
+"""
+
+
+@pytest.fixture
+def margin_task(mega_task):
+    folder = mega_task.path
+    (folder / "reference.py").write_text(MEGA_REFERENCE + MARGIN_HOOK)
+    (folder / "problem.yaml").write_text(
+        "correctness: {threshold: 0.99, seeds: [0], contexts: [8], smoke_contexts: [8], "
+        "min_decision_margin: 0.5}\n")
+    return resolve_task(str(folder))
+
+
+def solution_wrong_when(condition: str) -> str:
+    """The correct solution, except that it negates its output when ``condition`` holds."""
+    return MEGA_SOLUTION.replace("{activation}", "torch.tanh").replace(
+        "        x = hidden.float()\n", f"        wrong = {condition}\n        x = hidden.float()\n").replace(
+        "        return x.to(torch.bfloat16), state", "        return (-x if wrong else x).to(torch.bfloat16), state")
+
+
+def test_secret_seeds_are_drawn_clear_of_near_ties(margin_task, kagent_home, tmp_path):
+    solution = write_solution(tmp_path / "s", solution_wrong_when("False"))
+    result = run_eval(margin_task, solution, kagent_home, mode="check", hidden_seeds=6)
+    assert result.verdict is Verdict.PASS, result.reason
+    hidden = check_named(result, "hidden_seeds")
+    assert len(hidden.data["seeds"]) == 6
+    assert all(case["decision_margin"] >= 0.5 for case in hidden.data["cases"])
+    assert check_named(result, "fixed_seeds").data["cases"][0]["decision_margin"] > 0
+
+
+def test_chained_mismatch_at_a_near_tie_is_excused(margin_task, kagent_home, tmp_path):
+    solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 10"))
+    result = run_eval(margin_task, solution, kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason
+    assert "steps [3] differ at a near-tie" in check_named(result, "chained_steps").reason
+
+
+def test_chained_mismatch_away_from_ties_fails(margin_task, kagent_home, tmp_path):
+    solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 9"))
+    result = run_eval(margin_task, solution, kagent_home, mode="check")
+    assert result.verdict is Verdict.INCORRECT
+    assert result.reason.startswith("chained_steps: ctx 8 step 2 of a chain")

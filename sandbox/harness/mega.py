@@ -34,6 +34,7 @@ class Case:
     seed: int
     expected_hidden: Hidden
     expected_state: State
+    margin: float | None  # the reference's decision margin on this case (None: the task has none)
 
 
 def _load_task_module(name: str, path: Path) -> ModuleType:
@@ -70,6 +71,10 @@ class Task:
         key = "smoke_contexts" if scale == "smoke" else "contexts"
         self.check_contexts = list(correctness.get(key) or [s["context_len"] for s in self.shapes[:2]])
         self.timing_seed = int(self.problem.get("timing_seed", 0))
+        # Optional: how close a reference step's discrete choices came to a tie, and the
+        # least margin at which a mismatch counts against a solution.
+        self.decision_margin = getattr(self.reference, "decision_margin", None)
+        self.min_margin = float(correctness.get("min_decision_margin", 0.0))
         # What the cached reference results depend on.
         self.cache_identity = {
             "reference": digest(task_dir / "reference.py"),
@@ -115,7 +120,8 @@ def build_reference(task: Task, cache: DiskCache) -> torch.nn.Module:
         with torch.device(task.device):
             model = Model(task.cfg, init_weights=False)
     else:
-        model = Model(task.cfg).to(task.device)
+        model = Model(task.cfg)
+    model = model.to(task.device)  # also what a module built on an explicit device left behind
     model.load_state_dict(weights, strict=True)
     return model.eval()
 
@@ -123,6 +129,13 @@ def build_reference(task: Task, cache: DiskCache) -> torch.nn.Module:
 def reference_step(model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State]:
     """The reference's step on copies, so the inputs stay as they were."""
     return model.step(hidden.clone(), clone_state(state))
+
+
+def reference_case(task: Task, model: torch.nn.Module, hidden: Hidden, state: State) -> tuple:
+    """(hidden, state, decision margin) of one reference step."""
+    out_hidden, out_state = reference_step(model, hidden, state)
+    margin = float(task.decision_margin(model)) if task.decision_margin else None
+    return out_hidden, out_state, margin
 
 
 # A state's layout: per layer, each tensor's shape and dtype.
@@ -191,11 +204,16 @@ class StepChecker:
                 "passed": not below and not nonfinite}
 
 
-def _fail_reason(label: str, result: dict, threshold: float) -> str:
+def _fail_reason(label: str, result: dict, threshold: float, margin: float | None = None,
+                 min_margin: float = 0.0) -> str:
     if result["nonfinite"]:
         return f"{label}: non-finite values in {', '.join(result['nonfinite'][:5])}"
     names = ", ".join(f"{n} {result['cosines'][n]:.4f}" for n in result["below_threshold"][:6])
-    return f"{label}: cosine below {threshold} for {names}"
+    reason = f"{label}: cosine below {threshold} for {names}"
+    if margin is not None and margin < min_margin:
+        reason += (f" (the reference's expert routing here is within {margin:.3%} of a tie: "
+                   "keep the router input and logits accurate)")
+    return reason
 
 
 class MegaEvaluation(EvaluationBase):
@@ -229,18 +247,30 @@ class MegaEvaluation(EvaluationBase):
         for context_len in task.check_contexts:
             for seed in task.check_seeds:
                 key = digest(task.cache_identity, "case", context_len, seed)
-                out = self.cache.get_or_build(
-                    "outputs", key, self.device,
-                    lambda: reference_step(self.reference, task.init_token(seed), task.init_state(context_len, seed)))
+                out = self.cache.get_or_build("outputs", key, self.device, lambda: self._reference_case(context_len, seed))
                 cases.append(Case(f"seed {seed} ctx {context_len}", context_len, seed, *out))
-        # Seeds drawn now: no candidate can have their answers ready.
+        # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
+        # routing sits on a near-tie is drawn again: there an honest kernel's rounding could
+        # swap an expert, and a secret seed must not fail a correct solution by bad luck.
         count = int(self.job.get("hidden_seeds", 2))
-        self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(count)]
-        for i, seed in enumerate(self.hidden_seeds):
-            context_len = task.check_contexts[i % len(task.check_contexts)]
-            out = reference_step(self.reference, task.init_token(seed), task.init_state(context_len, seed))
-            cases.append(Case(f"hidden seed #{i + 1} ctx {context_len}", context_len, seed, *out))
+        self.hidden_seeds, self.redrawn_seeds = [], 0
+        while len(self.hidden_seeds) < count:
+            seed = 1000 + secrets.randbelow(1 << 30)
+            context_len = task.check_contexts[len(self.hidden_seeds) % len(task.check_contexts)]
+            out = self._reference_case(context_len, seed)
+            if out[2] is not None and out[2] < task.min_margin:
+                self.redrawn_seeds += 1
+                if self.redrawn_seeds > 50 * count:
+                    raise TaskError(f"no seed with a decision margin of {task.min_margin} in "
+                                    f"{self.redrawn_seeds} draws: lower correctness.min_decision_margin")
+                continue
+            self.hidden_seeds.append(seed)
+            cases.append(Case(f"hidden seed #{len(self.hidden_seeds)} ctx {context_len}", context_len, seed, *out))
         return cases
+
+    def _reference_case(self, context_len: int, seed: int) -> tuple:
+        task = self.task
+        return reference_case(task, self.reference, task.init_token(seed), task.init_state(context_len, seed))
 
     def layout_after(self, context_len: int, steps: int) -> Layout:
         """The state layout after ``steps`` steps from a fresh state of ``context_len``."""
@@ -268,6 +298,7 @@ class MegaEvaluation(EvaluationBase):
     def load_baseline(self) -> torch.nn.Module:
         with torch.device(self.device):  # the trusted baseline allocates straight on the device
             model = (self.task.baseline or self.task.reference).Model(self.task.cfg)
+        model = model.to(self.device)  # also what a module built on an explicit device left behind
         model.load_state_dict(self.weights, strict=True)
         return model.eval()
 
@@ -328,12 +359,14 @@ class MegaEvaluation(EvaluationBase):
             returned = candidate_call("step", lambda: self.candidate.step(*args))
             hidden, state = self.checker.unpack(returned, layout_of(case.expected_state))
             result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
-            results.append({"case": case.label, **result})
+            results.append({"case": case.label, "decision_margin": case.margin, **result})
             if not result["passed"]:
-                return self.send_check(group, "fail", _fail_reason(case.label, result, task.threshold), cases=results)
+                return self.send_check(group, "fail", _fail_reason(case.label, result, task.threshold, case.margin,
+                                                                   task.min_margin), cases=results)
         worst = min(r["min_cosine"] for r in results)
+        extra = {"redrawn_seeds": self.redrawn_seeds} if group == "hidden_seeds" else {}
         return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst:.5f}",
-                               cases=results, seeds=[c.seed for c in cases])
+                               cases=results, seeds=[c.seed for c in cases], **extra)
 
     def _check_overwrite(self) -> bool:
         """A second call on the very same input and state tensors, overwritten in place with
@@ -407,8 +440,11 @@ class MegaEvaluation(EvaluationBase):
         shape = self.timing_shapes[0]
         hidden = self.task.init_token(self.task.timing_seed)
         state = self.task.init_state(shape["context_len"], self.task.timing_seed)
-        for who, model in (("baseline", self.baseline), ("candidate", self.candidate)):
-            self.report_launches(who, lambda: model.step(hidden.clone(), clone_state(state)),
+        baseline_key = digest(self.task.cache_identity, "baseline launches", self.environment.get("gpu_name"),
+                              shape["context_len"], (self.task.dir / "baseline.py").exists() and
+                              digest(self.task.dir / "baseline.py"))
+        for who, model, key in (("baseline", self.baseline, baseline_key), ("candidate", self.candidate, None)):
+            self.report_launches(who, lambda: model.step(hidden.clone(), clone_state(state)), cache_key=key,
                                  context_len=shape["context_len"])
         self.phase("launches")
 
@@ -438,6 +474,7 @@ class ChainPlayer:
         self.layouts = [grown(start, evaluation.growth, i + 1) for i in range(steps)]
         self.first_chain: list[Hidden] | None = None
         self.failures: list[str] = []
+        self.excused: list[int] = []  # chained steps whose mismatch sat on a routing near-tie
         self.worst = 1.0
         self.validated_chains = 0
 
@@ -482,16 +519,24 @@ class ChainPlayer:
             self.failures.append(message)
 
     def _validate_against_reference(self) -> None:
-        evaluation, threshold = self.evaluation, self.evaluation.task.threshold
+        evaluation, task = self.evaluation, self.evaluation.task
         for i in range(self.steps):
             hidden_in, state_in = self.snapshots[i]
             hidden_out, state_out = self.snapshots[i + 1]
-            expected_hidden, expected_state = reference_step(evaluation.reference, hidden_in, state_in)
+            expected_hidden, expected_state, margin = reference_case(task, evaluation.reference, hidden_in, state_in)
             result = evaluation.checker.compare(hidden_in, hidden_out, state_out, expected_hidden, expected_state)
+            if not result["passed"] and not result["nonfinite"] and margin is not None and margin < task.min_margin:
+                # A near-tie in the reference's own routing at this state: rounding decides
+                # which expert wins, so a mismatch here says nothing about the solution.
+                self.excused.append(i + 1)
+                continue
             self.worst = min(self.worst, result["min_cosine"])
             if not result["passed"]:
-                self._fail(_fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, threshold))
+                self._fail(_fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold))
                 return
+        if len(self.excused) > max(1, self.steps // 4):
+            self._fail(f"ctx {self.context_len}: {len(self.excused)} of {self.steps} chained steps mismatch the "
+                       "reference at near-ties of its expert routing: too many to excuse")
         self.snapshots = None
 
     def _validate_against_first_chain(self) -> None:
@@ -508,5 +553,7 @@ class ChainPlayer:
         """(status, reason) for the chains this player ran."""
         if self.failures:
             return "fail", self.failures[0]
+        excused = (f"; steps {self.excused} differ at a near-tie of the reference's routing and are not counted"
+                   if self.excused else "")
         return "pass", (f"{self.validated_chains} chain(s) of {self.steps} steps at ctx {self.context_len}: "
-                        f"each step matches the reference from the same state (min cosine {self.worst:.5f})")
+                        f"each step matches the reference from the same state (min cosine {self.worst:.5f}){excused}")
