@@ -50,13 +50,48 @@ from kagent.tasks import resolve_task
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 task = resolve_task("02_kimi_linear_decode")
 ref = (task.path / "reference.py").read_text()
-for name in ("caches_by_pointer", "skips_moe_on_chained_steps", "forgets_routed_scaling"):
+# Faults only a GPU can have: a kernel writing far out of bounds, and one that never ends.
+DEVICE_FAULTS = {
+    "illegal_memory_access": """
+import triton
+import triton.language as tl
+
+@triton.jit
+def _poke(ptr):
+    tl.store(ptr + (1 << 40), 1.0)
+
+class Model(Model):
+    def step(self, hidden, state):
+        _poke[(1,)](hidden)
+        torch.cuda.synchronize()
+        return super().step(hidden, state)
+""",
+    "kernel_never_ends": """
+import triton
+import triton.language as tl
+
+@triton.jit
+def _spin(ptr):
+    x = tl.load(ptr, volatile=True).to(tl.float32)
+    while x < 1e30:
+        x = tl.load(ptr, volatile=True).to(tl.float32)
+
+class Model(Model):
+    def step(self, hidden, state):
+        _spin[(1,)](hidden)
+        torch.cuda.synchronize()
+        return super().step(hidden, state)
+""",
+}
+cases = {name: BROKEN[name][0] for name in ("caches_by_pointer", "skips_moe_on_chained_steps",
+                                            "forgets_routed_scaling")} | DEVICE_FAULTS
+for name, patch in cases.items():
     folder = pathlib.Path("/tmp/cheat") / name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "solution.py").write_text(ref + "\n" + os.environ["CHEAP_INIT"] + "\n" + BROKEN[name][0])
+    (folder / "solution.py").write_text(ref + "\n" + os.environ["CHEAP_INIT"] + "\n" + patch)
     r = evaluate(task, folder / "solution.py", EvalOptions(mode="check", device="cuda", scale="full",
-                 cache_dir=pathlib.Path("/tmp/kagent-home"), timeout_s=300))
-    print(f"cheat {name}: {r.verdict.value}: {r.reason[:160]} ({r.wall_seconds:.1f} s)")
+                 cache_dir=pathlib.Path("/tmp/kagent-home"), timeout_s=60 if name == "kernel_never_ends" else 300))
+    print(f"cheat {name}: {r.verdict.value}: {r.reason[:200]} ({r.wall_seconds:.1f} s)")
 PY
 
 python3 - "$OUT" <<'PY'
