@@ -25,7 +25,9 @@ def tasks_table(tasks: list[TaskRef]) -> Table:
 
 
 def _ms(value: float) -> str:
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+    """Three significant digits, so that the table fits an 80-column terminal."""
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 \
+        else f"{value:.0f}"
 
 
 def timing_table(result: EvalResult) -> Table:

@@ -211,8 +211,8 @@ def _fail_reason(label: str, result: dict, threshold: float, margin: float | Non
     names = ", ".join(f"{n} {result['cosines'][n]:.4f}" for n in result["below_threshold"][:6])
     reason = f"{label}: cosine below {threshold} for {names}"
     if margin is not None and margin < min_margin:
-        reason += (f" (the reference's expert routing here is within {margin:.3%} of a tie: "
-                   "keep the router input and logits accurate)")
+        reason += (f" (note: the reference's routing is {margin:.2%} from a tie here, so rounding alone can "
+                   "swap an expert: keep the router input and logits accurate)")
     return reason
 
 
