@@ -63,7 +63,8 @@ class ShapeTiming(Model):
     rounds: int = Field(description="Chains timed per contestant")
     baseline: Stats
     candidate: Stats
-    speedup: float = Field(description="baseline median / candidate median")
+    speedup: float = Field(description="Median over back-to-back step pairs of baseline / candidate time")
+    ratio_of_medians: float = Field(description="baseline median / candidate median, for comparison")
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
     ci_high: float
     within_noise: bool = Field(description="True when the interval contains 1.0")

@@ -21,6 +21,18 @@ def test_speedup_interval_contains_one_for_identical_distributions():
     assert result["within_noise"] and result["ci_low"] < 1.0 < result["ci_high"]
 
 
+def test_drift_over_the_run_does_not_widen_the_interval():
+    # The machine slows down twofold during the run (clocks, a neighbour); each pair of
+    # back-to-back steps still sees the same conditions, so the paired ratio stays tight.
+    rng = np.random.default_rng(3)
+    drift = np.linspace(1.0, 2.0, 64)
+    base = 10 * drift * rng.normal(1.0, 0.01, 64)
+    cand = 10 * drift * rng.normal(1.0, 0.01, 64)
+    result = timing.speedup_with_noise(base, cand)
+    assert result["speedup"] == pytest.approx(1.0, abs=0.01) and result["within_noise"]
+    assert result["ci_high"] - result["ci_low"] < 0.02
+
+
 def test_speedup_interval_excludes_one_for_a_real_difference():
     rng = np.random.default_rng(2)
     result = timing.speedup_with_noise(rng.normal(10, 0.5, 100), rng.normal(5, 0.25, 100))

@@ -108,8 +108,11 @@ class KernelBenchEvaluation(EvaluationBase):
             model.load_state_dict(reference_state)
         return model
 
-    def _outcome(self, seed: int, inputs: list) -> dict:
-        return self._judge(candidate_call("forward", lambda: self.candidate(*inputs)), self.expected[seed])
+    def _outcome(self, seed: int, inputs: list, keep_alive: list | None = None) -> dict:
+        output = candidate_call("forward", lambda: self.candidate(*inputs))
+        if keep_alive is not None:
+            keep_alive.append((inputs, output))
+        return self._judge(output, self.expected[seed])
 
     def _judge(self, output: Any, expected: list[torch.Tensor]) -> dict:
         got = _tensors(output)
@@ -132,8 +135,7 @@ class KernelBenchEvaluation(EvaluationBase):
         keep_alive = []
         for group, seeds in (("fixed_seeds", self.seeds), ("hidden_seeds", self.hidden_seeds)):
             for seed in seeds:
-                keep_alive.append(self._inputs(seed))
-                outcome = self._outcome(seed, keep_alive[-1])
+                outcome = self._outcome(seed, self._inputs(seed), keep_alive)
                 if not outcome["passed"]:
                     label = f"seed {seed}" if group == "fixed_seeds" else "a seed drawn for this run"
                     return self.send_check(group, "fail", f"{label}: {outcome['reason']}")

@@ -353,10 +353,10 @@ class MegaEvaluation(EvaluationBase):
         for case in cases:
             hidden_in = task.init_token(case.seed)
             args = (hidden_in.clone(), task.init_state(case.context_len, case.seed))
-            # Kept alive: every case has addresses of its own, so an answer cached by pointer
-            # can only go stale in the overwrite check.
-            self.keep_alive.append(args)
             returned = candidate_call("step", lambda: self.candidate.step(*args))
+            # Inputs and outputs kept alive: every case has addresses of its own, so an answer
+            # cached by pointer can only go stale in the overwrite check.
+            self.keep_alive.append((args, returned))
             hidden, state = self.checker.unpack(returned, layout_of(case.expected_state))
             result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
             results.append({"case": case.label, "decision_margin": case.margin, **result})

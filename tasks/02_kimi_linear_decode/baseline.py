@@ -120,29 +120,14 @@ class MoE(ref.MoE):
         return (w @ y.float()).to(BF16)
 
 
-class Block(nn.Module):
-    def __init__(self, cfg: ref.Config, kind: str):
-        super().__init__()
-        self.cfg = cfg
-        self.kind = kind
-        self.attn_norm = nn.Parameter(torch.ones(cfg.hidden, dtype=cfg.dtype))
-        self.moe_norm = nn.Parameter(torch.ones(cfg.hidden, dtype=cfg.dtype))
-        self.attn = KDA(cfg) if kind == "K" else MLA(cfg)
-        self.moe = MoE(cfg)
-
-    def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
-        h = x + self.attn.step(_rmsnorm(x, self.attn_norm, self.cfg.eps), st)
-        return h + self.moe.step(_rmsnorm(h, self.moe_norm, self.cfg.eps))
+class Block(ref.Block):
+    attn_layers = {"K": KDA, "M": MLA}
+    moe_layer = MoE
+    norm = staticmethod(_rmsnorm)
 
 
-class Model(nn.Module):
+class Model(ref.Model):
+    block = Block
+
     def __init__(self, cfg: ref.Config):
-        super().__init__()
-        self.cfg = cfg
-        self.blocks = nn.ModuleList(Block(cfg, kind) for kind in cfg.pattern)
-
-    @torch.no_grad()
-    def step(self, hidden: torch.Tensor, state: list):
-        for blk, st in zip(self.blocks, state):
-            hidden = blk.step(hidden, st)
-        return hidden, state
+        super().__init__(cfg, init_weights=False)  # the weights arrive through load_state_dict

@@ -296,25 +296,33 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
+    # Layer classes and norm as class attributes: the baseline reuses this block (and its
+    # state_dict layout) with its own bf16 layers.
+    attn_layers = {"K": KDA, "M": MLA}
+    moe_layer = MoE
+    norm = staticmethod(rmsnorm)
+
     def __init__(self, cfg: Config, kind: str):
         super().__init__()
         self.cfg = cfg
         self.kind = kind
         self.attn_norm = nn.Parameter(torch.ones(cfg.hidden, dtype=cfg.dtype))
         self.moe_norm = nn.Parameter(torch.ones(cfg.hidden, dtype=cfg.dtype))
-        self.attn = KDA(cfg) if kind == "K" else MLA(cfg)
-        self.moe = MoE(cfg)
+        self.attn = self.attn_layers[kind](cfg)
+        self.moe = self.moe_layer(cfg)
 
     def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
-        h = x + self.attn.step(rmsnorm(x, self.attn_norm, self.cfg.eps), st)
-        return h + self.moe.step(rmsnorm(h, self.moe_norm, self.cfg.eps))
+        h = x + self.attn.step(self.norm(x, self.attn_norm, self.cfg.eps), st)
+        return h + self.moe.step(self.norm(h, self.moe_norm, self.cfg.eps))
 
 
 class Model(nn.Module):
+    block = Block
+
     def __init__(self, cfg: Config, init_weights: bool = True):
         super().__init__()
         self.cfg = cfg
-        self.blocks = nn.ModuleList(Block(cfg, kind) for kind in cfg.pattern)
+        self.blocks = nn.ModuleList(self.block(cfg, kind) for kind in cfg.pattern)
         if init_weights:
             self.reset_parameters()
 
