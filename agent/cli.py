@@ -118,8 +118,14 @@ def eval_command(
         err_console.print(f"[dim]evaluating {what} on {task_ref.name} ({chosen_scale} scale, {resolved_device})…[/]")
     result = evaluate(task_ref, solution, options)
     path = out or runs_dir() / "evals" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}_{task_ref.name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(result.model_dump_json(indent=1))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json(indent=1))
+    except OSError as err:
+        # The evaluation is done: show it anyway, then say what went wrong with the file.
+        print_result(console, result)
+        raise KagentError(f"could not write the result to {path}: {err.strerror}", hint="choose another --out",
+                          exit_code=EXIT_INTERNAL)
     if json_output:
         sys.stdout.write(result.model_dump_json(indent=1) + "\n")
     else:

@@ -14,3 +14,18 @@ class KagentError(Exception):
         self.message = message
         self.hint = hint
         self.exit_code = exit_code
+
+
+class ModelError(KagentError):
+    """The model provider refused for good (bad key, unknown model, malformed request)."""
+
+
+class TransientModelError(Exception):
+    """A provider failure worth retrying: 429, 529 overloaded, 5xx, a timeout, a dropped
+    connection, an error event in the middle of a stream. ``retry_after`` is the provider's
+    hint in seconds, when it gave one."""
+
+    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status = status

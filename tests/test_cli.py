@@ -84,3 +84,13 @@ def test_default_result_file_goes_under_runs(kimi, tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     (written,) = (runs / "evals").glob("*_02_kimi_linear_decode.json")
     assert '"mode": "aa"' in written.read_text()
+
+
+def test_unwritable_result_path_is_one_clear_message(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    proc = kagent("eval", "02_kimi_linear_decode", "--aa", "--device", "cpu", "--rounds", "1", "--contexts", "16",
+                  "--out", str(blocker / "r.json"))
+    assert proc.returncode == 3
+    assert "could not write the result" in proc.stderr and "Traceback" not in proc.stderr
+    assert "PASS" in proc.stdout  # the evaluation itself is still shown

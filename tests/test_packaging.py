@@ -68,3 +68,24 @@ def test_normal_install_runs_from_its_own_copy(wheel, tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["verdict"] == "pass"
+
+
+def test_gpu_side_imports_only_torch_numpy_yaml_and_the_standard_library():
+    import ast
+
+    allowed = {"torch", "numpy", "yaml"} | set(sys.stdlib_module_names)
+    for path in sorted((REPO / "sandbox" / "harness").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+    for path in sorted((REPO / "tasks" / "02_kimi_linear_decode").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert alias.name.split(".")[0] in allowed | {"reference", "baseline"}, f"{path.name}: {alias.name}"
