@@ -135,6 +135,86 @@ def eval_command(
     raise typer.Exit(EXIT_PASS if result.verdict is Verdict.PASS else EXIT_SOLUTION_FAILED)
 
 
+RUN_CONFIG_KEYS = {"model", "budget", "max_cost", "max_tokens", "device", "scale", "thinking", "revert"}
+
+
+def _run_config_file(path: Optional[Path]) -> dict:
+    """Settings from a YAML file (keys as the options' names); the command line overrides them."""
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise KagentError(f"cannot read the config file {path}: {err}")
+    if not isinstance(data, dict) or set(data) - RUN_CONFIG_KEYS:
+        unknown = sorted(set(data) - RUN_CONFIG_KEYS) if isinstance(data, dict) else data
+        raise KagentError(f"{path}: unknown settings {unknown}", hint=f"known: {', '.join(sorted(RUN_CONFIG_KEYS))}")
+    return data
+
+
+@app.command("run")
+def run_command(
+    task: str = typer.Argument(..., help="A built-in task name, a problem folder, or a KernelBench .py file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="anthropic:<model>, openai:<model>, "
+                                        "openai-compatible:<url>#<model> or scripted:<file>."),
+    budget: Optional[str] = typer.Option(None, help="Wall-clock budget: 3h, 90m, 2h30m (default 3h)."),
+    max_cost: Optional[float] = typer.Option(None, help="Stop exploring once the model calls cost this many USD."),
+    max_tokens: Optional[int] = typer.Option(None, help="Stop exploring after this many tokens in all."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda or cuda:N (default auto)."),
+    scale: Optional[Scale] = typer.Option(None, help="Default: full on CUDA, smoke on the CPU."),
+    thinking: Optional[int] = typer.Option(None, help="Anthropic extended thinking: budget in tokens per turn."),
+    no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file with any of: model, budget, max_cost, "
+                                          "max_tokens, device, scale, thinking, revert."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
+    json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
+) -> None:
+    """Optimize a task with a model, under a budget: every attempt committed, everything traced.
+
+    The run lives in runs/<run-id>/: workspace (a git repository, one commit per attempt),
+    trace.jsonl, config.json, status.json and the final report. API keys come from
+    ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
+    Exit code: 0 finished, 1 failed or interrupted, 2 bad usage.
+    """
+    from rich.live import Live
+
+    from kagent.agent.budget import Budget, parse_duration
+    from kagent.agent.runs import RunOptions, start_run
+    from kagent.agent.views import run_panel
+
+    settings = _run_config_file(config)
+    model = model or settings.get("model")
+    if not model:
+        raise KagentError("give --model (or model: in a --config file)",
+                          hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml")
+    resolved_device = _resolve_device(device or str(settings.get("device", "auto")))
+    scale_value = scale.value if scale else settings.get("scale")
+    chosen_scale = scale_value or ("full" if resolved_device.startswith("cuda") else "smoke")
+    if chosen_scale not in ("smoke", "full"):
+        raise KagentError(f"scale must be smoke or full, not {chosen_scale!r}")
+    options = RunOptions(
+        task=task, model=model, device=resolved_device, scale=chosen_scale,
+        budget=Budget(wall_s=parse_duration(str(budget or settings.get("budget", "3h"))),
+                      max_cost_usd=max_cost if max_cost is not None else settings.get("max_cost"),
+                      max_tokens=max_tokens if max_tokens is not None else settings.get("max_tokens")),
+        thinking_budget=thinking if thinking is not None else settings.get("thinking"),
+        auto_revert=not no_revert and bool(settings.get("revert", True)))
+    if quiet or json_output:
+        run_dir, report = start_run(options)
+    else:
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            run_dir, report = start_run(options, view=lambda update: live.update(run_panel(update)))
+    if json_output:
+        sys.stdout.write(report.model_dump_json(indent=1) + "\n")
+    else:
+        console.print()
+        console.print((run_dir / "report.md").read_text())
+        console.print(f"run folder: {run_dir}")
+    raise typer.Exit(0 if report.status == "finished" else 1)
+
+
 def main() -> None:
     """Console entry point: click reports usage errors; errors users can fix get one clear line."""
     try:

@@ -117,3 +117,25 @@ def result_view(result: EvalResult, result_path: str | None = None) -> Group:
 
 def print_result(console: Console, result: EvalResult, result_path: str | None = None) -> None:
     console.print(result_view(result, result_path))
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def run_panel(update) -> Panel:
+    """The live view of a run (``update`` is a kagent.agent.loop.ViewUpdate)."""
+    best = f"{update.best_score:.3f}x (attempt {update.best_attempt})" if update.best_score is not None else "none yet"
+    head = Table.grid(padding=(0, 2))
+    head.add_row("phase", update.phase, "turn", str(update.turn))
+    head.add_row("elapsed", _minutes(update.elapsed_s), "remaining", _minutes(update.remaining_s))
+    head.add_row("tokens", f"{update.tokens:,}", "cost", f"${update.cost_usd:.2f}")
+    head.add_row("best", best, "", "")
+    attempts = Table(box=None, show_header=True, header_style="dim")
+    for column in ("#", "kind", "verdict", "score", "note"):
+        attempts.add_column(column)
+    for a in update.attempts:
+        attempts.add_row(str(a.number), a.kind, a.verdict, f"{a.score:.3f}x" if a.score is not None else "–",
+                         (a.note or a.reason)[:60])
+    return Panel(Group(head, attempts, Text(update.last_event, style="dim")), title="kagent run")

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kagent.agent.errors import KagentError
 from kagent.sandbox import static_checks
+from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import PROTOCOL_VERSION
 from kagent.sandbox.results import (
     Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
@@ -199,7 +200,7 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
     out_path, err_path = private / "stdout.txt", private / "stderr.txt"
-    env = dict(os.environ)
+    env = scrubbed_env()  # the solution must not see API keys
     env["PYTHONPATH"] = os.pathsep.join([str(bundle.harness.parent), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine copy must stay byte-for-byte the same
     env["PYTHONUNBUFFERED"] = "1"

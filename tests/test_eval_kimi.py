@@ -245,3 +245,15 @@ def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_pa
     patch = "\nfrom helpers import SCALE\nassert SCALE == 1.0\n"
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_the_solution_does_not_see_api_keys(kimi, kagent_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "secret")
+    patch = '''
+import os
+_leaked = sorted(k for k in os.environ if k in ("ANTHROPIC_API_KEY", "MY_SERVICE_TOKEN"))
+assert not _leaked, f"the solution can read {_leaked}"
+'''
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason

@@ -1,1 +1,17 @@
-"""What the model can call during a run: file, shell, compile, check, benchmark, profile tools."""
+"""What the model can call during a run: file, shell, compile, baseline, check, benchmark, profile tools."""
+from __future__ import annotations
+
+from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome
+from kagent.tools.baseline import Baseline
+from kagent.tools.compile import Compile
+from kagent.tools.evaluation import Benchmark, Check, Profile
+from kagent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
+from kagent.tools.shell import Shell
+
+__all__ = ["Tool", "ToolContext", "ToolError", "ToolOutcome", "default_tools"]
+
+
+def default_tools() -> list[Tool]:
+    """The tools the model gets in every run (the loop adds design, revert and finish itself)."""
+    return [ReadFile(), ListFiles(), WriteFile(), EditFile(), Shell(), Compile(), Baseline(), Check(), Benchmark(),
+            Profile()]

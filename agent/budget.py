@@ -1,0 +1,201 @@
+"""The run's budget: wall time, money and tokens, and which phase of the run we are in.
+
+A run explores (the model tries ideas) until the final slice of its wall time, which is
+kept back for re-verifying the best attempt; after the deadline it is over. Time is read
+from an injectable clock so tests never sleep, and a resumed run carries the time its
+earlier segments spent, so pauses between segments never count against the budget.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kagent.agent.errors import KagentError
+
+Phase = Literal["explore", "final", "over"]
+
+# The final slice is never shorter than this (re-verifying takes a few benchmark rounds,
+# whatever the budget), unless the budget is so short that it would leave no exploring.
+MIN_FINAL_SLICE_S = 60.0
+
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_UNITS = re.compile(rf"(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")
+_PLAIN = re.compile(_NUMBER)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as "3h", "90m", "2h30m", "1.5h", "45s" or "600" (plain seconds)."""
+    compact = re.sub(r"\s+", "", text).lower()
+    seconds = 0.0
+    if _PLAIN.fullmatch(compact):
+        seconds = float(compact)
+    elif compact and (match := _UNITS.fullmatch(compact)):
+        scale = {"h": 3600.0, "m": 60.0, "s": 1.0}
+        seconds = sum(float(value) * scale[unit] for unit, value in match.groupdict().items() if value)
+    # A zero budget would end the run before it starts: treat it as a typo, like garbage.
+    if seconds <= 0:
+        raise KagentError(f"--budget takes a duration such as 3h, 90m or 2h30m; got '{text}'")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form of a duration ("2h05m", "4m30s", "12s"), for budget lines and messages."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Monotonic seconds; only differences between readings mean anything."""
+        ...
+
+
+class SystemClock:
+    """The real clock: monotonic, so a wall-clock change (NTP, DST) cannot eat the budget."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class FakeClock:
+    """A clock that moves only when told to, so budget tests are exact and instant."""
+
+    def __init__(self, start: float = 0.0):
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a monotonic clock cannot go back")
+        self._now += seconds
+
+
+class Budget(BaseModel):
+    """What one run may spend. Limits left as None are not enforced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wall_s: float = Field(gt=0, description="Wall-clock seconds the run may take, summed over resumed segments")
+    max_cost_usd: float | None = Field(None, gt=0, description="Model spend in US dollars after which exploring stops")
+    max_tokens: int | None = Field(None, gt=0, description="Model tokens (input + output) after which exploring stops")
+    final_slice: float = Field(
+        0.1, ge=0, lt=1,
+        description="Fraction of the wall time kept at the end for re-verifying the best attempt "
+                    "(at least 60 s, or half the budget when that is shorter; see final_slice_s)",
+    )
+
+    @property
+    def final_slice_s(self) -> float:
+        """Seconds reserved at the end: ``final_slice`` of the wall time, but at least 60 s.
+
+        The 60 s floor gives re-verification time to run even on short budgets; it is capped
+        at half the budget so that a budget of a minute or two still leaves time to explore.
+        A fraction above one half is honoured as given.
+        """
+        return max(self.final_slice * self.wall_s, min(MIN_FINAL_SLICE_S, self.wall_s / 2))
+
+
+class BudgetTracker:
+    """Counts what a run has spent against its Budget.
+
+    Elapsed time is the time of this segment (since the tracker was made) plus
+    ``spent_before_s``, the running time of the earlier segments of a resumed run; the same
+    holds for tokens and cost through ``tokens_before`` and ``cost_before_usd``.
+    """
+
+    def __init__(self, budget: Budget, clock: Clock, spent_before_s: float = 0.0, *,
+                 tokens_before: int = 0, cost_before_usd: float = 0.0):
+        if spent_before_s < 0 or tokens_before < 0 or cost_before_usd < 0:
+            raise ValueError("what earlier segments spent cannot be negative")
+        self.budget = budget
+        self._clock = clock
+        self._started = clock.now()
+        self._spent_before_s = spent_before_s
+        self._tokens = tokens_before
+        self._cost_usd = cost_before_usd
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this tracker reads (the loop times its own waits with it)."""
+        return self._clock
+
+    @property
+    def tokens(self) -> int:
+        return self._tokens
+
+    @property
+    def cost_usd(self) -> float:
+        return self._cost_usd
+
+    def elapsed(self) -> float:
+        return self._spent_before_s + (self._clock.now() - self._started)
+
+    def remaining(self) -> float:
+        return max(0.0, self.budget.wall_s - self.elapsed())
+
+    def deadline(self) -> float:
+        """Clock time at which the wall budget ends (earlier segments already subtracted)."""
+        return self._started + self.budget.wall_s - self._spent_before_s
+
+    def final_slice_starts(self) -> float:
+        """Clock time at which exploring ends and re-verifying the best attempt begins."""
+        return self.deadline() - self.budget.final_slice_s
+
+    def charge(self, tokens: int, cost: float) -> None:
+        """Adds one model call's usage."""
+        if tokens < 0 or cost < 0:
+            raise ValueError(f"usage cannot be negative: tokens={tokens}, cost={cost}")
+        self._tokens += tokens
+        self._cost_usd += cost
+
+    def _spend_reason(self) -> str | None:
+        """Why the model may not be called any more (cost or tokens), or None."""
+        budget = self.budget
+        if budget.max_cost_usd is not None and self._cost_usd >= budget.max_cost_usd:
+            return f"cost budget of ${budget.max_cost_usd:.2f} reached (${self._cost_usd:.2f} spent)"
+        if budget.max_tokens is not None and self._tokens >= budget.max_tokens:
+            return f"token budget of {budget.max_tokens:,} reached ({self._tokens:,} used)"
+        return None
+
+    def exhausted(self) -> str | None:
+        """Why the run must stop spending (wall time, cost or tokens), or None while it may go on."""
+        if self.remaining() <= 0:
+            return f"wall-time budget of {format_duration(self.budget.wall_s)} used up"
+        return self._spend_reason()
+
+    def phase(self) -> Phase:
+        """"explore" until the final slice, "final" in it, "over" once the wall time is gone.
+
+        Running out of money or tokens also ends exploring ("final"), not the run: re-verifying
+        the best attempt calls no model, so it still deserves the wall time that is left.
+        """
+        now = self._clock.now()
+        if now >= self.deadline():
+            return "over"
+        if now >= self.final_slice_starts() or self._spend_reason() is not None:
+            return "final"
+        return "explore"
+
+    def summary(self) -> dict[str, float | int | str | None]:
+        """The numbers behind the per-turn budget line shown to the model."""
+        return {
+            "elapsed": self.elapsed(),
+            "remaining": self.remaining(),
+            "wall": self.budget.wall_s,
+            "tokens": self._tokens,
+            "max_tokens": self.budget.max_tokens,
+            "cost": self._cost_usd,
+            "max_cost": self.budget.max_cost_usd,
+            "phase": self.phase(),
+        }

@@ -1,0 +1,448 @@
+"""The agent loop: ask the model for a turn, run the tools it called, keep the books, repeat.
+
+Control flow that leaves the loop (the model finished, the budget is spent, the final slice
+has come) is a ``Stop`` carrying the reason; everything that happens is in the trace.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, Field, ValidationError
+
+from kagent.agent import pricing
+from kagent.agent.budget import Budget, BudgetTracker
+from kagent.agent.errors import KagentError, TransientModelError
+from kagent.agent.ledger import Attempt, Design, Ledger
+from kagent.agent.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
+from kagent.agent.trace import (
+    AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
+    RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice, INLINE_LIMIT,
+)
+from kagent.agent.workspace import Workspace
+from kagent.sandbox.evaluate import EvalOptions, evaluate
+from kagent.sandbox.results import EvalResult, Verdict
+from kagent.tasks import TaskRef
+from kagent.tools.base import Tool, ToolContext, ToolOutcome, cap
+
+# A benchmark this much slower than the best counts as a regression (beyond timing noise).
+REGRESSION_TOLERANCE = 0.02
+
+
+class RunConfig(BaseModel):
+    """Everything that defines a run; stored as config.json in the run folder."""
+
+    version: Literal[1] = 1
+    run_id: str
+    task: str = Field(description="The task as given: a built-in name or a path")
+    model: str = Field(description="provider:model")
+    budget: Budget
+    device: str
+    scale: Literal["smoke", "full"]
+    solution_name: str = "solution.py"
+    max_output_tokens: int = Field(16_000, description="Per model call")
+    context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
+    keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
+    auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
+    eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
+
+
+class Stop(Exception):
+    def __init__(self, reason: str, status: Literal["finished", "failed", "interrupted"] = "finished"):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class ViewUpdate(BaseModel):
+    """What a live view shows after each event of interest."""
+
+    phase: str
+    turn: int
+    elapsed_s: float
+    remaining_s: float
+    tokens: int
+    cost_usd: float
+    best_score: Optional[float]
+    best_attempt: Optional[int]
+    attempts: list[Attempt] = Field(default_factory=list)
+    last_event: str = ""
+
+
+class RunReport(BaseModel):
+    version: Literal[1] = 1
+    run_id: str
+    task: str
+    model: str
+    status: Literal["finished", "failed", "interrupted"]
+    reason: str
+    best_attempt: Optional[int]
+    best_score: Optional[float]
+    best_speedups: dict[str, float] = Field(default_factory=dict)
+    final_verdict: Optional[str] = Field(None, description="Verdict of the final re-verification, if it ran")
+    attempts: int
+    turns: int
+    usage: Usage
+    cost_usd: float
+    elapsed_s: float
+
+
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class LoopTool:
+    """A tool the loop answers itself, because it changes the loop's own state."""
+
+    spec: ToolSpec
+    handler: Callable[[dict], str]
+
+
+class DesignArgs(BaseModel):
+    hypothesis: str = Field(description="What you will change and why it should help")
+    predicted: str = Field(description="The predicted effect, with numbers")
+
+
+class RevertArgs(BaseModel):
+    attempt: Optional[int] = Field(None, description="Attempt number to go back to (default: the best)")
+
+
+class FinishArgs(BaseModel):
+    summary: str = Field(description="What was achieved and what you would try next")
+
+
+def _spec(name: str, description: str, args: type[BaseModel]) -> ToolSpec:
+    return ToolSpec(name=name, description=description, parameters=args.model_json_schema())
+
+
+class Agent:
+    def __init__(self, config: RunConfig, task: TaskRef, model: ChatModel, tools: list[Tool], workspace: Workspace,
+                 trace: TraceWriter, tracker: BudgetTracker, eval_options: EvalOptions,
+                 view: Optional[Callable[[ViewUpdate], None]] = None, system_prompt: str = "",
+                 versions: Optional[dict[str, Optional[str]]] = None):
+        self.config, self.task, self.model = config, task, model
+        self.workspace, self.trace, self.tracker = workspace, trace, tracker
+        self.eval_options = eval_options
+        self.view = view or (lambda update: None)
+        self.system = system_prompt
+        self.versions = versions or {}
+        self.tools: dict[str, Tool] = {t.spec.name: t for t in tools}
+        self.loop_tools = {t.spec.name: t for t in self._loop_tools()}
+        self.ledger = Ledger()
+        self.messages: list[Message] = []
+        self.turn = 0
+        self.usage = Usage()
+        self.cost = 0.0
+        self.pending_design: Optional[Design] = None
+        self.finished_summary: Optional[str] = None
+        self.nudged = False
+        self.final_evaluation: Optional[EvalResult] = None
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _loop_tools(self) -> list[LoopTool]:
+        return [
+            LoopTool(_spec("design", "Record a hypothesis and its predicted effect before a change; the next "
+                                     "attempt carries it in the ledger.", DesignArgs), self._design),
+            LoopTool(_spec("revert", "Put the workspace back to an earlier attempt (default: the best).",
+                           RevertArgs), self._revert),
+            LoopTool(_spec("finish", "End the session: the best verified attempt becomes the final solution.",
+                           FinishArgs), self._finish),
+        ]
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return [t.spec for t in self.tools.values()] + [t.spec for t in self.loop_tools.values()]
+
+    def first_message(self) -> Message:
+        text = (f"{self.task.prompt.strip()}\n\n"
+                f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
+                f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
+                f"scale.\n\n{self._status_text()}")
+        return Message(role="user", content=[TextBlock(text=text)])
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> RunReport:
+        self.messages = [self.first_message()]
+        specs = [s.model_dump() for s in self.tool_specs()]
+        self.trace.append(RunStarted(
+            run_id=self.config.run_id, config=self.config.model_dump(mode="json"), versions=self.versions,
+            prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]), tools_sha256=_sha256(specs),
+            system=self.system, first_message=self.messages[0].model_dump(), tools=specs))
+        status, reason = "finished", ""
+        try:
+            while True:
+                self._check_budget()
+                self._turn()
+        except Stop as stop:
+            status, reason = stop.status, stop.reason
+        except KagentError as err:  # a permanent model error: stop with the best attempt in place
+            self.trace.append(ErrorRecorded(message=err.message, fatal=True))
+            status, reason = "failed", err.message
+        except TransientModelError as err:  # still failing after every retry: resumable later
+            self.trace.append(ErrorRecorded(message=f"the model stayed unavailable: {err}", fatal=True))
+            status, reason = "interrupted", f"the model stayed unavailable: {err}"
+        self._finalize()
+        return self._end(status, reason)
+
+    def _check_budget(self) -> None:
+        exhausted = self.tracker.exhausted()
+        if exhausted:
+            raise Stop(f"budget spent: {exhausted}")
+        if self.tracker.phase() != "explore":
+            raise Stop("the final slice of the budget has come: re-verifying the best attempt")
+
+    def _turn(self) -> None:
+        self.turn += 1
+        self._maybe_compact()
+        self.trace.append(ModelRequested(turn=self.turn, message_count=len(self.messages)))
+        response = self._call_model()
+        cost = pricing.cost(self.model.name, response.usage)
+        self.usage = self.usage + response.usage
+        self.cost += cost
+        self.tracker.charge(response.usage.total_tokens, cost)
+        self.trace.append(ModelResponded(turn=self.turn, response=response.model_dump(mode="json"), cost_usd=cost))
+        self.messages.append(response.message)
+        self._show("model answered")
+        calls = response.message.tool_calls()
+        if not calls:
+            self._no_tool_calls(response)
+            return
+        results: list[ToolResult | TextBlock] = [self._call_tool(call) for call in calls]
+        status = self._status_text()
+        self.trace.append(UserNotice(turn=self.turn, text=status, budget=self.tracker.summary()))
+        self.messages.append(Message(role="user", content=[*results, TextBlock(text=status)]))
+        if self.finished_summary is not None:
+            raise Stop(f"the model finished: {self.finished_summary[:300]}")
+
+    def _no_tool_calls(self, response: ModelResponse) -> None:
+        if self.nudged or response.stop_reason == "refusal":
+            raise Stop("the model stopped calling tools")
+        self.nudged = True
+        text = ("No tool was called. Keep working with the tools (design, write_file, check, benchmark, ...), "
+                "or call finish if you are done.\n\n" + self._status_text())
+        self.trace.append(UserNotice(turn=self.turn, text=text, budget=self.tracker.summary()))
+        self.messages.append(Message(role="user", content=[TextBlock(text=text)]))
+
+    def _call_model(self) -> ModelResponse:
+        """One model turn, abandoned (not awaited) if it runs into the final slice."""
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["response"] = self.model.complete(self.system, self.messages, self.tool_specs(),
+                                                      self.config.max_output_tokens)
+            except BaseException as err:  # handed to the loop's thread below
+                box["error"] = err
+
+        worker = threading.Thread(target=call, daemon=True, name=f"model-turn-{self.turn}")
+        worker.start()
+        worker.join(timeout=max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()))
+        if worker.is_alive():
+            raise Stop("the final slice came during a model call")
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+    def on_retry(self, error: Exception, wait_s: float, attempt: int) -> None:
+        """Called by the retrying model wrapper before it waits (the wait counts as run time)."""
+        self.trace.append(ModelRetried(turn=self.turn, error=str(error)[:500], wait_s=wait_s, attempt=attempt))
+        self._show(f"retrying the model in {wait_s:.0f} s ({error})")
+
+    # -- tools -------------------------------------------------------------------------------
+    def tool_context(self, deadline: float) -> ToolContext:
+        """Tools count time with time.monotonic(); the tracker's clock may be another one."""
+        monotonic_deadline = time.monotonic() + (deadline - self.tracker.clock.now())
+        return ToolContext(workspace=self.workspace.root, task=self.task, eval_options=self.eval_options,
+                           solution_name=self.config.solution_name, deadline=monotonic_deadline)
+
+    def _call_tool(self, call: ToolCall) -> ToolResult:
+        self.trace.append(ToolStarted(turn=self.turn, call_id=call.id, name=call.name, arguments=call.arguments))
+        self._show(f"tool {call.name}")
+        started = self.tracker.clock.now()
+        outcome = self._dispatch(call)
+        if outcome.evaluation is not None and call.name in ("check", "benchmark"):
+            note = self._record_attempt(call.name, outcome.evaluation)
+            outcome = outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
+        blob = self.trace.blob(outcome.content) if len(outcome.content) > INLINE_LIMIT else None
+        self.trace.append(ToolFinished(turn=self.turn, call_id=call.id, name=call.name,
+                                       content=cap(outcome.content, INLINE_LIMIT), is_error=outcome.is_error,
+                                       seconds=round(self.tracker.clock.now() - started, 3), data=outcome.data,
+                                       blob=blob))
+        return ToolResult(tool_call_id=call.id, content=outcome.content, is_error=outcome.is_error)
+
+    def _dispatch(self, call: ToolCall) -> ToolOutcome:
+        if "_raw" in call.arguments:
+            return ToolOutcome(content=f"the arguments of {call.name} were not valid JSON: "
+                                       f"{str(call.arguments['_raw'])[:300]}", is_error=True)
+        if call.name in self.loop_tools:
+            try:
+                return ToolOutcome(content=self.loop_tools[call.name].handler(call.arguments))
+            except ValidationError as err:
+                return ToolOutcome(content=f"invalid arguments for {call.name}: {err}", is_error=True)
+            except KagentError as err:
+                return ToolOutcome(content=err.message, is_error=True)
+        tool = self.tools.get(call.name)
+        if tool is None:
+            names = ", ".join(sorted([*self.tools, *self.loop_tools]))
+            return ToolOutcome(content=f"there is no tool named {call.name!r}; the tools are: {names}",
+                               is_error=True)
+        return tool.run(call.arguments, self.tool_context(self.tracker.final_slice_starts()))
+
+    def _design(self, arguments: dict) -> str:
+        self.pending_design = Design(**DesignArgs(**arguments).model_dump())
+        return "Recorded. The next check or benchmark attempt carries this design in the ledger."
+
+    def _revert(self, arguments: dict) -> str:
+        args = RevertArgs(**arguments)
+        number = args.attempt if args.attempt is not None else self.ledger.best
+        if number is None:
+            raise KagentError("there is no best attempt yet; give the attempt number to go back to")
+        target = self.workspace.attempts().get(number)
+        if target is None:
+            raise KagentError(f"there is no attempt {number}; attempts: {sorted(self.workspace.attempts())}")
+        changed = self.workspace.restore(target)
+        self.workspace.commit(f"revert to attempt {number} (asked by the model)")
+        return f"The workspace is back at attempt {number}; changed: {', '.join(changed) or 'nothing'}."
+
+    def _finish(self, arguments: dict) -> str:
+        self.finished_summary = FinishArgs(**arguments).summary
+        return "Finishing: kagent re-verifies the best attempt and makes it the final solution."
+
+    # -- attempts ----------------------------------------------------------------------------
+    def _record_attempt(self, kind: str, result: EvalResult) -> str:
+        """Commit the measured change, judge it against the best, revert it if it lost."""
+        number = self.ledger.next_number()
+        previous = self.workspace.attempts().get(number - 1) or self.workspace.head()
+        files = self.workspace.changed_files(previous)
+        passed = result.verdict is Verdict.PASS
+        score = result.score if kind == "benchmark" and passed else None
+        best = self.ledger.best_attempt()
+        trailers = {"Kagent-Attempt": str(number), "Kagent-Kind": kind, "Kagent-Verdict": result.verdict.value,
+                    "Kagent-Speedup": f"{score:.4f}" if score is not None else "-",
+                    "Kagent-Tokens": str(self.usage.total_tokens), "Kagent-Elapsed": f"{self.tracker.elapsed():.0f}s"}
+        design = self.pending_design
+        self.pending_design = None
+        sha = self.workspace.commit(f"attempt {number}: {kind} {result.verdict.value}\n\n"
+                                    f"{design.hypothesis if design else 'no design recorded'}", trailers)
+        self.workspace.mark_attempt(number, sha)
+        kept, reverted_to, note = True, None, "passed"
+        if not passed:
+            note = f"{result.verdict.value}: {result.reason}"
+        elif score is not None and best is not None and score < best.score * (1 - REGRESSION_TOLERANCE):
+            note = f"regression: {score:.3f}x against the best {best.score:.3f}x (attempt {best.number})"
+        elif score is not None:
+            self.ledger.best = number
+            self.workspace.tag_best(sha)
+            note = f"new best: {score:.3f}x" + (f" (was {best.score:.3f}x)" if best else "")
+        if note.startswith((result.verdict.value + ":", "regression")) and self.config.auto_revert:
+            target = self._revert_target()
+            if target is not None:
+                reverted_to = self.workspace.attempts()[target]
+                self.workspace.restore(reverted_to)
+                self.workspace.commit(f"revert to attempt {target} after attempt {number} ({note[:60]})")
+                kept = False
+                note += f" — the workspace was reverted to attempt {target}"
+            else:
+                note += " — nothing better to revert to yet: fix it in place"
+        attempt = Attempt(number=number, kind=kind, hypothesis=design.hypothesis if design else None,
+                          predicted=design.predicted if design else None, verdict=result.verdict.value,
+                          reason=result.reason, score=score,
+                          speedups={t.label: t.speedup for t in result.timings} if score is not None else {},
+                          files=files, commit=sha, kept=kept, note=note, elapsed_s=round(self.tracker.elapsed(), 1),
+                          tokens=self.usage.total_tokens)
+        self.ledger.attempts.append(attempt)
+        self.trace.append(AttemptRecorded(attempt=attempt.model_dump(), evaluation=result.model_dump(mode="json"),
+                                          commit=sha, reverted_to=reverted_to))
+        self._show(f"attempt {number}: {note}")
+        return f"Attempt {number} recorded (commit {sha[:10]}): {note}."
+
+    def _revert_target(self) -> Optional[int]:
+        """The best attempt; before there is one, the last attempt that passed a check."""
+        if self.ledger.best is not None:
+            return self.ledger.best
+        passing = [a.number for a in self.ledger.attempts if a.verdict == Verdict.PASS.value and a.kept]
+        return passing[-1] if passing else None
+
+    # -- status, compaction, the end ---------------------------------------------------------
+    def _status_text(self) -> str:
+        s = self.tracker.summary()
+        best = self.ledger.best_attempt()
+        best_text = f"{best.score:.3f}x (attempt {best.number})" if best else "none yet"
+        return (f"[budget] phase {s['phase']}; elapsed {s['elapsed'] / 60:.1f} min, remaining "
+                f"{s['remaining'] / 60:.1f} min (the final slice starts "
+                f"{max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()) / 60:.1f} min from now); "
+                f"tokens {self.usage.total_tokens:,}; cost ${self.cost:.2f}; best verified speedup {best_text}\n"
+                + self.ledger.render())
+
+    def _estimate_tokens(self) -> int:
+        return sum(len(m.model_dump_json()) for m in self.messages) // 4 + len(self.system) // 4
+
+    def _maybe_compact(self) -> None:
+        if self._estimate_tokens() <= self.config.context_limit_tokens:
+            return
+        keep = self.config.keep_recent_messages
+        cut = len(self.messages) - keep
+        while cut > 1 and self.messages[cut].role != "assistant":
+            cut += 1  # the kept part starts with an assistant turn, so every call keeps its result
+        if cut <= 1 or cut >= len(self.messages):
+            return
+        dropped = self.messages[1:cut]
+        calls = [c.name for m in dropped for c in m.tool_calls()]
+        solution = self.workspace.root / self.config.solution_name
+        current = solution.read_text() if solution.exists() else "(no solution file yet)"
+        summary = (f"[compacted] {len(dropped)} earlier messages were summarized to save context. Tools called in "
+                   f"them: {', '.join(calls) or 'none'}. The ledger below is complete. The current "
+                   f"{self.config.solution_name}:\n```\n{cap(current, 12_000)}\n```")
+        first = self.messages[0]
+        self.messages = [Message(role="user", content=[*first.content, TextBlock(text=summary)]), *self.messages[cut:]]
+        self.trace.append(Compacted(turn=self.turn, dropped_messages=len(dropped), summary=summary))
+        self._show("compacted the conversation")
+
+    def _finalize(self) -> None:
+        """Put the best attempt in place and re-verify it with the full harness, time permitting."""
+        best = self.ledger.best_attempt()
+        if best is None:
+            self.trace.append(Finalized(best_attempt=None, commit=None, evaluation=None,
+                                        note="no attempt passed a benchmark; the workspace is left as it was"))
+            return
+        self.workspace.restore(best.commit)
+        commit = self.workspace.commit(f"final: attempt {best.number} ({best.score:.3f}x)")
+        remaining = self.tracker.deadline() - self.tracker.clock.now()
+        note = "re-verified"
+        if remaining > 30:
+            options = self.eval_options.model_copy(update={"mode": "eval",
+                                                           "timeout_s": min(self.config.eval_timeout_s, remaining)})
+            try:
+                self.final_evaluation = evaluate(self.task, self.workspace.root / self.config.solution_name, options)
+            except KagentError as err:
+                note = f"re-verification could not run: {err.message}"
+        else:
+            note = "no time left to re-verify; the best attempt stays in place as measured"
+        self.trace.append(Finalized(best_attempt=best.number, commit=commit, note=note,
+                                    evaluation=self.final_evaluation.model_dump(mode="json")
+                                    if self.final_evaluation else None))
+
+    def _end(self, status: str, reason: str) -> RunReport:
+        best = self.ledger.best_attempt()
+        self.trace.append(RunEnded(status=status, reason=reason, best_attempt=best.number if best else None,
+                                   best_speedup=best.score if best else None, tokens=self.usage.total_tokens,
+                                   cost_usd=self.cost))
+        self._show(f"run ended: {reason}")
+        return RunReport(run_id=self.config.run_id, task=self.task.name, model=self.model.name, status=status,
+                         reason=reason, best_attempt=best.number if best else None,
+                         best_score=best.score if best else None, best_speedups=best.speedups if best else {},
+                         final_verdict=self.final_evaluation.verdict.value if self.final_evaluation else None,
+                         attempts=len(self.ledger.attempts), turns=self.turn, usage=self.usage, cost_usd=self.cost,
+                         elapsed_s=round(self.tracker.elapsed(), 1))
+
+    def _show(self, event: str) -> None:
+        best = self.ledger.best_attempt()
+        s = self.tracker.summary()
+        self.view(ViewUpdate(phase=s["phase"], turn=self.turn, elapsed_s=s["elapsed"], remaining_s=s["remaining"],
+                             tokens=self.usage.total_tokens, cost_usd=self.cost,
+                             best_score=best.score if best else None, best_attempt=best.number if best else None,
+                             attempts=self.ledger.attempts[-6:], last_event=event))

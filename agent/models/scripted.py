@@ -1,0 +1,76 @@
+"""A model that replays a script: for tests, demos and reproducing a run without a provider."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from kagent.agent.errors import ModelError
+from kagent.agent.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
+                                   ToolSpec, Usage)
+
+_SHORT_KEYS = {"text", "thinking", "tool_calls", "usage", "stop_reason"}
+
+
+def _short_turn(turn: dict[str, Any], index: int) -> ModelResponse:
+    """A turn written in the short form; tool-call ids default to ``call_<turn>_<i>``."""
+    unknown = set(turn) - _SHORT_KEYS
+    if unknown:
+        raise ModelError(f"script turn {index}: unknown keys {sorted(unknown)} "
+                         f"(expected some of {sorted(_SHORT_KEYS)}, or a full response with 'message')")
+    content: list[Any] = []
+    if turn.get("thinking"):
+        content.append(ThinkingBlock(thinking=turn["thinking"]))
+    if turn.get("text"):
+        content.append(TextBlock(text=turn["text"]))
+    calls = [ToolCall(id=call.get("id") or f"call_{index}_{i}", name=call["name"],
+                      arguments=call.get("arguments") or {})
+             for i, call in enumerate(turn.get("tool_calls") or [])]
+    content.extend(calls)
+    return ModelResponse(message=Message(role="assistant", content=content),
+                         stop_reason=turn.get("stop_reason") or ("tool_use" if calls else "end_turn"),
+                         usage=Usage(**(turn.get("usage") or {})), model="scripted")
+
+
+def parse_script(turns: Any) -> list[ModelResponse]:
+    """Turns from already-decoded data: each a full ModelResponse dict or the short form."""
+    if not isinstance(turns, list):
+        raise ModelError("a script must be a list of turns")
+    try:
+        return [ModelResponse.model_validate(t) if isinstance(t, dict) and "message" in t
+                else _short_turn(t, i) for i, t in enumerate(turns)]
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:  # ValueError covers pydantic's
+        raise ModelError(f"the script is malformed: {exc}") from exc
+
+
+def load_script(path: Union[str, Path]) -> list[ModelResponse]:
+    """The turns of a YAML or JSON script file (JSON is YAML, but is read as JSON for clearer errors)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ModelError(f"cannot read the script {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ModelError(f"the script {path} is not valid {kind}: {exc}") from exc
+    return parse_script(data)
+
+
+class ScriptedModel:
+    """Returns the scripted responses in order, ignoring its input but recording it in ``calls``."""
+
+    def __init__(self, turns: list[ModelResponse], name: str = "scripted"):
+        self.name = name
+        self._turns = list(turns)
+        self.calls: list[list[Message]] = []
+
+    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
+                 max_tokens: int) -> ModelResponse:
+        self.calls.append(list(messages))
+        if len(self.calls) > len(self._turns):
+            raise ModelError("the script has no more turns")
+        return self._turns[len(self.calls) - 1].model_copy(deep=True)

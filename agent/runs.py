@@ -1,0 +1,170 @@
+"""A run on disk: ``runs/<run-id>/`` with its config, status, trace, workspace and report."""
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import shutil
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from kagent import prompts
+from kagent.agent.budget import Budget, BudgetTracker, Clock, SystemClock
+from kagent.agent.loop import Agent, RunConfig, RunReport, ViewUpdate
+from kagent.agent.messages import ChatModel
+from kagent.agent.models import make_model
+from kagent.agent.models.retry import RetryingModel
+from kagent.agent.paths import kagent_home, runs_dir
+from kagent.agent.trace import TraceWriter
+from kagent.agent.workspace import Workspace
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.tasks import TaskRef, resolve_task
+from kagent.tools import default_tools
+
+RUN_FILES = {"config": "config.json", "status": "status.json", "report": "report.json"}
+
+
+class RunStatus(BaseModel):
+    """status.json: what `kagent runs` lists; rewritten atomically as the run goes."""
+
+    version: Literal[1] = 1
+    run_id: str
+    state: Literal["running", "finished", "failed", "interrupted"]
+    pid: int
+    task: str
+    model: str
+    updated_at: str
+    best_attempt: Optional[int] = None
+    best_score: Optional[float] = None
+    elapsed_s: float = 0.0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    reason: str = ""
+
+
+def write_json_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def new_run_id(task_name: str) -> str:
+    return f"{task_name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def versions() -> dict[str, Optional[str]]:
+    found: dict[str, Optional[str]] = {"python": platform.python_version()}
+    for name in ("kagent", "torch", "anthropic", "openai", "pydantic", "GitPython"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _report_markdown(report: RunReport) -> str:
+    lines = [f"# kagent run {report.run_id}", "",
+             f"- task: {report.task}", f"- model: {report.model}", f"- status: {report.status} ({report.reason})",
+             f"- best attempt: {report.best_attempt if report.best_attempt is not None else 'none'}"
+             + (f", {report.best_score:.3f}x" if report.best_score is not None else ""),
+             f"- final re-verification: {report.final_verdict or 'not run'}",
+             f"- attempts: {report.attempts}, turns: {report.turns}",
+             f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
+             f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
+             f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
+             f"- cost: ${report.cost_usd:.2f}", f"- elapsed: {report.elapsed_s / 60:.1f} min"]
+    if report.best_speedups:
+        lines += ["", "| shape | speedup |", "|---|---|"]
+        lines += [f"| {label} | {value:.3f}x |" for label, value in report.best_speedups.items()]
+    return "\n".join(lines) + "\n"
+
+
+class RunOptions(BaseModel):
+    task: str
+    model: str
+    budget: Budget
+    device: str
+    scale: Literal["smoke", "full"]
+    runs_root: Optional[Path] = Field(None, description="Default: ./runs (KAGENT_RUNS)")
+    auto_revert: bool = True
+    max_output_tokens: int = 16_000
+    eval_timeout_s: float = 900.0
+    model_timeout_s: float = 600.0
+    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
+    context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
+    keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
+
+
+def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] = None,
+              clock: Optional[Clock] = None, model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
+    """Create the run folder and drive the agent until it ends; returns the folder and report."""
+    task: TaskRef = resolve_task(options.task)
+    inner = model or make_model(options.model, timeout_s=options.model_timeout_s,
+                               thinking_budget=options.thinking_budget)
+    run_id = new_run_id(task.name)
+    run_dir = Path(options.runs_root or runs_dir()) / run_id
+    run_dir.mkdir(parents=True)
+    config = RunConfig(run_id=run_id, task=options.task, model=options.model, budget=options.budget,
+                       device=options.device, scale=options.scale, auto_revert=options.auto_revert,
+                       max_output_tokens=options.max_output_tokens, eval_timeout_s=options.eval_timeout_s,
+                       context_limit_tokens=options.context_limit_tokens,
+                       keep_recent_messages=options.keep_recent_messages)
+    write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
+    tracker = BudgetTracker(options.budget, clock or SystemClock())
+    workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
+    trace = TraceWriter(run_dir, elapsed=tracker.elapsed)
+    eval_options = EvalOptions(device=options.device, scale=options.scale, cache_dir=kagent_home(),
+                               timeout_s=options.eval_timeout_s)
+    status = RunStatus(run_id=run_id, state="running", pid=os.getpid(), task=task.name, model=options.model,
+                       updated_at=_now())
+    write_json_atomically(run_dir / RUN_FILES["status"], status.model_dump_json(indent=1))
+
+    agent_box: list[Agent] = []
+
+    def on_retry(error: Exception, wait_s: float, attempt: int) -> None:
+        agent_box[0].on_retry(error, wait_s, attempt)
+
+    retrying = RetryingModel(inner, remaining_s=lambda: max(0.0, tracker.final_slice_starts() - tracker.clock.now()),
+                             on_retry=on_retry)
+
+    def on_update(update: ViewUpdate) -> None:
+        status_now = status.model_copy(update={"updated_at": _now(), "best_attempt": update.best_attempt,
+                                               "best_score": update.best_score, "elapsed_s": round(update.elapsed_s, 1),
+                                               "tokens": update.tokens, "cost_usd": update.cost_usd})
+        write_json_atomically(run_dir / RUN_FILES["status"], status_now.model_dump_json(indent=1))
+        if view:
+            view(update)
+
+    agent = Agent(config, task, retrying, default_tools(), workspace, trace, tracker, eval_options, view=on_update,
+                  system_prompt=prompts.load("system.md"), versions=versions())
+    agent_box.append(agent)
+    try:
+        report = agent.run()
+    except KeyboardInterrupt:
+        final = status.model_copy(update={"state": "interrupted", "updated_at": _now(), "reason": "interrupted"})
+        write_json_atomically(run_dir / RUN_FILES["status"], final.model_dump_json(indent=1))
+        raise
+    finally:
+        trace.close()
+    write_json_atomically(run_dir / RUN_FILES["report"], report.model_dump_json(indent=1))
+    (run_dir / "report.md").write_text(_report_markdown(report))
+    solution = workspace.root / config.solution_name
+    if solution.exists():
+        shutil.copy2(solution, run_dir / config.solution_name)
+    final = status.model_copy(update={"state": report.status, "updated_at": _now(), "reason": report.reason,
+                                      "best_attempt": report.best_attempt, "best_score": report.best_score,
+                                      "elapsed_s": report.elapsed_s, "tokens": report.usage.total_tokens,
+                                      "cost_usd": report.cost_usd})
+    write_json_atomically(run_dir / RUN_FILES["status"], final.model_dump_json(indent=1))
+    return run_dir, report
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,189 @@
+"""`kagent run` end to end on the smoke-scale flagship task, driven by a scripted model:
+measure the baseline, write a solution, check it, benchmark it, make a bad change that gets
+reverted, finish. Then: the deadline inside a long tool call."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import git
+import pytest
+
+from kagent.agent.budget import Budget
+from kagent.agent.runs import RunOptions, start_run
+from kagent.agent.trace import read_trace
+
+BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
+
+
+def write_script(path: Path, turns: list[dict]) -> Path:
+    path.write_text(json.dumps(turns))
+    return path
+
+
+def call(name: str, **arguments) -> dict:
+    return {"name": name, "arguments": arguments}
+
+
+def session_turns(reference: str) -> list[dict]:
+    usage = {"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 500}
+    return [
+        {"text": "Measuring first.", "tool_calls": [call("baseline")], "usage": usage},
+        {"tool_calls": [call("design", hypothesis="a straight port of the reference", predicted="about 1x"),
+                        call("write_file", path="solution.py", content=reference)], "usage": usage},
+        {"tool_calls": [call("check")], "usage": usage},
+        {"tool_calls": [call("benchmark")], "usage": usage},
+        {"tool_calls": [call("design", hypothesis="drop the routed scaling", predicted="1.1x, one multiply less"),
+                        call("edit_file", path="solution.py", old=BAD_LINE, new="w = w / (w.sum() + 1e-9)")],
+         "usage": usage},
+        {"tool_calls": [call("check")], "usage": usage},
+        {"text": "Done.", "tool_calls": [call("finish", summary="a port of the reference; scaling is needed")],
+         "usage": usage},
+    ]
+
+
+@pytest.fixture
+def reference_text(kimi) -> str:
+    return (kimi.path / "reference.py").read_text()
+
+
+def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunOptions:
+    return RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
+                      device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=120)
+
+
+def test_scripted_session_end_to_end(tmp_path, reference_text):
+    script = write_script(tmp_path / "script.json", session_turns(reference_text))
+    run_dir, report = start_run(run_options(tmp_path, script, wall_s=900))
+
+    # The report: the benchmarked port is the best, the bad change was caught and reverted.
+    assert report.status == "finished" and report.reason.startswith("the model finished")
+    assert report.attempts == 3 and report.best_attempt == 2 and report.best_score > 0
+    assert report.final_verdict == "pass"
+    assert report.turns == 7
+    assert report.usage.input_tokens == 7000 and report.usage.output_tokens == 700
+    assert report.usage.cache_read_tokens == 3500
+
+    # The workspace: the final solution is the port, every attempt has its ref, best is tagged.
+    workspace = run_dir / "workspace"
+    assert (workspace / "solution.py").read_text() == reference_text
+    assert (run_dir / "solution.py").read_text() == reference_text
+    repo = git.Repo(workspace)
+    refs = {r.path: r.commit.hexsha for r in repo.refs}
+    assert {f"refs/kagent/attempts/{n}" for n in range(4)} <= set(refs)
+    assert repo.tags["best"].commit.hexsha == refs["refs/kagent/attempts/2"]
+    bad = repo.commit(refs["refs/kagent/attempts/3"])
+    assert "Kagent-Verdict: incorrect" in bad.message and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode()
+    log = [c.summary for c in repo.iter_commits("main")]
+    assert any(s.startswith("revert to attempt 2 after attempt 3") for s in log)
+    assert log[0].startswith("final: attempt 2")
+
+    # The trace: every tool call started and finished once, in order, and the run is complete.
+    trace = read_trace(run_dir / "trace.jsonl")
+    assert not trace.torn_tail
+    types = [e.type for e in trace.events]
+    assert types[0] == "run_started" and types[-1] == "run_ended"
+    assert types.count("model_responded") == 7 and types.count("attempt_recorded") == 3
+    started = [e.call_id for e in trace.events if e.type == "tool_started"]
+    finished = [e.call_id for e in trace.events if e.type == "tool_finished"]
+    assert started == finished and len(started) == len(set(started)) == 9
+    attempts = [e for e in trace.events if e.type == "attempt_recorded"]
+    assert attempts[2].attempt["hypothesis"] == "drop the routed scaling"
+    assert attempts[2].reverted_to == refs["refs/kagent/attempts/2"]
+    assert [e.seq for e in trace.events] == list(range(len(trace.events)))
+    finalized = next(e for e in trace.events if e.type == "finalized")
+    assert finalized.best_attempt == 2 and finalized.evaluation["verdict"] == "pass"
+    # The model was told why its change was reverted, and sees the ledger every turn.
+    told = next(e.content for e in trace.events if e.type == "tool_finished" and e.name == "check"
+                and "reverted" in e.content)
+    assert "incorrect" in told and "reverted to attempt 2" in told
+    last_notice = [e.text for e in trace.events if e.type == "user_notice"][-1]
+    assert "#3" in last_notice and "#2 ★" in last_notice and "[budget]" in last_notice
+
+    # Run folder files.
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["best_attempt"] == 2
+    assert json.loads((run_dir / "report.json").read_text())["best_attempt"] == 2
+    assert "best attempt: 2" in (run_dir / "report.md").read_text()
+
+
+def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
+    turns = [
+        {"tool_calls": [call("write_file", path="solution.py", content=reference_text)]},
+        {"tool_calls": [call("benchmark")]},
+        {"tool_calls": [call("shell", command="sleep 600", timeout_s=600)]},
+        {"tool_calls": [call("finish", summary="never reached")]},
+    ]
+    script = write_script(tmp_path / "script.json", turns)
+    budget_s = 40.0  # the final slice is the last 20 s: exploring stops at 20 s
+    started = time.monotonic()
+    run_dir, report = start_run(run_options(tmp_path, script, wall_s=budget_s))
+    took = time.monotonic() - started
+    assert took < budget_s, f"the run took {took:.1f} s of a {budget_s} s budget"
+    assert report.best_attempt == 1 and report.reason.startswith("the final slice")
+    assert (run_dir / "workspace" / "solution.py").read_text() == reference_text
+    shell = next(e for e in read_trace(run_dir / "trace.jsonl").events
+                 if e.type == "tool_finished" and e.name == "shell")
+    assert shell.seconds < budget_s
+
+
+FAULTS = {1: "429", 3: "529", 5: "500", 7: "cut", 9: "error_event", 11: "slow"}
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, monkeypatch):
+    """The real SDK against a loopback server that fails every other request: the session
+    completes, no tool runs twice, no orphaned tool call reaches the server, usage counted once."""
+    from fake_llm_server import FakeLLMServer
+
+    from kagent.agent.models import make_model
+
+    turns = []
+    for number, turn in enumerate(session_turns(reference_text)):
+        calls = [{"id": f"call_{number}_{i}", **c} for i, c in enumerate(turn["tool_calls"])]
+        turns.append({"text": turn.get("text", ""), "tool_calls": calls,
+                      "usage": {"input": 1000, "output": 100, "cache_read": 500}})
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with FakeLLMServer(turns, FAULTS, slow_s=3.0) as server:
+        url = server.url if provider == "anthropic" else server.openai_url
+        model = make_model(f"{provider}:test-model", timeout_s=1.5, base_url=url)
+        options = run_options(tmp_path, tmp_path / "unused", wall_s=900)
+        options = options.model_copy(update={"model": f"{provider}:test-model"})
+        run_dir, report = start_run(options, model=model)
+    assert server.violations == []
+    assert len(server.requests) == len(turns) + len(FAULTS)
+    assert report.status == "finished" and report.best_attempt == 2, report.reason
+    events = read_trace(run_dir / "trace.jsonl").events
+    started = [e.call_id for e in events if e.type == "tool_started"]
+    assert len(started) == len(set(started)) == 9
+    assert sum(e.type == "model_retried" for e in events) == len(FAULTS)
+    assert sum(e.type == "model_responded" for e in events) == len(turns)
+    assert report.usage.output_tokens == 100 * len(turns)
+    assert report.usage.cache_read_tokens == 500 * len(turns)
+
+
+def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
+    """Older turns are summarized once the context estimate passes the limit; every request
+    the provider sees still pairs each tool call with its result."""
+    from fake_llm_server import FakeLLMServer
+
+    from kagent.agent.models import make_model
+
+    reads = [{"tool_calls": [{"id": f"read_{i}", "name": "read_file",
+                              "arguments": {"path": "task/reference.py", "max_lines": 200}}]} for i in range(8)]
+    finish = {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "read enough"}}]}
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    with FakeLLMServer([*reads, finish]) as server:
+        options = run_options(tmp_path, tmp_path / "unused", wall_s=900).model_copy(
+            update={"model": "anthropic:test-model", "context_limit_tokens": 6000, "keep_recent_messages": 4})
+        run_dir, report = start_run(options, model=make_model("anthropic:test-model", base_url=server.url))
+    assert report.status == "finished", report.reason
+    assert server.violations == []
+    events = read_trace(run_dir / "trace.jsonl").events
+    compactions = [e for e in events if e.type == "compacted"]
+    assert compactions and all(c.dropped_messages > 0 for c in compactions)
+    last = server.requests[-1]["messages"]
+    assert "[compacted]" in json.dumps(last[0]) and last[1]["role"] == "assistant"
+    assert len(last) <= 4 + 2

@@ -1,0 +1,373 @@
+"""The model's tools: success, and every mistake the model can make returned as data."""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.results import Verdict
+from kagent.tools import default_tools
+from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace, scrubbed_env
+from kagent.tools.compile import parse_ptxas
+from kagent.tools.evaluation import parse_ncu_csv
+
+from conftest import reference_solution
+
+TOOLS = {tool.spec.name: tool for tool in default_tools()}
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+GOOD_CU = """
+__global__ void add(float* a, const float* b, int n) {
+  __shared__ float tile[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { tile[threadIdx.x] = b[i]; __syncthreads(); a[i] += tile[threadIdx.x]; }
+}
+"""
+BAD_CU = "__global__ void broken(float* a) { a[0] = 1.0f }\n"
+# Appended to the reference: a step whose hidden comes back negated (runs fine, wrong answer).
+WRONG_STEP = """
+_reference_step = Model.step
+def _negated_step(self, hidden, state):
+    out, state = _reference_step(self, hidden, state)
+    return -out, state
+Model.step = _negated_step
+"""
+RAISING_STEP = """
+def _raising_step(self, hidden, state):
+    raise RuntimeError("kernel exploded on purpose")
+Model.step = _raising_step
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "task").mkdir(parents=True)
+    (ws / "task" / "reference.py").write_text("REFERENCE = 1\n")
+    (ws / ".git").mkdir()
+    (ws / "notes.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    return ws
+
+
+@pytest.fixture
+def ctx(workspace: Path, kimi, kagent_home: Path) -> ToolContext:
+    options = EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home)
+    return ToolContext(workspace=workspace, task=kimi, eval_options=options)
+
+
+def call(name: str, ctx: ToolContext, **args):
+    return TOOLS[name].run(args, ctx)
+
+
+# -- base ------------------------------------------------------------------------------------
+def test_default_tools_have_schemas():
+    assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "compile", "baseline",
+                           "check", "benchmark", "profile"]
+    schema = TOOLS["edit_file"].spec.parameters
+    assert schema["required"] == ["path", "old", "new"] and schema["additionalProperties"] is False
+    assert "title" not in schema["properties"]["old"]
+
+
+def test_cap_keeps_head_and_tail():
+    assert cap("short", 100) == "short"
+    text = "HEAD" + "x" * 10_000 + "TAIL"
+    capped = cap(text, 500)
+    assert len(capped) <= 520
+    head, rest = capped.split("\n[… ")
+    count, tail = rest.split(" characters omitted …]\n")
+    assert head.startswith("HEAD") and tail.endswith("TAIL")
+    assert text.startswith(head) and text.endswith(tail) and len(head) + int(count) + len(tail) == len(text)
+
+
+def test_scrubbed_env_drops_secrets():
+    base = {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "TORCH_HOME": "/t", "GITHUB_TOKEN": "t",
+            "ANTHROPIC_BASE_URL": "u", "OPENAI_ORG": "o", "my_Password": "p", "AWS_SECRET_ACCESS_KEY": "s",
+            "GCP_CREDENTIALS": "c", "HF_API_KEY": "k"}
+    assert scrubbed_env(base) == {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "TORCH_HOME": "/t"}
+
+
+def test_resolve_rejects_escapes(ctx: ToolContext, workspace: Path, tmp_path: Path):
+    assert resolve_in_workspace(ctx, "notes.txt") == (workspace / "notes.txt").resolve()
+    assert resolve_in_workspace(ctx, str(workspace / "notes.txt")) == (workspace / "notes.txt").resolve()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / "link").symlink_to(outside)
+    for bad in ("../outside/x", "/etc/passwd", "link/x", "sub/../../outside"):
+        with pytest.raises(ToolError, match="outside the workspace"):
+            resolve_in_workspace(ctx, bad)
+    (workspace / "loop").symlink_to(workspace / "loop")
+    with pytest.raises(ToolError):
+        resolve_in_workspace(ctx, "loop/x")
+    for read_only in ("task/reference.py", "task/new.py", ".git/config", "./task/../task/x"):
+        assert resolve_in_workspace(ctx, read_only)  # reading is fine
+        with pytest.raises(ToolError, match="read-only"):
+            resolve_in_workspace(ctx, read_only, for_writing=True)
+
+
+def test_invalid_arguments_are_errors_not_exceptions(ctx: ToolContext):
+    missing = call("write_file", ctx, path="a.py")
+    assert missing.is_error and "content" in missing.content and "required" in missing.content.lower()
+    extra = call("read_file", ctx, path="notes.txt", bogus=1)
+    assert extra.is_error and "bogus" in extra.content
+    wrong_type = call("shell", ctx, command="true", timeout_s="soon")
+    assert wrong_type.is_error and "timeout_s" in wrong_type.content
+    assert call("compile", ctx, path="k.cu", arch="sm_90; rm -rf /").is_error
+
+
+# -- files -----------------------------------------------------------------------------------
+def test_read_file_numbers_and_pages(ctx: ToolContext):
+    out = call("read_file", ctx, path="notes.txt", offset_line=3, max_lines=2)
+    assert not out.is_error
+    assert out.content.splitlines()[:2] == [" 3| line 3", " 4| line 4"]
+    assert "offset_line=5" in out.content
+    assert call("read_file", ctx, path="task/reference.py").content == "1| REFERENCE = 1"
+    for bad, why in (("missing.py", "no file"), ("../x", "outside"), ("task", "is a folder")):
+        out = call("read_file", ctx, path=bad)
+        assert out.is_error and why in out.content
+    assert "only 10 lines" in call("read_file", ctx, path="notes.txt", offset_line=50).content
+
+
+def test_list_files_shows_sizes_and_skips_noise(ctx: ToolContext, workspace: Path):
+    for noise in ("__pycache__/x.pyc", "build/lib.so", "kern/build/obj.o"):
+        (workspace / noise).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / noise).write_text("x")
+    (workspace / "kern" / "a.cu").write_text("y" * 2048)
+    out = call("list_files", ctx)
+    assert not out.is_error
+    assert "notes.txt  (71 B)" in out.content and "a.cu  (2.0 KiB)" in out.content and "task/" in out.content
+    for hidden in ("__pycache__", "build", ".git", "x.pyc"):
+        assert hidden not in out.content
+    assert call("list_files", ctx, path="nowhere").is_error
+    assert call("list_files", ctx, path="/").is_error
+
+
+def test_write_file_creates_folders_and_respects_task(ctx: ToolContext, workspace: Path):
+    out = call("write_file", ctx, path="kernels/deep/k.cu", content="a\nb\n")
+    assert not out.is_error and "created kernels/deep/k.cu (2 lines" in out.content
+    assert (workspace / "kernels/deep/k.cu").read_text() == "a\nb\n"
+    assert "overwrote" in call("write_file", ctx, path="kernels/deep/k.cu", content="c").content
+    for bad in ("task/reference.py", ".git/hooks/pre-commit", "../evil.py"):
+        assert call("write_file", ctx, path=bad, content="x").is_error
+    assert (workspace / "task/reference.py").read_text() == "REFERENCE = 1\n"
+    assert not (workspace.parent / "evil.py").exists()
+    under_a_file = call("write_file", ctx, path="notes.txt/inner.py", content="x")
+    assert under_a_file.is_error and "cannot write notes.txt/inner.py" in under_a_file.content
+
+
+def test_edit_file_exact_replacement(ctx: ToolContext, workspace: Path):
+    path = workspace / "s.py"
+    path.write_text("a = 1\nb = 1\nc = 2\n")
+    out = call("edit_file", ctx, path="s.py", old="c = 2", new="c = 3")
+    assert not out.is_error and "line 3" in out.content and path.read_text() == "a = 1\nb = 1\nc = 3\n"
+    zero = call("edit_file", ctx, path="s.py", old="d = 4", new="")
+    assert zero.is_error and "does not occur" in zero.content
+    two = call("edit_file", ctx, path="s.py", old=" = 1", new=" = 9")
+    assert two.is_error and "occurs 2 times" in two.content and path.read_text().count(" = 1") == 2
+    both = call("edit_file", ctx, path="s.py", old=" = 1", new=" = 9", expect_count=2)
+    assert not both.is_error and path.read_text() == "a = 9\nb = 9\nc = 3\n"
+    assert call("edit_file", ctx, path="task/reference.py", old="1", new="2").is_error
+    assert call("edit_file", ctx, path="nope.py", old="x", new="y").is_error
+
+
+# -- shell -----------------------------------------------------------------------------------
+def test_shell_runs_in_workspace(ctx: ToolContext, workspace: Path):
+    out = call("shell", ctx, command="pwd; echo oops >&2; exit 3")
+    assert not out.is_error and out.data["exit_code"] == 3
+    assert out.content.startswith("exit code 3") and str(workspace.resolve()) in out.content and "oops" in out.content
+    assert "exit code 0" in call("shell", ctx, command="read line || echo no-stdin").content
+
+
+def test_shell_hides_credentials(ctx: ToolContext, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-fake-secret-value")
+    monkeypatch.setenv("KAGENT_VISIBLE_MARKER", "visible-marker")
+    out = call("shell", ctx, command="env")
+    assert "visible-marker" in out.content
+    assert "sk-fake-secret-value" not in out.content and "ANTHROPIC_API_KEY" not in out.content
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie is dead, merely not yet reaped by its new parent
+
+
+def test_shell_timeout_kills_the_group(ctx: ToolContext, workspace: Path):
+    started = time.monotonic()
+    out = call("shell", ctx, command="sleep 300 & echo $! > child.pid; echo started; wait", timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert out.is_error and out.data["timed_out"] and "killed" in out.content and "started" in out.content
+    pid = int((workspace / "child.pid").read_text())
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_shell_is_bounded_by_the_deadline(ctx: ToolContext):
+    ctx.deadline = time.monotonic() + 2.5
+    started = time.monotonic()
+    out = call("shell", ctx, command="sleep 30", timeout_s=120)
+    assert out.data["timed_out"] and time.monotonic() - started < 10
+    ctx.deadline = time.monotonic() - 1
+    spent = call("shell", ctx, command="echo never")
+    assert spent.is_error and "budget" in spent.content and "never" not in spent.content
+
+
+def test_shell_output_is_capped(ctx: ToolContext):
+    ctx.max_output_chars = 1000
+    out = call("shell", ctx, command="echo FIRST; head -c 200000 /dev/zero | tr '\\0' a; echo; echo LAST")
+    assert len(out.content) <= 1100
+    assert "FIRST" in out.content and "LAST" in out.content and "omitted" in out.content
+
+
+# -- compile ---------------------------------------------------------------------------------
+def test_parse_ptxas_report():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4heavyPf' for 'sm_90'
+ptxas info    : Function properties for _Z4heavyPf
+    24 bytes stack frame, 16 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 4096 bytes smem, 380 bytes cmem[0], 8 bytes cmem[2]
+ptxas info    : Compiling entry function '_Z5lightv' for 'sm_90'
+ptxas info    : Used 8 registers, 352 bytes cmem[0]
+"""
+    heavy, light = parse_ptxas(log)
+    assert heavy == {"name": "_Z4heavyPf", "arch": "sm_90", "entry": True, "registers": 255, "spill_stores": 16,
+                     "spill_loads": 12, "shared_mem": 4096, "stack_frame": 24, "constant_mem": 388, "barriers": 1}
+    assert light["registers"] == 8 and light["constant_mem"] == 352 and light["spill_stores"] == 0
+
+
+@needs_nvcc
+def test_compile_cu_reports_resources(ctx: ToolContext, workspace: Path):
+    (workspace / "k.cu").write_text(GOOD_CU)
+    out = call("compile", ctx, path="k.cu")
+    assert not out.is_error, out.content
+    (kernel,) = out.data["kernels"]
+    assert kernel["name"] == "_Z3addPfPKfi" and kernel["arch"] == "sm_90"
+    assert kernel["registers"] > 0 and kernel["shared_mem"] == 1024 and kernel["spill_stores"] == 0
+    assert "regs" in out.content and "1024" in out.content
+    assert not list(workspace.glob("*.o"))  # the object file goes to a temporary folder
+
+
+@needs_nvcc
+def test_compile_cu_syntax_error(ctx: ToolContext, workspace: Path):
+    (workspace / "bad.cu").write_text(BAD_CU)
+    out = call("compile", ctx, path="bad.cu")
+    assert out.is_error and out.data["kernels"] == []
+    assert out.data["errors"] and "error" in out.data["errors"][0]
+    assert out.content.index("first errors:") < out.content.index("full output:")
+    assert 'expected a ";"' in out.content
+
+
+def test_compile_without_nvcc(ctx: ToolContext, workspace: Path, tmp_path: Path):
+    (workspace / "k.cu").write_text(GOOD_CU)
+    ctx.env = {"PATH": str(tmp_path / "empty"), "HOME": str(tmp_path)}
+    out = call("compile", ctx, path="k.cu")
+    assert out.is_error and "nvcc is not installed" in out.content
+
+
+def test_compile_python_imports_in_a_fresh_process(ctx: ToolContext, workspace: Path):
+    (workspace / "helper.py").write_text("VALUE = 3\n")
+    (workspace / "good.py").write_text("import helper\nassert helper.VALUE == 3\n")
+    out = call("compile", ctx, path="good.py")
+    assert not out.is_error and "ok" in out.content.splitlines()[0]
+    (workspace / "bad.py").write_text("x = 1\ndef f(:\n    pass\n")
+    out = call("compile", ctx, path="bad.py")
+    assert out.is_error and "SyntaxError" in out.content
+    assert call("compile", ctx, path="notes.txt").is_error
+    assert call("compile", ctx, path="../k.cu").is_error
+
+
+# -- check, benchmark, profile ---------------------------------------------------------------
+def test_check_and_benchmark_pass_with_the_reference(ctx: ToolContext, kimi, workspace: Path):
+    reference_solution(kimi, workspace)
+    checked = call("check", ctx)
+    assert not checked.is_error and checked.evaluation is not None
+    assert checked.evaluation.verdict is Verdict.PASS and checked.evaluation.mode == "check"
+    assert checked.content.startswith("verdict: PASS")
+    timed = call("benchmark", ctx, contexts=[16])
+    result = timed.evaluation
+    assert not timed.is_error and result is not None and result.verdict is Verdict.PASS
+    assert [t.context_len for t in result.timings] == [16] and result.score is not None
+    for piece in ("ctx 16: baseline", "ms/token", "speedup", "95% CI", "tok/s", "bytes floor", "launches per step",
+                  "score (geomean speedup)"):
+        assert piece in timed.content
+    assert timed.data["verdict"] == "pass"
+
+
+def test_wrong_solution_is_a_measurement_not_an_error(ctx: ToolContext, kimi, workspace: Path):
+    reference_solution(kimi, workspace, patch=WRONG_STEP)
+    out = call("check", ctx)
+    assert not out.is_error and out.evaluation.verdict is Verdict.INCORRECT
+    assert out.content.startswith("verdict: INCORRECT") and "cosine" in out.content
+
+
+def test_evaluation_errors_the_model_can_cause(ctx: ToolContext, kimi, workspace: Path):
+    missing = call("check", ctx)
+    assert missing.is_error and "solution.py" in missing.content and missing.evaluation is None
+    reference_solution(kimi, workspace)
+    unknown = call("benchmark", ctx, contexts=[12345])
+    assert unknown.is_error and "cannot be evaluated" in unknown.content and "12345" in unknown.content
+
+
+def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
+    reference_solution(kimi, workspace)
+    ctx.env = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}  # no ncu there
+    out = call("profile", ctx, steps=2)
+    assert not out.is_error, out.content
+    assert "top" in out.content and "by self CPU time" in out.content and "aten::" in out.content
+    assert "Nsight Compute not installed" in out.content
+    assert out.data["context_len"] == 16 and len(out.data["ops"]) > 0
+    table = out.content.split("\n\n")[0].splitlines()
+    assert len(table) - 3 <= 15  # title, header and footer around at most 15 ops
+
+
+def test_profile_reports_a_raising_solution(ctx: ToolContext, kimi, workspace: Path):
+    reference_solution(kimi, workspace, patch=RAISING_STEP)
+    out = call("profile", ctx, ncu=False)
+    assert out.is_error and "kernel exploded on purpose" in out.content
+
+
+def test_parse_ncu_csv():
+    header = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",' \
+             '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+
+    def row(i: int, kernel: str, metric: str, unit: str, value: str) -> str:
+        return f'"{i}","1","python","h","{kernel}","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line ' \
+               f'profiler metrics","{metric}","{unit}","{value}"'
+
+    output = "\n".join([
+        "==PROF== Connected to process 1", header,
+        row(0, "gemv", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "80"),
+        row(0, "gemv", "gpu__time_duration.sum", "usecond", "1,200.5"),
+        row(0, "gemv", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "20"),
+        row(1, "gemv", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "60"),
+        row(1, "gemv", "gpu__time_duration.sum", "usecond", "800"),
+        row(1, "gemv", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "30"),
+        row(2, "norm", "gpu__time_duration.sum", "nsecond", "5000"),
+        "solution stdout noise",
+    ])
+    gemv, norm = parse_ncu_csv(output)
+    assert gemv == {"name": "gemv", "launches": 2, "duration_us": 2000.5, "sm_pct": 25.0, "dram_pct": 70.0}
+    assert norm["duration_us"] == 5.0 and norm["launches"] == 1
+    assert parse_ncu_csv("no csv here") == []
+
+
+def test_baseline_reports_time_per_token_and_the_floor(tmp_path, kimi, kagent_home):
+    from kagent.sandbox.evaluate import EvalOptions
+    from kagent.tools.base import ToolContext
+
+    ctx = ToolContext(workspace=tmp_path, task=kimi,
+                      eval_options=EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home))
+    outcome = TOOLS["baseline"].run({}, ctx)
+    assert not outcome.is_error, outcome.content
+    for label in ("ctx 16", "ctx 32", "ctx 64"):
+        assert label in outcome.content
+    assert "ms per token" in outcome.content and "bytes floor" in outcome.content
+    assert TOOLS["baseline"].run({"extra": 1}, ctx).is_error

@@ -1,0 +1,218 @@
+"""What every tool shares: the context of a run, the outcome the model sees, argument
+validation, output capping, a scrubbed environment and workspace-confined paths.
+
+Errors the model can cause (a bad path, bad arguments, a failing command) are data: a
+ToolError turned into an ``is_error`` outcome it can act on. Bugs in kagent still raise.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kagent.agent.messages import ToolSpec
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.results import EvalResult
+from kagent.sandbox.scrub import is_secret_name, scrubbed_env  # noqa: F401  (re-exported for tools)
+from kagent.tasks import TaskRef
+
+# Folders the model may read but never write: the task's own files and the run's history.
+READ_ONLY_DIRS = ("task", ".git")
+
+
+class ToolError(Exception):
+    """A mistake the model made (or a limit it hit); its message is what the model sees."""
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool needs about the run it serves."""
+
+    workspace: Path
+    task: TaskRef
+    eval_options: EvalOptions
+    solution_name: str = "solution.py"
+    deadline: Optional[float] = None  # time.monotonic() value nothing may run past
+    max_output_chars: int = 8000
+    env: Optional[dict[str, str]] = None  # None: os.environ, scrubbed of credentials
+
+    def timeout(self, own_limit: float) -> float:
+        """The seconds a step may take: its own limit, cut to what is left of the run."""
+        if self.deadline is None:
+            return own_limit
+        left = self.deadline - time.monotonic()
+        if left <= 1.0:
+            raise ToolError("the run's time budget is spent: nothing more can be run")
+        return min(own_limit, left)
+
+    def command_env(self) -> dict[str, str]:
+        return dict(self.env) if self.env is not None else scrubbed_env()
+
+    @property
+    def solution_path(self) -> Path:
+        return self.workspace / self.solution_name
+
+
+class ToolOutcome(BaseModel):
+    content: str = Field(description="What the model sees, already capped")
+    is_error: bool = False
+    data: dict[str, Any] = Field(default_factory=dict, description="Structured detail for the trace")
+    evaluation: Optional[EvalResult] = Field(None, description="Set by check/benchmark: the attempt's result")
+
+
+@runtime_checkable
+class Tool(Protocol):
+    spec: ToolSpec
+
+    def run(self, args: dict, ctx: ToolContext) -> ToolOutcome: ...
+
+
+class Args(BaseModel):
+    """Base of every tool's argument model: unknown arguments are a mistake worth reporting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class BaseTool(ABC):
+    """A tool whose arguments are a pydantic model; subclasses implement ``execute``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Arguments: ClassVar[type[Args]]
+
+    def __init__(self) -> None:
+        schema = _untitled(self.Arguments.model_json_schema())
+        self.spec = ToolSpec(name=self.name, description=self.description, parameters=schema)
+
+    def run(self, args: dict, ctx: ToolContext) -> ToolOutcome:
+        try:
+            parsed = self.Arguments.model_validate(args)
+        except ValidationError as err:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors())
+            return ToolOutcome(content=f"invalid arguments for {self.name}: {problems}", is_error=True,
+                               data={"invalid_args": args})
+        try:
+            outcome = self.execute(parsed, ctx)
+        except ToolError as err:
+            return ToolOutcome(content=cap(str(err), ctx.max_output_chars), is_error=True)
+        outcome.content = cap(outcome.content, ctx.max_output_chars)
+        return outcome
+
+    @abstractmethod
+    def execute(self, args: Any, ctx: ToolContext) -> ToolOutcome:
+        """Run with validated arguments; raise ToolError for the model's mistakes."""
+
+
+def _untitled(schema: Any) -> Any:
+    """The schema without pydantic's generated titles: tokens the model gains nothing from.
+    (A property named "title" is a dict under "properties", so it stays.)"""
+    if isinstance(schema, dict):
+        return {k: _untitled(v) for k, v in schema.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [_untitled(v) for v in schema]
+    return schema
+
+
+def cap(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its head and tail (where errors
+    and summaries are) and saying how much of the middle went."""
+    if len(text) <= limit:
+        return text
+    marker_room = 40
+    keep = max(limit - marker_room, 0)
+    head, tail = keep // 2, keep - keep // 2
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[len(text) - tail:] if tail else ''}"
+
+
+def resolve_in_workspace(ctx: ToolContext, path: str, for_writing: bool = False) -> Path:
+    """The absolute, symlink-resolved path of ``path`` inside the workspace, or a ToolError."""
+    if not path or "\0" in path:
+        raise ToolError("the path is empty or holds a NUL character")
+    root = ctx.workspace.resolve()
+    given = Path(path)
+    candidate = given if given.is_absolute() else root / given
+    # strict=False: a file about to be written need not exist; existing parts are resolved,
+    # so a symlink pointing outside is caught like a `..`.
+    try:
+        resolved = candidate.resolve(strict=False)
+    except (RuntimeError, OSError) as err:  # a symlink loop the model made
+        raise ToolError(f"cannot resolve {path!r}: {err}") from None
+    if resolved != root and root not in resolved.parents:
+        raise ToolError(f"{path!r} is outside the workspace; paths are relative to the workspace ({root})")
+    relative = resolved.relative_to(root)
+    if for_writing:
+        if resolved == root:
+            raise ToolError("cannot write to the workspace folder itself; give a file path")
+        if relative.parts and relative.parts[0] in READ_ONLY_DIRS:
+            raise ToolError(f"{relative} is read-only: the files under {relative.parts[0]}/ belong to the "
+                            f"task or the run; write your own files elsewhere in the workspace")
+    return resolved
+
+
+def relative_name(ctx: ToolContext, path: Path) -> str:
+    """How a resolved path is shown to the model: relative to the workspace."""
+    rel = path.relative_to(ctx.workspace.resolve())
+    return str(rel) if rel.parts else "."
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group ``proc`` leads (it was started in a session of its own)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass
+class Completed:
+    exit_code: Optional[int]
+    output: str
+    timed_out: bool
+    seconds: float
+
+
+def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
+                env: Optional[dict[str, str]] = None) -> Completed:
+    """Run ``argv`` in a new session with stdin closed and stdout+stderr into one capped
+    text; on timeout the whole process group is killed. Its processes never outlive it."""
+    timeout = ctx.timeout(limit_s)
+    started = time.monotonic()
+    # A file, not a pipe: a flood of output cannot fill memory, and a background child
+    # holding the pipe open cannot make us wait.
+    with tempfile.TemporaryFile() as sink:
+        proc = subprocess.Popen(argv, cwd=cwd or ctx.workspace, env=env if env is not None else ctx.command_env(),
+                                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_group(proc)
+            proc.wait()
+        output = read_capped(sink, ctx.max_output_chars)
+    return Completed(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
+                     seconds=round(time.monotonic() - started, 3))
+
+
+def read_capped(sink: Any, limit: int) -> str:
+    """Head and tail of a binary file object, without reading a huge middle into memory."""
+    size = sink.seek(0, os.SEEK_END)
+    sink.seek(0)
+    if size <= 4 * limit:
+        return cap(sink.read().decode("utf-8", errors="replace"), limit)
+    half = limit // 2
+    head = sink.read(half).decode("utf-8", errors="replace")
+    sink.seek(size - half)
+    tail = sink.read().decode("utf-8", errors="replace")
+    return f"{head}\n[… {size - 2 * half} bytes omitted …]\n{tail}"

@@ -1,0 +1,177 @@
+"""Reading, listing, writing and editing files of the workspace."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, relative_name, resolve_in_workspace
+
+# Folders a listing skips: history, caches and build products are noise to the model.
+SKIPPED_DIRS = {".git", "__pycache__", "build", "dist", ".ipynb_checkpoints", ".pytest_cache",
+                "torch_extensions", ".triton", "node_modules", ".venv"}
+MAX_LIST_ENTRIES = 500
+# Past this a file is read in slices by the shell (head, sed -n), not loaded whole.
+MAX_READ_BYTES = 16 << 20
+
+
+def _read_text(path: Path, shown: str) -> str:
+    if not path.exists():
+        raise ToolError(f"no file {shown}")
+    if path.is_dir():
+        raise ToolError(f"{shown} is a folder; use list_files to see what it holds")
+    if path.stat().st_size > MAX_READ_BYTES:
+        raise ToolError(f"{shown} is larger than {MAX_READ_BYTES >> 20} MiB: look at parts of it with the shell")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"{shown} is not UTF-8 text (a binary file?)") from None
+    except OSError as err:  # permissions the model changed, say
+        raise ToolError(f"cannot read {shown}: {err.strerror}") from None
+
+
+def _write_text(path: Path, shown: str, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:  # a parent that is a file, a read-only file the model made...
+        raise ToolError(f"cannot write {shown}: {err.strerror or err}") from None
+
+
+class ReadFileArgs(Args):
+    path: str = Field(description="File path, relative to the workspace")
+    offset_line: int = Field(1, ge=1, description="First line to show (1-based)")
+    max_lines: int = Field(400, ge=1, le=5000, description="How many lines to show at most")
+
+
+class ReadFile(BaseTool):
+    name = "read_file"
+    description = ("Read a text file of the workspace, with line numbers. Long files: page through with "
+                   "offset_line. The task's files are under task/.")
+    Arguments = ReadFileArgs
+
+    def execute(self, args: ReadFileArgs, ctx: ToolContext) -> ToolOutcome:
+        path = resolve_in_workspace(ctx, args.path)
+        shown = relative_name(ctx, path)
+        lines = _read_text(path, shown).splitlines()
+        start = args.offset_line - 1
+        if start >= len(lines) and lines:
+            raise ToolError(f"{shown} has only {len(lines)} lines; offset_line {args.offset_line} is past its end")
+        chunk = lines[start:start + args.max_lines]
+        width = len(str(len(lines)))  # one width for the whole file, so pages line up
+        body = "\n".join(f"{i:>{width}}| {line}" for i, line in enumerate(chunk, start=args.offset_line))
+        end = start + len(chunk)
+        note = f"\n[lines {args.offset_line}–{end} of {len(lines)}; read on with offset_line={end + 1}]" \
+            if end < len(lines) else ""
+        return ToolOutcome(content=(body or f"{shown} is empty") + note,
+                           data={"path": shown, "lines": len(lines), "first": args.offset_line, "last": end})
+
+
+class ListFilesArgs(Args):
+    path: str = Field(".", description="Folder, relative to the workspace")
+    depth: int = Field(2, ge=1, le=6, description="How many folder levels to descend")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class ListFiles(BaseTool):
+    name = "list_files"
+    description = ("List the files of a workspace folder as a tree with sizes (skips .git, __pycache__ "
+                   "and build folders).")
+    Arguments = ListFilesArgs
+
+    def execute(self, args: ListFilesArgs, ctx: ToolContext) -> ToolOutcome:
+        root = resolve_in_workspace(ctx, args.path)
+        shown = relative_name(ctx, root)
+        if not root.is_dir():
+            raise ToolError(f"{shown} is not a folder" if root.exists() else f"no folder {shown}")
+        lines: list[str] = [f"{shown}/"]
+        count = 0
+
+        def walk(folder: Path, level: int) -> None:
+            nonlocal count
+            try:
+                entries = sorted(folder.iterdir(), key=lambda p: (not p.is_dir(), p.name))
+            except OSError as err:
+                lines.append(f"{'  ' * level}[cannot list: {err.strerror}]")
+                return
+            for entry in entries:
+                if count >= MAX_LIST_ENTRIES:
+                    return
+                indent = "  " * level
+                if entry.is_dir() and not entry.is_symlink():
+                    if entry.name in SKIPPED_DIRS:
+                        continue
+                    count += 1
+                    lines.append(f"{indent}{entry.name}/")
+                    if level < args.depth:
+                        walk(entry, level + 1)
+                else:
+                    count += 1
+                    size = entry.stat().st_size if entry.exists() else 0
+                    lines.append(f"{indent}{entry.name}  ({_size(size)})")
+
+        walk(root, 1)
+        if count >= MAX_LIST_ENTRIES:
+            lines.append(f"[stopped at {MAX_LIST_ENTRIES} entries: list a subfolder]")
+        return ToolOutcome(content="\n".join(lines), data={"path": shown, "entries": count})
+
+
+class WriteFileArgs(Args):
+    path: str = Field(description="File path, relative to the workspace (not under task/)")
+    content: str = Field(description="The whole new content of the file")
+
+
+class WriteFile(BaseTool):
+    name = "write_file"
+    description = "Create or overwrite a file of the workspace (parent folders are created)."
+    Arguments = WriteFileArgs
+
+    def execute(self, args: WriteFileArgs, ctx: ToolContext) -> ToolOutcome:
+        path = resolve_in_workspace(ctx, args.path, for_writing=True)
+        shown = relative_name(ctx, path)
+        if path.is_dir():
+            raise ToolError(f"{shown} is a folder")
+        existed = path.exists()
+        _write_text(path, shown, args.content)
+        lines = args.content.count("\n") + (0 if args.content.endswith("\n") or not args.content else 1)
+        verb = "overwrote" if existed else "created"
+        return ToolOutcome(content=f"{verb} {shown} ({lines} lines, {len(args.content.encode())} bytes)",
+                           data={"path": shown, "created": not existed, "bytes": len(args.content.encode())})
+
+
+class EditFileArgs(Args):
+    path: str = Field(description="File path, relative to the workspace (not under task/)")
+    old: str = Field(min_length=1, description="Exact text to replace, whitespace included")
+    new: str = Field(description="Replacement text")
+    expect_count: int = Field(1, ge=1, description="How many times `old` must occur; all are replaced")
+
+
+class EditFile(BaseTool):
+    name = "edit_file"
+    description = ("Replace an exact string in a file. Fails, changing nothing, unless `old` occurs exactly "
+                   "expect_count times: include enough surrounding lines to make it unique.")
+    Arguments = EditFileArgs
+
+    def execute(self, args: EditFileArgs, ctx: ToolContext) -> ToolOutcome:
+        path = resolve_in_workspace(ctx, args.path, for_writing=True)
+        shown = relative_name(ctx, path)
+        text = _read_text(path, shown)
+        found = text.count(args.old)
+        if found != args.expect_count:
+            if found == 0:
+                raise ToolError(f"`old` does not occur in {shown}; nothing changed (read the file again: "
+                                "whitespace and indentation must match exactly)")
+            raise ToolError(f"`old` occurs {found} times in {shown}, expected {args.expect_count}; nothing "
+                            "changed (add surrounding lines to make it unique, or set expect_count)")
+        _write_text(path, shown, text.replace(args.old, args.new))
+        line = text[:text.index(args.old)].count("\n") + 1
+        return ToolOutcome(content=f"replaced {found} occurrence{'s' if found > 1 else ''} in {shown} "
+                                   f"(first at line {line})",
+                           data={"path": shown, "replacements": found, "first_line": line})

@@ -1,0 +1,30 @@
+"""Running a shell command in the workspace."""
+from __future__ import annotations
+
+from pydantic import Field
+
+from kagent.tools.base import Args, BaseTool, ToolContext, ToolOutcome, run_command
+
+
+class ShellArgs(Args):
+    command: str = Field(min_length=1, description="A bash command line, run in the workspace folder")
+    timeout_s: float = Field(120, gt=0, le=3600, description="Seconds before its whole process group is killed")
+
+
+class Shell(BaseTool):
+    name = "shell"
+    description = ("Run a bash command (login shell) in the workspace, stdin closed, credentials removed from "
+                   "the environment. Returns the exit code and the combined stdout+stderr (long output keeps "
+                   "its head and tail). At the timeout every process it started is killed.")
+    Arguments = ShellArgs
+
+    def execute(self, args: ShellArgs, ctx: ToolContext) -> ToolOutcome:
+        done = run_command(["bash", "-lc", args.command], ctx, args.timeout_s)
+        data = {"command": args.command, "exit_code": done.exit_code, "timed_out": done.timed_out,
+                "seconds": done.seconds}
+        if done.timed_out:
+            return ToolOutcome(content=f"timed out after {done.seconds:.1f} s: the command and every process it "
+                                       f"started were killed (SIGKILL)\n{done.output}",
+                               is_error=True, data=data)
+        # A non-zero exit is information (grep finding nothing exits 1), not a failed call.
+        return ToolOutcome(content=f"exit code {done.exit_code} ({done.seconds:.1f} s)\n{done.output}", data=data)
