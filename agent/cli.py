@@ -178,11 +178,8 @@ def run_command(
     ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
     Exit code: 0 finished, 1 failed or interrupted, 2 bad usage.
     """
-    from rich.live import Live
-
     from kagent.agent.budget import Budget, parse_duration
     from kagent.agent.runs import RunOptions, start_run
-    from kagent.agent.views import run_panel
 
     settings = _run_config_file(config)
     model = model or settings.get("model")
@@ -201,11 +198,44 @@ def run_command(
                       max_tokens=max_tokens if max_tokens is not None else settings.get("max_tokens")),
         thinking_budget=thinking if thinking is not None else settings.get("thinking"),
         auto_revert=not no_revert and bool(settings.get("revert", True)))
-    if quiet or json_output:
-        run_dir, report = start_run(options)
+    _show_run(lambda view: start_run(options, view=view), quiet or json_output, json_output)
+
+
+@app.command("resume")
+def resume_command(
+    run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
+    budget: Optional[str] = typer.Option(None, help="More wall-clock time for the run, e.g. 1h (needed to extend "
+                                                    "a finished run)."),
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
+    json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
+) -> None:
+    """Go on with a run that was interrupted (killed, rebooted, an outage), or extend a finished one.
+
+    The conversation is rebuilt from the trace alone; a tool call cut short is re-run when it
+    only reads, otherwise answered as interrupted; the workspace goes back to its last
+    checkpoint, with later changes kept on a side ref. The budget counts the time of all
+    segments. Exit code: 0 finished, 1 failed or interrupted, 2 bad usage.
+    """
+    from kagent.agent.budget import parse_duration
+    from kagent.agent.runs import resume_run
+
+    extra = parse_duration(budget) if budget else None
+    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root), quiet or json_output,
+              json_output)
+
+
+def _show_run(drive, quiet: bool, json_output: bool) -> None:
+    """Drive a run (new or resumed) with or without the live view, then show its report."""
+    from rich.live import Live
+
+    from kagent.agent.views import run_panel
+
+    if quiet:
+        run_dir, report = drive(None)
     else:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
-            run_dir, report = start_run(options, view=lambda update: live.update(run_panel(update)))
+            run_dir, report = drive(lambda update: live.update(run_panel(update)))
     if json_output:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     else:
@@ -213,6 +243,72 @@ def run_command(
         console.print((run_dir / "report.md").read_text())
         console.print(f"run folder: {run_dir}")
     raise typer.Exit(0 if report.status == "finished" else 1)
+
+
+@app.command("runs")
+def runs_command(
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the runs as a JSON list only."),
+) -> None:
+    """List the runs, newest first: state, best speedup, time, tokens and cost of each.
+
+    A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
+    """
+    from kagent.agent.run_list import list_runs, runs_table, summaries_json
+
+    folder = Path(root or runs_dir())
+    summaries = list_runs(folder)
+    if json_output:
+        # Scripts get valid JSON even when there is nothing: an empty list.
+        sys.stdout.write(summaries_json(summaries) + "\n")
+        return
+    if not summaries:
+        console.print(f"No runs in {folder} yet: start one with `kagent run TASK --model PROVIDER:MODEL`.")
+        return
+    console.print(runs_table(summaries))
+
+
+@app.command("replay")
+def replay_command(
+    run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
+    attempts: bool = typer.Option(False, "--attempts", help="Only the attempts and the end."),
+    errors: bool = typer.Option(False, "--errors", help="Only tool errors, failed attempts, model retries and "
+                                                        "errors (and the end)."),
+    follow_trace: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events as the run goes, "
+                                                                    "until it ends (Ctrl-C stops)."),
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    execute: bool = typer.Option(False, "--execute", help="Re-run the recorded session on a fresh workspace "
+                                 "(no model is called), re-measure, and report per attempt whether its verdict and "
+                                 "speedup reproduce."),
+    device: Optional[str] = typer.Option(None, help="With --execute: the device to re-measure on (default: the "
+                                                    "run's)."),
+    scale: Optional[Scale] = typer.Option(None, help="With --execute: the scale (default: the run's)."),
+) -> None:
+    """Tell a run turn by turn from its trace: the model's words, tool calls (file writes as diffs),
+    results, attempts, budget, and how it ended. With --execute, audit its numbers on this machine.
+
+    Exit code with --execute: 0 everything reproduces, 1 something diverges."""
+    from kagent.agent.replay import follow, replay
+    from kagent.agent.runs import find_run
+
+    if execute:
+        from kagent.agent.reexecute import execute_replay
+        from kagent.agent.views import audit_table
+
+        audit = execute_replay(run, root, _resolve_device(device) if device else None,
+                               scale.value if scale else None)
+        console.print(audit_table(audit))
+        console.print(f"re-executed run: {audit.replay_dir}")
+        raise typer.Exit(0 if audit.reproduces else 1)
+    run_dir = find_run(run, root)
+    if not follow_trace:
+        console.print(replay(run_dir, only_attempts=attempts, only_errors=errors))
+        return
+    try:
+        follow(run_dir, console, only_attempts=attempts, only_errors=errors)
+    except KeyboardInterrupt:
+        # Stopping the view is the normal way out of --follow; the run itself goes on.
+        err_console.print("[dim]stopped following (the run is not affected)[/]")
 
 
 def main() -> None:

@@ -19,15 +19,17 @@ from kagent.agent.budget import Budget, BudgetTracker
 from kagent.agent.errors import KagentError, TransientModelError
 from kagent.agent.ledger import Attempt, Design, Ledger
 from kagent.agent.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
+from kagent.agent.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt
 from kagent.agent.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
-    RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice, INLINE_LIMIT,
+    RunResumed, RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice, INLINE_LIMIT,
 )
 from kagent.agent.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
 from kagent.tools.base import Tool, ToolContext, ToolOutcome, cap
+from kagent.tools.evaluation import summarize
 
 # A benchmark this much slower than the best counts as a regression (beyond timing noise).
 REGRESSION_TOLERANCE = 0.02
@@ -49,6 +51,8 @@ class RunConfig(BaseModel):
     keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
     auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
     eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
+    model_timeout_s: float = Field(600.0, description="Limit of one model request")
+    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
 
 
 class Stop(Exception):
@@ -166,14 +170,65 @@ class Agent:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> RunReport:
+        """A new run: record how it starts, then drive it."""
         self.messages = [self.first_message()]
         specs = [s.model_dump() for s in self.tool_specs()]
         self.trace.append(RunStarted(
             run_id=self.config.run_id, config=self.config.model_dump(mode="json"), versions=self.versions,
             prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]), tools_sha256=_sha256(specs),
             system=self.system, first_message=self.messages[0].model_dump(), tools=specs))
+        return self.drive()
+
+    def resume(self, state: Rebuilt, resumed: RunResumed) -> RunReport:
+        """Go on from a rebuilt state: settle the cut turn, tell the model, then drive."""
+        self.messages, self.ledger = state.messages, state.ledger
+        self.finished_summary = state.finished_summary
+        self.pending_design, self.usage, self.cost, self.turn = state.pending_design, state.usage, state.cost, state.turn
+        plan = [(call, self._settlement(call, state)) for call in state.pending_calls if call.id not in state.results]
+        resumed.settled_calls = [{"call_id": c.id, "name": c.name, "action": action} for c, action in plan]
+        self.trace.append(resumed)
+        for call, action in plan:
+            state.results[call.id] = self._settle(call, action, state)
+        where = ("the workspace is as it was after the last tool call that finished"
+                 + (f"; what the interrupted process changed after it is kept on {resumed.workspace_side_ref}"
+                    if resumed.workspace_side_ref else ""))
+        notice = (f"[resumed] The run was interrupted and has been resumed (segment {resumed.segment}); {where}. "
+                  + (f"Calls of the interrupted turn: "
+                     + ", ".join(f"{c.name} {action}" for c, action in plan) + ". " if plan else "")
+                  + "\n" + self._status_text())
+        self.trace.append(UserNotice(turn=self.turn, text=notice, budget=self.tracker.summary()))
+        if state.pending_calls:
+            results = [state.results[c.id] for c in state.pending_calls]
+            self.messages.append(Message(role="user", content=[*results, TextBlock(text=notice)]))
+        elif self.messages[-1].role == "user":
+            self.messages[-1] = Message(role="user", content=[*self.messages[-1].content, TextBlock(text=notice)])
+        else:
+            self.messages.append(Message(role="user", content=[TextBlock(text=notice)]))
+        return self.drive()
+
+    def _settlement(self, call: ToolCall, state: Rebuilt) -> str:
+        if call.id in state.attempt_messages:
+            return "answered from its recorded attempt"
+        return "answered as interrupted" if call.name in UNSAFE_TO_RERUN else "run again"
+
+    def _settle(self, call: ToolCall, action: str, state: Rebuilt) -> ToolResult:
+        if action == "run again":
+            return self._call_tool(call)
+        if action == "answered as interrupted":
+            content, is_error = INTERRUPTED, True
+        else:
+            message, evaluation = state.attempt_messages[call.id]
+            content, is_error = f"{summarize(EvalResult.model_validate(evaluation))}\n\n{message}", False
+        self.trace.append(ToolFinished(turn=self.turn, call_id=call.id, name=call.name, content=content,
+                                       is_error=is_error, seconds=0.0, data={"settled": action}))
+        return ToolResult(tool_call_id=call.id, content=content, is_error=is_error)
+
+    def drive(self) -> RunReport:
+        """Turns until a Stop, then the final slice and the end (also for a resumed run)."""
         status, reason = "finished", ""
         try:
+            if self.finished_summary is not None:  # a resumed run whose model had already finished
+                raise Stop(f"the model finished: {self.finished_summary[:300]}")
             while True:
                 self._check_budget()
                 self._turn()
@@ -265,8 +320,11 @@ class Agent:
         started = self.tracker.clock.now()
         outcome = self._dispatch(call)
         if outcome.evaluation is not None and call.name in ("check", "benchmark"):
-            note = self._record_attempt(call.name, outcome.evaluation)
+            note = self._record_attempt(call.name, outcome.evaluation, call.id)
             outcome = outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
+        if call.name not in READ_ONLY_TOOLS:
+            # The state a resumed run goes back to, should the process die before the next one.
+            outcome.data = {**outcome.data, "snapshot": self.workspace.snapshot(), "head": self.workspace.head()}
         blob = self.trace.blob(outcome.content) if len(outcome.content) > INLINE_LIMIT else None
         self.trace.append(ToolFinished(turn=self.turn, call_id=call.id, name=call.name,
                                        content=cap(outcome.content, INLINE_LIMIT), is_error=outcome.is_error,
@@ -313,9 +371,10 @@ class Agent:
         return "Finishing: kagent re-verifies the best attempt and makes it the final solution."
 
     # -- attempts ----------------------------------------------------------------------------
-    def _record_attempt(self, kind: str, result: EvalResult) -> str:
+    def _record_attempt(self, kind: str, result: EvalResult, call_id: str) -> str:
         """Commit the measured change, judge it against the best, revert it if it lost."""
-        number = self.ledger.next_number()
+        # Past every attempt ref too: a run killed between a commit and its trace event left one.
+        number = max(self.ledger.next_number(), max(self.workspace.attempts(), default=0) + 1)
         previous = self.workspace.attempts().get(number - 1) or self.workspace.head()
         files = self.workspace.changed_files(previous)
         passed = result.verdict is Verdict.PASS
@@ -355,10 +414,11 @@ class Agent:
                           files=files, commit=sha, kept=kept, note=note, elapsed_s=round(self.tracker.elapsed(), 1),
                           tokens=self.usage.total_tokens)
         self.ledger.attempts.append(attempt)
+        message = f"Attempt {number} recorded (commit {sha[:10]}): {note}."
         self.trace.append(AttemptRecorded(attempt=attempt.model_dump(), evaluation=result.model_dump(mode="json"),
-                                          commit=sha, reverted_to=reverted_to))
+                                          commit=sha, reverted_to=reverted_to, call_id=call_id, message=message))
         self._show(f"attempt {number}: {note}")
-        return f"Attempt {number} recorded (commit {sha[:10]}): {note}."
+        return message
 
     def _revert_target(self) -> Optional[int]:
         """The best attempt; before there is one, the last attempt that passed a check."""

@@ -14,12 +14,15 @@ from pydantic import BaseModel, Field
 
 from kagent import prompts
 from kagent.agent.budget import Budget, BudgetTracker, Clock, SystemClock
+from kagent.agent.errors import KagentError
+from kagent.agent.lock import RunLock
 from kagent.agent.loop import Agent, RunConfig, RunReport, ViewUpdate
 from kagent.agent.messages import ChatModel
 from kagent.agent.models import make_model
 from kagent.agent.models.retry import RetryingModel
 from kagent.agent.paths import kagent_home, runs_dir
-from kagent.agent.trace import TraceWriter
+from kagent.agent.resume import rebuild
+from kagent.agent.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import TaskRef, resolve_task
@@ -102,30 +105,16 @@ class RunOptions(BaseModel):
     keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
 
 
-def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] = None,
-              clock: Optional[Clock] = None, model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
-    """Create the run folder and drive the agent until it ends; returns the folder and report."""
-    task: TaskRef = resolve_task(options.task)
-    inner = model or make_model(options.model, timeout_s=options.model_timeout_s,
-                               thinking_budget=options.thinking_budget)
-    run_id = new_run_id(task.name)
-    run_dir = Path(options.runs_root or runs_dir()) / run_id
-    run_dir.mkdir(parents=True)
-    config = RunConfig(run_id=run_id, task=options.task, model=options.model, budget=options.budget,
-                       device=options.device, scale=options.scale, auto_revert=options.auto_revert,
-                       max_output_tokens=options.max_output_tokens, eval_timeout_s=options.eval_timeout_s,
-                       context_limit_tokens=options.context_limit_tokens,
-                       keep_recent_messages=options.keep_recent_messages)
-    write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
-    tracker = BudgetTracker(options.budget, clock or SystemClock())
-    workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
+def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, workspace: Workspace,
+           tracker: BudgetTracker, view: Optional[Callable[[ViewUpdate], None]],
+           go: Callable[[Agent], RunReport]) -> RunReport:
+    """What a new and a resumed run share: trace, status file, model wrapper, agent, report."""
     trace = TraceWriter(run_dir, elapsed=tracker.elapsed)
-    eval_options = EvalOptions(device=options.device, scale=options.scale, cache_dir=kagent_home(),
-                               timeout_s=options.eval_timeout_s)
-    status = RunStatus(run_id=run_id, state="running", pid=os.getpid(), task=task.name, model=options.model,
+    eval_options = EvalOptions(device=config.device, scale=config.scale, cache_dir=kagent_home(),
+                               timeout_s=config.eval_timeout_s)
+    status = RunStatus(run_id=config.run_id, state="running", pid=os.getpid(), task=task.name, model=config.model,
                        updated_at=_now())
     write_json_atomically(run_dir / RUN_FILES["status"], status.model_dump_json(indent=1))
-
     agent_box: list[Agent] = []
 
     def on_retry(error: Exception, wait_s: float, attempt: int) -> None:
@@ -146,7 +135,7 @@ def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] 
                   system_prompt=prompts.load("system.md"), versions=versions())
     agent_box.append(agent)
     try:
-        report = agent.run()
+        report = go(agent)
     except KeyboardInterrupt:
         final = status.model_copy(update={"state": "interrupted", "updated_at": _now(), "reason": "interrupted"})
         write_json_atomically(run_dir / RUN_FILES["status"], final.model_dump_json(indent=1))
@@ -163,6 +152,89 @@ def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] 
                                       "elapsed_s": report.elapsed_s, "tokens": report.usage.total_tokens,
                                       "cost_usd": report.cost_usd})
     write_json_atomically(run_dir / RUN_FILES["status"], final.model_dump_json(indent=1))
+    return report
+
+
+def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] = None,
+              clock: Optional[Clock] = None, model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
+    """Create the run folder and drive the agent until it ends; returns the folder and report."""
+    task: TaskRef = resolve_task(options.task)
+    inner = model or make_model(options.model, timeout_s=options.model_timeout_s,
+                               thinking_budget=options.thinking_budget)
+    run_id = new_run_id(task.name)
+    run_dir = Path(options.runs_root or runs_dir()) / run_id
+    run_dir.mkdir(parents=True)
+    config = RunConfig(run_id=run_id, task=options.task, model=options.model, budget=options.budget,
+                       device=options.device, scale=options.scale, auto_revert=options.auto_revert,
+                       max_output_tokens=options.max_output_tokens, eval_timeout_s=options.eval_timeout_s,
+                       context_limit_tokens=options.context_limit_tokens,
+                       keep_recent_messages=options.keep_recent_messages, thinking_budget=options.thinking_budget,
+                       model_timeout_s=options.model_timeout_s)
+    write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
+    with RunLock(run_dir):
+        tracker = BudgetTracker(options.budget, clock or SystemClock())
+        workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
+        report = _drive(run_dir, config, task, inner, workspace, tracker, view, lambda agent: agent.run())
+    return run_dir, report
+
+
+def find_run(run: str, root: Optional[Path] = None) -> Path:
+    """A run folder from a run id (under the runs folder) or a path."""
+    path = Path(run)
+    if (path / RUN_FILES["config"]).is_file():
+        return path
+    folder = Path(root or runs_dir())
+    candidate = folder / run
+    if (candidate / RUN_FILES["config"]).is_file():
+        return candidate
+    raise KagentError(f"no run {run!r} (looked for {candidate} and {path})",
+                      hint="`kagent runs` lists the runs; give a run id or the run folder")
+
+
+def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,
+               root: Optional[Path] = None, clock: Optional[Clock] = None,
+               model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
+    """Go on with a run from its trace: after any interruption, or to extend a finished run."""
+    run_dir = find_run(run, root)
+    with RunLock(run_dir) as lock:
+        try:
+            config = RunConfig.model_validate_json((run_dir / RUN_FILES["config"]).read_text())
+        except (OSError, ValueError) as err:
+            raise KagentError(f"{run_dir / RUN_FILES['config']} cannot be read: {err}") from err
+        read = read_trace(run_dir / "trace.jsonl")
+        state = rebuild(read.events, run_dir)
+        if state.ended is not None and not extra_budget_s:
+            raise KagentError(f"run {config.run_id} has ended ({state.ended.reason[:120]})",
+                              hint="give --budget to extend it with more time")
+        workspace = Workspace.open(run_dir / "workspace")
+        if extra_budget_s:
+            config = config.model_copy(update={"budget": config.budget.model_copy(
+                update={"wall_s": config.budget.wall_s + extra_budget_s})})
+            write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
+        task = resolve_task(config.task)
+        tracker = BudgetTracker(config.budget, clock or SystemClock(), spent_before_s=state.elapsed_s,
+                                tokens_before=state.usage.total_tokens, cost_before_usd=state.cost)
+        inner = model or make_model(config.model, timeout_s=config.model_timeout_s,
+                                    thinking_budget=config.thinking_budget)
+        if hasattr(inner, "start_at"):  # a scripted model goes on with the turn after the last answered one
+            inner.start_at = state.responses
+        segment = state.segments + 1
+        # Everything the killed process left goes on a side ref; then main and the files go back
+        # to where the trace last saw them, so every recorded step is what the model believes.
+        side_ref = workspace.stash_uncommitted(f"resume-{segment}")
+        orphans = workspace.set_aside_attempts({0, *(a.number for a in state.ledger.attempts)})
+        head = state.head or workspace.attempts()[0]
+        workspace.reset_main(head)
+        workspace.restore(state.snapshot or head)
+        resumed = RunResumed(segment=segment, spent_before_s=state.elapsed_s, budget_wall_s=config.budget.wall_s,
+                             torn_tail_dropped=read.torn_tail, workspace_side_ref=side_ref, workspace_head=head,
+                             workspace_snapshot=state.snapshot or head,
+                             orphaned_attempts={str(n): sha for n, sha in orphans.items()}, stale_lock=lock.took_over)
+
+        def go(agent: Agent) -> RunReport:
+            return agent.resume(state, resumed) if state.started is not None else agent.run()
+
+        report = _drive(run_dir, config, task, inner, workspace, tracker, view, go)
     return run_dir, report
 
 

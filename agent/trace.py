@@ -89,6 +89,8 @@ class AttemptRecorded(_Event):
     evaluation: dict[str, Any] = Field(description="The measurement: the whole EvalResult")
     commit: str
     reverted_to: Optional[str] = Field(None, description="Commit the workspace was reverted to, if it was")
+    call_id: str = Field(description="The check or benchmark call that measured it")
+    message: str = Field(description="What the model was told about the attempt")
 
 
 class UserNotice(_Event):
@@ -98,6 +100,24 @@ class UserNotice(_Event):
     turn: int
     text: str
     budget: dict[str, Any] = Field(default_factory=dict, description="The budget's numbers at that moment")
+
+
+class RunResumed(_Event):
+    """A new segment of the run, after an interruption or to extend a finished run."""
+
+    type: Literal["run_resumed"] = "run_resumed"
+    segment: int = Field(description="1 for the first resume, and so on")
+    spent_before_s: float = Field(description="Budgeted time of the earlier segments")
+    budget_wall_s: float = Field(description="The wall budget from now on (extended if asked)")
+    torn_tail_dropped: bool
+    settled_calls: list[dict[str, Any]] = Field(default_factory=list, description="Tool calls left without a result, "
+                                                "and how each was settled (re-run or answered as interrupted)")
+    workspace_side_ref: Optional[str] = Field(None, description="Where uncommitted changes were kept, if any")
+    workspace_head: Optional[str] = Field(None, description="Where main was put back to")
+    workspace_snapshot: Optional[str] = Field(None, description="The tree the workspace was put back to")
+    orphaned_attempts: dict[str, str] = Field(default_factory=dict, description="Attempt commits the trace never "
+                                              "recorded (killed in between), moved to refs/kagent/orphans/")
+    stale_lock: Optional[dict[str, Any]] = Field(None, description="The dead process whose lock was taken over")
 
 
 class Compacted(_Event):
@@ -132,8 +152,8 @@ class RunEnded(_Event):
 
 
 Event = Annotated[
-    Union[RunStarted, ModelRequested, ModelRetried, ModelResponded, ToolStarted, ToolFinished, AttemptRecorded,
-          UserNotice, Compacted, Finalized, ErrorRecorded, RunEnded],
+    Union[RunStarted, RunResumed, ModelRequested, ModelRetried, ModelResponded, ToolStarted, ToolFinished,
+          AttemptRecorded, UserNotice, Compacted, Finalized, ErrorRecorded, RunEnded],
     Field(discriminator="type"),
 ]
 _EVENT = TypeAdapter(Event)

@@ -139,3 +139,19 @@ def run_panel(update) -> Panel:
         attempts.add_row(str(a.number), a.kind, a.verdict, f"{a.score:.3f}x" if a.score is not None else "–",
                          (a.note or a.reason)[:60])
     return Panel(Group(head, attempts, Text(update.last_event, style="dim")), title="kagent run")
+
+
+def audit_table(audit) -> Table:
+    """Per attempt: recorded against re-measured (``audit`` is a kagent.agent.reexecute.ReplayAudit)."""
+    verdict = "[green]everything reproduces[/]" if audit.reproduces else "[red]divergences found[/]"
+    table = Table(title=f"Replay of {audit.run_id} on {audit.device} ({audit.scale}): {verdict}")
+    for column in ("#", "kind", "verdict then → now", "score then → now", "reproduces", "why"):
+        table.add_column(column)
+    for a in audit.attempts:
+        score = (f"{a.recorded_score:.3f}x" if a.recorded_score is not None else "–") + " → " + \
+                (f"{a.measured_score:.3f}x" if a.measured_score is not None else "–")
+        table.add_row(str(a.number), a.kind, f"{a.recorded_verdict} → {a.measured_verdict or 'missing'}", score,
+                      Text("yes", style="green") if a.reproduces else Text("NO", style="bold red"), a.why)
+    if audit.extra_attempts:
+        table.caption = f"{audit.extra_attempts} attempt(s) appeared only in the re-execution"
+    return table

@@ -37,6 +37,8 @@ STATE_DIR = ".kagent"
 TASK_HASHES = f"{STATE_DIR}/task_hashes.json"
 ATTEMPTS_REF = "refs/kagent/attempts/"
 UNCOMMITTED_REF = "refs/kagent/uncommitted/"
+ORPHAN_REF = "refs/kagent/orphans/"
+SNAPSHOT_REF = "refs/kagent/snapshot"
 BEST_TAG = "best"
 GITIGNORE = "build/\n__pycache__/\n*.so\n*.o\n.kagent/\n"
 
@@ -282,6 +284,32 @@ class Workspace:
         self._git("update-ref", ref, sha, "")
         self.restore(head)
         return sha
+
+    def snapshot(self) -> str:
+        """A commit of the working tree as it is (untracked files included) on
+        refs/kagent/snapshot, without moving main or touching the index: the state after a
+        tool call, which a resumed run goes back to."""
+        with self._snapshot_index() as env:
+            tree = self._git("write-tree", env=env)
+        sha = self._git("commit-tree", tree, "-p", self.head(), "-m", "snapshot after a tool call")
+        self._git("update-ref", SNAPSHOT_REF, sha)
+        return sha
+
+    def set_aside_attempts(self, keep: set[int]) -> dict[int, str]:
+        """Moves the attempt refs not in ``keep`` to refs/kagent/orphans/<n> (never deleted):
+        commits a killed run made for attempts its trace never recorded."""
+        moved = {}
+        for number, sha in self.attempts().items():
+            if number not in keep:
+                self._git("update-ref", f"{ORPHAN_REF}{number}", sha)
+                self._git("update-ref", "-d", f"{ATTEMPTS_REF}{number}")
+                moved[number] = sha
+        return moved
+
+    def reset_main(self, sha: str) -> None:
+        """Points main at ``sha`` without touching the working tree or the index's files."""
+        self._git("update-ref", "refs/heads/main", self._resolve(sha))
+        self._git("reset", "-q", "--mixed", self._resolve(sha))
 
     # ---------------------------------------------------------------------- git helpers
 

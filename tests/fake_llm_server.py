@@ -178,10 +178,16 @@ class FakeLLMServer:
     """
 
     def __init__(self, turns: list[dict[str, Any]], faults: Optional[dict[int, str]] = None, *,
-                 slow_s: float = 1.5, send_usage: bool = True):
+                 slow_s: float = 1.5, send_usage: bool = True, turn_from_history: bool = False,
+                 delay_s: float = 0.0):
         self.turns = list(turns)
         self.faults = dict(faults or {})
         self.slow_s = slow_s
+        # A client that may die and come back (kagent resume) re-sends a request whose answer
+        # it never recorded: the turn is then told by the conversation (its assistant
+        # messages so far), not by how many answers were served.
+        self.turn_from_history = turn_from_history
+        self.delay_s = delay_s  # every answer waits this long (so a test can kill the client mid-request)
         self.send_usage = send_usage
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -219,7 +225,12 @@ class FakeLLMServer:
             self.violations += [f"request {index}: {p}" for p in check(body.get("messages", []))]
             return index, self.faults.get(index)
 
-    def _next_turn(self) -> Optional[tuple[int, dict[str, Any]]]:
+    def _next_turn(self, body: dict[str, Any]) -> Optional[tuple[int, dict[str, Any]]]:
+        if self.turn_from_history:
+            index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+            with self._lock:
+                self.served += 1
+            return (index, self.turns[index]) if index < len(self.turns) else None
         with self._lock:
             if self.served >= len(self.turns):
                 self.violations.append("a request came after the script ended")
@@ -263,7 +274,9 @@ class FakeLLMServer:
                         return self._reset(body, index, anthropic)
                     if fault in ("cut", "error_event"):
                         return self._faulty_stream(fault, body, index, anthropic)
-                    turn = server._next_turn()
+                    if server.delay_s:
+                        time.sleep(server.delay_s)
+                    turn = server._next_turn(body)
                     if turn is None:
                         return self._error(400, "invalid_request_error", "the script has ended", anthropic)
                     self._answer(turn[1], body, turn[0], anthropic)

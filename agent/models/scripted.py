@@ -63,14 +63,17 @@ def load_script(path: Union[str, Path]) -> list[ModelResponse]:
 class ScriptedModel:
     """Returns the scripted responses in order, ignoring its input but recording it in ``calls``."""
 
-    def __init__(self, turns: list[ModelResponse], name: str = "scripted"):
+    def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0):
         self.name = name
         self._turns = list(turns)
         self.calls: list[list[Message]] = []
+        # Turns already played (a resumed run continues where its trace says it was).
+        self.start_at = start_at
 
     def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
                  max_tokens: int) -> ModelResponse:
         self.calls.append(list(messages))
-        if len(self.calls) > len(self._turns):
+        position = self.start_at + len(self.calls) - 1
+        if position >= len(self._turns):
             raise ModelError("the script has no more turns")
-        return self._turns[len(self.calls) - 1].model_copy(deep=True)
+        return self._turns[position].model_copy(deep=True)

@@ -1,0 +1,439 @@
+"""`kagent replay`: a run's trace, told turn by turn for a person.
+
+The trace is the whole story of a run; this turns its events into rich renderables: what the
+model said and called, what the tools answered, the attempts and the budget as they went.
+Files are not stored in the trace, but every write_file and edit_file is, so the content of
+each file the model wrote is rebuilt as the events are read; that is what lets a write_file
+show the diff against the previous version instead of the whole new file.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import posixpath
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pydantic import TypeAdapter, ValidationError
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.rule import Rule
+from rich.text import Text
+
+from kagent.agent.errors import KagentError
+from kagent.agent.trace import (
+    AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
+    RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
+)
+
+TRACE_NAME = "trace.jsonl"
+# Caps that keep one event to a screenful: the trace (and its blobs) hold the full text.
+MAX_RESULT_LINES = 12
+MAX_RESULT_CHARS = 1_500
+MAX_DIFF_LINES = 60
+MAX_TEXT_CHARS = 4_000
+MAX_ARGUMENT_CHARS = 120
+# Tools that change files in ways the trace does not spell out: after them, rebuilt contents are unknown.
+OPAQUE_WRITERS = {"shell"}
+
+_EVENT = TypeAdapter(Event)
+
+VERDICT_STYLE = {"pass": "bold green", "incorrect": "bold red", "error": "bold red", "forbidden": "bold red",
+                 "tampered": "bold magenta", "timeout": "bold yellow", "crash": "bold red",
+                 "internal_error": "bold magenta"}
+END_STYLE = {"finished": "bold green", "failed": "bold red", "interrupted": "bold yellow"}
+
+
+def _norm(path: str) -> str:
+    """One key per file, however the model spelled it (./solution.py, solution.py)."""
+    return posixpath.normpath(path.strip())
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
+    """Unified-diff lines, coloured, capped at MAX_DIFF_LINES."""
+    shown = lines[:MAX_DIFF_LINES]
+    text = Text()
+    for line in shown:
+        style = ("dim" if line.startswith(("---", "+++")) else "green" if line.startswith("+")
+                 else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else "")
+        text.append(line + "\n", style=style)
+    if len(lines) > len(shown):
+        text.append(f"… {len(lines) - len(shown)} more diff lines\n", style="dim")
+    text.rstrip()
+    return Padding(text, (0, 0, 0, indent), expand=False)
+
+
+def _unified(before: str, after: str, name: str, context: int = 2) -> list[str]:
+    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), fromfile=f"a/{name}",
+                                     tofile=f"b/{name}", lineterm="", n=context))
+
+
+class _Files:
+    """Contents of the workspace files as far as the trace tells them.
+
+    A path is known after a write_file; edits apply to known contents; attempts snapshot the
+    known contents so that a revert (automatic or asked for) restores them. Anything the
+    trace cannot follow (a shell command, a revert to a commit never snapshotted) forgets
+    everything, so that a diff is never shown against a guess.
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[str, str] = {}
+        self.by_commit: dict[str, dict[str, str]] = {}
+        self.by_attempt: dict[int, dict[str, str]] = {}
+        self.best: Optional[int] = None
+
+    def written(self, path: str, content: str) -> None:
+        self.known[_norm(path)] = content
+
+    def edited(self, path: str, old: str, new: str) -> None:
+        key = _norm(path)
+        if key in self.known:
+            self.known[key] = self.known[key].replace(old, new)
+
+    def forget(self) -> None:
+        self.known = {}
+
+    def attempt(self, number: int, commit: str, is_best: bool) -> None:
+        self.by_commit[commit] = dict(self.known)
+        self.by_attempt[number] = dict(self.known)
+        if is_best:
+            self.best = number
+
+    def revert_to_commit(self, commit: str) -> None:
+        snapshot = self.by_commit.get(commit)
+        self.known = dict(snapshot) if snapshot is not None else {}
+
+    def revert_to_attempt(self, number: Optional[int]) -> None:
+        target = number if number is not None else self.best
+        snapshot = self.by_attempt.get(target) if target is not None else None
+        self.known = dict(snapshot) if snapshot is not None else {}
+
+
+class TraceRenderer:
+    """Turns events, in trace order, into renderables. It keeps state across calls (file
+    contents, the calls awaiting their result), so ``follow`` feeds it events as they come.
+
+    Filters: ``only_attempts`` keeps the attempts and the end; ``only_errors`` keeps tool
+    errors, failed attempts, model retries, error events and the end; both together keep
+    what either keeps.
+    """
+
+    def __init__(self, only_attempts: bool = False, only_errors: bool = False):
+        self.only_attempts = only_attempts
+        self.only_errors = only_errors
+        self.files = _Files()
+        self.calls: dict[str, ToolStarted] = {}
+
+    @property
+    def filtered(self) -> bool:
+        return self.only_attempts or self.only_errors
+
+    def render(self, event: Any) -> list[RenderableType]:
+        """What to print for one event (often nothing); always updates the rebuilt state."""
+        # An event type this version does not know renders as nothing: a newer trace still replays.
+        handler: Callable[[Any], list[RenderableType]] = getattr(self, f"_on_{event.type}", lambda _e: [])
+        return handler(event)
+
+    def render_all(self, events: list[Any]) -> list[RenderableType]:
+        return [part for event in events for part in self.render(event)]
+
+    # -- events ------------------------------------------------------------------------------
+    def _on_run_started(self, event: RunStarted) -> list[RenderableType]:
+        config = event.config
+        budget = config.get("budget") or {}
+        limits = [f"wall {_minutes(budget['wall_s'])}" if budget.get("wall_s") else "",
+                  f"max ${budget['max_cost_usd']:.2f}" if budget.get("max_cost_usd") is not None else "",
+                  f"max {budget['max_tokens']:,} tokens" if budget.get("max_tokens") is not None else ""]
+        head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
+                             f"  task {config.get('task', '?')} · model {config.get('model', '?')} · "
+                             f"{config.get('device', '?')} {config.get('scale', '?')} · budget "
+                             f"{', '.join(p for p in limits if p) or '?'}")
+        return [head]
+
+    def _on_run_resumed(self, event: RunResumed) -> list[RenderableType]:
+        # Calls cut short by the interruption were settled by the resume: none awaits a result now.
+        self.calls.clear()
+        if event.workspace_side_ref:  # changes after the last commit were moved aside: contents unknown
+            self.files.forget()
+        text = Text.assemble(("resumed", "bold cyan"), f" (segment {event.segment}): {_minutes(event.spent_before_s)} "
+                             f"spent before, wall budget now {_minutes(event.budget_wall_s)}")
+        if event.settled_calls:
+            text.append(f"; {len(event.settled_calls)} unfinished tool call(s) settled")
+        if event.workspace_side_ref:
+            text.append(f"; uncommitted changes kept at {event.workspace_side_ref}")
+        if event.stale_lock:
+            text.append(f"; took over the lock of dead process {event.stale_lock.get('pid')}")
+        if event.torn_tail_dropped:
+            text.append("; a torn last trace line was dropped")
+        return [text]
+
+    def _on_model_requested(self, event: ModelRequested) -> list[RenderableType]:
+        return []  # the response says all there is; a request alone is noise
+
+    def _on_model_responded(self, event: ModelResponded) -> list[RenderableType]:
+        if self.filtered:
+            return []
+        usage = event.response.get("usage") or {}
+        tokens = sum(int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "cache_read_tokens",
+                                                       "cache_write_tokens"))
+        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {_minutes(event.elapsed_s)} · {tokens:,} tokens · "
+                                            f"${event.cost_usd:.2f}", align="left", style="dim")]
+        for block in (event.response.get("message") or {}).get("content") or []:
+            kind = block.get("type")
+            if kind == "text" and block.get("text", "").strip():
+                parts.append(Text(_shorten(block["text"].strip(), MAX_TEXT_CHARS)))
+            elif kind == "thinking":
+                parts.append(self._thinking(block))
+        return parts
+
+    @staticmethod
+    def _thinking(block: dict[str, Any]) -> Text:
+        if block.get("redacted_data"):
+            return Text("thinking (redacted by the provider)", style="dim italic")
+        thought = block.get("thinking") or ""
+        first = next((line.strip() for line in thought.splitlines() if line.strip()), "")
+        return Text(f"thinking ({len(thought):,} chars): {_shorten(first, 100)}", style="dim italic")
+
+    def _on_tool_started(self, event: ToolStarted) -> list[RenderableType]:
+        self.calls[event.call_id] = event
+        if self.filtered:
+            return []
+        return self._call_view(event)
+
+    def _call_view(self, event: ToolStarted) -> list[RenderableType]:
+        args = event.arguments
+        head = Text.assemble(("  ▶ ", "bold blue"), (event.name, "bold blue"))
+        if "_raw" in args:  # the provider sent arguments that were not JSON
+            head.append(f"  (unparsed arguments) {_shorten(str(args['_raw']), MAX_ARGUMENT_CHARS)}", style="red")
+            return [head]
+        if event.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
+            path, content = args["path"], args["content"]
+            head.append(f" {path} ({_line_count(content):,} lines)")
+            before = self.files.known.get(_norm(path))
+            if before is None:
+                return [head]
+            lines = _unified(before, content, path)
+            head.append(" — diff against the previous version" if lines else " — unchanged", style="dim")
+            return [head, _diff_text(lines)] if lines else [head]
+        if event.name == "edit_file" and isinstance(args.get("path"), str) \
+                and isinstance(args.get("old"), str) and isinstance(args.get("new"), str):
+            path, old, new = args["path"], args["old"], args["new"]
+            head.append(f" {path}")
+            before = self.files.known.get(_norm(path))
+            if before is not None and old and before.count(old) == int(args.get("expect_count") or 1):
+                return [head, _diff_text(_unified(before, before.replace(old, new), path))]
+            # The file is not known (or the edit will not apply): the replacement itself, old → new.
+            snippet = [line for line in _unified(old, new, path, context=1) if not line.startswith(("---", "+++"))]
+            return [head, _diff_text(snippet)]
+        shown = ", ".join(f"{key}={_shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
+                          for key, value in args.items())
+        if shown:
+            head.append(f"({shown})")
+        return [head]
+
+    def _on_tool_finished(self, event: ToolFinished) -> list[RenderableType]:
+        started = self.calls.pop(event.call_id, None)
+        self._apply(event, started)
+        if self.filtered and not (self.only_errors and event.is_error):
+            return []
+        parts: list[RenderableType] = []
+        if self.filtered:  # the call was not shown before its result: say what failed
+            parts += self._call_view(started) if started else [Text(f"  ▶ {event.name}", style="bold blue")]
+        parts.append(self._result_view(event))
+        return parts
+
+    def _apply(self, event: ToolFinished, started: Optional[ToolStarted]) -> None:
+        """Replay the call's effect on the rebuilt file contents."""
+        if event.name in OPAQUE_WRITERS:
+            self.files.forget()
+            return
+        if event.is_error or started is None:
+            return
+        args = started.arguments
+        if event.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
+            self.files.written(args["path"], args["content"])
+        elif event.name == "edit_file" and all(isinstance(args.get(k), str) for k in ("path", "old", "new")):
+            self.files.edited(args["path"], args["old"], args["new"])
+        elif event.name == "revert":
+            number = args.get("attempt")
+            self.files.revert_to_attempt(number if isinstance(number, int) else None)
+
+    @staticmethod
+    def _result_view(event: ToolFinished) -> RenderableType:
+        lines = event.content.rstrip().splitlines() or ["(no output)"]
+        shown = _shorten("\n".join(lines[:MAX_RESULT_LINES]), MAX_RESULT_CHARS)
+        more = len(lines) - min(len(lines), MAX_RESULT_LINES)
+        text = Text(shown, style="red" if event.is_error else "")
+        notes = []
+        if more:
+            notes.append(f"{more} more lines")
+        if event.blob:
+            notes.append(f"full output in {event.blob}")
+        if event.seconds >= 1:
+            notes.append(f"{event.seconds:.1f} s")
+        if notes:
+            text.append(f"\n… {', '.join(notes)}" if more else f"  ({', '.join(notes)})", style="dim")
+        label = Text("error: ", style="bold red") if event.is_error else Text("")
+        return Padding(Text.assemble(label, text), (0, 0, 0, 4), expand=False)
+
+    def _on_attempt_recorded(self, event: AttemptRecorded) -> list[RenderableType]:
+        attempt = event.attempt
+        number = int(attempt.get("number", 0))
+        verdict = str(attempt.get("verdict", "?"))
+        note = str(attempt.get("note") or attempt.get("reason") or "")
+        self.files.attempt(number, event.commit, is_best=note.startswith("new best"))
+        if event.reverted_to:
+            self.files.revert_to_commit(event.reverted_to)
+        failed = verdict != "pass"  # a regression passed: it was slower, not an error
+        if self.filtered and not (self.only_attempts or failed):
+            return []
+        score = attempt.get("score")
+        reverted = bool(event.reverted_to) or attempt.get("kept") is False
+        head = Text.assemble(("■ attempt ", "bold"), (str(number), "bold"), f" {attempt.get('kind', '?')} ",
+                             (verdict.upper(), VERDICT_STYLE.get(verdict, "bold")),
+                             f"  score {score:.3f}x" if isinstance(score, (int, float)) else "  score –",
+                             ("  reverted", "yellow") if reverted else ("  kept", "green"))
+        parts: list[RenderableType] = [Padding(head, (0, 0, 0, 2), expand=False)]
+        if note:
+            parts.append(Padding(Text(_shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
+        if attempt.get("hypothesis"):
+            predicted = f" (predicted: {attempt['predicted']})" if attempt.get("predicted") else ""
+            parts.append(Padding(Text(f"design: {_shorten(attempt['hypothesis'] + predicted, 300)}", style="dim"),
+                                 (0, 0, 0, 4), expand=False))
+        return parts
+
+    def _on_user_notice(self, event: UserNotice) -> list[RenderableType]:
+        if self.filtered:
+            return []
+        b = event.budget
+        parts: list[RenderableType] = []
+        if b:
+            spent = [f"phase {b.get('phase', '?')}",
+                     f"elapsed {_minutes(float(b.get('elapsed') or 0))} of {_minutes(float(b.get('wall') or 0))}",
+                     f"tokens {int(b.get('tokens') or 0):,}" + (f" of {int(b['max_tokens']):,}"
+                                                                if b.get("max_tokens") else ""),
+                     f"cost ${float(b.get('cost') or 0):.2f}" + (f" of ${float(b['max_cost']):.2f}"
+                                                                 if b.get("max_cost") else "")]
+            parts.append(Text("  budget: " + " · ".join(spent), style="dim"))
+        if not event.text.startswith("[budget]"):  # a nudge or a notice, not the usual status line
+            first = event.text.strip().splitlines()[0] if event.text.strip() else ""
+            parts.append(Text(f"  kagent: {_shorten(first, 200)}", style="yellow"))
+        return parts
+
+    def _on_compacted(self, event: Compacted) -> list[RenderableType]:
+        if self.filtered:
+            return []
+        return [Text(f"⋯ compacted: {event.dropped_messages} earlier messages replaced by a "
+                     f"{len(event.summary):,}-char summary", style="magenta")]
+
+    def _on_model_retried(self, event: ModelRetried) -> list[RenderableType]:
+        if self.filtered and not self.only_errors:
+            return []
+        return [Text(f"  model retry {event.attempt} (turn {event.turn}) in {event.wait_s:.0f} s: "
+                     f"{_shorten(event.error, 300)}", style="yellow")]
+
+    def _on_error(self, event: ErrorRecorded) -> list[RenderableType]:
+        if self.filtered and not self.only_errors:
+            return []
+        return [Text(f"✖ error{' (fatal)' if event.fatal else ''}: {event.message}", style="bold red")]
+
+    def _on_finalized(self, event: Finalized) -> list[RenderableType]:
+        if self.only_errors and not self.only_attempts:
+            return []
+        verdict = (event.evaluation or {}).get("verdict")
+        score = (event.evaluation or {}).get("score")
+        text = Text("final: ", style="bold")
+        if event.best_attempt is None:
+            text.append(event.note)
+            return [text]
+        text.append(f"attempt {event.best_attempt}, {event.note}")
+        if verdict:
+            text.append(f" — {str(verdict).upper()}", style=VERDICT_STYLE.get(str(verdict), "bold"))
+        if isinstance(score, (int, float)):
+            text.append(f" {score:.3f}x")
+        return [text]
+
+    def _on_run_ended(self, event: RunEnded) -> list[RenderableType]:
+        best = (f"best attempt {event.best_attempt} ({event.best_speedup:.3f}x)"
+                if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
+        return [Text.assemble(("run ended: ", "bold"), (event.status, END_STYLE.get(event.status, "bold")),
+                              f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
+                              f"{_minutes(event.elapsed_s)}")]
+
+
+def render_trace(events: list[Any], only_attempts: bool = False, only_errors: bool = False,
+                 torn_tail: bool = False) -> Group:
+    """The whole trace as one renderable (for ``Console.print``)."""
+    parts = TraceRenderer(only_attempts, only_errors).render_all(events)
+    if torn_tail:
+        parts.append(Text("(the last line of the trace was cut short, the process was killed while writing it: "
+                          "not shown)", style="dim"))
+    if not events:
+        parts.append(Text("the trace has no events yet", style="dim"))
+    return Group(*parts)
+
+
+def trace_path(path: Path) -> Path:
+    """A run folder's trace, or the path itself when it names the trace file."""
+    path = Path(path)
+    return path / TRACE_NAME if path.is_dir() or path.suffix != ".jsonl" else path
+
+
+def replay(path: Path, only_attempts: bool = False, only_errors: bool = False) -> Group:
+    """Render the trace of a run folder (or a trace file) as it is now."""
+    read = read_trace(trace_path(path))
+    return render_trace(read.events, only_attempts, only_errors, read.torn_tail)
+
+
+def follow(path: Path, console: Console, poll_s: float = 0.5, stop: Optional[Callable[[], bool]] = None,
+           only_attempts: bool = False, only_errors: bool = False) -> Optional[RunEnded]:
+    """Print the trace's events, then new ones as they are written, until a run_ended event
+    (returned) or ``stop()`` says so (None). Only complete lines are read: a line still being
+    written, or torn by a kill, waits until its newline comes. The trace may not exist yet
+    (a run just starting): it is waited for."""
+    path = trace_path(path)
+    renderer = TraceRenderer(only_attempts, only_errors)
+    offset = 0  # bytes consumed: always the end of a complete line
+    line_number = 0
+    while True:
+        ended: Optional[RunEnded] = None
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        complete = chunk[:chunk.rfind(b"\n") + 1]  # up to the last newline; the rest waits
+        for line in complete.split(b"\n")[:-1]:
+            offset += len(line) + 1
+            line_number += 1
+            if not line.strip():
+                continue
+            try:
+                event = _EVENT.validate_python(json.loads(line))
+            except (ValueError, ValidationError) as err:
+                raise KagentError(f"{path}:{line_number} is not a valid trace event: {str(err)[:200]}") from err
+            for part in renderer.render(event):
+                console.print(part)
+            if isinstance(event, RunEnded):
+                ended = event
+        if ended is not None:
+            return ended
+        if stop is not None and stop():
+            return None
+        time.sleep(poll_s)

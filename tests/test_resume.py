@@ -1,0 +1,275 @@
+"""Nothing is lost: a run killed with SIGKILL at many points, resumed each time, ends with
+the same ledger, commits, totals and solution as a run that was never interrupted."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import git
+import pytest
+
+from kagent.agent.budget import Budget
+from kagent.agent.errors import KagentError
+from kagent.agent.lock import RunLock
+from kagent.agent.runs import RunOptions, resume_run, start_run
+from kagent.agent.trace import read_trace
+from test_run_session import session_turns, write_script
+
+KAGENT = str(Path(sys.executable).parent / "kagent")
+
+Predicate = Callable[[list[dict]], bool]
+
+
+def events_of(trace: Path) -> list[dict]:
+    try:
+        lines = trace.read_bytes().splitlines()
+    except OSError:
+        return []
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass  # a line being written
+    return events
+
+
+def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate], timeout: float = 180) -> Optional[int]:
+    """Run the kagent command; SIGKILL it as soon as ``kill_when`` holds for its trace so far.
+    Returns its exit code, or None when it was killed."""
+    env = {**os.environ, "KAGENT_RUNS": str(runs)}
+    proc = subprocess.Popen([KAGENT, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    while proc.poll() is None and time.monotonic() - started < timeout:
+        if kill_when is not None:
+            traces = list(runs.glob("*/trace.jsonl"))
+            if traces and kill_when(events_of(traces[0])) or kill_when is not None and _timed_out(kill_when, started):
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return None
+        time.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail("the command did not end in time")
+    return proc.returncode
+
+
+def _timed_out(kill_when: Predicate, started: float) -> bool:
+    after_s = getattr(kill_when, "after_s", None)
+    return after_s is not None and time.monotonic() - started >= after_s
+
+
+def inside(name: str, nth: int = 1) -> Predicate:
+    """The nth call of tool ``name`` has started and not finished."""
+    def match(events: list[dict]) -> bool:
+        starts = [e for e in events if e["type"] == "tool_started" and e["name"] == name]
+        return len(starts) >= nth and not any(e["type"] == "tool_finished" and e["call_id"] == starts[nth - 1]["call_id"]
+                                              for e in events)
+    return match
+
+
+def after(event_type: str, count: int = 1) -> Predicate:
+    """Right after the trace holds ``count`` events of that type (between two events)."""
+    return lambda events: sum(e["type"] == event_type for e in events) >= count
+
+
+def waiting_for_the_model(requests: int) -> Predicate:
+    """A model request has been sent (the ``requests``-th in all) and not answered yet."""
+    return lambda events: (sum(e["type"] == "model_requested" for e in events) >= requests
+                           and bool(events) and events[-1]["type"] == "model_requested")
+
+
+def finalizing(events: list[dict]) -> bool:
+    return any(e["type"] == "tool_finished" and e["name"] == "finish" for e in events) and not any(
+        e["type"] == "run_ended" for e in events)
+
+
+def at_second(seconds: float) -> Predicate:
+    """Whatever is happening ``seconds`` after the process started."""
+    def never(events: list[dict]) -> bool:
+        return False
+    never.after_s = seconds
+    return never
+
+
+def ledger_of(run_dir: Path) -> list[tuple]:
+    events = read_trace(run_dir / "trace.jsonl").events
+    return [(e.attempt["number"], e.attempt["kind"], e.attempt["verdict"], e.attempt["kept"])
+            for e in events if e.type == "attempt_recorded"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, kimi):
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    script = write_script(tmp / "script.json", session_turns((kimi.path / "reference.py").read_text()))
+    options = RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
+                         device="cpu", scale="smoke", runs_root=tmp / "runs", eval_timeout_s=120)
+    run_dir, report = start_run(options)
+    return script, run_dir, report
+
+
+KILL_POINTS = {
+    "inside_a_check": [inside("check")],
+    "inside_a_benchmark_then_between_an_attempt_and_its_result": [inside("benchmark"), after("attempt_recorded", 3)],
+    "inside_the_baseline_then_in_the_final_reverification": [inside("baseline"), finalizing],
+    "at_random_moments": [at_second(t) for t in random.Random(7).sample([1.2, 2.0, 2.9, 3.7, 4.6, 5.5], 3)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(KILL_POINTS))
+def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted, tmp_path):
+    script, reference_dir, reference = uninterrupted
+    runs = tmp_path / "runs"
+    args = ["run", "02_kimi_linear_decode", "--model", f"scripted:{script}", "--budget", "15m", "--device", "cpu",
+            "--quiet"]
+    kills = 0
+    for kill_when in KILL_POINTS[name]:
+        code = drive_and_kill(args, runs, kill_when)
+        assert code is None, "the process ended before the kill point"
+        kills += 1
+        (run_dir,) = runs.iterdir()
+        args = ["resume", run_dir.name, "--quiet"]
+    code = drive_and_kill(args, runs, None)
+    (run_dir,) = runs.iterdir()
+    assert code == 0
+    assert ledger_of(run_dir) == ledger_of(reference_dir)
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["best_attempt"] == reference.best_attempt and report["final_verdict"] == "pass"
+    assert report["usage"] == reference.usage.model_dump()
+    assert (run_dir / "workspace" / "solution.py").read_text() == (reference_dir / "workspace" / "solution.py").read_text()
+    repo, reference_repo = git.Repo(run_dir / "workspace"), git.Repo(reference_dir / "workspace")
+    attempt_refs = sorted(r.path for r in repo.refs if r.path.startswith("refs/kagent/attempts/"))
+    assert attempt_refs == sorted(r.path for r in reference_repo.refs if r.path.startswith("refs/kagent/attempts/"))
+    events = read_trace(run_dir / "trace.jsonl").events
+    assert [e.seq for e in events] == list(range(len(events)))  # nothing lost, nothing twice
+    assert sum(e.type == "run_resumed" for e in events) == kills
+    assert sum(e.type == "model_responded" for e in events) == reference.turns
+    finished = [e.call_id for e in events if e.type == "tool_finished"]
+    assert len(finished) == len(set(finished)) == 9  # every call answered exactly once
+    assert events[-1].type == "run_ended"
+
+
+def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi):
+    """Through the real Anthropic SDK: the loopback server checks every request it gets."""
+    from fake_llm_server import FakeLLMServer
+
+    turns = []
+    for number, turn in enumerate(session_turns((kimi.path / "reference.py").read_text())):
+        calls = [{"id": f"call_{number}_{i}", **c} for i, c in enumerate(turn["tool_calls"])]
+        turns.append({"text": turn.get("text", ""), "tool_calls": calls, "usage": {"input": 100, "output": 10}})
+    runs = tmp_path / "runs"
+    with FakeLLMServer(turns, turn_from_history=True, delay_s=0.3) as server:
+        os.environ["ANTHROPIC_API_KEY"], os.environ["ANTHROPIC_BASE_URL"] = "test-key", server.url
+        try:
+            args = ["run", "02_kimi_linear_decode", "--model", "anthropic:test-model", "--budget", "15m",
+                    "--device", "cpu", "--quiet"]
+            for requests in (2, 5):  # killed while waiting for the answer to the 2nd, then the 5th request
+                assert drive_and_kill(args, runs, waiting_for_the_model(requests)) is None
+                (run_dir,) = runs.iterdir()
+                args = ["resume", run_dir.name, "--quiet"]
+            assert drive_and_kill(args, runs, None) == 0
+        finally:
+            del os.environ["ANTHROPIC_API_KEY"], os.environ["ANTHROPIC_BASE_URL"]
+    assert server.violations == []
+    (run_dir,) = runs.iterdir()
+    assert [a[2] for a in ledger_of(run_dir)] == ["pass", "pass", "incorrect"]
+
+
+def test_torn_trace_tail_is_dropped_and_reported(uninterrupted, tmp_path):
+    import shutil
+
+    _, reference_dir, _ = uninterrupted
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference_dir, run_dir)
+    (run_dir / "lock").unlink(missing_ok=True)
+    with open(run_dir / "trace.jsonl", "ab") as f:
+        f.write(b'{"v": 1, "type": "tool_sta')  # killed while writing
+    assert read_trace(run_dir / "trace.jsonl").torn_tail
+    with pytest.raises(KagentError, match="has ended"):
+        resume_run(str(run_dir))
+    assert read_trace(run_dir / "trace.jsonl").torn_tail  # refused before touching anything
+
+
+def test_missing_workspace_is_a_clear_error(uninterrupted, tmp_path):
+    import shutil
+
+    _, reference_dir, _ = uninterrupted
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference_dir, run_dir)
+    shutil.rmtree(run_dir / "workspace")
+    with pytest.raises(KagentError, match="workspace"):
+        resume_run(str(run_dir), extra_budget_s=60)
+
+
+def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
+    import shutil
+
+    _, reference_dir, _ = uninterrupted
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference_dir, run_dir)
+    with RunLock(run_dir):  # this very process holds it
+        proc = subprocess.run([KAGENT, "resume", str(run_dir), "--budget", "1m", "--quiet"], capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"is being driven by process {os.getpid()}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(uninterrupted, tmp_path):
+    import shutil
+    import socket
+
+    _, reference_dir, _ = uninterrupted
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference_dir, run_dir)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / "lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": 0}))
+    run_dir_out, report = resume_run(str(run_dir), extra_budget_s=60)
+    events = read_trace(run_dir / "trace.jsonl").events
+    resumed = next(e for e in events if e.type == "run_resumed")
+    assert resumed.stale_lock["pid"] == dead.pid
+    assert not (run_dir / "lock").exists()
+
+
+def test_resume_of_an_unknown_run(tmp_path):
+    proc = subprocess.run([KAGENT, "resume", "no-such-run", "--root", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "no run 'no-such-run'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
+    from kagent.agent.reexecute import execute_replay
+
+    _, reference_dir, _ = uninterrupted
+    audit = execute_replay(str(reference_dir))
+    assert [(a.number, a.recorded_verdict, a.measured_verdict) for a in audit.attempts] == [
+        (1, "pass", "pass"), (2, "pass", "pass"), (3, "incorrect", "incorrect")]
+    assert audit.reproduces, [a.why for a in audit.attempts]
+    assert audit.attempts[1].shapes and all(s.reproduces for s in audit.attempts[1].shapes)
+
+
+def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
+    """Someone edits the recorded write_file so the benchmarked solution is not what was
+    written: the re-executed attempts diverge from the recorded verdicts."""
+    import shutil
+
+    _, reference_dir, _ = uninterrupted
+    run_dir = tmp_path / "tampered"
+    shutil.copytree(reference_dir, run_dir, ignore=shutil.ignore_patterns("replays"))
+    trace = run_dir / "trace.jsonl"
+    lines = trace.read_text().splitlines()
+    tampered = [line.replace("* cfg.routed_scaling", "* 1.0") if '"write_file"' in line and '"model_responded"' in line
+                else line for line in lines]
+    assert tampered != lines
+    trace.write_text("\n".join(tampered) + "\n")
+    proc = subprocess.run([KAGENT, "replay", str(run_dir), "--execute"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "divergences found" in proc.stdout and "verdict pass recorded, incorrect now" in proc.stdout
