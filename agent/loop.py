@@ -388,16 +388,19 @@ class Agent:
         sha = self.workspace.commit(f"attempt {number}: {kind} {result.verdict.value}\n\n"
                                     f"{design.hypothesis if design else 'no design recorded'}", trailers)
         self.workspace.mark_attempt(number, sha)
-        kept, reverted_to, note = True, None, "passed"
+        kept, reverted_to, note, lost = True, None, "passed", False
         if not passed:
-            note = f"{result.verdict.value}: {result.reason}"
+            note, lost = f"{result.verdict.value}: {result.reason}", True
         elif score is not None and best is not None and score < best.score * (1 - REGRESSION_TOLERANCE):
             note = f"regression: {score:.3f}x against the best {best.score:.3f}x (attempt {best.number})"
-        elif score is not None:
+            lost = True
+        elif score is not None and (best is None or score > best.score):
             self.ledger.best = number
             self.workspace.tag_best(sha)
             note = f"new best: {score:.3f}x" + (f" (was {best.score:.3f}x)" if best else "")
-        if note.startswith((result.verdict.value + ":", "regression")) and self.config.auto_revert:
+        elif score is not None:
+            note = f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x (attempt {best.number})"
+        if lost and self.config.auto_revert:
             target = self._revert_target()
             if target is not None:
                 reverted_to = self.workspace.attempts()[target]

@@ -187,3 +187,28 @@ def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     last = server.requests[-1]["messages"]
     assert "[compacted]" in json.dumps(last[0]) and last[1]["role"] == "assistant"
     assert len(last) <= 4 + 2
+
+
+def test_attempt_judgement_new_best_within_noise_and_regression(tmp_path, reference_text, monkeypatch):
+    """Three benchmarks of the same code whose scores read 1.0x, 0.99x and 0.5x: the first is
+    the best, the second is kept (within 2%), the third is a regression and is reverted."""
+    import kagent.tools.evaluation as tool_module
+
+    turns = [{"tool_calls": [call("write_file", path="solution.py", content=reference_text)]},
+             {"tool_calls": [call("benchmark")]}, {"tool_calls": [call("benchmark")]},
+             {"tool_calls": [call("benchmark")]}, {"tool_calls": [call("finish", summary="done")]}]
+    scores = iter([1.0, 0.99, 0.5])
+    real = tool_module.evaluate
+
+    def scored(task, solution, options):  # a real evaluation, with the score the case needs
+        result = real(task, solution, options.model_copy(update={"contexts": [16]}))
+        result.score = next(scores)
+        return result
+
+    monkeypatch.setattr(tool_module, "evaluate", scored)
+    run_dir, report = start_run(run_options(tmp_path, write_script(tmp_path / "s.json", turns), wall_s=900))
+    notes = [e.attempt["note"] for e in read_trace(run_dir / "trace.jsonl").events if e.type == "attempt_recorded"]
+    assert notes[0] == "new best: 1.000x"
+    assert notes[1].startswith("0.990x: within 2% of the best 1.000x")
+    assert notes[2].startswith("regression: 0.500x against the best 1.000x") and "reverted to attempt 1" in notes[2]
+    assert report.best_attempt == 1
