@@ -200,7 +200,8 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         try:
             config = RunConfig.model_validate_json((run_dir / RUN_FILES["config"]).read_text())
         except (OSError, ValueError) as err:
-            raise KagentError(f"{run_dir / RUN_FILES['config']} cannot be read: {err}") from err
+            raise KagentError(f"{run_dir / RUN_FILES['config']} is missing or not a valid run config",
+                              hint=str(err).splitlines()[0][:200]) from err
         read = read_trace(run_dir / "trace.jsonl")
         state = rebuild(read.events, run_dir)
         if state.ended is not None and not extra_budget_s:

@@ -225,8 +225,17 @@ def read_trace(path: Path) -> TraceRead:
             if index == unterminated:
                 torn = True
                 continue
-            raise KagentError(f"{path}:{index + 1} is not a valid trace event: {str(err)[:200]}") from err
+            raise KagentError(f"{path}:{index + 1} is not a valid trace event ({_first_problem(err)}): the trace "
+                              "is corrupted before its last line") from err
     return TraceRead(events=events, torn_tail=torn)
+
+
+def _first_problem(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{first['msg']}" + (f" at {where}" if where else "")
+    return str(err)[:120]
 
 
 def repair_tail(path: Path) -> bool:

@@ -26,11 +26,11 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field, ValidationError
 
 from kagent.agent.errors import KagentError
-from kagent.sandbox import static_checks
+from kagent.sandbox import containment, static_checks
 from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import PROTOCOL_VERSION
 from kagent.sandbox.results import (
-    Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
+    Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict, check_verdict,
 )
 from kagent.tasks import TaskRef
 
@@ -206,10 +206,14 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     env["PYTHONUNBUFFERED"] = "1"
     read_fd, write_fd = os.pipe()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
+        # No network, its own pid namespace and a process cap where this machine allows; the
+        # result pipe passes through unshare, which execs the harness with its fds intact.
+        argv, preexec = containment.contained(
             [options.python, "-m", HARNESS_PACKAGE, "--job", str(job_file), "--result-fd", str(write_fd)],
-            cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            pass_fds=(write_fd,), start_new_session=True,
+            containment.Limits())
+        proc = subprocess.Popen(
+            argv, cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            pass_fds=(write_fd,), start_new_session=True, preexec_fn=preexec,
         )
     os.close(write_fd)
     deadline = time.monotonic() + options.timeout_s
@@ -251,7 +255,8 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
                 pass
         _kill_group(proc)
         proc.wait()
-    return ChildRun(events=events, exit_code=proc.returncode, timed_out=timed_out,
+    # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
+    return ChildRun(events=events, exit_code=containment.exit_status(proc.returncode), timed_out=timed_out,
                     stdout_tail=_tail(out_path), stderr_tail=_tail(err_path))
 
 
@@ -354,10 +359,8 @@ def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: l
         stderr = child.stderr_tail.strip().splitlines()
         return Verdict.CRASH, f"the process died after {last} ({how})" + (f": {stderr[-1][:300]}" if stderr else "")
     for check in checks:
-        if check.status == "error":
-            return Verdict.ERROR, f"{check.name}: {check.reason}"
-        if check.status == "fail":
-            return Verdict.INCORRECT, f"{check.name}: {check.reason}"
+        if check.status != "pass":
+            return check_verdict(check), f"{check.name}: {check.reason}"
     if not checks:
         return Verdict.INTERNAL_ERROR, "the harness finished without running any check"
     if options.mode == "check":

@@ -150,3 +150,16 @@ class EvalResult(Model):
 
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)
+
+
+# Checks whose failure means the solution attacked the harness rather than computed wrongly.
+TAMPERING_CHECKS = ("integrity",)
+
+
+def check_verdict(check: CheckResult) -> Verdict:
+    """The verdict one failed or erroring check calls for (PASS for a passing one)."""
+    if check.status == "pass":
+        return Verdict.PASS
+    if check.name in TAMPERING_CHECKS:
+        return Verdict.TAMPERED
+    return Verdict.ERROR if check.status == "error" else Verdict.INCORRECT

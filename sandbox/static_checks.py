@@ -7,6 +7,7 @@ code, so that a model or a person sees exactly what to change.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,34 @@ SENSITIVE_ATTRIBUTES = ("modules", "__import__", "import_module", "__builtins__"
                         "__dict__")
 # Modules on which any dynamic attribute lookup (getattr) is treated as an import in disguise.
 SENSITIVE_MODULES = ("sys", "builtins", "importlib")
+# torch APIs that replay or compile work instead of running it, which the timing would credit
+# to the solution: by dotted name, matched on the name itself and everything under it.
+CUDA_GRAPH_APIS = ("torch.cuda.CUDAGraph", "torch.cuda.graph", "torch.cuda.graphs",
+                   "torch.cuda.make_graphed_callables")
+TORCH_COMPILE_APIS = ("torch.compile", "torch._dynamo", "torch._inductor")
+# The same in C++/CUDA source (native files, or strings handed to load_inline).
+CUDA_GRAPH_NATIVE = re.compile(r"\b(cudaGraph\w*|cudaStreamBeginCapture\w*|cudaStreamEndCapture|cuGraph\w*|"
+                               r"cuStreamBeginCapture\w*)\b")
+NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
+# Comments in C++/CUDA source, so that an honest "// no cudaGraphLaunch here" does not trip.
+_NATIVE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def api_rule(dotted: str) -> str | None:
+    """The rule a use of the dotted torch name breaks, if any."""
+    for rule, apis in (("cuda_graph", CUDA_GRAPH_APIS), ("torch_compile", TORCH_COMPILE_APIS)):
+        if any(dotted == api or dotted.startswith(api + ".") for api in apis):
+            return rule
+    return None
+
+
+def native_graph_calls(source: str) -> list[tuple[int, str]]:
+    """(line, API name) of CUDA graph calls in C++/CUDA source, comments ignored."""
+    def blank(match: re.Match) -> str:  # keeps line numbers: newlines stay
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    code = _NATIVE_COMMENT.sub(blank, source)
+    return [(code.count("\n", 0, m.start()) + 1, m.group(1)) for m in CUDA_GRAPH_NATIVE.finditer(code)]
 
 
 @dataclass(frozen=True)
@@ -46,14 +75,49 @@ class _Visitor(ast.NodeVisitor):
         self.sensitive_names = {alias.asname or alias.name for node in ast.walk(tree)
                                 if isinstance(node, ast.Import) for alias in node.names
                                 if alias.name in SENSITIVE_MODULES}
+        # Every name bound to torch or a part of it, with the dotted name it stands for
+        # (``import torch.cuda as tc``: tc -> torch.cuda; ``from torch import cuda``).
+        self.torch_names: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if _top(alias.name) == "torch":
+                        if alias.asname:
+                            self.torch_names[alias.asname] = alias.name
+                        else:
+                            self.torch_names["torch"] = "torch"
+            elif isinstance(node, ast.ImportFrom) and not node.level and _top(node.module) == "torch":
+                for alias in node.names:
+                    self.torch_names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        # A file that builds C++/CUDA at run time hands its source over in string literals.
+        self.builds_native = any(
+            (isinstance(node, ast.Name) and node.id == "load_inline")
+            or (isinstance(node, ast.Attribute) and node.attr == "load_inline")
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").endswith("cpp_extension"))
+            for node in ast.walk(tree))
 
-    def _add(self, node: ast.AST, rule: str) -> None:
+    def _add(self, node: ast.AST, rule: str, evidence: str | None = None) -> None:
         line = getattr(node, "lineno", 0)
         text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        self.findings.append(Finding(str(self.path.relative_to(self.root)), line, rule, text[:200]))
+        finding = Finding(str(self.path.relative_to(self.root)), line, rule, (evidence or text)[:200])
+        # ``torch._dynamo.config`` is seen at each level of its attribute chain: report it once.
+        if not any(f.line == line and f.rule == rule for f in self.findings):
+            self.findings.append(finding)
+
+    def _dotted(self, node: ast.AST) -> str | None:
+        """The torch name an expression like ``torch.cuda.CUDAGraph`` stands for, if any."""
+        if isinstance(node, ast.Name):
+            return self.torch_names.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self._dotted(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
 
     def _module(self, name: str, node: ast.AST) -> None:
         top = _top(name)
+        rule = api_rule(name)
+        if rule:
+            self._add(node, rule)
         if top in self.forbidden:
             self._add(node, "forbidden_import")
         elif top in DYNAMIC_IMPORT_MODULES:
@@ -85,6 +149,10 @@ class _Visitor(ast.NodeVisitor):
                         self.local_imports.append(target)
             return
         self._module(node.module or "", node)
+        for alias in node.names:
+            rule = api_rule(f"{node.module}.{alias.name}") if _top(node.module) == "torch" else None
+            if rule:
+                self._add(node, rule)
         if node.module in SENSITIVE_MODULES and any(a.name in SENSITIVE_ATTRIBUTES for a in node.names):
             self._add(node, "sys_modules" if node.module == "sys" else "dynamic_import")
         for alias in node.names:  # `from pkg import mod` may name a local submodule
@@ -100,9 +168,32 @@ class _Visitor(ast.NodeVisitor):
                 self._add(node, "dynamic_code")
             elif isinstance(name, ast.Constant) and name.value in SENSITIVE_ATTRIBUTES:
                 self._add(node, "dynamic_code")
+            base = self._dotted(target)
+            if base and node.func.id == "getattr" and name is not None:
+                # A name built at run time on torch could reach any API the rules name.
+                if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                    self._add(node, "computed_getattr")
+                else:
+                    rule = api_rule(f"{base}.{name.value}")
+                    if rule:
+                        self._add(node, rule)
         self.generic_visit(node)
 
+    def visit_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant):
+            return  # a docstring or a bare string: prose, not source handed to a compiler
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if self.builds_native and isinstance(node.value, str):
+            for offset, api in native_graph_calls(node.value):
+                self._add(node, "cuda_graph", f"{api} in C++ source at line {node.lineno + offset - 1}")
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        dotted = self._dotted(node)
+        rule = api_rule(dotted) if dotted else None
+        if rule:
+            self._add(node, rule)
         on_sensitive = isinstance(node.value, ast.Name) and node.value.id in self.sensitive_names
         if node.attr in ("modules", "__dict__"):  # only sensitive on sys and friends
             if on_sensitive:
@@ -142,4 +233,20 @@ def scan(solution: Path, forbidden_imports: list[str] | tuple[str, ...] = ()) ->
         visitor.visit(tree)
         findings.extend(visitor.findings)
         queue.extend(p.resolve() for p in visitor.local_imports)
+    findings.extend(_scan_native(root))
+    return findings
+
+
+def _scan_native(root: Path, limit: int = 200) -> list[Finding]:
+    """CUDA graph calls in the C++/CUDA files of the solution's folder (the first ``limit``)."""
+    findings = []
+    files = sorted(p for p in root.rglob("*") if p.suffix in NATIVE_SUFFIXES and p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(root).parts))[:limit]
+    for path in files:
+        try:
+            source = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line, api in native_graph_calls(source):
+            findings.append(Finding(str(path.relative_to(root)), line, "cuda_graph", api))
     return findings

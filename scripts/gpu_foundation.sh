@@ -52,6 +52,17 @@ task = resolve_task("02_kimi_linear_decode")
 ref = (task.path / "reference.py").read_text()
 # Faults only a GPU can have: a kernel writing far out of bounds, and one that never ends.
 DEVICE_FAULTS = {
+    # The step's work goes on a side stream and is not waited for: the timer must not miss it.
+    "side_stream_work": """
+_side = torch.cuda.Stream()
+
+class Model(Model):
+    def step(self, hidden, state):
+        _side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(_side):
+            out, state = super().step(hidden, state)
+        return out, state
+""",
     "illegal_memory_access": """
 import triton
 import triton.language as tl
@@ -89,7 +100,8 @@ for name, patch in cases.items():
     folder = pathlib.Path("/tmp/cheat") / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "solution.py").write_text(ref + "\n" + os.environ["CHEAP_INIT"] + "\n" + patch)
-    r = evaluate(task, folder / "solution.py", EvalOptions(mode="check", device="cuda", scale="full",
+    mode = "eval" if name == "side_stream_work" else "check"
+    r = evaluate(task, folder / "solution.py", EvalOptions(mode=mode, device="cuda", scale="full",
                  cache_dir=pathlib.Path("/tmp/kagent-home"), timeout_s=60 if name == "kernel_never_ends" else 300))
     print(f"cheat {name}: {r.verdict.value}: {r.reason[:200]} ({r.wall_seconds:.1f} s)")
 PY

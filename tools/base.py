@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent.agent.messages import ToolSpec
+from kagent.sandbox import containment
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import EvalResult
 from kagent.sandbox.scrub import is_secret_name, scrubbed_env  # noqa: F401  (re-exported for tools)
@@ -189,9 +190,13 @@ def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional
     # A file, not a pipe: a flood of output cannot fill memory, and a background child
     # holding the pipe open cannot make us wait.
     with tempfile.TemporaryFile() as sink:
-        proc = subprocess.Popen(argv, cwd=cwd or ctx.workspace, env=env if env is not None else ctx.command_env(),
+        # The model's commands get no network, a pid namespace (so setsid cannot escape the
+        # kill below) and a process cap, wherever this machine supports them.
+        wrapped, preexec = containment.contained(argv, containment.Limits())
+        proc = subprocess.Popen(wrapped, cwd=cwd or ctx.workspace,
+                                env=env if env is not None else ctx.command_env(),
                                 stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=preexec)
         timed_out = False
         try:
             proc.wait(timeout=timeout)
@@ -201,6 +206,8 @@ def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional
             kill_group(proc)
             proc.wait()
         output = read_capped(sink, ctx.max_output_chars)
+    # Left as the shell convention reads it: through a pid namespace's init a death by
+    # signal N arrives as 128+N, just as bash reports its own killed commands.
     return Completed(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
                      seconds=round(time.monotonic() - started, 3))
 

@@ -11,6 +11,48 @@ from . import bandwidth, environment, launches
 from .loading import CandidateError, DiskCache, TaskError, candidate_call
 from .protocol import Channel
 
+# What the harness measures and judges with, by dotted name: (owner, attribute) pairs looked up
+# afresh at every integrity check. A solution that rebinds one of them could fake its timing or
+# its correctness, even where the harness bound its own copy at import (a later harness edit
+# might not), so any rebinding is reported as tampering.
+_WATCHED = (
+    ("time", time, "perf_counter"), ("time", time, "perf_counter_ns"), ("time", time, "time"),
+    ("torch.cuda", torch.cuda, "Event"), ("torch.cuda.Event", torch.cuda.Event, "record"),
+    ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"), ("torch.cuda", torch.cuda, "synchronize"),
+    ("torch.nn.functional", torch.nn.functional, "cosine_similarity"), ("torch", torch, "dot"),
+    ("torch.Tensor", torch.Tensor, "item"),
+)
+
+
+class Integrity:
+    """Identities of the harness's clocks, comparators and trusted models, taken before the
+    candidate is imported; ``changes`` names each one that is no longer the same object."""
+
+    def __init__(self, trusted: dict[str, torch.nn.Module]):
+        self._snapshot: dict[str, tuple[Any, str, Any]] = {}
+        for label, owner, attribute in _WATCHED:
+            self._watch(f"{label}.{attribute}", owner, attribute)
+        for who, model in trusted.items():
+            for module in model.modules():
+                cls = type(module)
+                for method in ("step", "forward"):
+                    # The class's method (what every instance runs) and the instance's own
+                    # dict: a method assigned to one trusted instance shadows its class's.
+                    self._watch(f"the {who}'s {cls.__name__}.{method}", cls, method)
+                    self._snapshot[f"the {who}'s {cls.__name__} instance {method} ({id(module):x})"] = (
+                        vars(module), method, vars(module).get(method))
+
+    def _watch(self, label: str, owner: Any, attribute: str) -> None:
+        self._snapshot.setdefault(label, (owner, attribute, getattr(owner, attribute, None)))
+
+    def changes(self) -> list[str]:
+        changed = []
+        for label, (owner, attribute, original) in self._snapshot.items():
+            now = owner.get(attribute) if isinstance(owner, dict) else getattr(owner, attribute, None)
+            if now is not original:
+                changed.append(label.split(" (")[0])
+        return sorted(set(changed))
+
 
 class EvaluationBase:
     def __init__(self, job: dict, channel: Channel):
@@ -32,6 +74,21 @@ class EvaluationBase:
         self.phase_seconds[name] = round(now - self._phase_start, 3)
         self._phase_start = now
         self.channel.send("phase", name=name, seconds=self.phase_seconds[name])
+
+    def watch_integrity(self, trusted: dict[str, torch.nn.Module]) -> None:
+        """Take the identities the integrity check compares against; call before the
+        candidate is imported."""
+        self.integrity = Integrity(trusted)
+
+    def integrity_holds(self, when: str) -> bool:
+        """False (and a failed "integrity" check) when the solution replaced anything watched.
+
+        Sent only on failure: a passing integrity check would add nothing to the record."""
+        changed = self.integrity.changes()
+        if not changed:
+            return True
+        return self.send_check("integrity", "fail", f"the solution replaced {', '.join(changed)} ({when})",
+                               replaced=changed, tampering=True)
 
     def send_check(self, name: str, status: str, reason: str, **extra: Any) -> bool:
         self.channel.send("check", name=name, status=status, reason=reason, **extra)

@@ -306,6 +306,8 @@ class MegaEvaluation(EvaluationBase):
         self.prepare()
         with torch.no_grad():
             self.baseline = self.load_baseline()
+            # Before any candidate code runs: what the harness times and judges with.
+            self.watch_integrity({"baseline": self.baseline, "reference": self.reference})
             try:
                 self.candidate = self.load_solution("the solution")
             except CandidateError as err:
@@ -313,7 +315,9 @@ class MegaEvaluation(EvaluationBase):
                 return
             self.send_check("load", "pass", "imported, constructed, weights loaded")
             self.phase("load_solution")
-            if not self.correctness():
+            if not self.integrity_holds("after import"):
+                return
+            if not self.correctness() or not self.integrity_holds("after the correctness checks"):
                 return
             if self.job["mode"] != "check":
                 self.performance()
@@ -412,13 +416,21 @@ class MegaEvaluation(EvaluationBase):
             base = ChainPlayer("baseline", self, self.baseline, ctx, steps)
             cand = ChainPlayer("candidate", self, self.candidate, ctx, steps)
             name = f"timed_chain_ctx_{ctx}"
+            walls: list[timing.RoundWall] = []
             try:
                 timing.run_interleaved(self.device, [base, cand], rounds=1, steps=warmup)
-                samples = timing.run_interleaved(self.device, [base, cand], rounds=rounds, steps=steps)
+                samples = timing.run_interleaved(self.device, [base, cand], rounds=rounds, steps=steps, walls=walls)
             except CandidateError as err:
                 self.send_check(name, "error", err.message, details=err.details)
                 return
-            if not self.send_check(name, *cand.verdict()):
+            if not self.integrity_holds(f"while timed at ctx {ctx}") or not self.send_check(name, *cand.verdict()):
+                return
+            # On the CPU every interval brackets the whole call on the host: nothing can run
+            # outside it, and the host's own scheduling noise would only cause false alarms.
+            hidden = [why for why in map(timing.hidden_work, walls) if why] if self.device.type == "cuda" else []
+            if hidden:
+                self.send_check("hidden_work", "fail", f"ctx {ctx}: {hidden[0]}",
+                                rounds=[vars(w) for w in walls])
                 return
             stats = {"baseline": timing.summarize(samples["baseline"]),
                      "candidate": timing.summarize(samples["candidate"])}
@@ -432,9 +444,15 @@ class MegaEvaluation(EvaluationBase):
                     "candidate_fraction": floor_ms / stats["candidate"]["median_ms"],
                     "baseline_fraction": floor_ms / stats["baseline"]["median_ms"],
                 }
+                impossible = timing.physics_violation(stats["candidate"]["median_ms"], nbytes, bw["bytes_per_s"])
+                if impossible:
+                    self.send_check("physics", "fail", f"ctx {ctx}: {impossible}", roofline=result["roofline"])
+                    return
             self.channel.send("timing", **result)
             per_shape.append(result)
         self.phase("timing")
+        if not self.integrity_holds("after timing"):
+            return
         self.channel.send("score", geomean_speedup=timing.geomean([r["speedup"] for r in per_shape]),
                           clocks_before=clocks_before, clocks_after=self.clocks())
         shape = self.timing_shapes[0]

@@ -9,6 +9,7 @@ when the absolute numbers move. An A/A run (the baseline against itself) shows i
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -70,11 +71,23 @@ class _Interval:
         return (self.end - self.begin) / 1e6
 
 
+@dataclass(frozen=True)
+class RoundWall:
+    """One round seen from the host: its synchronized wall time (less the harness's own host
+    bookkeeping between steps) beside the sum of every player's per-step intervals."""
+
+    wall_ms: float
+    timed_ms: float
+
+
 def run_interleaved(device: torch.device, players: Sequence[Player], rounds: int,
-                    steps: int) -> dict[str, list[float]]:
+                    steps: int, walls: list[RoundWall] | None = None) -> dict[str, list[float]]:
     """Time ``steps`` steps of every player per round, alternating the order step by step.
 
-    Returns the per-step times in milliseconds for each player, rounds concatenated.
+    Returns the per-step times in milliseconds for each player, rounds concatenated. With
+    ``walls``, one RoundWall per round is appended to it: device work a step leaves running
+    past its end mark (a side stream, deferred launches) is outside every interval but not
+    outside the round, which is synchronized at both ends.
     """
     cuda = device.type == "cuda"
     samples: dict[str, list[float]] = {p.name: [] for p in players}
@@ -83,6 +96,8 @@ def run_interleaved(device: torch.device, players: Sequence[Player], rounds: int
             p.begin_round(r)
         synchronize(device)
         intervals: dict[str, list[_Interval]] = {p.name: [] for p in players}
+        bookkeeping_ns = 0
+        round_start = _perf_counter_ns()
         for i in range(steps):
             order = players if (i + r) % 2 == 0 else list(reversed(players))
             for p in order:
@@ -90,12 +105,58 @@ def run_interleaved(device: torch.device, players: Sequence[Player], rounds: int
                 p.step(i)
                 interval.close()
                 intervals[p.name].append(interval)
+                before = _perf_counter_ns()
                 p.after_step(i)
+                bookkeeping_ns += _perf_counter_ns() - before
         synchronize(device)
+        wall_ns = _perf_counter_ns() - round_start - bookkeeping_ns
+        timed_ms = 0.0
         for p in players:
-            samples[p.name].extend(iv.milliseconds() for iv in intervals[p.name])
+            times = [iv.milliseconds() for iv in intervals[p.name]]
+            timed_ms += sum(times)
+            samples[p.name].extend(times)
             p.end_round(r)
+        if walls is not None:
+            walls.append(RoundWall(wall_ns / 1e6, timed_ms))
     return samples
+
+
+# Hidden work: the round's wall time may exceed its timed intervals by launch gaps and noise,
+# not by a multiple. 1.5x plus 5 ms leaves a host-bound baseline's gaps room on any device.
+HIDDEN_WORK_FACTOR = 1.5
+HIDDEN_WORK_SLACK_MS = 5.0
+
+
+def hidden_work(wall: RoundWall) -> str | None:
+    """Why this round hides work from the timer, or None when it does not."""
+    allowed = wall.timed_ms * HIDDEN_WORK_FACTOR + HIDDEN_WORK_SLACK_MS
+    if wall.wall_ms <= allowed:
+        return None
+    return (f"a timed round took {wall.wall_ms:.3f} ms of synchronized wall time but its steps' intervals add up "
+            f"to {wall.timed_ms:.3f} ms (allowed: {allowed:.3f} ms): work ran outside the timed intervals")
+
+
+# Physics: no step can beat the bytes floor; 10% slack covers bandwidth measurement noise.
+PHYSICS_SLACK = 1.1
+
+
+def physics_violation(median_ms: float, bytes_per_step: int, bytes_per_s: float) -> str | None:
+    """Why ``median_ms`` per step is impossible for ``bytes_per_step`` at the measured copy
+    bandwidth, or None when it is within reach."""
+    if median_ms <= 0:
+        return f"a median of {median_ms:.6f} ms per step is not a time"
+    implied = bytes_per_step / (median_ms / 1e3)
+    if implied <= bytes_per_s * PHYSICS_SLACK:
+        return None
+    return (f"{median_ms:.3g} ms per step moves {_si(bytes_per_step, 'B')} at {_si(implied, 'B/s')}, "
+            f"{implied / bytes_per_s:.1f}x the device's measured {_si(bytes_per_s, 'B/s')}: rejected")
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
 
 
 def summarize(samples_ms: Sequence[float]) -> dict:

@@ -1,0 +1,4 @@
+"""expect: pass
+
+The reference itself, unchanged: the harness must not reject honest work.
+"""

@@ -1,0 +1,283 @@
+"""The red-team corpus (tests/redteam/*.py) against `kagent eval`, and the rules behind the
+anti-cheating checks as units.
+
+Each corpus file is a patch appended to a copy of the flagship reference; the first line of
+its docstring says what the harness must conclude: ``expect: <verdict> [<check or rule>
+[<text the reason must contain>]]``.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import check_named, reference_solution, run_eval
+from kagent.sandbox import static_checks
+from kagent.sandbox.harness import timing
+from kagent.sandbox.harness.base import Integrity
+from kagent.sandbox.results import CheckResult, EvalResult, Verdict, check_verdict
+from kagent.tasks import resolve_task
+
+CORPUS = Path(__file__).parent / "redteam"
+# Hangs are killed here; everything else finishes in a few seconds at smoke scale.
+HANG_LIMIT_S = 20
+FORK_BOMB_MARK = "kagent-redteam-fork-bomb"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    verdict: Verdict
+    check: str | None  # the check whose failure is the reason, or the static rule
+    mentions: str | None  # what the reason must name
+
+
+def expectation(path: Path) -> Expectation:
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = docstring.splitlines()[0] if docstring else ""
+    assert first.startswith("expect: "), f"{path.name}: the docstring must start with 'expect: '"
+    words = first.removeprefix("expect: ").split(" ", 2)
+    return Expectation(Verdict(words[0]), words[1] if len(words) > 1 else None, words[2] if len(words) > 2 else None)
+
+
+def effective_verdict(result: EvalResult) -> Verdict:
+    """The verdict with each failed check mapped as ``check_verdict`` says: an integrity
+    failure is tampering even where the agent side still reports it as an incorrect answer."""
+    if result.verdict is Verdict.INCORRECT:
+        failed = next(c for c in result.checks if c.status != "pass")
+        return check_verdict(failed)
+    return result.verdict
+
+
+def corpus_files() -> list[Path]:
+    return sorted(CORPUS.glob("*.py"))
+
+
+def test_the_corpus_covers_every_kind_of_attack():
+    expected = [expectation(p) for p in corpus_files()]
+    assert len(expected) >= 22
+    verdicts = {e.verdict for e in expected}
+    assert verdicts >= {Verdict.PASS, Verdict.INCORRECT, Verdict.FORBIDDEN, Verdict.TAMPERED, Verdict.CRASH,
+                        Verdict.TIMEOUT}
+    assert sum(e.verdict is Verdict.PASS for e in expected) >= 3
+
+
+def _live_fork_bomb_children() -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and FORK_BOMB_MARK.encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return pids
+
+
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
+def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-redteam-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "redteam-secret")
+    want = expectation(path)
+    hangs = want.verdict is Verdict.TIMEOUT
+    solution = reference_solution(kimi, tmp_path, path.read_text())
+    result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=HANG_LIMIT_S if hangs else 60)
+    verdict = want.verdict
+    if verdict is Verdict.TAMPERED and want.check != "integrity" and os.geteuid() != 0:
+        verdict = Verdict.PASS  # without root the write is refused: nothing changed, nothing to catch
+    assert effective_verdict(result) is verdict, result.reason
+    if verdict is Verdict.FORBIDDEN:
+        assert want.check in {f.rule for f in result.static_findings}, result.static_findings
+    elif verdict in (Verdict.INCORRECT, Verdict.ERROR) or (verdict is Verdict.TAMPERED and want.check == "integrity"):
+        assert result.reason.startswith(want.check + ":"), result.reason
+        assert check_named(result, want.check).status in ("fail", "error")
+        assert result.score is None
+    elif verdict is Verdict.TAMPERED:
+        assert want.check in result.reason
+    if want.mentions:
+        assert want.mentions in result.reason, result.reason
+    if hangs:
+        assert result.wall_seconds < HANG_LIMIT_S + 15
+        assert "killed" in result.reason
+        # The process group went with it: no sleeping child of the fork bomb outlives it.
+        deadline = time.monotonic() + 5
+        while _live_fork_bomb_children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _live_fork_bomb_children()
+
+
+# -- the integrity check ------------------------------------------------------------------
+
+class _Layer(torch.nn.Module):
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class _Trusted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = _Layer()
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer.step(x)
+
+
+def test_integrity_names_every_replaced_function(monkeypatch):
+    integrity = Integrity({"baseline": _Trusted()})
+    assert integrity.changes() == []
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: 1.0)
+    assert integrity.changes() == ["time.perf_counter", "torch.Tensor.item"]
+    monkeypatch.undo()
+    assert integrity.changes() == []
+
+
+def test_integrity_sees_a_trusted_layer_slowed_down(monkeypatch):
+    model = _Trusted()
+    integrity = Integrity({"baseline": model})
+    monkeypatch.setattr(_Layer, "step", lambda self, x: x)
+    assert integrity.changes() == ["the baseline's _Layer.step"]
+    monkeypatch.undo()
+    model.layer.step = lambda x: x  # on one instance only
+    assert integrity.changes() == ["the baseline's _Layer instance step"]
+
+
+def test_integrity_failure_maps_to_tampered():
+    failed = CheckResult(name="integrity", status="fail", reason="the solution replaced time.perf_counter")
+    assert check_verdict(failed) is Verdict.TAMPERED
+    assert check_verdict(CheckResult(name="fixed_seeds", status="fail", reason="x")) is Verdict.INCORRECT
+    assert check_verdict(CheckResult(name="load", status="error", reason="x")) is Verdict.ERROR
+    assert check_verdict(CheckResult(name="integrity", status="pass", reason="x")) is Verdict.PASS
+
+
+# -- physics: no step beats the bytes floor -----------------------------------------------
+
+def test_physics_rejects_a_time_below_the_bytes_floor():
+    reason = timing.physics_violation(0.012, 243_000_000, 4.2e12)
+    assert reason == ("0.012 ms per step moves 243 MB at 20.2 TB/s, 4.8x the device's measured 4.2 TB/s: "
+                      "rejected")
+
+
+def test_physics_leaves_ten_percent_for_noise():
+    floor_ms = 243e6 / 4.2e12 * 1e3
+    assert timing.physics_violation(floor_ms, 243_000_000, 4.2e12) is None
+    assert timing.physics_violation(floor_ms / 1.09, 243_000_000, 4.2e12) is None
+    assert timing.physics_violation(floor_ms / 1.12, 243_000_000, 4.2e12) is not None
+    assert timing.physics_violation(0.0, 243_000_000, 4.2e12) is not None
+
+
+def test_a_task_claiming_enormous_bytes_fails_physics(kagent_home, tmp_path):
+    folder = tmp_path / "kimi_huge_roofline"
+    shutil.copytree(resolve_task("02_kimi_linear_decode").path, folder)
+    roofline = folder / "roofline.py"
+    roofline.write_text(roofline.read_text() + "\n\n_honest_bytes = bytes_per_step\n\n\n"
+                        "def bytes_per_step(cfg, context_len: int) -> int:\n"
+                        "    return _honest_bytes(cfg, context_len) * 10**6\n")
+    task = resolve_task(str(folder))
+    result = run_eval(task, reference_solution(task, tmp_path / "solution"), kagent_home, contexts=[16], rounds=1)
+    assert result.verdict is Verdict.INCORRECT, result.reason
+    assert result.reason.startswith("physics: ctx 16: "), result.reason
+    assert result.reason.endswith("rejected") and result.score is None
+
+
+def test_an_honest_task_never_trips_physics(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[16], rounds=1)
+    assert result.verdict is Verdict.PASS, result.reason
+    assert all(t.roofline.candidate_fraction <= timing.PHYSICS_SLACK for t in result.timings)
+
+
+# -- hidden work: a round's wall time against its timed intervals -------------------------
+
+def test_hidden_work_rule():
+    assert timing.hidden_work(timing.RoundWall(wall_ms=95.0, timed_ms=60.0)) is None
+    reason = timing.hidden_work(timing.RoundWall(wall_ms=95.5, timed_ms=60.0))
+    assert reason is not None and "95.500 ms" in reason and "60.000 ms" in reason
+    assert timing.hidden_work(timing.RoundWall(wall_ms=4.9, timed_ms=0.0)) is None
+
+
+class _Sleeper:
+    def __init__(self, name: str, seconds: float, hidden_seconds: float = 0.0):
+        self.name, self.seconds, self.hidden_seconds = name, seconds, hidden_seconds
+
+    def begin_round(self, round_index: int) -> None:
+        pass
+
+    def step(self, step_index: int) -> None:
+        time.sleep(self.seconds)
+
+    def after_step(self, step_index: int) -> None:
+        time.sleep(self.hidden_seconds)  # the harness's own bookkeeping: never counted
+
+    def end_round(self, round_index: int) -> None:
+        pass
+
+
+def test_run_interleaved_reports_each_rounds_wall_time():
+    walls: list[timing.RoundWall] = []
+    players = [_Sleeper("baseline", 0.002, hidden_seconds=0.01), _Sleeper("candidate", 0.001)]
+    samples = timing.run_interleaved(torch.device("cpu"), players, rounds=3, steps=4, walls=walls)
+    assert len(walls) == 3 and all(len(v) == 12 for v in samples.values())
+    for wall in walls:
+        assert wall.timed_ms >= 4 * 3.0 * 0.9
+        assert wall.timed_ms * 0.9 <= wall.wall_ms  # bookkeeping is left out of the wall time
+        assert timing.hidden_work(wall) is None
+
+
+# -- static tripwires ---------------------------------------------------------------------
+
+def _rules(tmp_path: Path, source: str) -> list[str]:
+    return [f.rule for f in static_checks.scan(_write(tmp_path, source, {}))]
+
+
+@pytest.mark.parametrize("source, rule", [
+    ("import torch\ng = torch.cuda.CUDAGraph()\n", "cuda_graph"),
+    ("import torch\nwith torch.cuda.graph(g):\n    pass\n", "cuda_graph"),
+    ("from torch.cuda import make_graphed_callables\n", "cuda_graph"),
+    ("import torch.cuda as tc\nf = tc.make_graphed_callables\n", "cuda_graph"),
+    ("import torch\nG = getattr(torch.cuda, 'CUDAGraph')\n", "cuda_graph"),
+    ("import torch\nf = torch.compile(lambda x: x)\n", "torch_compile"),
+    ("from torch import compile as c\n", "torch_compile"),
+    ("import torch._dynamo\n", "torch_compile"),
+    ("import torch\ntorch._inductor.config.x = 1\n", "torch_compile"),
+    ("import torch\nname = 'CUDA' + 'Graph'\nG = getattr(torch.cuda, name)\n", "computed_getattr"),
+    ("import torch as t\nG = getattr(t, ''.join(['comp', 'ile']))\n", "computed_getattr"),
+    ("from torch.utils.cpp_extension import load_inline\nSRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
+     "cuda_graph"),
+])
+def test_static_tripwire(source, rule, tmp_path):
+    assert rule in _rules(tmp_path, source)
+
+
+def test_tripwires_ignore_comments_strings_and_prose(tmp_path):
+    source = '''"""No torch.compile and no torch.cuda.CUDAGraph here: cudaGraphLaunch is forbidden."""
+import torch
+from torch.utils.cpp_extension import load_inline
+# torch.compile would be faster, but it is not allowed
+NOTE = "torch.cuda.graph is forbidden"
+SRC = """
+// no cudaGraphLaunch: one plain launch
+/* cudaStreamBeginCapture is not used */
+void f() {}
+"""
+x = getattr(torch, "float16")
+'''
+    assert _rules(tmp_path, source) == []
+
+
+def test_cuda_graph_in_a_native_file_of_the_solution(tmp_path):
+    kernel = "// honest comment: cudaGraphLaunch\n__global__ void k() {}\nvoid go(cudaStream_t s) {\n" \
+             "    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n}\n"
+    findings = static_checks.scan(_write(tmp_path, "import torch\n", {"kernel.cu": kernel}))
+    assert [(f.file, f.line, f.rule, f.evidence) for f in findings] == [
+        ("kernel.cu", 4, "cuda_graph", "cudaStreamBeginCapture")]
+
+
+def _write(tmp_path: Path, source: str, extra: dict[str, str]) -> Path:
+    (tmp_path / "solution.py").write_text(source)
+    for name, text in extra.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path / "solution.py"
