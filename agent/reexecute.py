@@ -2,7 +2,10 @@
 
 The recorded model responses drive the tools again, on a fresh workspace, on this machine;
 no model is called. Each attempt's verdict must come out the same, and its speedups must
-agree within the measured noise (the two runs' 95% intervals overlap).
+agree: within the measured noise (the two runs' 95% intervals overlap) or within 10%. The
+intervals alone are too strict across runs: they hold one run's step-to-step noise, while
+two runs on one machine drift by a few percent (A/A on an H200: 0.988–1.006 between runs).
+A claimed speedup that is not real is off by far more than that.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from kagent.agent.messages import ModelResponse
 from kagent.agent.models.scripted import ScriptedModel
 from kagent.agent.runs import RunOptions, find_run, start_run
 from kagent.agent.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace
+
+# Relative difference between two runs' speedups that still counts as reproducing.
+REPRODUCE_TOLERANCE = 0.10
 
 
 class ShapeCheck(BaseModel):
@@ -72,14 +78,17 @@ def _compare(recorded: AttemptRecorded, measured: Optional[AttemptRecorded]) -> 
     now = {t["label"]: t for t in measured.evaluation.get("timings", [])}
     for t in recorded.evaluation.get("timings", []):
         other = now.get(t["label"])
-        overlap = other is not None and other["ci_low"] <= t["ci_high"] and t["ci_low"] <= other["ci_high"]
+        overlap = other is not None and (
+            (other["ci_low"] <= t["ci_high"] and t["ci_low"] <= other["ci_high"])
+            or abs(other["speedup"] - t["speedup"]) <= REPRODUCE_TOLERANCE * t["speedup"])
         check.shapes.append(ShapeCheck(
             label=t["label"], recorded=t["speedup"], recorded_ci=(t["ci_low"], t["ci_high"]),
             measured=other["speedup"] if other else None,
             measured_ci=(other["ci_low"], other["ci_high"]) if other else None, reproduces=overlap))
     diverging = [s.label for s in check.shapes if not s.reproduces]
     check.reproduces = not diverging
-    check.why = f"speedup outside the measured noise at {', '.join(diverging)}" if diverging else "reproduces"
+    check.why = (f"speedup outside the measured noise and off by more than {REPRODUCE_TOLERANCE:.0%} at "
+                 f"{', '.join(diverging)}" if diverging else "reproduces")
     return check
 
 

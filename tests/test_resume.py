@@ -273,3 +273,18 @@ def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
                           timeout=600, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "divergences found" in proc.stdout and "verdict pass recorded, incorrect now" in proc.stdout
+
+
+def test_a_speedup_far_from_the_record_diverges():
+    from kagent.agent.reexecute import _compare
+    from kagent.agent.trace import AttemptRecorded
+
+    def recorded(speedup: float, low: float, high: float) -> AttemptRecorded:
+        timing = {"label": "ctx 16", "speedup": speedup, "ci_low": low, "ci_high": high}
+        attempt = {"number": 1, "kind": "benchmark", "verdict": "pass", "score": speedup}
+        return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x",
+                               message="m")
+
+    assert _compare(recorded(20.0, 19.5, 20.5), recorded(19.0, 18.9, 19.1)).reproduces  # 5% apart
+    claimed_vs_real = _compare(recorded(20.0, 19.5, 20.5), recorded(3.0, 2.9, 3.1))
+    assert not claimed_vs_real.reproduces and "ctx 16" in claimed_vs_real.why
