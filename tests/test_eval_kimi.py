@@ -3,27 +3,20 @@ cheating ones fail with the right verdict and a reason naming the check."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from conftest import check_named, reference_solution, run_eval, write_solution
 from kagent.sandbox.results import Verdict
 
-# A solution that remembers its answers under a key and replays them when the key repeats.
-ANSWER_CACHE = """
-class Model(Model):
-    _answers = {{}}
-    def step(self, hidden, state):
-        key = {key}
-        if key in self._answers:
-            out, layers = self._answers[key]
-            for layer, saved in zip(state, layers):
-                layer.update(saved)
-            return out.clone(), state
-        out, state = super().step(hidden, state)
-        self._answers[key] = (out.clone(), [dict(layer) for layer in state])
-        return out, state
-"""
+REDTEAM = Path(__file__).resolve().parent / "redteam"
+
+
+def _corpus(name: str) -> str:
+    """A patch from the red-team corpus, so each cheat is written once."""
+    return (REDTEAM / f"{name}.py").read_text()
+
 
 # Each case: a patch appended to a copy of the reference, the verdict it must get, and the
 # check whose failure must be the reason.
@@ -41,22 +34,8 @@ def _unscaled(self, x):
     return (_moe_step(self, x).float() / self.cfg.routed_scaling).to(torch.bfloat16)
 MoE.step = _unscaled
 ''', Verdict.INCORRECT, "fixed_seeds"),
-    "k_rope_not_appended": ('''
-class Model(Model):
-    def step(self, hidden, state):
-        out, state = super().step(hidden, state)
-        state[3]["k_rope"][-1] = 0
-        return out, state
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "conv_window_not_shifted": ('''
-class Model(Model):
-    def step(self, hidden, state):
-        old = [{k: layer[k].clone() for k in ("cq", "ck", "cv")} for layer in state[:3]]
-        out, state = super().step(hidden, state)
-        for layer, kept in zip(state[:3], old):
-            layer.update(kept)
-        return out, state
-''', Verdict.INCORRECT, "fixed_seeds"),
+    "k_rope_not_appended": (_corpus("k_rope_not_appended"), Verdict.INCORRECT, "fixed_seeds"),
+    "conv_window_not_shifted": (_corpus("conv_window_not_shifted"), Verdict.INCORRECT, "fixed_seeds"),
     "nan_in_output": ('''
 class Model(Model):
     def step(self, hidden, state):
@@ -65,26 +44,9 @@ class Model(Model):
         out[3] = float("nan")
         return out, state
 ''', Verdict.INCORRECT, "fixed_seeds"),
-    "caches_by_pointer": (ANSWER_CACHE.format(key="(hidden.data_ptr(), state[0]['S'].data_ptr())"),
-                          Verdict.INCORRECT, "overwrite_in_place"),
-    "caches_by_id": (ANSWER_CACHE.format(key="(id(hidden), id(state))"), Verdict.INCORRECT, "overwrite_in_place"),
-    "skips_moe_on_chained_steps": ('''
-class Model(Model):
-    _last_output = None
-    def step(self, hidden, state):
-        chained = hidden.data_ptr() == self._last_output
-        saved = [block.moe.step for block in self.blocks]
-        if chained:
-            for block in self.blocks:
-                block.moe.step = lambda x: torch.zeros_like(x)
-        try:
-            out, state = super().step(hidden, state)
-        finally:
-            for block, step in zip(self.blocks, saved):
-                block.moe.step = step
-        self._last_output = out.data_ptr()
-        return out, state
-''', Verdict.INCORRECT, "chained_steps"),
+    "caches_by_pointer": (_corpus("cache_by_pointer"), Verdict.INCORRECT, "overwrite_in_place"),
+    "caches_by_id": (_corpus("cache_by_id"), Verdict.INCORRECT, "overwrite_in_place"),
+    "skips_moe_on_chained_steps": (_corpus("skips_work_on_chained_steps"), Verdict.INCORRECT, "chained_steps"),
     "raises_in_step": ('''
 class Model(Model):
     def step(self, hidden, state):
@@ -210,15 +172,7 @@ def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home
 
 
 def test_printed_pass_and_early_exit_do_not_pass(kimi, kagent_home, tmp_path):
-    patch = '''
-class Model(Model):
-    def step(self, hidden, state):
-        import json, os, sys
-        print(json.dumps({"event": "check", "name": "fixed_seeds", "status": "pass", "reason": "ok"}))
-        print(json.dumps({"event": "done"}))
-        sys.stdout.flush()
-        os._exit(0)
-'''
+    patch = _corpus("fake_pass_and_exit")
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     assert result.verdict is Verdict.CRASH
 

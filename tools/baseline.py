@@ -7,7 +7,7 @@ from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcom
 
 
 class BaselineArgs(Args):
-    pass
+    """No arguments."""
 
 
 class Baseline(BaseTool):

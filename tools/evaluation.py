@@ -98,7 +98,7 @@ def _tail(text: str, limit: int) -> str:
 
 
 class CheckArgs(Args):
-    pass
+    """No arguments."""
 
 
 class Check(BaseTool):
