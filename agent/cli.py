@@ -111,7 +111,7 @@ def eval_command(
         mode="aa" if aa else "check" if check_only else "eval", device=resolved_device, scale=chosen_scale,
         contexts=_parse_contexts(contexts), rounds=rounds,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
-        cache_dir=kagent_home(), atol=atol, rtol=rtol,
+        cache_dir=kagent_home(), home=kagent_home() / "home", atol=atol, rtol=rtol,
     )
     if not json_output:
         what = "A/A (baseline vs baseline)" if aa else str(solution)

@@ -111,6 +111,7 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
     """What a new and a resumed run share: trace, status file, model wrapper, agent, report."""
     trace = TraceWriter(run_dir, elapsed=tracker.elapsed)
     eval_options = EvalOptions(device=config.device, scale=config.scale, cache_dir=kagent_home(),
+                               home=run_dir / "home",
                                timeout_s=config.eval_timeout_s)
     status = RunStatus(run_id=config.run_id, state="running", pid=os.getpid(), task=task.name, model=config.model,
                        updated_at=_now())

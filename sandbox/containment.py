@@ -2,66 +2,72 @@
 compile and profile command.
 
 kagent usually runs as root on a throwaway GPU machine, so ordinary user limits mean little
-(root ignores RLIMIT_NPROC, and a process that calls setsid leaves the process group kagent
-kills). What this module adds, each mechanism only where a trivial run proves it works here:
+(root ignores RLIMIT_NPROC and file modes, and a process that calls setsid leaves the process
+group kagent kills). What this module adds, each mechanism only where a trivial run proves
+it works here:
 
 * a network namespace (``unshare -n``): the code sees only its own, down, loopback, so it can
   reach neither the internet nor services listening on this machine;
-* a pid namespace (``unshare -p -f --kill-child --mount-proc``) whose pid 1 is a small init
-  that runs the code; when the init dies the kernel kills every process in the namespace,
-  setsid or not, and ``--kill-child`` makes that happen when kagent kills ``unshare``;
-* a pids cgroup (cgroup v1, ``pids.max``): a cap on processes and threads that holds for root,
-  so a fork bomb stops growing;
+* a pid namespace (``unshare -p -f --kill-child --mount-proc``) whose pid 1 is kagent's jail
+  (jail.py), which runs the code; when the jail dies the kernel kills every process in the
+  namespace, setsid or not, and ``--kill-child`` makes that happen when kagent kills unshare;
+* a mount namespace in which the jail arranges the files (a ``FilePlan``): home folders, the
+  user's project and other runs hidden, /tmp and /dev private, everything read-only except
+  the workspace and a build home, and the task's files read-only inside the workspace;
+* no capabilities for the code (the jail drops them all before it execs), so a root command
+  cannot undo that arrangement, nor leave its cgroup or raise its limits;
+* a cgroup per command (v2, or v1's pids and memory hierarchies): a cap on processes and
+  threads that holds for root, so a fork bomb stops growing, and on memory, so a runaway
+  allocation is killed and reported instead of taking the machine;
 * rlimits, set in the child before it execs: no core dumps, a cap on the size of one file and
   on open files, and RLIMIT_NPROC for the non-root case.
-
-Files are not isolated: the code can read and write whatever the user running kagent can.
 """
 from __future__ import annotations
 
-import atexit
 import functools
+import importlib.util
+import itertools
+import json
 import logging
 import os
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
+from kagent.agent.paths import kagent_home, runs_dir
+
 log = logging.getLogger(__name__)
 
-PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+JAIL = Path(__file__).resolve().parent / "jail.py"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CGROUP_PREFIX = "kagent-"
 # How long a probe's trivial command may take before the mechanism counts as missing.
 PROBE_TIMEOUT_S = 10.0
-# Flags that put the command in a new pid namespace; ``--kill-child`` makes the namespace's
-# pid 1 die with unshare itself, even if pid 1 moved to a process group of its own.
+# Flags that put the command in a new pid (and mount) namespace; ``--kill-child`` makes the
+# namespace's pid 1 die with unshare itself, even if pid 1 moved to a process group of its own.
 _PID_FLAGS = ("-p", "-f", "--kill-child", "--mount-proc")
-# The namespace's pid 1. The command must not be pid 1 itself: the kernel ignores every
-# signal pid 1 has no handler for, so its own abort() or kill(self) would not end it, and
-# orphans would pile up as zombies. This init starts the command, reaps orphans until the
-# command ends, then exits with its status (a death by signal N as 128+N, since pid 1 cannot
-# die by its own signal); when it exits the kernel kills all that is left in the namespace.
-_INIT = """
-import os, sys
-child = os.fork()
-if child == 0:
-    try:
-        os.execvp(sys.argv[1], sys.argv[1:])
-    except OSError as exc:
-        os.write(2, f"kagent init: cannot run {sys.argv[1]}: {exc}\\n".encode())
-        os._exit(127)
-while True:
-    pid, status = os.wait()
-    if pid == child:
-        code = os.waitstatus_to_exitcode(status)
-        os._exit(code if code >= 0 else 128 - code)
-"""
+# Folders never covered: the system the code needs. Covering one of them, or a folder above
+# one, would leave nothing to run.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/var",
+               "/proc", "/sys", "/dev", "/run", "/boot", "/srv", "/snap", "/nix")
+# Each command gets an empty /tmp, /var/tmp and /dev/shm of its own, and a /dev with only these.
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev", "/dev/shm")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidia-caps", "dri")
+KAGENT_PACKAGES = ("kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
+DEV_LINKS = {"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
+             "/dev/stderr": "/proc/self/fd/2"}
+
+
+def _machine_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class Limits(BaseModel):
@@ -72,9 +78,267 @@ class Limits(BaseModel):
     max_file_bytes: int = Field(8 << 30, gt=0, description="largest file the command may write (RLIMIT_FSIZE); "
                                                           "past it the write fails and the process gets SIGXFSZ")
     max_processes: int = Field(4096, gt=0, description="processes and threads the command may have at once: "
-                                                       "the pids cgroup's pids.max where one can be made, and "
+                                                       "the cgroup's pids.max where one can be made, and "
                                                        "RLIMIT_NPROC (which root ignores)")
     max_open_files: int = Field(4096, gt=0, description="file descriptors per process (RLIMIT_NOFILE)")
+    max_memory_bytes: int = Field(default_factory=lambda: _machine_memory() * 3 // 4, gt=0,
+                                  description="host memory (resident, page cache, its private /tmp) the "
+                                              "command may use before the kernel kills it; GPU memory is "
+                                              "not counted. Default: three quarters of the machine's")
+    keep_capabilities: bool = Field(False, description="True leaves root's capabilities to the command (a "
+                                                       "profiler reading GPU counters may need them); the "
+                                                       "file arrangement can then be undone by the command")
+
+
+class FilePlan(BaseModel):
+    """What a contained command sees of the files, carried out by the jail (see jail.py).
+    Paths are absolute."""
+
+    hide: list[str] = Field(default_factory=list, description="covered by an empty read-only folder")
+    private: list[str] = Field(default_factory=list, description="covered by an empty writable tmpfs")
+    show: list[str] = Field(default_factory=list, description="inside a covered folder: brought back read-only")
+    writable: list[str] = Field(default_factory=list, description="read-write (brought back where covered); "
+                                                                  "everything else is read-only")
+    read_only: list[str] = Field(default_factory=list, description="inside writable paths: read-only")
+    links: dict[str, str] = Field(default_factory=dict, description="symbolic links made after the covers")
+
+
+def _coverable(path: Path) -> bool:
+    text = str(path)
+    return text != "/" and not any(system == text or system.startswith(text.rstrip("/") + "/")
+                                   for system in SYSTEM_DIRS)
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _existing(paths: Sequence[Path]) -> list[str]:
+    seen: list[str] = []
+    for path in paths:
+        text = str(Path(path).absolute())
+        if os.path.lexists(text) and text not in seen:
+            seen.append(text)
+    return seen
+
+
+def _kagent_packages() -> list[Path]:
+    folders = []
+    for name in KAGENT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        folders += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    return folders
+
+
+def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Sequence[Path] = (),
+              hide: Sequence[Path] = (), python: Optional[str] = None) -> FilePlan:
+    """The arrangement every contained command gets, around what it may write.
+
+    Hidden: the home folders, kagent's cache, the runs folder and the folder kagent was started
+    in (the user's project), plus ``hide``. Brought back read-only: the interpreter that runs
+    the command (``python``, default this one) and every folder on this process's import path,
+    plus ``show``. Private: /tmp, /var/tmp, /dev/shm, and a /dev with only the usual devices
+    and the GPU's. Everything else is read-only, except ``writable``; ``read_only`` are parts
+    of writable folders that stay read-only.
+    """
+    covered = [Path.home(), Path("/root"), Path("/home"), kagent_home(), runs_dir(), Path.cwd(), *hide]
+    interpreter = Path(python or sys.executable)
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                str(interpreter.parent.parent), str(interpreter.resolve().parent.parent)}
+    imports = [Path(entry) for entry in sys.path if entry and Path(entry).is_dir()]
+    # kagent's own packages, wherever they are installed (an editable install maps them to
+    # the checkout, which is covered): the profiler's child imports the harness from there.
+    imports += _kagent_packages()
+    devices = [device for pattern in DEVICES for device in Path("/dev").glob(pattern)]
+    granted = _existing([*writable, *show])
+    # What the caller grants wins over a cover (the cache is inside kagent's home, the
+    # workspace may be inside the project); a cover above it still hides the rest.
+    hidden = [h for h in _existing([p.resolve() for p in covered if _coverable(p.resolve())])
+              if not any(_within(h, g) for g in granted)]
+    return FilePlan(
+        hide=hidden,
+        private=list(PRIVATE_DIRS),
+        # A folder on the import path that is itself covered (the project, when kagent runs
+        # from its checkout) stays covered: only what lies inside covers comes back.
+        show=[p for p in _existing([*map(Path, sorted(prefixes)), *imports, *show]) if p not in hidden],
+        writable=_existing([*writable, *devices]),
+        read_only=_existing(read_only),
+        links=DEV_LINKS,
+    )
+
+
+class ResourceReport(BaseModel):
+    """What a command's cgroup saw: whether it hit its limits, and its peak memory."""
+
+    out_of_memory: bool = False
+    process_limit_hit: bool = False
+    peak_memory_bytes: Optional[int] = None
+    memory_limit_bytes: Optional[int] = None
+    process_limit: Optional[int] = None
+
+    def problems(self) -> list[str]:
+        """Sentences for the model and the user, one per limit hit."""
+        found = []
+        if self.out_of_memory:
+            found.append(f"killed: out of memory (the limit is {_gib(self.memory_limit_bytes)} of host memory)")
+        if self.process_limit_hit:
+            found.append(f"the process limit ({self.process_limit} processes and threads) was reached: "
+                         f"some forks or thread starts failed")
+        return found
+
+
+def _gib(value: Optional[int]) -> str:
+    return f"{(value or 0) / (1 << 30):.1f} GiB"
+
+
+def _counter(path: Path, key: str) -> int:
+    """The number after ``key`` in a flat-keyed cgroup file (memory.events, pids.events)."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _read_int(path: Path) -> Optional[int]:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Where kagent makes its cgroups: the cgroup v2 root, or v1's pids and memory roots."""
+
+    version: int
+    pids_root: Optional[Path]
+    memory_root: Optional[Path]
+
+
+def _cgroup_support() -> Optional[CgroupSupport]:
+    v2_root = CGROUP_ROOT if (CGROUP_ROOT / "cgroup.subtree_control").exists() else None
+    if v2_root is not None:
+        wanted = {"pids", "memory"}
+        try:
+            enabled = set((v2_root / "cgroup.subtree_control").read_text().split())
+            if not wanted <= enabled:
+                (v2_root / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted - enabled))
+            return CgroupSupport(2, v2_root, v2_root)
+        except OSError:
+            return None
+    pids, memory = CGROUP_ROOT / "pids", CGROUP_ROOT / "memory"
+    pids_root = pids if (pids / "cgroup.procs").exists() else None
+    memory_root = memory if (memory / "cgroup.procs").exists() else None
+    if pids_root is None and memory_root is None:
+        return None
+    return CgroupSupport(1, pids_root, memory_root)
+
+
+def _remove_stale_cgroups(support: CgroupSupport) -> None:
+    """Remove cgroups left by kagent processes that are gone (a crash skips the cleanup)."""
+    for root in {support.pids_root, support.memory_root} - {None}:
+        for folder in root.glob(f"{_CGROUP_PREFIX}*"):
+            owner = folder.name[len(_CGROUP_PREFIX):].split("-")[0]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                _remove_folder(folder)
+
+
+def _remove_folder(folder: Path) -> bool:
+    try:
+        folder.rmdir()
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # still busy; the next kagent's probe removes it
+
+
+_sequence = itertools.count()
+
+
+class CommandCgroup:
+    """The cgroup(s) of one contained command: its caps, and afterwards what it hit."""
+
+    def __init__(self, support: CgroupSupport, limits: Limits):
+        self.support, self.limits = support, limits
+        name = f"{_CGROUP_PREFIX}{os.getpid()}-{next(_sequence)}"
+        roots = [r for r in dict.fromkeys([support.pids_root, support.memory_root]) if r is not None]
+        self.folders = [root / name for root in roots]
+        try:
+            for folder in self.folders:
+                folder.mkdir()
+            self._write_limits()
+        except OSError:
+            self.remove()
+            raise
+
+    def _folder(self, root: Optional[Path]) -> Optional[Path]:
+        return next((f for f in self.folders if root is not None and f.parent == root), None)
+
+    def _write_limits(self) -> None:
+        pids = self._folder(self.support.pids_root)
+        memory = self._folder(self.support.memory_root)
+        if pids is not None:
+            (pids / "pids.max").write_text(str(self.limits.max_processes))
+        if memory is None:
+            return
+        cap = str(self.limits.max_memory_bytes)
+        if self.support.version == 2:
+            (memory / "memory.max").write_text(cap)
+            _write_if_present(memory / "memory.swap.max", "0")  # no escape into swap
+            _write_if_present(memory / "memory.oom.group", "1")  # an OOM kill takes the whole command
+        else:
+            (memory / "memory.limit_in_bytes").write_text(cap)
+            _write_if_present(memory / "memory.memsw.limit_in_bytes", cap)
+
+    def join(self) -> Callable[[], None]:
+        # Runs in the forked child before exec: only raw system calls, no Python file objects.
+        procs = [str(folder / "cgroup.procs") for folder in self.folders]
+
+        def join() -> None:
+            pid = str(os.getpid()).encode()
+            for path in procs:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, pid)
+                finally:
+                    os.close(fd)
+        return join
+
+    def report(self) -> ResourceReport:
+        pids = self._folder(self.support.pids_root)
+        memory = self._folder(self.support.memory_root)
+        found = ResourceReport()
+        if pids is not None:
+            found.process_limit = self.limits.max_processes
+            found.process_limit_hit = _counter(pids / "pids.events", "max") > 0
+        if memory is not None:
+            found.memory_limit_bytes = self.limits.max_memory_bytes
+            if self.support.version == 2:
+                found.out_of_memory = _counter(memory / "memory.events", "oom_kill") > 0
+                found.peak_memory_bytes = _read_int(memory / "memory.peak")
+            else:
+                found.out_of_memory = (_counter(memory / "memory.oom_control", "oom_kill") > 0
+                                       or _counter(memory / "memory.oom_control", "under_oom") > 0)
+                found.peak_memory_bytes = _read_int(memory / "memory.max_usage_in_bytes")
+        return found
+
+    def remove(self) -> None:
+        for folder in self.folders:
+            # The namespace's processes die with its pid 1, but the kernel may take a moment.
+            for _ in range(50):
+                if _remove_folder(folder):
+                    break
+                time.sleep(0.02)
+
+
+def _write_if_present(path: Path, value: str) -> None:
+    if path.exists():
+        path.write_text(value)
 
 
 @dataclass(frozen=True)
@@ -84,68 +348,55 @@ class Capabilities:
     unshare: Optional[str]  # path of the unshare binary, None when it is not installed
     network_namespace: bool
     pid_namespace: bool
-    pids_cgroup: Optional[Path]  # this kagent process's cgroup, None when none could be made
+    files: bool  # the jail's file arrangement and capability drop
+    cgroups: Optional[CgroupSupport]
     rlimits: bool
 
     @property
+    def process_cap(self) -> bool:
+        return self.cgroups is not None and self.cgroups.pids_root is not None
+
+    @property
+    def memory_cap(self) -> bool:
+        return self.cgroups is not None and self.cgroups.memory_root is not None
+
+    @property
     def complete(self) -> bool:
-        return self.network_namespace and self.pid_namespace and self.pids_cgroup is not None and self.rlimits
+        return (self.network_namespace and self.pid_namespace and self.files and self.process_cap
+                and self.memory_cap and self.rlimits)
 
 
-def _runs(argv: list[str], preexec_fn: Optional[Callable[[], None]] = None) -> bool:
+def _runs(argv: list[str], preexec_fn: Optional[Callable[[], None]] = None, cwd: Optional[str] = None) -> bool:
     """True when ``argv`` exits 0 within the probe timeout."""
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S, preexec_fn=preexec_fn)
+                              stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S, preexec_fn=preexec_fn, cwd=cwd)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
 
 
-def _remove_stale_cgroups() -> None:
-    """Remove cgroups left by kagent processes that are gone (a crash skips atexit)."""
-    for folder in PIDS_CGROUP_ROOT.glob(f"{_CGROUP_PREFIX}*"):
-        owner = folder.name[len(_CGROUP_PREFIX):]
-        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            try:
-                folder.rmdir()  # fails harmlessly while a process is still in it
-            except OSError:
-                pass
+def _jail_argv(argv: list[str], plan: Optional[FilePlan], drop_capabilities: bool) -> list[str]:
+    spec = plan.model_dump() if plan is not None else {}
+    spec.update(arrange_files=plan is not None, drop_capabilities=drop_capabilities)
+    # -E -S: the jail ignores the command's PYTHON* settings and skips site, to start fast.
+    return [sys.executable, "-E", "-S", str(JAIL), json.dumps(spec), "--", *argv]
 
 
-def _make_pids_cgroup() -> Optional[Path]:
-    """This process's pids cgroup, made once and removed at exit; None where it cannot be made."""
-    if not (PIDS_CGROUP_ROOT / "cgroup.procs").exists():
-        return None
-    _remove_stale_cgroups()
-    folder = PIDS_CGROUP_ROOT / f"{_CGROUP_PREFIX}{os.getpid()}"
-    try:
-        folder.mkdir(exist_ok=True)
-        (folder / "pids.max").write_text("64")
-    except OSError:
-        return None
-    atexit.register(_remove_cgroup, folder)
-    return folder
-
-
-def _remove_cgroup(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass  # still busy or already gone; the next kagent's probe removes it
-
-
-def _join_cgroup(folder: Path) -> Callable[[], None]:
-    # Runs in the forked child before exec: only raw system calls, no Python-level file objects.
-    procs = str(folder / "cgroup.procs")
-
-    def join() -> None:
-        fd = os.open(procs, os.O_WRONLY)
-        try:
-            os.write(fd, str(os.getpid()).encode())
-        finally:
-            os.close(fd)
-    return join
+def _probe_files(unshare: str) -> bool:
+    """Whether the jail can hide, protect and grant files here, proven on a scratch folder:
+    a hidden file must be gone, the writable folder writable, its read-only part and the
+    rest of the machine not, and no capability left to undo it."""
+    with tempfile.TemporaryDirectory(prefix="kagent-probe-") as scratch:
+        root = Path(scratch)
+        for folder in ("hidden", "work/task"):
+            (root / folder).mkdir(parents=True)
+        (root / "hidden" / "marker").write_text("secret")
+        plan = file_plan(writable=[root / "work"], read_only=[root / "work" / "task"], hide=[root / "hidden"])
+        test = ("test ! -e hidden/marker && touch work/ok && ! touch work/task/x 2>/dev/null "
+                "&& ! touch /usr/kagent-probe 2>/dev/null && ! umount work/task 2>/dev/null")
+        argv = [unshare, *_PID_FLAGS, "--", *_jail_argv(["sh", "-c", test], plan, drop_capabilities=True)]
+        return _runs(argv, cwd=scratch) and (root / "work" / "ok").exists()
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,14 +404,22 @@ def probe() -> Capabilities:
     """Find out, once per process, which mechanisms work here by running ``true`` under each."""
     unshare = shutil.which("unshare")
     network = unshare is not None and _runs([unshare, "-n", "true"])
-    pid = unshare is not None and _runs([unshare, *_PID_FLAGS, "--", *_init_argv(["true"])])
-    cgroup = _make_pids_cgroup()
-    if cgroup is not None and not _runs(["true"], preexec_fn=_join_cgroup(cgroup)):
-        _remove_cgroup(cgroup)
-        cgroup = None
+    pid = unshare is not None and _runs([unshare, *_PID_FLAGS, "--", *_jail_argv(["true"], None, False)])
+    files = pid and unshare is not None and _probe_files(unshare)
+    cgroups = _cgroup_support()
+    if cgroups is not None:
+        _remove_stale_cgroups(cgroups)
+        try:
+            trial = CommandCgroup(cgroups, Limits())
+        except OSError:
+            cgroups = None
+        else:
+            if not _runs(["true"], preexec_fn=trial.join()):
+                cgroups = None
+            trial.remove()
     rlimits = _runs(["true"], preexec_fn=_rlimit_setter(Limits()))
-    caps = Capabilities(unshare=unshare, network_namespace=network, pid_namespace=pid,
-                        pids_cgroup=cgroup, rlimits=rlimits)
+    caps = Capabilities(unshare=unshare, network_namespace=network, pid_namespace=pid, files=files,
+                        cgroups=cgroups, rlimits=rlimits)
     log.debug("containment probe: %s", caps)
     return caps
 
@@ -177,8 +436,8 @@ def _lowered(which: int, value: int) -> tuple[int, int]:
 def _rlimit_setter(limits: Limits) -> Callable[[], None]:
     # Computed in the parent, so the child only makes setrlimit calls between fork and exec.
     # RLIMIT_AS is deliberately not set: CUDA and PyTorch reserve terabytes of virtual address
-    # space up front, so any useful cap on it would break every GPU run; memory is bounded by
-    # the machine, not by us.
+    # space up front, so any useful cap on it would break every GPU run; memory is capped by
+    # the cgroup, which counts what is resident.
     settings = [
         (resource.RLIMIT_CORE, (0, 0)),  # a crashing kernel must not drop gigabyte core files
         (resource.RLIMIT_FSIZE, _lowered(resource.RLIMIT_FSIZE, limits.max_file_bytes)),
@@ -192,14 +451,36 @@ def _rlimit_setter(limits: Limits) -> Callable[[], None]:
     return apply
 
 
-def contained(argv: list[str], limits: Limits) -> tuple[list[str], Optional[Callable[[], None]]]:
-    """``argv`` wrapped in what works here, and a preexec_fn for ``subprocess.Popen``.
+class Contained:
+    """One command made ready to run contained: start ``argv`` with ``preexec`` (in a new
+    session), and after it ended read ``report()``; ``close()`` (or ``with``) removes its cgroup.
 
-    The caller still starts the result in a new session and kills its process group at the
-    limit: with a pid namespace that kill takes down the namespace's pid 1 and, with it, every
-    process the code started. Inherited descriptors (``pass_fds``) survive, since unshare execs
-    the command. A missing mechanism is skipped, never an error: the command still runs.
+    The caller still kills the process group at its limit: with a pid namespace that kill
+    takes down the jail and, with it, every process the code started. Inherited descriptors
+    (``pass_fds``) survive, since unshare and the jail exec the command.
     """
+
+    def __init__(self, argv: list[str], preexec: Optional[Callable[[], None]], cgroup: Optional[CommandCgroup]):
+        self.argv, self.preexec, self.cgroup = argv, preexec, cgroup
+
+    def report(self) -> ResourceReport:
+        return self.cgroup.report() if self.cgroup is not None else ResourceReport()
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+    def __enter__(self) -> "Contained":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None) -> Contained:
+    """``argv`` wrapped in what works here. ``files`` says what it may see and write (None:
+    the files as they are). A missing mechanism is skipped, never an error: the command
+    still runs, and the user hears once what is missing."""
     caps = probe()
     sentence = notice()
     if sentence:
@@ -209,35 +490,33 @@ def contained(argv: list[str], limits: Limits) -> tuple[list[str], Optional[Call
         flags.append("-n")
     if caps.unshare and caps.pid_namespace:
         flags.extend(_PID_FLAGS)
-    command = _init_argv(argv) if caps.pid_namespace else list(argv)
+        plan = files if caps.files else None
+        command = _jail_argv(argv, plan, drop_capabilities=caps.files and not limits.keep_capabilities)
+    else:
+        command = list(argv)
     wrapped = [caps.unshare, *flags, "--", *command] if flags and caps.unshare else command
     steps: list[Callable[[], None]] = []
-    if caps.pids_cgroup is not None:
+    cgroup = None
+    if caps.cgroups is not None:
         try:
-            # One cgroup per kagent process: children that run at the same time share the cap.
-            (caps.pids_cgroup / "pids.max").write_text(str(limits.max_processes))
-            steps.append(_join_cgroup(caps.pids_cgroup))
-        except OSError as exc:  # the cgroup vanished (someone removed it): run without it
-            log.warning("pids cgroup unusable, process count not capped: %s", exc)
+            cgroup = CommandCgroup(caps.cgroups, limits)
+            steps.append(cgroup.join())
+        except OSError as exc:  # someone removed the hierarchy under us: run without it
+            log.warning("cgroup unusable, processes and memory not capped: %s", exc)
     if caps.rlimits:
         steps.append(_rlimit_setter(limits))
     if not steps:
-        return wrapped, None
+        return Contained(wrapped, None, cgroup)
 
     def preexec() -> None:
         for step in steps:
             step()
-    return wrapped, preexec
-
-
-def _init_argv(argv: list[str]) -> list[str]:
-    # -E -S: the init ignores the command's PYTHON* settings and skips site, to start fast.
-    return [sys.executable, "-E", "-S", "-c", _INIT, *argv]
+    return Contained(wrapped, preexec, cgroup)
 
 
 def exit_status(returncode: int) -> int:
     """A contained command's status as ``Popen.returncode`` would read without the wrapper:
-    where the pid namespace's init reports a death by signal N as 128+N, this gives -N back.
+    where the pid namespace's jail reports a death by signal N as 128+N, this gives -N back.
     (A command that itself exits with 129..192 reads as killed by a signal: rare, and only
     the wording of a crash changes.)"""
     if probe().pid_namespace and 128 < returncode <= 128 + 64:
@@ -254,11 +533,16 @@ def describe() -> str:
         "process tree: killed as a whole at the limit (pid namespace)" if caps.pid_namespace
         else "process tree: killed by process group only, so a process that calls setsid can "
              "survive (no pid namespace here)",
-        "process count: capped (pids cgroup)" if caps.pids_cgroup is not None
+        "files: only the workspace and a build home are writable, home folders, the project and "
+        "other runs hidden, no capabilities (mount namespace)" if caps.files
+        else "files: NOT isolated, the code can read and write what the user running kagent can "
+             "(no mount namespace here)",
+        "process count: capped (pids cgroup)" if caps.process_cap
         else "process count: not capped for root (no pids cgroup here)",
+        "memory: capped (memory cgroup)" if caps.memory_cap
+        else "memory: NOT capped (no memory cgroup here)",
         "core dumps off, file size and open files capped (rlimits)" if caps.rlimits
         else "resource limits: none (rlimits could not be set)",
-        "files: not isolated, the code can read and write what the user running kagent can",
     ]
     return "Executed code: " + "; ".join(parts) + "."
 

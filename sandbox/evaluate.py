@@ -56,19 +56,70 @@ class EvalOptions(BaseModel):
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
+    home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
+                                                   "extensions, Triton); None: a fresh one per evaluation")
     hidden_seeds: int = Field(2, ge=1, description="Seeds drawn at run time, unknown to the solution")
     atol: float = Field(1e-2, description="KernelBench files: absolute tolerance of allclose")
     rtol: float = Field(1e-2, description="KernelBench files: relative tolerance of allclose")
     python: str = Field(default_factory=lambda: sys.executable, description="Interpreter for the child")
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tree_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
 def hash_tree(root: Path) -> dict[str, str]:
     """sha256 of every file under ``root``, by relative path."""
-    result = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            result[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return result
+    return {str(path.relative_to(root)): _sha256(path.read_bytes()) for path in _tree_files(root)}
+
+
+class Pristine:
+    """Source files as this process first read them. Every evaluation copies from here, and
+    afterwards the source on disk is compared with it and put back where it changed: code
+    that got out of its sandbox and patched kagent's harness or a task on disk changes
+    neither the next evaluation nor the verdict of this one."""
+
+    def __init__(self, root: Path, files: list[Path]):
+        self.root = root
+        self.content = {str(f.relative_to(root)): f.read_bytes() for f in files}
+
+    def hashes(self) -> dict[str, str]:
+        return {name: _sha256(data) for name, data in self.content.items()}
+
+    def write(self, dest: Path) -> None:
+        for name, data in self.content.items():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes(data)
+
+    def restore_changed(self) -> list[str]:
+        """The source files that differ from the snapshot, each written back."""
+        changed = []
+        for name, data in self.content.items():
+            path = self.root / name
+            try:
+                same = path.read_bytes() == data
+            except OSError:
+                same = False
+            if not same:
+                changed.append(name)
+                path.write_bytes(data)
+        return changed
+
+
+HARNESS = Pristine(HARNESS_SOURCE, _tree_files(HARNESS_SOURCE))
+_TASKS: dict[Path, Pristine] = {}
+
+
+def pristine_task(task: TaskRef) -> Pristine:
+    """The task's files as this process first read them."""
+    if task.path not in _TASKS:
+        root = task.path if task.kind == "mega" else task.path.parent
+        _TASKS[task.path] = Pristine(root, task.files())
+    return _TASKS[task.path]
 
 
 def _copy_solution(solution: Path, dest: Path) -> None:
@@ -113,34 +164,33 @@ class Bundle:
         self.harness = tmp / "lib" / HARNESS_PACKAGE
         self.task_dir = tmp / "task"
         self.work = tmp / "solution"
-        shutil.copytree(HARNESS_SOURCE, self.harness, ignore=shutil.ignore_patterns("__pycache__"))
-        if task.kind == "mega":
-            shutil.copytree(task.path, self.task_dir, ignore=shutil.ignore_patterns("__pycache__", ".*"))
-            self.task_file = None
-        else:
-            self.task_dir.mkdir()
-            self.task_file = self.task_dir / task.path.name
-            shutil.copy2(task.path, self.task_file)
+        self.sources = {"harness": HARNESS, "task": pristine_task(task)}
+        HARNESS.write(self.harness)
+        self.task_dir.mkdir()
+        self.sources["task"].write(self.task_dir)
+        self.task_file = None if task.kind == "mega" else self.task_dir / task.path.name
         if solution is not None:
             _copy_solution(solution, self.work)
             self.solution = self.work / solution.name
         else:
             self.work.mkdir()
             self.solution = None
-        # The pristine copy: what the source says, checked now and again after the run.
-        self.expected = {"harness": hash_tree(HARNESS_SOURCE),
-                         "task": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in task.files()}}
+        # The pristine copy: what the source said, checked again after the run.
+        self.expected = {name: source.hashes() for name, source in self.sources.items()}
         self.read_only = [self.harness.parent, self.task_dir]
         for folder in self.read_only:
             _make_read_only(folder)
 
     def tampering(self) -> list[str]:
-        """Files of the pristine copy that were changed, added or removed."""
+        """Files of the pristine copy that were changed, added or removed, and source files
+        (kagent's installed harness, the task's folder) that changed on disk: those are put back."""
         changed = []
         for name, folder in (("harness", self.harness), ("task", self.task_dir)):
             now = hash_tree(folder)
             want = self.expected[name]
             changed += [f"{name}/{f}" for f in sorted(set(now) | set(want)) if now.get(f) != want.get(f)]
+        for name, source in self.sources.items():
+            changed += [f"installed {name} {source.root / f} (restored)" for f in source.restore_changed()]
         return changed
 
     def digest(self) -> dict[str, str]:
@@ -174,6 +224,7 @@ class ChildRun(BaseModel):
     timed_out: bool
     stdout_tail: str
     stderr_tail: str
+    resources: containment.ResourceReport
 
 
 def _tail(path: Path) -> str:
@@ -201,19 +252,31 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     job_file.write_text(json.dumps(job))
     out_path, err_path = private / "stdout.txt", private / "stderr.txt"
     env = scrubbed_env()  # the solution must not see API keys
+    home = options.home or bundle.root / "home"
+    env["HOME"] = str(home)
+    writable = [bundle.work, home]
+    if options.cache_dir is not None:
+        writable.append(options.cache_dir)
+    for folder in writable[1:]:
+        folder.mkdir(parents=True, exist_ok=True)
+    # The solution's folder, its HOME and the cache are all it may write; it sees the harness
+    # and the task read-only, and nothing of the user's files or other runs.
+    files = containment.file_plan(writable=writable, show=[bundle.harness.parent, bundle.task_dir, private],
+                                  python=options.python)
     env["PYTHONPATH"] = os.pathsep.join([str(bundle.harness.parent), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine copy must stay byte-for-byte the same
     env["PYTHONUNBUFFERED"] = "1"
     read_fd, write_fd = os.pipe()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        # No network, its own pid namespace and a process cap where this machine allows; the
-        # result pipe passes through unshare, which execs the harness with its fds intact.
-        argv, preexec = containment.contained(
+        # No network, its own pid namespace, those files and caps on processes and memory where
+        # this machine allows; the result pipe passes through unshare and the jail, which exec
+        # the harness with its fds intact.
+        box = containment.contained(
             [options.python, "-m", HARNESS_PACKAGE, "--job", str(job_file), "--result-fd", str(write_fd)],
-            containment.Limits())
+            containment.Limits(), files)
         proc = subprocess.Popen(
-            argv, cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            pass_fds=(write_fd,), start_new_session=True, preexec_fn=preexec,
+            box.argv, cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            pass_fds=(write_fd,), start_new_session=True, preexec_fn=box.preexec,
         )
     os.close(write_fd)
     deadline = time.monotonic() + options.timeout_s
@@ -255,9 +318,11 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
                 pass
         _kill_group(proc)
         proc.wait()
+        resources = box.report()
+        box.close()
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
     return ChildRun(events=events, exit_code=containment.exit_status(proc.returncode), timed_out=timed_out,
-                    stdout_tail=_tail(out_path), stderr_tail=_tail(err_path))
+                    stdout_tail=_tail(out_path), stderr_tail=_tail(err_path), resources=resources)
 
 
 def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
@@ -341,7 +406,8 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
         fields.pop("score", None)
     return EvalResult(**header, **fields, verdict=verdict, reason=reason, checks=checks, timings=timings,
                       launches=launches, wall_seconds=0.0, bundle_sha256=bundle_digest,
-                      exit_code=child.exit_code, stdout_tail=child.stdout_tail, stderr_tail=child.stderr_tail)
+                      exit_code=child.exit_code, stdout_tail=child.stdout_tail, stderr_tail=child.stderr_tail,
+                      limits_hit=child.resources.problems(), peak_host_memory_bytes=child.resources.peak_memory_bytes)
 
 
 def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: list[str],
@@ -356,6 +422,9 @@ def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: l
         last = checks[-1].name if checks else "start-up"
         how = (f"killed by signal {-child.exit_code}" if child.exit_code and child.exit_code < 0
                else f"exit code {child.exit_code}")
+        limits = child.resources.problems()
+        if limits:  # the likeliest cause, said first: a crash message after an OOM kill misleads
+            return Verdict.CRASH, f"the process died after {last} ({how}): {'; '.join(limits)}"
         stderr = child.stderr_tail.strip().splitlines()
         return Verdict.CRASH, f"the process died after {last} ({how})" + (f": {stderr[-1][:300]}" if stderr else "")
     for check in checks:

@@ -145,6 +145,10 @@ class EvalResult(Model):
     bundle_sha256: dict[str, str] = Field(default_factory=dict, description="Hashes of the pristine copy")
     cache: dict = Field(default_factory=dict)
     exit_code: Optional[int] = None
+    limits_hit: list[str] = Field(default_factory=list, description="Sandbox limits the run ran into "
+                                                                    "(host memory, processes)")
+    peak_host_memory_bytes: Optional[int] = Field(None, description="Most host memory the run held at once "
+                                                                    "(its cgroup's peak), where measured")
     stderr_tail: str = ""
     stdout_tail: str = ""
 

@@ -2,6 +2,7 @@
 write solutions for the smoke-scale flagship task."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,19 @@ def run_eval(task: TaskRef, solution: Path | None, kagent_home: Path, **options)
 
 def check_named(result: EvalResult, name: str):
     return next((c for c in result.checks if c.name == name), None)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone meanwhile
+        if marker.encode() in cmdline and state != "Z":  # a zombie is dead, merely not reaped
+            found.append(int(entry))
+    return found

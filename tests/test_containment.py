@@ -1,8 +1,10 @@
 """Containment of executed code: no network, the whole process tree killed at the limit, a
-process cap a fork bomb cannot pass, and a plain run (with one notice) where a mechanism is
-missing. Each test that needs a mechanism skips where the probe found it missing."""
+process cap a fork bomb cannot pass, a memory cap, files hidden or read-only outside the
+workspace, no capabilities, and a plain run (with one notice) where a mechanism is missing.
+Each test that needs a mechanism skips where the probe found it missing."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -17,23 +19,28 @@ from typing import Iterator
 import pytest
 
 from kagent.sandbox import containment
-from kagent.sandbox.containment import Capabilities, Limits
+from kagent.sandbox.containment import Capabilities, CgroupSupport, Limits
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import Verdict
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
 
-from conftest import reference_solution, run_eval
+from conftest import processes_with, reference_solution, run_eval
 
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 CAPS = containment.probe()
 needs_netns = pytest.mark.skipif(not CAPS.network_namespace, reason="no network namespace on this machine")
 needs_pidns = pytest.mark.skipif(not CAPS.pid_namespace, reason="no pid namespace on this machine")
 # Without a process cap a fork bomb run as root would take the machine down, not the test.
-needs_cap = pytest.mark.skipif(CAPS.pids_cgroup is None or not CAPS.pid_namespace,
+needs_cap = pytest.mark.skipif(not CAPS.process_cap or not CAPS.pid_namespace,
                                reason="no pids cgroup and pid namespace: a fork bomb would not be bounded")
-NOTHING_WORKS = Capabilities(unshare=None, network_namespace=False, pid_namespace=False, pids_cgroup=None,
-                             rlimits=False)
+needs_memory_cap = pytest.mark.skipif(not CAPS.memory_cap, reason="no memory cgroup on this machine")
+needs_files = pytest.mark.skipif(not CAPS.files, reason="no mount namespace for the jail on this machine")
+NOTHING_WORKS = Capabilities(unshare=None, network_namespace=False, pid_namespace=False, files=False,
+                             cgroups=None, rlimits=False)
+EVERYTHING = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True, files=True,
+                          cgroups=CgroupSupport(2, Path("/nonexistent/cgroup"), Path("/nonexistent/cgroup")),
+                          rlimits=True)
 
 
 @pytest.fixture
@@ -62,22 +69,6 @@ def shell(ctx: ToolContext, command: str, timeout_s: float = 30):
 
 def process_count() -> int:
     return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
 
 
 def connect_script(port: int) -> str:
@@ -166,42 +157,49 @@ def test_rlimits_and_cgroup_reach_the_command(ctx: ToolContext):
     out = shell(ctx, "ulimit -c; ulimit -n; cat /proc/self/cgroup")
     lines = out.content.splitlines()
     assert "0" in lines and str(Limits().max_open_files) in lines, out.content
-    if CAPS.pids_cgroup is not None:
-        assert f"pids:/{CAPS.pids_cgroup.name}" in out.content, out.content
+    if CAPS.process_cap:
+        # A cgroup of its own, named after this kagent process; removed when it ended.
+        assert f"/kagent-{os.getpid()}-" in out.content, out.content
+        names = [line.rsplit("/", 1)[-1] for line in lines if f"/kagent-{os.getpid()}-" in line]
+        assert not any((CAPS.cgroups.pids_root / name).exists() for name in names)
 
 
 def test_contained_wraps_only_what_works(monkeypatch):
-    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True,
-                        pids_cgroup=None, rlimits=True)
+    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True, files=True,
+                        cgroups=None, rlimits=True)
     monkeypatch.setattr(containment, "probe", lambda: full)
     monkeypatch.setattr(containment, "_noticed", True)
-    argv, preexec = containment.contained(["echo", "hi"], Limits())
-    assert argv[0] == "/usr/bin/unshare" and "-n" in argv and "--kill-child" in argv
-    # unshare runs the init, which runs the command: never the command as pid 1.
-    assert argv[-2:] == ["echo", "hi"] and sys.executable in argv and preexec is not None
-    with_network, _ = containment.contained(["echo", "hi"], Limits(network=True))
+    plan = containment.file_plan(writable=[Path.cwd()])
+    box = containment.contained(["echo", "hi"], Limits(), plan)
+    assert box.argv[0] == "/usr/bin/unshare" and "-n" in box.argv and "--kill-child" in box.argv
+    # unshare runs the jail, which runs the command: never the command as pid 1.
+    assert box.argv[-2:] == ["echo", "hi"] and str(containment.JAIL) in box.argv and box.preexec is not None
+    spec = json.loads(box.argv[box.argv.index(str(containment.JAIL)) + 1])
+    assert spec["arrange_files"] and spec["drop_capabilities"] and spec["writable"][0] == str(Path.cwd())
+    with_network = containment.contained(["echo", "hi"], Limits(network=True, keep_capabilities=True)).argv
     assert "-n" not in with_network and "-p" in with_network
+    assert not json.loads(with_network[with_network.index(str(containment.JAIL)) + 1])["drop_capabilities"]
 
 
 # -- describe and the notice -----------------------------------------------------------------
 def test_describe_names_each_mechanism(monkeypatch):
-    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True,
-                        pids_cgroup=Path("/sys/fs/cgroup/pids/x"), rlimits=True)
-    monkeypatch.setattr(containment, "probe", lambda: full)
+    monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
     text = containment.describe()
-    for words in ("network namespace", "pid namespace", "pids cgroup", "rlimits", "files: not isolated"):
+    for words in ("network namespace", "pid namespace", "mount namespace", "pids cgroup", "memory cgroup",
+                  "rlimits"):
         assert words in text
     assert "NOT" not in text
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     missing = containment.describe()
     assert "network: NOT isolated" in missing and "setsid can survive" in missing
-    assert "not capped" in missing and "files: not isolated" in missing
+    assert "not capped for root" in missing and "files: NOT isolated" in missing and "memory: NOT capped" in missing
 
 
 def test_missing_mechanisms_still_run_the_command_and_say_so_once(ctx: ToolContext, monkeypatch, caplog):
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     monkeypatch.setattr(containment, "_noticed", False)
-    assert containment.contained(["echo", "hi"], Limits()) == (["echo", "hi"], None)
+    box = containment.contained(["echo", "hi"], Limits(), containment.file_plan(writable=[Path.cwd()]))
+    assert (box.argv, box.preexec, box.cgroup) == (["echo", "hi"], None, None)
     # That call used up the notice; start over to see what the CLI would see.
     monkeypatch.setattr(containment, "_noticed", False)
     first = containment.notice()
@@ -216,9 +214,7 @@ def test_missing_mechanisms_still_run_the_command_and_say_so_once(ctx: ToolConte
 
 
 def test_complete_machine_gives_no_notice(monkeypatch):
-    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True,
-                        pids_cgroup=Path("/sys/fs/cgroup/pids/x"), rlimits=True)
-    monkeypatch.setattr(containment, "probe", lambda: full)
+    monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
     monkeypatch.setattr(containment, "_noticed", False)
     assert containment.notice() is None
 
@@ -229,8 +225,9 @@ def test_init_keeps_the_command_out_of_pid_1_and_its_status_readable(ctx: ToolCo
     out = shell(ctx, "echo pid=$$; exit 3")
     # bash is the init's child: pid 2, not pid 1 (whose unhandled signals the kernel drops).
     assert "pid=2" in out.content and out.data["exit_code"] == 3, out.content
-    argv, preexec = containment.contained([sys.executable, "-c", "import os; os.abort()"], Limits())
-    done = subprocess.run(argv, preexec_fn=preexec, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    with containment.contained([sys.executable, "-c", "import os; os.abort()"], Limits()) as box:
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=30)
     assert containment.exit_status(done.returncode) == -signal.SIGABRT
 
 
@@ -244,8 +241,8 @@ def test_killing_the_group_kills_a_setsid_child(tmp_path: Path):
               f" start_new_session=True)\n"
               f"open({str(started)!r}, 'w').close()\n"
               f"time.sleep(300)\n")
-    argv, preexec = containment.contained([sys.executable, "-c", script], Limits())
-    proc = subprocess.Popen(argv, preexec_fn=preexec, start_new_session=True, stdin=subprocess.DEVNULL)
+    box = containment.contained([sys.executable, "-c", script], Limits())
+    proc = subprocess.Popen(box.argv, preexec_fn=box.preexec, start_new_session=True, stdin=subprocess.DEVNULL)
     try:
         for _ in range(100):
             if started.exists() and processes_with(marker):
@@ -255,8 +252,102 @@ def test_killing_the_group_kills_a_setsid_child(tmp_path: Path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        box.close()
     for _ in range(50):
         if not processes_with(marker):
             break
         time.sleep(0.1)
     assert not processes_with(marker)
+
+
+# -- files -----------------------------------------------------------------------------------
+@needs_files
+def test_shell_writes_only_the_workspace_and_its_home(ctx: ToolContext, tmp_path: Path):
+    (ctx.workspace / ".git").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = shell(ctx, f"touch ws-file && touch $HOME/home-file && echo $HOME; "
+                     f"touch task/x; touch .git/x; touch {outside}/x; touch /usr/kagent-x; "
+                     f"echo CapEff=$(grep CapEff /proc/self/status | cut -f2); "
+                     f"umount task 2>&1 || echo cannot-umount; mount -t tmpfs none task 2>&1 || echo cannot-mount")
+    assert (ctx.workspace / "ws-file").exists() and (ctx.home / "home-file").exists(), out.content
+    assert str(ctx.home) in out.content
+    assert out.content.count("Read-only file system") == 3, out.content  # task/, .git/, /usr
+    # /tmp is the command's own: the write succeeded there, and left nothing here.
+    assert not (outside / "x").exists() and not (ctx.workspace / "task" / "x").exists()
+    assert "CapEff=0000000000000000" in out.content, out.content
+    assert "cannot-umount" in out.content and "cannot-mount" in out.content
+
+
+@needs_files
+def test_shell_cannot_see_home_project_kagent_home_or_other_runs(ctx: ToolContext, tmp_path: Path, monkeypatch):
+    secrets = {"HOME": tmp_path / "user-home", "KAGENT_RUNS": tmp_path / "project" / "runs",
+               "KAGENT_HOME": tmp_path / "kagent-home"}
+    for variable, folder in secrets.items():
+        folder.mkdir(parents=True)
+        (folder / "secret.txt").write_text(f"secret of {variable}")
+        monkeypatch.setenv(variable, str(folder))
+    (tmp_path / "project" / "notes.txt").write_text("the user's own file")
+    monkeypatch.chdir(tmp_path / "project")
+    paths = [f / "secret.txt" for f in secrets.values()] + [tmp_path / "project" / "notes.txt"]
+    out = shell(ctx, "; ".join(f"cat {p} 2>/dev/null || echo hidden" for p in paths) + f"; ls {tmp_path}")
+    assert "secret" not in out.content and "own file" not in out.content, out.content
+    assert out.content.count("hidden") == len(paths)
+    # The interpreter and torch stay usable inside.
+    out = shell(ctx, "python -c 'import torch; print(torch.ones(2).sum().item())'")
+    assert "2.0" in out.content, out.content
+
+
+@needs_files
+def test_solution_cannot_write_outside_its_folder_or_read_the_project(kimi, kagent_home, tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("the user's own file")
+    monkeypatch.chdir(project)
+    patch = f"""
+import os as _os, pathlib as _pathlib
+for _target in ({str(project / 'planted.txt')!r}, '/usr/kagent-planted', {str(kagent_home / '..' / 'planted.txt')!r}):
+    try:
+        _pathlib.Path(_target).write_text('x')
+    except OSError:
+        pass
+if _os.path.exists({str(project / 'notes.txt')!r}):
+    raise RuntimeError("the solution sees the user's files")
+"""
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason
+    assert not (project / "planted.txt").exists() and not Path("/usr/kagent-planted").exists()
+    assert not (kagent_home.parent / "planted.txt").exists()
+
+
+def test_file_plan_covers_never_the_system(monkeypatch, tmp_path: Path):
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("HOME", "/usr")
+    plan = containment.file_plan(writable=[tmp_path])
+    assert "/" not in plan.hide and "/usr" not in plan.hide
+    assert str(tmp_path) in plan.writable and "/tmp" in plan.private and "/dev" in plan.private
+    # What runs the command comes back inside the covers.
+    assert sys.prefix in plan.show or Path(sys.prefix).resolve().as_posix() in plan.show
+
+
+# -- memory ----------------------------------------------------------------------------------
+@needs_memory_cap
+@needs_pidns
+def test_memory_hog_is_killed_and_reported_and_the_next_command_runs(ctx: ToolContext, monkeypatch):
+    # Limits() takes three quarters of what the machine has: pretend it has 512 MiB.
+    monkeypatch.setattr(containment, "_machine_memory", lambda: 512 << 20)
+    out = shell(ctx, "python -c 'x = bytearray(2 << 30); print(\"survived\")'")
+    assert "survived" not in out.content and "out of memory" in out.content, out.content
+    assert "0.4 GiB" in out.content  # the limit it ran into, said plainly
+    after = shell(ctx, "echo still-fine")
+    assert "still-fine" in after.content and "out of memory" not in after.content
+
+
+@needs_memory_cap
+@needs_pidns
+def test_solution_that_exhausts_memory_is_a_crash_that_says_so(kimi, kagent_home, tmp_path, monkeypatch):
+    monkeypatch.setattr(containment, "_machine_memory", lambda: 1 << 30)
+    patch = "_hog = bytearray(4 << 30)\n"
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.CRASH and "out of memory" in result.reason, result.reason
+    assert result.limits_hit and result.peak_host_memory_bytes

@@ -2,12 +2,15 @@
 cheating ones fail with the right verdict and a reason naming the check."""
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from conftest import check_named, reference_solution, run_eval, write_solution
+from kagent.sandbox import containment, evaluate
 from kagent.sandbox.results import Verdict
 
 REDTEAM = Path(__file__).resolve().parent / "redteam"
@@ -177,21 +180,38 @@ def test_printed_pass_and_early_exit_do_not_pass(kimi, kagent_home, tmp_path):
     assert result.verdict is Verdict.CRASH
 
 
-def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path):
-    patch = '''
-import pathlib
-_target = pathlib.Path.cwd().parent / "task" / "problem.yaml"
-try:
-    _target.write_text(_target.read_text().replace("threshold: 0.98", "threshold: 0.0"))
-except OSError:
-    pass  # read-only for a non-root user: the write itself is refused
-'''
+def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path, monkeypatch):
+    # Inside the jail the task's files are on a read-only mount and the write is refused (the
+    # red-team corpus checks that); without the jail, as here on purpose, root can write them,
+    # and the hash check must catch it.
+    found = containment.probe()
+    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False))
+    patch = (Path(__file__).parent / "redteam" / "writes_grading_files.py").read_text()
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     if os.geteuid() == 0:  # root ignores file modes: the hash check must catch it
         assert result.verdict is Verdict.TAMPERED, result.reason
         assert "task/problem.yaml" in result.reason
     else:
         assert result.verdict is Verdict.PASS
+
+
+def test_patching_the_installed_harness_is_caught_and_undone(kimi, kagent_home, tmp_path, monkeypatch):
+    # Code that escaped its sandbox (here: none, on purpose) could patch kagent's harness on
+    # disk to weaken every later evaluation. The evaluation copies from what this process
+    # read at start, and puts the source back. A copy of the harness stands in for the install.
+    installed = tmp_path / "installed-harness"
+    shutil.copytree(evaluate.HARNESS_SOURCE, installed, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(evaluate, "HARNESS", evaluate.Pristine(installed, sorted(installed.rglob("*.py"))))
+    found = containment.probe()
+    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False))
+    original = (installed / "compare.py").read_text()
+    patch = f"""
+import pathlib as _pathlib
+_pathlib.Path({str(installed / "compare.py")!r}).write_text("# weakened\\n")
+"""
+    result = run_eval(kimi, reference_solution(kimi, tmp_path / "solution", patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.TAMPERED and "installed harness" in result.reason, result.reason
+    assert (installed / "compare.py").read_text() == original
 
 
 def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_path):

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import check_named, reference_solution, run_eval
-from kagent.sandbox import static_checks
+from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
 from kagent.sandbox.harness.base import Integrity
 from kagent.sandbox.results import CheckResult, EvalResult, Verdict, check_verdict
@@ -28,6 +28,7 @@ CORPUS = Path(__file__).parent / "redteam"
 # Hangs are killed here; everything else finishes in a few seconds at smoke scale.
 HANG_LIMIT_S = 20
 FORK_BOMB_MARK = "kagent-redteam-fork-bomb"
+CAPS = containment.probe()
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,10 @@ def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeyp
     solution = reference_solution(kimi, tmp_path, path.read_text())
     result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=HANG_LIMIT_S if hangs else 60)
     verdict = want.verdict
-    if verdict is Verdict.TAMPERED and want.check != "integrity" and os.geteuid() != 0:
-        verdict = Verdict.PASS  # without root the write is refused: nothing changed, nothing to catch
+    if verdict is Verdict.TAMPERED and want.check != "integrity" and (os.geteuid() != 0 or CAPS.files):
+        # Without root, or inside the jail's read-only files, the write is refused: nothing
+        # changed, nothing to catch.
+        verdict = Verdict.PASS
     assert effective_verdict(result) is verdict, result.reason
     if verdict is Verdict.FORBIDDEN:
         assert want.check in {f.rule for f in result.static_findings}, result.static_findings

@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace,
 from kagent.tools.compile import parse_ptxas
 from kagent.tools.evaluation import parse_ncu_csv
 
-from conftest import reference_solution
+from conftest import processes_with, reference_solution
 
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -189,25 +190,19 @@ def test_shell_hides_credentials(ctx: ToolContext, monkeypatch):
     assert "sk-fake-secret-value" not in out.content and "ANTHROPIC_API_KEY" not in out.content
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"  # a zombie is dead, merely not yet reaped by its new parent
-
-
 def test_shell_timeout_kills_the_group(ctx: ToolContext, workspace: Path):
+    # Found by a marker on its command line: in a pid namespace `$!` is not a pid out here.
+    marker = f"kagent-child-{uuid.uuid4().hex}"
     started = time.monotonic()
-    out = call("shell", ctx, command="sleep 300 & echo $! > child.pid; echo started; wait", timeout_s=1)
+    out = call("shell", ctx, command=f"{sys.executable} -c 'import time; time.sleep(300)' {marker} & "
+                                     f"echo started; wait", timeout_s=1)
     assert time.monotonic() - started < 10
     assert out.is_error and out.data["timed_out"] and "killed" in out.content and "started" in out.content
-    pid = int((workspace / "child.pid").read_text())
     for _ in range(50):
-        if not _alive(pid):
+        if not processes_with(marker):
             break
         time.sleep(0.1)
-    assert not _alive(pid)
+    assert not processes_with(marker)
 
 
 def test_shell_is_bounded_by_the_deadline(ctx: ToolContext):

@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
+from typing import Any, ClassVar, Optional, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -56,6 +56,12 @@ class ToolContext:
 
     def command_env(self) -> dict[str, str]:
         return dict(self.env) if self.env is not None else scrubbed_env()
+
+    @property
+    def home(self) -> Path:
+        """The commands' HOME, shared with the evaluations (in a run: ``runs/<id>/home``):
+        builds cache there (torch extensions, Triton), so they outlive one command."""
+        return self.eval_options.home or self.workspace.parent / "home"
 
     @property
     def solution_path(self) -> Path:
@@ -179,24 +185,37 @@ class Completed:
     output: str
     timed_out: bool
     seconds: float
+    limits_hit: list[str]  # the sandbox's limits the command ran into (memory, processes)
 
 
 def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
-                env: Optional[dict[str, str]] = None) -> Completed:
+                show: Sequence[Path] = (), writable: Sequence[Path] = ()) -> Completed:
     """Run ``argv`` in a new session with stdin closed and stdout+stderr into one capped
-    text; on timeout the whole process group is killed. Its processes never outlive it."""
+    text; on timeout the whole process group is killed. Its processes never outlive it.
+
+    It may write only the workspace (not its task files or git history), its HOME
+    (``ctx.home``) and ``writable``; it sees, beyond the system, only those and ``show``.
+    """
     timeout = ctx.timeout(limit_s)
     started = time.monotonic()
+    ctx.home.mkdir(parents=True, exist_ok=True)
+    env = ctx.command_env()
+    env["HOME"] = str(ctx.home)
+    # `python` and the tools installed beside it are the evaluating interpreter's.
+    python_bin = str(Path(ctx.eval_options.python).parent)
+    env["PATH"] = os.pathsep.join([python_bin, *filter(None, env.get("PATH", "").split(os.pathsep))])
+    files = containment.file_plan(
+        writable=[ctx.workspace, ctx.home, *writable], show=show,
+        read_only=[ctx.workspace / name for name in READ_ONLY_DIRS], python=ctx.eval_options.python)
     # A file, not a pipe: a flood of output cannot fill memory, and a background child
     # holding the pipe open cannot make us wait.
-    with tempfile.TemporaryFile() as sink:
+    with tempfile.TemporaryFile() as sink, containment.contained(argv, containment.Limits(), files) as box:
         # The model's commands get no network, a pid namespace (so setsid cannot escape the
-        # kill below) and a process cap, wherever this machine supports them.
-        wrapped, preexec = containment.contained(argv, containment.Limits())
-        proc = subprocess.Popen(wrapped, cwd=cwd or ctx.workspace,
-                                env=env if env is not None else ctx.command_env(),
+        # kill below), the files above and caps on processes and memory, wherever this
+        # machine supports them.
+        proc = subprocess.Popen(box.argv, cwd=cwd or ctx.workspace, env=env,
                                 stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=preexec)
+                                start_new_session=True, preexec_fn=box.preexec)
         timed_out = False
         try:
             proc.wait(timeout=timeout)
@@ -205,11 +224,14 @@ def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional
         finally:
             kill_group(proc)
             proc.wait()
+        limits_hit = box.report().problems()
         output = read_capped(sink, ctx.max_output_chars)
+    if limits_hit:
+        output = output.rstrip("\n") + "".join(f"\n[kagent] {problem}" for problem in limits_hit)
     # Left as the shell convention reads it: through a pid namespace's init a death by
     # signal N arrives as 128+N, just as bash reports its own killed commands.
     return Completed(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
-                     seconds=round(time.monotonic() - started, 3))
+                     seconds=round(time.monotonic() - started, 3), limits_hit=limits_hit)
 
 
 def read_capped(sink: Any, limit: int) -> str:

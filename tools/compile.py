@@ -132,7 +132,7 @@ class Compile(BaseTool):
             with tempfile.TemporaryDirectory(prefix="kagent-nvcc-") as tmp:
                 argv = [nvcc, "-c", "-o", str(Path(tmp) / "out.o"), f"-arch={args.arch}", "-Xptxas", "-v",
                         "-lineinfo", str(path)]
-                done = run_command(argv, ctx, NVCC_TIMEOUT_S, cwd=path.parent)
+                done = run_command(argv, ctx, NVCC_TIMEOUT_S, cwd=path.parent, writable=[Path(tmp)])
             what = f"nvcc -arch={args.arch} {shown}"
         elif path.suffix == ".py":
             argv = [ctx.eval_options.python, "-c", _IMPORT_SCRIPT, str(path), str(path.parent)]

@@ -13,13 +13,15 @@ class ShellArgs(Args):
 
 class Shell(BaseTool):
     name = "shell"
-    description = ("Run a bash command (login shell) in the workspace, stdin closed, credentials removed from "
-                   "the environment. Returns the exit code and the combined stdout+stderr (long output keeps "
-                   "its head and tail). At the timeout every process it started is killed.")
+    description = ("Run a bash command in the workspace, stdin closed, credentials removed from the environment, "
+                   "no network; `python` is the interpreter that evaluates solutions. It may write only the "
+                   "workspace (task/ and .git are read-only) and $HOME, where builds are cached. Returns the "
+                   "exit code and the combined stdout+stderr (long output keeps its head and tail). At the "
+                   "timeout every process it started is killed.")
     Arguments = ShellArgs
 
     def execute(self, args: ShellArgs, ctx: ToolContext) -> ToolOutcome:
-        done = run_command(["bash", "-lc", args.command], ctx, args.timeout_s)
+        done = run_command(["bash", "-c", args.command], ctx, args.timeout_s)
         data = {"command": args.command, "exit_code": done.exit_code, "timed_out": done.timed_out,
                 "seconds": done.seconds}
         if done.timed_out:
