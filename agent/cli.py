@@ -283,6 +283,9 @@ def replay_command(
     device: Optional[str] = typer.Option(None, help="With --execute: the device to re-measure on (default: the "
                                                     "run's)."),
     scale: Optional[Scale] = typer.Option(None, help="With --execute: the scale (default: the run's)."),
+    tolerance: float = typer.Option(0.10, min=0.0, help="With --execute: how far a re-measured speedup may be "
+                                                        "off (as a fraction) when the intervals do not overlap; "
+                                                        "a busy CPU drifts more than a GPU."),
 ) -> None:
     """Tell a run turn by turn from its trace: the model's words, tool calls (file writes as diffs),
     results, attempts, budget, and how it ended. With --execute, audit its numbers on this machine.
@@ -296,7 +299,7 @@ def replay_command(
         from kagent.agent.views import audit_table
 
         audit = execute_replay(run, root, _resolve_device(device) if device else None,
-                               scale.value if scale else None)
+                               scale.value if scale else None, tolerance)
         console.print(audit_table(audit))
         console.print(f"re-executed run: {audit.replay_dir}")
         raise typer.Exit(0 if audit.reproduces else 1)

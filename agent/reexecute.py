@@ -64,7 +64,8 @@ def _attempts(trace: Path) -> dict[int, AttemptRecorded]:
     return {e.attempt["number"]: e for e in read_trace(trace).events if isinstance(e, AttemptRecorded)}
 
 
-def _compare(recorded: AttemptRecorded, measured: Optional[AttemptRecorded]) -> AttemptCheck:
+def _compare(recorded: AttemptRecorded, measured: Optional[AttemptRecorded],
+             tolerance: float) -> AttemptCheck:
     attempt = recorded.attempt
     check = AttemptCheck(number=attempt["number"], kind=attempt["kind"], recorded_verdict=attempt["verdict"],
                          recorded_score=attempt["score"], reproduces=False)
@@ -80,20 +81,20 @@ def _compare(recorded: AttemptRecorded, measured: Optional[AttemptRecorded]) -> 
         other = now.get(t["label"])
         overlap = other is not None and (
             (other["ci_low"] <= t["ci_high"] and t["ci_low"] <= other["ci_high"])
-            or abs(other["speedup"] - t["speedup"]) <= REPRODUCE_TOLERANCE * t["speedup"])
+            or abs(other["speedup"] - t["speedup"]) <= tolerance * t["speedup"])
         check.shapes.append(ShapeCheck(
             label=t["label"], recorded=t["speedup"], recorded_ci=(t["ci_low"], t["ci_high"]),
             measured=other["speedup"] if other else None,
             measured_ci=(other["ci_low"], other["ci_high"]) if other else None, reproduces=overlap))
     diverging = [s.label for s in check.shapes if not s.reproduces]
     check.reproduces = not diverging
-    check.why = (f"speedup outside the measured noise and off by more than {REPRODUCE_TOLERANCE:.0%} at "
+    check.why = (f"speedup outside the measured noise and off by more than {tolerance:.0%} at "
                  f"{', '.join(diverging)}" if diverging else "reproduces")
     return check
 
 
 def execute_replay(run: str, root: Optional[Path] = None, device: Optional[str] = None,
-                   scale: Optional[str] = None) -> ReplayAudit:
+                   scale: Optional[str] = None, tolerance: float = REPRODUCE_TOLERANCE) -> ReplayAudit:
     run_dir = find_run(run, root)
     events = read_trace(run_dir / "trace.jsonl").events
     started = next((e for e in events if isinstance(e, RunStarted)), None)
@@ -108,6 +109,6 @@ def execute_replay(run: str, root: Optional[Path] = None, device: Optional[str] 
                          auto_revert=config.auto_revert)
     replay_dir, _ = start_run(options, model=model)
     recorded, measured = _attempts(run_dir / "trace.jsonl"), _attempts(replay_dir / "trace.jsonl")
-    checks = [_compare(event, measured.get(number)) for number, event in sorted(recorded.items())]
+    checks = [_compare(event, measured.get(number), tolerance) for number, event in sorted(recorded.items())]
     return ReplayAudit(run_id=config.run_id, replay_dir=str(replay_dir), device=options.device, scale=options.scale,
                        attempts=checks, extra_attempts=len(set(measured) - set(recorded)))

@@ -85,9 +85,6 @@ class Limits(BaseModel):
                                   description="host memory (resident, page cache, its private /tmp) the "
                                               "command may use before the kernel kills it; GPU memory is "
                                               "not counted. Default: three quarters of the machine's")
-    keep_capabilities: bool = Field(False, description="True leaves root's capabilities to the command (a "
-                                                       "profiler reading GPU counters may need them); the "
-                                                       "file arrangement can then be undone by the command")
 
 
 class FilePlan(BaseModel):
@@ -154,7 +151,7 @@ def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Se
     # What the caller grants wins over a cover (the cache is inside kagent's home, the
     # workspace may be inside the project); a cover above it still hides the rest.
     hidden = [h for h in _existing([p.resolve() for p in covered if _coverable(p.resolve())])
-              if not any(_within(h, g) for g in granted)]
+              if h not in PRIVATE_DIRS and not any(_within(h, g) for g in granted)]
     return FilePlan(
         hide=hidden,
         private=list(PRIVATE_DIRS),
@@ -491,7 +488,10 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
     if caps.unshare and caps.pid_namespace:
         flags.extend(_PID_FLAGS)
         plan = files if caps.files else None
-        command = _jail_argv(argv, plan, drop_capabilities=caps.files and not limits.keep_capabilities)
+        # The capabilities go with the file arrangement: kept, they would let the code undo it.
+        # (Nsight Compute reads GPU counters without them where the driver's
+        # RmProfilingAdminOnly is 0, as on the H200 machines.)
+        command = _jail_argv(argv, plan, drop_capabilities=caps.files)
     else:
         command = list(argv)
     wrapped = [caps.unshare, *flags, "--", *command] if flags and caps.unshare else command

@@ -9,8 +9,10 @@ child's whole process group, and afterwards checks by hash that the pristine cop
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -28,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from kagent.agent.errors import KagentError
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.scrub import scrubbed_env
-from kagent.sandbox.harness.protocol import PROTOCOL_VERSION
+from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
     Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict, check_verdict,
 )
@@ -78,10 +80,10 @@ def hash_tree(root: Path) -> dict[str, str]:
 
 
 class Pristine:
-    """Source files as this process first read them. Every evaluation copies from here, and
-    afterwards the source on disk is compared with it and put back where it changed: code
-    that got out of its sandbox and patched kagent's harness or a task on disk changes
-    neither the next evaluation nor the verdict of this one."""
+    """Source files as this process first read them. Every evaluation copies from here, so
+    code that patched kagent's harness or a task on disk changes no later evaluation of this
+    process; where no jail keeps code from those files, an evaluation also compares them with
+    the snapshot afterwards and puts them back (see ``Bundle.tampering``)."""
 
     def __init__(self, root: Path, files: list[Path]):
         self.root = root
@@ -164,6 +166,7 @@ class Bundle:
         self.harness = tmp / "lib" / HARNESS_PACKAGE
         self.task_dir = tmp / "task"
         self.work = tmp / "solution"
+        self.cache_staging = tmp / "cache-new"
         self.sources = {"harness": HARNESS, "task": pristine_task(task)}
         HARNESS.write(self.harness)
         self.task_dir.mkdir()
@@ -182,15 +185,21 @@ class Bundle:
             _make_read_only(folder)
 
     def tampering(self) -> list[str]:
-        """Files of the pristine copy that were changed, added or removed, and source files
-        (kagent's installed harness, the task's folder) that changed on disk: those are put back."""
+        """Files of the pristine copy that were changed, added or removed; and, where the
+        jail cannot keep the code away from them, source files (kagent's installed harness,
+        the task's folder) that changed on disk during the run: those are put back.
+
+        Inside the jail those sources are read-only to the code, so a change there came from
+        outside (someone editing kagent while it runs) and is neither blamed nor undone;
+        evaluations in this process go on copying from the snapshot either way."""
         changed = []
         for name, folder in (("harness", self.harness), ("task", self.task_dir)):
             now = hash_tree(folder)
             want = self.expected[name]
             changed += [f"{name}/{f}" for f in sorted(set(now) | set(want)) if now.get(f) != want.get(f)]
-        for name, source in self.sources.items():
-            changed += [f"installed {name} {source.root / f} (restored)" for f in source.restore_changed()]
+        if not containment.probe().files:
+            for name, source in self.sources.items():
+                changed += [f"installed {name} {source.root / f} (restored)" for f in source.restore_changed()]
         return changed
 
     def digest(self) -> dict[str, str]:
@@ -212,6 +221,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "rounds": options.rounds,
         "warmup": options.warmup,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
+        "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         "hidden_seeds": options.hidden_seeds,
         "atol": options.atol,
         "rtol": options.rtol,
@@ -220,6 +230,8 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
 
 class ChildRun(BaseModel):
     events: list[dict]
+    forged: list[str] = Field(default_factory=list, description="Lines on the result channel the harness "
+                                                                "did not sign")
     exit_code: Optional[int]
     timed_out: bool
     stdout_tail: str
@@ -254,33 +266,45 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     env = scrubbed_env()  # the solution must not see API keys
     home = options.home or bundle.root / "home"
     env["HOME"] = str(home)
-    writable = [bundle.work, home]
+    # The harness stages new cache entries beside the bundle; the cache itself is read-only
+    # to the child (see promote_cache).
+    writable = [bundle.work, home, bundle.cache_staging]
+    show = [bundle.harness.parent, bundle.task_dir, private]
     if options.cache_dir is not None:
-        writable.append(options.cache_dir)
+        options.cache_dir.mkdir(parents=True, exist_ok=True)
+        show.append(options.cache_dir)
     for folder in writable[1:]:
         folder.mkdir(parents=True, exist_ok=True)
-    # The solution's folder, its HOME and the cache are all it may write; it sees the harness
-    # and the task read-only, and nothing of the user's files or other runs.
-    files = containment.file_plan(writable=writable, show=[bundle.harness.parent, bundle.task_dir, private],
-                                  python=options.python)
+    # The solution's folder, its HOME and the cache staging area are all it may write; it
+    # sees the harness, the task and the cache read-only, and nothing of the user's files or
+    # other runs.
+    files = containment.file_plan(writable=writable, show=show, python=options.python)
     env["PYTHONPATH"] = os.pathsep.join([str(bundle.harness.parent), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine copy must stay byte-for-byte the same
     env["PYTHONUNBUFFERED"] = "1"
     read_fd, write_fd = os.pipe()
+    # The events' signing key goes through a pipe of its own, read and closed by the harness
+    # before any candidate code runs: it is in no file and no argument.
+    key = secrets.token_bytes(KEY_BYTES)
+    key_read, key_write = os.pipe()
+    os.write(key_write, key)
+    os.close(key_write)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         # No network, its own pid namespace, those files and caps on processes and memory where
-        # this machine allows; the result pipe passes through unshare and the jail, which exec
-        # the harness with its fds intact.
+        # this machine allows; the pipes pass through unshare and the jail, which exec the
+        # harness with its fds intact.
         box = containment.contained(
-            [options.python, "-m", HARNESS_PACKAGE, "--job", str(job_file), "--result-fd", str(write_fd)],
+            [options.python, "-m", HARNESS_PACKAGE, "--job", str(job_file), "--result-fd", str(write_fd),
+             "--key-fd", str(key_read)],
             containment.Limits(), files)
         proc = subprocess.Popen(
             box.argv, cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            pass_fds=(write_fd,), start_new_session=True, preexec_fn=box.preexec,
+            pass_fds=(write_fd, key_read), start_new_session=True, preexec_fn=box.preexec,
         )
     os.close(write_fd)
+    os.close(key_read)
     deadline = time.monotonic() + options.timeout_s
-    events, buffer, timed_out, exited_at = [], b"", False, None
+    events, forged, buffer, timed_out, exited_at = [], [], b"", False, None
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ)
     try:
@@ -301,10 +325,11 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    events.append({"event": "garbled", "text": line[:200].decode("utf-8", "replace")})
+                event = authentic_event(line, key, len(events))
+                if event is None:
+                    forged.append(line[:200].decode("utf-8", "replace"))
+                else:
+                    events.append(event)
             if events and events[-1].get("event") == "done":
                 break
     finally:
@@ -321,8 +346,45 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
         resources = box.report()
         box.close()
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
-    return ChildRun(events=events, exit_code=containment.exit_status(proc.returncode), timed_out=timed_out,
-                    stdout_tail=_tail(out_path), stderr_tail=_tail(err_path), resources=resources)
+    return ChildRun(events=events, forged=forged, exit_code=containment.exit_status(proc.returncode),
+                    timed_out=timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
+                    resources=resources)
+
+
+def authentic_event(line: bytes, key: bytes, seq: int) -> Optional[dict]:
+    """The event on ``line`` without its signature, or None when the harness did not write it
+    (not JSON, a wrong MAC, or out of sequence: a line replayed or left out)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("seq") != seq:
+        return None
+    if not hmac.compare_digest(str(event.get("mac", "")), signature(key, event)):
+        return None
+    return {k: v for k, v in event.items() if k not in ("seq", "mac")}
+
+
+def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[str]:
+    """Move into the cache what the harness staged before any candidate code ran.
+
+    The harness lists each staged file and its hash in a signed ``cache_sealed`` event just
+    before it loads the solution, and stages nothing after. Only those files, unchanged, are
+    kept: whatever the solution wrote into the staging folder (a poisoned weight file, a
+    bandwidth that would switch the physics check off) never reaches a later evaluation.
+    """
+    sealed = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
+    promoted = []
+    for name, digest in sealed.items():
+        source, target = staging / name, cache_dir / name
+        if ".." in Path(name).parts or not source.is_file() or _sha256(source.read_bytes()) != digest:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.move(source, partial)  # across file systems a copy: then one atomic rename
+        os.replace(partial, target)
+        promoted.append(name)
+    return promoted
 
 
 def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
@@ -355,6 +417,8 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions) -> E
         try:
             child = run_child(bundle, _job(task, bundle, options), options)
             tampered = bundle.tampering()
+            if options.cache_dir is not None:
+                promote_cache(bundle.cache_staging, options.cache_dir, child.events)
         finally:
             for folder in bundle.read_only:
                 _make_writable(folder)  # so the temporary folder can be removed
@@ -414,6 +478,9 @@ def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: l
              internal_error: Optional[str], options: EvalOptions) -> tuple[Verdict, str]:
     if tampered:
         return Verdict.TAMPERED, f"the pristine task/harness copy changed during the run: {', '.join(tampered[:5])}"
+    if child.forged:
+        return Verdict.TAMPERED, (f"the result channel carried {len(child.forged)} line(s) the harness did not sign, "
+                                  f"the first: {child.forged[0][:120]!r}: the solution wrote to it")
     if child.timed_out:
         return Verdict.TIMEOUT, f"no verdict within the {options.timeout_s:g} s limit; the process group was killed"
     if internal_error:

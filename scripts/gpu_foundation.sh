@@ -3,14 +3,9 @@
 # Needs the wheels in .whl/ (kagent's own, built with `pip wheel --no-deps -w .whl .`,
 # plus pydantic's for a machine that lacks it). Prints a summary table last.
 set -uo pipefail
-OUT=${OUT:-/tmp/kagent-gpu-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-export KAGENT_HOME=/tmp/kagent-home KAGENT_RUNS=/tmp/kagent-runs
+source scripts/gpu_setup.sh
 rm -rf "$KAGENT_HOME"  # the first run below is truly cold: weights, outputs and bandwidth built anew
 K="python3 -m kagent.agent.cli"
-exec > >(tee "$OUT/log.txt") 2>&1
 date -u; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 

@@ -2,12 +2,8 @@
 # `kagent run` with the scripted demo session at full scale on a GPU machine; results in $OUT.
 # Needs .whl/ with kagent's wheel and, for a machine without them, pydantic's and GitPython's.
 set -uo pipefail
-OUT=${OUT:-/tmp/kagent-gpu-out}
 REPO=$(pwd)
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 KAGENT_HOME=/tmp/kagent-home KAGENT_RUNS=/tmp/kagent-runs
-exec > >(tee "$OUT/log.txt") 2>&1
+source scripts/gpu_setup.sh
 date -u; git --version; nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
 cd /tmp
 t0=$(date +%s%N)

@@ -6,12 +6,7 @@
 # Needs the wheels in .whl/ (kagent's own, built with `pip wheel --no-deps -w .whl .`, plus
 # pydantic's and pytest's for a machine that lacks them). Results land in $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/kagent-gpu-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 OUT
-export KAGENT_HOME=/tmp/kagent-home KAGENT_RUNS=/tmp/kagent-runs
-exec > >(tee "$OUT/log.txt") 2>&1
+source scripts/gpu_setup.sh
 date -u; uname -r; nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
 grep -i RmProfilingAdminOnly /proc/driver/nvidia/params
 python3 -c "from kagent.sandbox import containment as c; print(c.probe()); print(c.describe())"

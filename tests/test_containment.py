@@ -176,9 +176,8 @@ def test_contained_wraps_only_what_works(monkeypatch):
     assert box.argv[-2:] == ["echo", "hi"] and str(containment.JAIL) in box.argv and box.preexec is not None
     spec = json.loads(box.argv[box.argv.index(str(containment.JAIL)) + 1])
     assert spec["arrange_files"] and spec["drop_capabilities"] and spec["writable"][0] == str(Path.cwd())
-    with_network = containment.contained(["echo", "hi"], Limits(network=True, keep_capabilities=True)).argv
+    with_network = containment.contained(["echo", "hi"], Limits(network=True)).argv
     assert "-n" not in with_network and "-p" in with_network
-    assert not json.loads(with_network[with_network.index(str(containment.JAIL)) + 1])["drop_capabilities"]
 
 
 # -- describe and the notice -----------------------------------------------------------------
@@ -323,8 +322,9 @@ if _os.path.exists({str(project / 'notes.txt')!r}):
 def test_file_plan_covers_never_the_system(monkeypatch, tmp_path: Path):
     monkeypatch.chdir("/")
     monkeypatch.setenv("HOME", "/usr")
+    monkeypatch.setenv("KAGENT_RUNS", "/tmp")  # private anyway: one cover, not two
     plan = containment.file_plan(writable=[tmp_path])
-    assert "/" not in plan.hide and "/usr" not in plan.hide
+    assert "/" not in plan.hide and "/usr" not in plan.hide and "/tmp" not in plan.hide
     assert str(tmp_path) in plan.writable and "/tmp" in plan.private and "/dev" in plan.private
     # What runs the command comes back inside the covers.
     assert sys.prefix in plan.show or Path(sys.prefix).resolve().as_posix() in plan.show
@@ -351,3 +351,31 @@ def test_solution_that_exhausts_memory_is_a_crash_that_says_so(kimi, kagent_home
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     assert result.verdict is Verdict.CRASH and "out of memory" in result.reason, result.reason
     assert result.limits_hit and result.peak_host_memory_bytes
+
+
+@needs_files
+def test_a_solution_cannot_poison_the_cache(kimi, tmp_path: Path):
+    # It finds the cache and the staging folder in the harness's job file and overwrites all
+    # it can, and adds a file of its own: a cold run, then a warm one.
+    patch = """
+import json as _json, pathlib as _pathlib, sys as _sys
+_job = _json.loads(_pathlib.Path(_sys.argv[_sys.argv.index("--job") + 1]).read_text())
+for _folder in map(_pathlib.Path, (_job["cache_dir"], _job["cache_staging"])):
+    for _path in [*_folder.rglob("*"), _folder / "weights" / "extra.pt"]:
+        if _path.is_file() or _path.name == "extra.pt":
+            try:
+                _path.write_bytes(b"poison")
+            except OSError:
+                pass
+"""
+    cache = tmp_path / "cache"
+    poisoner = reference_solution(kimi, tmp_path / "poisoner", patch)
+    run_eval(kimi, poisoner, cache, mode="check")
+    assert not any(p.read_bytes() == b"poison" for p in cache.rglob("*") if p.is_file())
+    honest = run_eval(kimi, reference_solution(kimi, tmp_path / "honest"), cache, mode="check")
+    assert honest.verdict is Verdict.PASS, honest.reason
+    filled = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()}
+    assert filled
+    again = run_eval(kimi, poisoner, cache, mode="check")
+    assert again.verdict is Verdict.PASS, again.reason  # the reference, its writes refused
+    assert {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()} == filled

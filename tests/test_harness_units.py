@@ -2,6 +2,7 @@
 the result channel, the disk cache."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -11,7 +12,8 @@ import torch
 
 from kagent.sandbox.harness import compare, launches, timing
 from kagent.sandbox.harness.loading import DiskCache
-from kagent.sandbox.harness.protocol import Channel
+from kagent.sandbox.evaluate import authentic_event, promote_cache
+from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
 
 
 def test_speedup_interval_contains_one_for_identical_distributions():
@@ -114,3 +116,68 @@ def test_disk_cache_roundtrip_and_torn_file(tmp_path):
     (tmp_path / "weights" / "k.pt").write_bytes(b"torn")
     rebuilt = cache.get_or_build("weights", "k", torch.device("cpu"), lambda: value)
     assert rebuilt is value
+
+
+# -- the signed result channel ----------------------------------------------------------------
+def _signed_lines(key: bytes, events: list[dict]) -> list[bytes]:
+    read_fd, write_fd = os.pipe()
+    channel = Channel(write_fd, key)
+    for event in events:
+        channel.send(**event)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        return pipe.read().splitlines()
+
+
+def test_signed_events_pass_and_anything_else_does_not():
+    key = b"k" * KEY_BYTES
+    lines = _signed_lines(key, [{"event": "check", "name": "load", "status": "pass"}, {"event": "done"}])
+    assert [authentic_event(line, key, i) for i, line in enumerate(lines)] == [
+        {"event": "check", "name": "load", "status": "pass"}, {"event": "done"}]
+    assert authentic_event(lines[1], key, 0) is None  # out of sequence: a line left out or replayed
+    assert authentic_event(lines[0], b"x" * KEY_BYTES, 0) is None  # another key
+    forged = json.loads(lines[0])
+    forged["status"] = "fail"
+    assert authentic_event(json.dumps(forged).encode(), key, 0) is None  # a field changed
+    assert authentic_event(b'{"event": "done"}', key, 0) is None  # unsigned
+    assert authentic_event(b"not json", key, 0) is None
+
+
+def test_the_key_is_read_from_its_pipe_and_the_pipe_closed():
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"s" * KEY_BYTES)
+    os.close(write_fd)
+    assert read_key(read_fd) == b"s" * KEY_BYTES
+    with pytest.raises(OSError):
+        os.fstat(read_fd)
+    short_read, short_write = os.pipe()
+    os.write(short_write, b"short")
+    os.close(short_write)
+    with pytest.raises(ValueError):
+        read_key(short_read)
+
+
+# -- the cache: staged before the solution loads, promoted only if unchanged -------------------
+def test_a_sealed_cache_stages_nothing_more(tmp_path):
+    cache = DiskCache(tmp_path / "cache", tmp_path / "staging")
+    cache.store("weights", "a", torch.ones(2))
+    assert cache.load("weights", "a", torch.device("cpu")) is not None  # read back from staging
+    assert list(cache.seal()) == ["weights/a.pt"]
+    cache.store("weights", "b", torch.ones(2))
+    assert not (tmp_path / "staging" / "weights" / "b.pt").exists() and not (tmp_path / "cache").exists()
+    assert cache.writable("bandwidth.json") is None
+
+
+def test_only_files_sealed_unchanged_reach_the_cache(tmp_path):
+    staging, cache = tmp_path / "staging", tmp_path / "cache"
+    (staging / "weights").mkdir(parents=True)
+    for name, text in (("weights/a.pt", "good"), ("weights/late.pt", "staged after the seal"),
+                       ("bandwidth.json", "changed after the seal")):
+        (staging / name).write_text(text)
+    sealed = {"weights/a.pt": hashlib.sha256(b"good").hexdigest(),
+              "bandwidth.json": hashlib.sha256(b"what the harness wrote").hexdigest(),
+              "../escape.pt": hashlib.sha256(b"good").hexdigest()}
+    assert promote_cache(staging, cache, [{"event": "cache_sealed", "files": sealed}]) == ["weights/a.pt"]
+    assert (cache / "weights" / "a.pt").read_text() == "good"
+    assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["a.pt"]
+    assert promote_cache(staging, cache, []) == []  # no seal event (a crash before it): nothing

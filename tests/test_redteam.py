@@ -88,7 +88,8 @@ def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeyp
     solution = reference_solution(kimi, tmp_path, path.read_text())
     result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=HANG_LIMIT_S if hangs else 60)
     verdict = want.verdict
-    if verdict is Verdict.TAMPERED and want.check != "integrity" and (os.geteuid() != 0 or CAPS.files):
+    writes_a_grading_file = want.check is not None and want.check.endswith((".py", ".yaml"))
+    if verdict is Verdict.TAMPERED and writes_a_grading_file and (os.geteuid() != 0 or CAPS.files):
         # Without root, or inside the jail's read-only files, the write is refused: nothing
         # changed, nothing to catch.
         verdict = Verdict.PASS
@@ -101,6 +102,7 @@ def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeyp
         assert result.score is None
     elif verdict is Verdict.TAMPERED:
         assert want.check in result.reason
+        assert result.score is None
     if want.mentions:
         assert want.mentions in result.reason, result.reason
     if hangs:
@@ -228,6 +230,32 @@ def test_run_interleaved_reports_each_rounds_wall_time():
         assert wall.timed_ms >= 4 * 3.0 * 0.9
         assert wall.timed_ms * 0.9 <= wall.wall_ms  # bookkeeping is left out of the wall time
         assert timing.hidden_work(wall) is None
+
+
+def _seen(event_ms: float, wall_ms: float, n: int = 16) -> list[timing.SyncedStep]:
+    return [timing.SyncedStep(event_ms, wall_ms)] * n
+
+
+def test_untimed_work_rule():
+    # Steps of 0.2 ms with the device synchronized around each, whose events say 0.07 ms:
+    # most of the work ran on a stream the timer never waited for.
+    reason = timing.untimed_work(_seen(0.07, 0.2))
+    assert reason is not None and "0.200 ms" in reason and "0.070 ms" in reason
+    assert "outside the timer's stream" in reason
+    # Honest steps: the synchronized wall time adds only the host's wait for an idle device.
+    assert timing.untimed_work(_seen(0.07, 0.085)) is None
+    assert timing.untimed_work(_seen(27.0, 28.5)) is None
+    # A single slow outlier does not move the medians.
+    assert timing.untimed_work(_seen(1.0, 1.0, 15) + _seen(1.0, 50.0, 1)) is None
+
+
+def test_synced_steps_time_each_step_both_ways():
+    player = _Sleeper("candidate", 0.002, hidden_seconds=0.01)
+    seen = timing.synced_steps(torch.device("cpu"), player, 5)
+    assert len(seen) == 5
+    for step in seen:  # the harness's bookkeeping after each step is in neither reading
+        assert 2.0 * 0.9 <= step.event_ms <= step.wall_ms < 10.0
+    assert timing.untimed_work(seen) is None
 
 
 # -- static tripwires ---------------------------------------------------------------------

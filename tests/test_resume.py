@@ -248,7 +248,10 @@ def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
     from kagent.agent.reexecute import execute_replay
 
     _, reference_dir, _ = uninterrupted
-    audit = execute_replay(str(reference_dir))
+    # Minutes apart on a loaded two-core CPU, smoke-scale speedups drift by more than the 10%
+    # a GPU keeps to (CI saw one run off by more at every context); the rule itself is
+    # checked exactly in test_replay_execute_flags_a_tampered_solution and the unit tests.
+    audit = execute_replay(str(reference_dir), tolerance=0.5)
     assert [(a.number, a.recorded_verdict, a.measured_verdict) for a in audit.attempts] == [
         (1, "pass", "pass"), (2, "pass", "pass"), (3, "incorrect", "incorrect")]
     assert audit.reproduces, [a.why for a in audit.attempts]
@@ -276,7 +279,7 @@ def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
 
 
 def test_a_speedup_far_from_the_record_diverges():
-    from kagent.agent.reexecute import _compare
+    from kagent.agent.reexecute import REPRODUCE_TOLERANCE, _compare
     from kagent.agent.trace import AttemptRecorded
 
     def recorded(speedup: float, low: float, high: float) -> AttemptRecorded:
@@ -285,6 +288,9 @@ def test_a_speedup_far_from_the_record_diverges():
         return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x",
                                message="m")
 
-    assert _compare(recorded(20.0, 19.5, 20.5), recorded(19.0, 18.9, 19.1)).reproduces  # 5% apart
-    claimed_vs_real = _compare(recorded(20.0, 19.5, 20.5), recorded(3.0, 2.9, 3.1))
+    record = recorded(20.0, 19.5, 20.5)
+    assert _compare(record, recorded(19.0, 18.9, 19.1), REPRODUCE_TOLERANCE).reproduces  # 5% apart
+    assert not _compare(record, recorded(17.0, 16.9, 17.1), REPRODUCE_TOLERANCE).reproduces  # 15% apart
+    assert _compare(record, recorded(17.0, 16.9, 17.1), 0.2).reproduces  # a wider tolerance asked for
+    claimed_vs_real = _compare(record, recorded(3.0, 2.9, 3.1), REPRODUCE_TOLERANCE)
     assert not claimed_vs_real.reproduces and "ctx 16" in claimed_vs_real.why

@@ -9,14 +9,21 @@ import time
 import traceback
 
 from .loading import CandidateError, TaskError
-from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel
+from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kagent_harness", description=__doc__)
     parser.add_argument("--job", required=True, help="the job file (JSON) written by the agent side")
     parser.add_argument("--result-fd", type=int, default=None, help="file descriptor for the result events")
+    parser.add_argument("--key-fd", type=int, default=None, help="file descriptor to read the events' signing "
+                                                                 "key from (read and closed at once)")
     args = parser.parse_args(argv)
+    try:  # first of all: no candidate code has run yet
+        key = read_key(args.key_fd) if args.key_fd is not None else None
+    except (OSError, ValueError) as err:
+        print(f"kagent_harness: cannot read the signing key: {err}", file=sys.stderr)
+        return EXIT_BAD_JOB
     try:
         with open(args.job) as f:
             job = json.load(f)
@@ -26,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if job.get("protocol") != PROTOCOL_VERSION:
         print(f"kagent_harness: job protocol {job.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return EXIT_BAD_JOB
-    channel = Channel(args.result_fd)
+    channel = Channel(args.result_fd, key)
     run(job, channel)
     return EXIT_OK
 

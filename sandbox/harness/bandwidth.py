@@ -4,9 +4,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import torch
+
+from .loading import DiskCache
+
+CACHE_FILE = "bandwidth.json"
 
 
 def _device_key(device: torch.device, environment: dict) -> str:
@@ -40,22 +43,22 @@ def _measure(device: torch.device) -> float:
     return 2 * nbytes / times[len(times) // 2]
 
 
-def copy_bandwidth(device: torch.device, environment: dict, cache_dir: Path | None) -> dict:
+def copy_bandwidth(device: torch.device, environment: dict, cache: DiskCache) -> dict:
     """{"bytes_per_s", "measured_at", "cached"}; measured on first use per device, then cached."""
     key = _device_key(device, environment)
-    path = Path(cache_dir) / "bandwidth.json" if cache_dir else None
+    found = cache.find(CACHE_FILE)
     table = {}
-    if path and path.exists():
+    if found is not None:
         try:
-            table = json.loads(path.read_text())
+            table = json.loads(found.read_text())
         except (OSError, ValueError):
             table = {}
     if key in table:
         return {**table[key], "cached": True, "device_key": key}
     entry = {"bytes_per_s": _measure(device), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path = cache.writable(CACHE_FILE)
     if path:
         table[key] = entry
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(table, indent=1))
         os.replace(tmp, path)

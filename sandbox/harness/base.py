@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import bandwidth, environment, launches
+from . import bandwidth, environment, launches, timing
 from .loading import CandidateError, DiskCache, TaskError, candidate_call
 from .protocol import Channel
 
@@ -59,7 +59,8 @@ class EvaluationBase:
         self.job = job
         self.channel = channel
         self.device = torch.device(job["device"])
-        self.cache = DiskCache(Path(job["cache_dir"]) if job.get("cache_dir") else None)
+        self.cache = DiskCache(Path(job["cache_dir"]) if job.get("cache_dir") else None,
+                               Path(job["cache_staging"]) if job.get("cache_staging") else None)
         self.phase_seconds: dict[str, float] = {}
         self.hidden_seeds: list[int] = []
         self._phase_start = time.perf_counter()
@@ -90,12 +91,39 @@ class EvaluationBase:
         return self.send_check("integrity", "fail", f"the solution replaced {', '.join(changed)} ({when})",
                                replaced=changed, tampering=True)
 
+    def no_hidden_work(self, candidate: timing.Player, walls: list[timing.RoundWall], label: str,
+                       synced_steps: int) -> bool:
+        """False (and a failed "hidden_work" check) when the candidate's device work escaped
+        the timer: the rounds' synchronized wall time against their intervals, then steps
+        timed one by one, each by its events and by the host with the device synchronized.
+
+        CUDA only: on the CPU every interval brackets the whole call on the host, nothing can
+        run outside it, and the host's own scheduling noise would only cause false alarms."""
+        if self.device.type != "cuda":
+            return True
+        hidden = [why for why in map(timing.hidden_work, walls) if why]
+        if hidden:
+            return self.send_check("hidden_work", "fail", f"{label}: {hidden[0]}", rounds=[vars(w) for w in walls])
+        try:
+            seen = timing.synced_steps(self.device, candidate, synced_steps)
+        except CandidateError as err:
+            return self.send_check("hidden_work", "error", err.message, details=err.details)
+        why = timing.untimed_work(seen)
+        if why:
+            return self.send_check("hidden_work", "fail", f"{label}: {why}", steps=[vars(s) for s in seen])
+        return True
+
+    def seal_cache(self) -> None:
+        """Called just before the candidate is loaded: nothing is written to the cache after
+        this, and the agent side keeps only the files listed here, unchanged."""
+        self.channel.send("cache_sealed", files=self.cache.seal())
+
     def send_check(self, name: str, status: str, reason: str, **extra: Any) -> bool:
         self.channel.send("check", name=name, status=status, reason=reason, **extra)
         return status == "pass"
 
     def bandwidth(self) -> dict:
-        bw = bandwidth.copy_bandwidth(self.device, self.environment, self.cache.root)
+        bw = bandwidth.copy_bandwidth(self.device, self.environment, self.cache)
         self.channel.send("bandwidth", **bw)
         return bw
 

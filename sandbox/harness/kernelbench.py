@@ -75,6 +75,9 @@ class KernelBenchEvaluation(EvaluationBase):
             self.phase("reference_outputs")
             # Before any candidate code runs: what the harness times and judges with.
             self.watch_integrity({"reference": self.reference})
+            # Also before: what it leaves in the cache can be trusted (see seal_cache).
+            self.bw = self.bandwidth() if self.job["mode"] != "check" else None
+            self.seal_cache()
             try:
                 self.candidate = self._load_candidate()
             except CandidateError as err:
@@ -167,9 +170,10 @@ class KernelBenchEvaluation(EvaluationBase):
         base = ForwardPlayer("baseline", self.reference, inputs)
         cand = ForwardPlayer("candidate", self.candidate, inputs)
         clocks_before = self.clocks()
+        walls: list[timing.RoundWall] = []
         try:
             timing.run_interleaved(self.device, [base, cand], rounds=1, steps=3)
-            samples = timing.run_interleaved(self.device, [base, cand], rounds=rounds, steps=steps)
+            samples = timing.run_interleaved(self.device, [base, cand], rounds=rounds, steps=steps, walls=walls)
         except CandidateError as err:
             self.send_check("timed_calls", "error", err.message, details=err.details)
             return
@@ -177,10 +181,13 @@ class KernelBenchEvaluation(EvaluationBase):
         if not self.send_check("timed_calls", "pass" if outcome["passed"] else "fail",
                                f"output of the last timed call: {outcome['reason']}"):
             return
+        if not self.no_hidden_work(cand, walls, "timed calls",
+                                   synced_steps=timing.SYNCED_STEPS):
+            return
         stats = {"baseline": timing.summarize(samples["baseline"]), "candidate": timing.summarize(samples["candidate"])}
         result = {"label": "default", "context_len": None, "steps": steps, "rounds": rounds, **stats,
                   **timing.speedup_with_noise(samples["baseline"], samples["candidate"])}
-        bw = self.bandwidth()
+        bw = self.bw
         # The least a forward can move: read every input and parameter once, write the output once.
         nbytes = _nbytes(inputs) + _nbytes(self.expected[self.timing_seed]) + sum(
             _nbytes(t) for t in self.reference.state_dict().values())

@@ -70,19 +70,45 @@ def digest(*parts: Any) -> str:
 
 
 class DiskCache:
-    """Tensors saved under ``root/kind/key.pt`` with atomic writes; root None disables it."""
+    """Tensors saved under ``root/kind/key.pt`` with atomic writes; root None disables it.
 
-    def __init__(self, root: Path | None):
+    With ``staging``, ``root`` is only read: new entries go to ``staging``, and the agent side
+    moves into ``root`` only what was staged before ``seal()``, which the harness calls just
+    before any candidate code runs; after it nothing more is staged."""
+
+    def __init__(self, root: Path | None, staging: Path | None = None):
         self.root = Path(root) if root else None
+        self.staging = Path(staging) if staging else None
+        self.sealed = False
         self.hits = 0
         self.misses = 0
 
-    def _path(self, kind: str, key: str) -> Path | None:
-        return self.root / kind / f"{key}.pt" if self.root else None
+    def find(self, name: str) -> Path | None:
+        """The file ``name`` (relative to the cache), staged or cached, or None."""
+        for folder in (self.staging, self.root):
+            if folder is not None and (folder / name).exists():
+                return folder / name
+        return None
+
+    def writable(self, name: str) -> Path | None:
+        """Where to write ``name`` now, or None when nothing may be written (no cache, or sealed)."""
+        folder = self.staging or self.root
+        if folder is None or self.sealed:
+            return None
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        return folder / name
+
+    def seal(self) -> dict[str, str]:
+        """Stop writing; the sha256 of every staged file, read back now."""
+        self.sealed = True
+        if self.staging is None or not self.staging.is_dir():
+            return {}
+        return {str(p.relative_to(self.staging)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(self.staging.rglob("*")) if p.is_file()}
 
     def load(self, kind: str, key: str, device: torch.device) -> Any | None:
-        path = self._path(kind, key)
-        if path is None or not path.exists():
+        path = self.find(f"{kind}/{key}.pt")
+        if path is None:
             self.misses += 1
             return None
         try:
@@ -95,10 +121,9 @@ class DiskCache:
         return value
 
     def store(self, kind: str, key: str, value: Any) -> None:
-        path = self._path(kind, key)
+        path = self.writable(f"{kind}/{key}.pt")
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         torch.save(value, tmp)
         os.replace(tmp, path)

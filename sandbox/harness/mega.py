@@ -308,6 +308,15 @@ class MegaEvaluation(EvaluationBase):
             self.baseline = self.load_baseline()
             # Before any candidate code runs: what the harness times and judges with.
             self.watch_integrity({"baseline": self.baseline, "reference": self.reference})
+            # Also before: what these leave in the cache can be trusted (see seal_cache).
+            timed = self.job["mode"] != "check"
+            self.bw = self.bandwidth() if timed and self.task.roofline is not None else None
+            if timed:
+                baseline_key = digest(self.task.cache_identity, "baseline launches", self.environment.get("gpu_name"),
+                                      self.timing_shapes[0]["context_len"],
+                                      (self.task.dir / "baseline.py").exists() and digest(self.task.dir / "baseline.py"))
+                self.report_first_shape_launches("baseline", self.baseline, baseline_key)
+            self.seal_cache()
             try:
                 self.candidate = self.load_solution("the solution")
             except CandidateError as err:
@@ -409,7 +418,7 @@ class MegaEvaluation(EvaluationBase):
         rounds = int(self.job.get("rounds") or 4)
         warmup = int(self.job.get("warmup") or 2)
         per_shape = []
-        bw = self.bandwidth() if self.task.roofline is not None else None
+        bw = self.bw
         clocks_before = self.clocks()
         for shape in self.timing_shapes:
             ctx, steps = shape["context_len"], shape["steps"]
@@ -427,10 +436,8 @@ class MegaEvaluation(EvaluationBase):
                 return
             # On the CPU every interval brackets the whole call on the host: nothing can run
             # outside it, and the host's own scheduling noise would only cause false alarms.
-            hidden = [why for why in map(timing.hidden_work, walls) if why] if self.device.type == "cuda" else []
-            if hidden:
-                self.send_check("hidden_work", "fail", f"ctx {ctx}: {hidden[0]}",
-                                rounds=[vars(w) for w in walls])
+            if not self.no_hidden_work(cand, walls, f"ctx {ctx}",
+                                       synced_steps=min(timing.SYNCED_STEPS, steps)):
                 return
             stats = {"baseline": timing.summarize(samples["baseline"]),
                      "candidate": timing.summarize(samples["candidate"])}
@@ -455,16 +462,16 @@ class MegaEvaluation(EvaluationBase):
             return
         self.channel.send("score", geomean_speedup=timing.geomean([r["speedup"] for r in per_shape]),
                           clocks_before=clocks_before, clocks_after=self.clocks())
-        shape = self.timing_shapes[0]
-        hidden = self.task.init_token(self.task.timing_seed)
-        state = self.task.init_state(shape["context_len"], self.task.timing_seed)
-        baseline_key = digest(self.task.cache_identity, "baseline launches", self.environment.get("gpu_name"),
-                              shape["context_len"], (self.task.dir / "baseline.py").exists() and
-                              digest(self.task.dir / "baseline.py"))
-        for who, model, key in (("baseline", self.baseline, baseline_key), ("candidate", self.candidate, None)):
-            self.report_launches(who, lambda: model.step(hidden.clone(), clone_state(state)), cache_key=key,
-                                 context_len=shape["context_len"])
+        self.report_first_shape_launches("candidate", self.candidate, None)
         self.phase("launches")
+
+    def report_first_shape_launches(self, who: str, model: torch.nn.Module, cache_key: str | None) -> None:
+        """Launches of one step of ``model`` at the first timed context, from the timing seed."""
+        context_len = self.timing_shapes[0]["context_len"]
+        hidden = self.task.init_token(self.task.timing_seed)
+        state = self.task.init_state(context_len, self.task.timing_seed)
+        self.report_launches(who, lambda: model.step(hidden.clone(), clone_state(state)), cache_key=cache_key,
+                             context_len=context_len)
 
 
 class ChainPlayer:

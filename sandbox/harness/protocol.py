@@ -3,13 +3,22 @@
 The child writes one JSON object per line to a file descriptor that the parent opened for
 it (a pipe), never to stdout: what the candidate prints cannot pass for a harness message.
 Each object has an ``event`` key; the last one of a complete run is ``done``.
+
+The candidate runs in the same process and can find that descriptor, so every line is also
+signed: ``seq`` counts the lines and ``mac`` is an HMAC-SHA256 of the rest, keyed by a secret
+the parent sends through a second pipe that the harness reads and closes before any
+candidate code runs. A line the candidate writes itself fails the check.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import os
 from typing import Any
+
+KEY_BYTES = 32
 
 # Version of the job file and of the event stream. The agent side refuses other versions.
 PROTOCOL_VERSION = 1
@@ -31,12 +40,36 @@ def _clean(value: Any) -> Any:
     return value
 
 
-class Channel:
-    """Writes events to the result file descriptor, one flushed line each."""
+def signature(key: bytes, record: dict) -> str:
+    """The MAC of one event: over its canonical JSON, ``seq`` included, ``mac`` left out."""
+    body = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
-    def __init__(self, fd: int | None):
+
+def read_key(fd: int) -> bytes:
+    """The signing key from ``fd``, which is closed afterwards."""
+    key = b""
+    try:
+        while len(key) < KEY_BYTES:
+            chunk = os.read(fd, KEY_BYTES - len(key))
+            if not chunk:
+                break
+            key += chunk
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"the key pipe gave {len(key)} bytes, not {KEY_BYTES}")
+    return key
+
+
+class Channel:
+    """Writes events to the result file descriptor, one flushed, signed line each."""
+
+    def __init__(self, fd: int | None, key: bytes | None = None):
         # fd None (used by tests and by `python -m kagent_harness` by hand) writes to a list.
         self._fd = fd
+        self._key = key
+        self._seq = 0
         self.sent: list[dict] = []
 
     def send(self, event: str, **fields: Any) -> None:
@@ -44,6 +77,10 @@ class Channel:
         self.sent.append(record)
         if self._fd is None:
             return
+        if self._key is not None:
+            record = {**record, "seq": self._seq}
+            record["mac"] = signature(self._key, record)
+            self._seq += 1
         data = (json.dumps(record) + "\n").encode()
         view = memoryview(data)
         while view:

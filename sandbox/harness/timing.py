@@ -136,6 +136,62 @@ def hidden_work(wall: RoundWall) -> str | None:
             f"to {wall.timed_ms:.3f} ms (allowed: {allowed:.3f} ms): work ran outside the timed intervals")
 
 
+# Untimed work: a step's events may fall short of its synchronized wall time by the host's
+# wait for the device to go idle, some microseconds, never by a quarter of the step.
+UNTIMED_WORK_FACTOR = 1.25
+UNTIMED_WORK_SLACK_MS = 0.05
+# Steps timed one by one, the device synchronized around each: enough for a stable median.
+SYNCED_STEPS = 16
+
+
+@dataclass(frozen=True)
+class SyncedStep:
+    """One step seen twice at once: by the timer's events, and by the host's clock with the
+    whole device synchronized before and after it."""
+
+    event_ms: float
+    wall_ms: float
+
+
+def synced_steps(device: torch.device, player: Player, steps: int) -> list[SyncedStep]:
+    """``steps`` steps of one player, each timed both ways. Both readings come from the same
+    step, so a host-bound step whose latency drifts from one minute to the next drifts in
+    both. (A chain this short is not validated; the timed chains were.)"""
+    cuda = device.type == "cuda"
+    player.begin_round(0)
+    seen = []
+    for i in range(steps):
+        synchronize(device)
+        start = _perf_counter_ns()
+        interval = _Interval(cuda)
+        player.step(i)
+        interval.close()
+        synchronize(device)
+        wall_ms = (_perf_counter_ns() - start) / 1e6
+        seen.append(SyncedStep(interval.milliseconds(), wall_ms))
+        player.after_step(i)
+    player.end_round(0)
+    return seen
+
+
+def untimed_work(steps: Sequence[SyncedStep]) -> str | None:
+    """Why a player's steps hide work from the timer, or None when they do not.
+
+    Events on the timer's stream see only what that stream waits for: work a step leaves on
+    a stream of its own, never joined, runs outside every interval. The host's clock around
+    the synchronized step cannot leave anything out. Judged per player, this catches hidden
+    work that the round's wall time cannot, where the baseline's long steps dwarf the
+    candidate's.
+    """
+    events = float(np.median([s.event_ms for s in steps]))
+    synced = float(np.median([s.wall_ms for s in steps]))
+    allowed = events * UNTIMED_WORK_FACTOR + UNTIMED_WORK_SLACK_MS
+    if synced <= allowed:
+        return None
+    return (f"a step takes {synced:.3f} ms with the device synchronized around it, but its timed intervals "
+            f"show {events:.3f} ms (allowed: {allowed:.3f} ms): work ran outside the timer's stream")
+
+
 # Physics: no step can beat the bytes floor; 10% slack covers bandwidth measurement noise.
 PHYSICS_SLACK = 1.1
 
