@@ -323,6 +323,19 @@ def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
     assert len(table) - 3 <= 15  # title, header and footer around at most 15 ops
 
 
+def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: ToolContext, kimi, workspace: Path,
+                                                                         tmp_path: Path):
+    # The cache is read-only to the profiler's child (inside the jail): weights it builds
+    # stay in its own folder, and the cache stays empty.
+    cold = tmp_path / "cold-cache"
+    cold.mkdir()
+    ctx.eval_options = ctx.eval_options.model_copy(update={"cache_dir": cold})
+    reference_solution(kimi, workspace)
+    out = call("profile", ctx, steps=1, ncu=False)
+    assert not out.is_error, out.content
+    assert not [p for p in cold.rglob("*") if p.is_file()]
+
+
 def test_profile_reports_a_raising_solution(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace, patch=RAISING_STEP)
     out = call("profile", ctx, ncu=False)

@@ -320,8 +320,11 @@ def _build_step(job: dict, device: Any) -> tuple[Any, Optional[int]]:
         inputs = to_device(list(problem.get_inputs()), device)
         return (lambda: model(*inputs)), None
     task = Task(Path(job["task_path"]), job["scale"], device)
-    # The reference's weights, from the harness's cache when an evaluation has filled it.
-    weights = build_reference(task, DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None)).state_dict()
+    # The reference's weights, from the harness's cache when an evaluation has filled it. The
+    # cache is read-only here: weights built anew are staged in the job's own folder and go
+    # with it (only evaluations fill the cache).
+    cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
+    weights = build_reference(task, cache).state_dict()
     module = load_module("solution", solution)
     model = module.Model(task.cfg).to(device)
     model.load_state_dict(weights, strict=True)
