@@ -1,7 +1,7 @@
 """Contain the code kagent runs for the model: the solution under evaluation and every shell,
 compile and profile command.
 
-kagent usually runs as root on a throwaway GPU machine, so ordinary user limits mean little
+kagent often runs as root on a throwaway GPU machine, so ordinary user limits mean little
 (root ignores RLIMIT_NPROC and file modes, and a process that calls setsid leaves the process
 group kagent kills). What this module adds, each mechanism only where a trivial run proves
 it works here:
@@ -21,6 +21,10 @@ it works here:
   allocation is killed and reported instead of taking the machine;
 * rlimits, set in the child before it execs: no core dumps, a cap on the size of one file and
   on open files, and RLIMIT_NPROC for the non-root case.
+
+A user other than root gets the same namespaces and jail inside a user namespace of its own
+(``unshare --map-root-user``) where the kernel allows it, but no cgroups: processes and
+memory are then capped by rlimits alone, and the notice says so.
 """
 from __future__ import annotations
 
@@ -380,6 +384,13 @@ def _jail_argv(argv: list[str], plan: Optional[FilePlan], drop_capabilities: boo
     return [sys.executable, "-E", "-S", str(JAIL), json.dumps(spec), "--", *argv]
 
 
+def _user_flags() -> list[str]:
+    """What unshare needs beyond the namespaces themselves. A user other than root makes them
+    inside a user namespace of its own, where it is root (the kernel must allow unprivileged
+    user namespaces; where it does not, the probe finds the mechanisms missing)."""
+    return [] if os.geteuid() == 0 else ["--map-root-user"]
+
+
 def _probe_files(unshare: str) -> bool:
     """Whether the jail can hide, protect and grant files here, proven on a scratch folder:
     a hidden file must be gone, the writable folder writable, its read-only part and the
@@ -392,7 +403,8 @@ def _probe_files(unshare: str) -> bool:
         plan = file_plan(writable=[root / "work"], read_only=[root / "work" / "task"], hide=[root / "hidden"])
         test = ("test ! -e hidden/marker && touch work/ok && ! touch work/task/x 2>/dev/null "
                 "&& ! touch /usr/kagent-probe 2>/dev/null && ! umount work/task 2>/dev/null")
-        argv = [unshare, *_PID_FLAGS, "--", *_jail_argv(["sh", "-c", test], plan, drop_capabilities=True)]
+        argv = [unshare, *_user_flags(), *_PID_FLAGS, "--",
+                *_jail_argv(["sh", "-c", test], plan, drop_capabilities=True)]
         return _runs(argv, cwd=scratch) and (root / "work" / "ok").exists()
 
 
@@ -400,8 +412,9 @@ def _probe_files(unshare: str) -> bool:
 def probe() -> Capabilities:
     """Find out, once per process, which mechanisms work here by running ``true`` under each."""
     unshare = shutil.which("unshare")
-    network = unshare is not None and _runs([unshare, "-n", "true"])
-    pid = unshare is not None and _runs([unshare, *_PID_FLAGS, "--", *_jail_argv(["true"], None, False)])
+    network = unshare is not None and _runs([unshare, *_user_flags(), "-n", "true"])
+    pid = unshare is not None and _runs([unshare, *_user_flags(), *_PID_FLAGS, "--",
+                                         *_jail_argv(["true"], None, False)])
     files = pid and unshare is not None and _probe_files(unshare)
     cgroups = _cgroup_support()
     if cgroups is not None:
@@ -494,7 +507,7 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
         command = _jail_argv(argv, plan, drop_capabilities=caps.files)
     else:
         command = list(argv)
-    wrapped = [caps.unshare, *flags, "--", *command] if flags and caps.unshare else command
+    wrapped = [caps.unshare, *_user_flags(), *flags, "--", *command] if flags and caps.unshare else command
     steps: list[Callable[[], None]] = []
     cgroup = None
     if caps.cgroups is not None:

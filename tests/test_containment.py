@@ -379,3 +379,23 @@ for _folder in map(_pathlib.Path, (_job["cache_dir"], _job["cache_staging"])):
     again = run_eval(kimi, poisoner, cache, mode="check")
     assert again.verdict is Verdict.PASS, again.reason  # the reference, its writes refused
     assert {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()} == filled
+
+
+@needs_files
+def test_a_user_other_than_root_gets_the_jail_through_a_user_namespace(ctx: ToolContext, monkeypatch):
+    # As root here, the user-namespace path is taken by pretending not to be root: the jail
+    # must arrange the files, and drop what the namespace gave, just the same.
+    monkeypatch.setattr(containment.os, "geteuid", lambda: 1000)
+    containment.probe.cache_clear()
+    try:
+        caps = containment.probe()
+        assert caps.network_namespace and caps.pid_namespace and caps.files, caps
+        box = containment.contained(["true"], Limits())
+        assert "--map-root-user" in box.argv
+        box.close()
+        out = shell(ctx, "touch ws-file; touch task/x; grep CapEff /proc/self/status; ls /root | wc -l")
+        assert (ctx.workspace / "ws-file").exists() and "Read-only file system" in out.content, out.content
+        assert "CapEff:\t0000000000000000" in out.content
+    finally:
+        monkeypatch.undo()
+        containment.probe.cache_clear()
