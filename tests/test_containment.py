@@ -20,8 +20,9 @@ import pytest
 
 from kagent.sandbox import containment
 from kagent.sandbox.containment import Capabilities, CgroupSupport, Limits
-from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import Verdict
+from kagent.tasks import resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
 
@@ -399,3 +400,26 @@ def test_a_user_other_than_root_gets_the_jail_through_a_user_namespace(ctx: Tool
     finally:
         monkeypatch.undo()
         containment.probe.cache_clear()
+
+
+def test_a_load_inline_build_works_in_the_jail_and_is_cached_in_the_home(tmp_path: Path):
+    # The agent's main path: a solution that compiles its own extension when imported. The
+    # build lands in the HOME the evaluation gives it and is reused by the next evaluation.
+    problem = tmp_path / "double.py"
+    problem.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, a):\n"
+                       "        return a * 2.0\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    solution = tmp_path / "solution" / "solution.py"
+    solution.parent.mkdir()
+    solution.write_text(
+        "import torch\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        "_ext = load_inline(name='kagent_test_double', functions=['twice'],\n"
+        "                   cpp_sources='torch::Tensor twice(torch::Tensor a) { return a * 2.0; }')\n\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, a):\n        return _ext.twice(a)\n")
+    home = tmp_path / "home"
+    options = EvalOptions(mode="check", cache_dir=tmp_path / "cache", home=home, timeout_s=600)
+    first = evaluate(resolve_task(str(problem)), solution, options)
+    assert first.verdict is Verdict.PASS, (first.reason, first.stderr_tail)
+    assert list(home.glob(".cache/torch_extensions/*/kagent_test_double/*.so"))
+    again = evaluate(resolve_task(str(problem)), solution, options)
+    assert again.verdict is Verdict.PASS and again.wall_seconds < first.wall_seconds
