@@ -65,6 +65,13 @@ def _mountinfo():
     return mounts
 
 
+def _options_of(point):
+    """The per-mount options of the mount on top at ``point``: a read-only remount must keep
+    them (inside a user namespace the kernel refuses to drop nosuid or nodev)."""
+    found = [options for mounted, options in _mountinfo() if mounted == point]
+    return found[-1] if found else []
+
+
 def _make_mountpoint(path, like_fd):
     """An empty folder or file at ``path`` (inside a fresh tmpfs) to bind ``like_fd`` onto."""
     if os.path.isdir(f"/proc/self/fd/{like_fd}"):
@@ -103,22 +110,22 @@ def arrange(plan):
                 if kind == "writable":
                     writable_mounts.append(path)
                 else:  # now: the pass below skips what lies inside a private cover
-                    _remount_read_only(path, [])
+                    _remount_read_only(path, _options_of(path))
     for path in plan.get("writable", []):
         # Writable paths not under any cover: their own mount, kept out of the read-only pass.
         if os.path.exists(path) and not any(_inside(path, w) for w in writable_mounts):
             _mount(path, path, None, MS_BIND | MS_REC)
             writable_mounts.append(path)
-    for point, options in _mountinfo():
-        if any(_inside(point, u) for u in UNTOUCHED) or "ro" in options:
+    for point, _ in _mountinfo():
+        if any(_inside(point, u) for u in UNTOUCHED) or any(_inside(point, w) for w in writable_mounts):
             continue
-        if any(_inside(point, w) for w in writable_mounts):
-            continue
-        _remount_read_only(point, options)
+        options = _options_of(point)  # of the mount on top, which the remount acts on
+        if "ro" not in options:
+            _remount_read_only(point, options)
     for path in plan.get("read_only", []):
         if os.path.exists(path):
             _mount(path, path, None, MS_BIND | MS_REC)
-            _remount_read_only(path, [])
+            _remount_read_only(path, _options_of(path))
     for link, target in plan.get("links", {}).items():
         if not os.path.lexists(link):
             os.symlink(target, link)

@@ -423,3 +423,33 @@ def test_a_load_inline_build_works_in_the_jail_and_is_cached_in_the_home(tmp_pat
     assert list(home.glob(".cache/torch_extensions/*/kagent_test_double/*.so"))
     again = evaluate(resolve_task(str(problem)), solution, options)
     assert again.verdict is Verdict.PASS and again.wall_seconds < first.wall_seconds
+
+
+@needs_files
+def test_the_jail_keeps_locked_mount_flags_inside_a_user_namespace(tmp_path: Path, monkeypatch):
+    # Inside a user namespace the kernel refuses a read-only remount that would drop nosuid or
+    # nodev from a mount it inherited: a folder brought back from such a mount must keep them.
+    if os.geteuid() != 0:
+        pytest.skip("making a nosuid,nodev mount needs root")
+    mounted = tmp_path / "mnt"
+    mounted.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev", "tmpfs", str(mounted)], check=True)
+    try:
+        (mounted / "hidden" / "shown").mkdir(parents=True)
+        (mounted / "hidden" / "shown" / "file").write_text("brought back")
+        (mounted / "hidden" / "secret").write_text("covered")
+        (tmp_path / "ws").mkdir()
+        monkeypatch.setattr(containment.os, "geteuid", lambda: 1000)
+        containment.probe.cache_clear()
+        plan = containment.file_plan(writable=[tmp_path / "ws"], show=[mounted / "hidden" / "shown"],
+                                     hide=[mounted / "hidden"])
+        script = f"cat {mounted}/hidden/shown/file; cat {mounted}/hidden/secret 2>/dev/null || echo no-secret"
+        with containment.contained(["sh", "-c", script], Limits(), plan) as box:
+            done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=30,
+                                  cwd=tmp_path / "ws", stdin=subprocess.DEVNULL)
+        assert "--map-root-user" in box.argv
+        assert "brought back" in done.stdout and "no-secret" in done.stdout, (done.stdout, done.stderr)
+    finally:
+        monkeypatch.undo()
+        containment.probe.cache_clear()
+        subprocess.run(["umount", str(mounted)], check=False)
