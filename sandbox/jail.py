@@ -24,6 +24,7 @@ The file arrangement, all in this namespace only:
 import ctypes
 import json
 import os
+import re
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -60,7 +61,9 @@ def _mountinfo():
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # \040 is a space, and so on
+            # \040 is a space, and so on. (Not the unicode_escape codec: it would be imported
+            # on first use, when the standard library may lie under a cover.)
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
             mounts.append((point, fields[5].split(",")))
     return mounts
 
@@ -92,7 +95,7 @@ def arrange(plan):
             if os.path.lexists(path) and path not in kept:
                 kept[path] = (kind, os.open(path, os.O_PATH | os.O_CLOEXEC))
     covers = [(p, False) for p in plan.get("hide", [])] + [(p, True) for p in plan.get("private", [])]
-    writable_mounts = []
+    writable_mounts, shown = [], []
     # Shallow covers first; a deeper one exists only if it is private (made here) or sits
     # inside something brought back.
     for cover, is_private in sorted(covers, key=lambda c: (c[0].count("/"), c[0])):
@@ -107,10 +110,9 @@ def arrange(plan):
             if path != cover and _inside(path, cover):
                 _make_mountpoint(path, fd)
                 _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-                if kind == "writable":
-                    writable_mounts.append(path)
-                else:  # now: the pass below skips what lies inside a private cover
-                    _remount_read_only(path, _options_of(path))
+                (writable_mounts if kind == "writable" else shown).append(path)
+    for path in shown:  # here: the pass below skips what lies inside a private cover
+        _remount_read_only(path, _options_of(path))
     for path in plan.get("writable", []):
         # Writable paths not under any cover: their own mount, kept out of the read-only pass.
         if os.path.exists(path) and not any(_inside(path, w) for w in writable_mounts):

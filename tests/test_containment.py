@@ -5,6 +5,7 @@ Each test that needs a mechanism skips where the probe found it missing."""
 from __future__ import annotations
 
 import json
+import shutil
 import logging
 import os
 import signal
@@ -453,3 +454,21 @@ def test_the_jail_keeps_locked_mount_flags_inside_a_user_namespace(tmp_path: Pat
         monkeypatch.undo()
         containment.probe.cache_clear()
         subprocess.run(["umount", str(mounted)], check=False)
+
+
+@needs_files
+def test_a_cache_in_the_home_folder_beside_the_interpreter(kimi, tmp_path: Path, monkeypatch):
+    # The usual layout: kagent's cache under ~/.cache and, often, the interpreter under the
+    # same home (pyenv, conda). Brought back under the home's cover in name order, the cache
+    # comes before the interpreter: the jail must not need the standard library meanwhile.
+    cache = Path.home() / f".aaa-kagent-test-{uuid.uuid4().hex}"
+    try:
+        cache.mkdir()
+    except OSError:
+        pytest.skip("the home folder is not writable here")
+    try:
+        monkeypatch.setenv("KAGENT_HOME", str(cache))
+        result = run_eval(kimi, reference_solution(kimi, tmp_path), cache, mode="check")
+        assert result.verdict is Verdict.PASS, (result.reason, result.stderr_tail)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
