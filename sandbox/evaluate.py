@@ -273,7 +273,7 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     if options.cache_dir is not None:
         options.cache_dir.mkdir(parents=True, exist_ok=True)
         show.append(options.cache_dir)
-    for folder in writable[1:]:
+    for folder in (home, bundle.cache_staging):  # the solution's folder is there already
         folder.mkdir(parents=True, exist_ok=True)
     # The solution's folder, its HOME and the cache staging area are all it may write; it
     # sees the harness, the task and the cache read-only, and nothing of the user's files or
