@@ -38,6 +38,12 @@ from kagent.tasks import TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
 HARNESS_PACKAGE = "kagent_harness"
+# The referee starts as a fresh, isolated interpreter (-I: no PYTHON* variables, no user
+# site-packages, no working directory on the import path; -B: no bytecode written into the
+# pristine copy; -u: unbuffered), and imports the harness from the pristine copy alone.
+REFEREE_FLAGS = ("-I", "-B", "-u", "-c")
+REFEREE_BOOTSTRAP = ("import json, sys; sys.path[:0] = json.loads(sys.argv.pop(1)); "
+                     "from kagent_harness.__main__ import main; sys.exit(main())")
 # A solution folder is copied whole (its kernels, headers, helpers); past this it is refused.
 MAX_SOLUTION_BYTES = 64 << 20
 SKIPPED_NAMES = {"__pycache__", ".git", "build", ".ipynb_checkpoints"}
@@ -260,12 +266,19 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     """Run the harness in a new session, reading its events until done, exit or the limit."""
     private = bundle.root / "private"
     private.mkdir()
+    home = options.home or bundle.root / "home"
+    job = {**job, "solution_home": str(home), "pid_namespace": containment.probe().pid_namespace,
+           "import_paths": _import_paths()}
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
-    out_path, err_path = private / "stdout.txt", private / "stderr.txt"
+    out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
     env = scrubbed_env()  # the solution must not see API keys
-    home = options.home or bundle.root / "home"
-    env["HOME"] = str(home)
+    # The referee's HOME is the read-only private folder: nothing the solution writes (its
+    # builds' HOME is its own, see the job) can reach a cache the referee's libraries read.
+    env["HOME"] = str(private)
+    # The referee and the solution's process take turns on the CPU: an OpenMP pool left
+    # spinning by one after its turn would steal the cores of the other's next one.
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     # The harness stages new cache entries beside the bundle; the cache itself is read-only
     # to the child (see promote_cache).
     writable = [bundle.work, home, bundle.cache_staging]
@@ -279,9 +292,6 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     # sees the harness, the task and the cache read-only, and nothing of the user's files or
     # other runs.
     files = containment.file_plan(writable=writable, show=show, python=options.python)
-    env["PYTHONPATH"] = os.pathsep.join([str(bundle.harness.parent), *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine copy must stay byte-for-byte the same
-    env["PYTHONUNBUFFERED"] = "1"
     read_fd, write_fd = os.pipe()
     # The events' signing key goes through a pipe of its own, read and closed by the harness
     # before any candidate code runs: it is in no file and no argument.
@@ -294,11 +304,12 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
         # this machine allows; the pipes pass through unshare and the jail, which exec the
         # harness with its fds intact.
         box = containment.contained(
-            [options.python, "-m", HARNESS_PACKAGE, "--job", str(job_file), "--result-fd", str(write_fd),
-             "--key-fd", str(key_read)],
+            [options.python, *REFEREE_FLAGS, REFEREE_BOOTSTRAP, json.dumps([str(bundle.harness.parent),
+                                                                            *job["import_paths"]]),
+             "--job", str(job_file), "--result-fd", str(write_fd), "--key-fd", str(key_read)],
             containment.Limits(), files)
         proc = subprocess.Popen(
-            box.argv, cwd=bundle.work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            box.argv, cwd=private, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             pass_fds=(write_fd, key_read), start_new_session=True, preexec_fn=box.preexec,
         )
     os.close(write_fd)
@@ -349,6 +360,17 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     return ChildRun(events=events, forged=forged, exit_code=containment.exit_status(proc.returncode),
                     timed_out=timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
                     resources=resources)
+
+
+def _import_paths() -> list[str]:
+    """Where torch lives, if -I would not find it: a user site-packages folder."""
+    import importlib.util
+    import site
+    spec = importlib.util.find_spec("torch")
+    user_site = site.getusersitepackages()
+    if spec and spec.origin and site.ENABLE_USER_SITE and spec.origin.startswith(user_site + os.sep):
+        return [user_site]
+    return []
 
 
 def authentic_event(line: bytes, key: bytes, seq: int) -> Optional[dict]:

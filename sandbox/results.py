@@ -32,14 +32,15 @@ class Model(BaseModel):
 
 class CheckResult(Model):
     name: str = Field(description="Which check: load, fixed_seeds, hidden_seeds, overwrite_in_place, ...")
-    status: Literal["pass", "fail", "error"] = Field(description="fail: wrong answer; error: the code raised")
+    status: Literal["pass", "fail", "error", "crash"] = Field(
+        description="fail: wrong answer; error: the code raised; crash: the solution's process died")
     reason: str = Field(description="One line a person or a model can act on")
     details: str = Field("", description="Traceback or other evidence, capped")
     data: dict = Field(default_factory=dict, description="Per-case cosines, seeds and the like")
 
 
 class Stats(Model):
-    n: int = Field(description="Number of timed steps")
+    n: int = Field(description="Number of timed blocks (each value: milliseconds per step of one block)")
     median_ms: float
     mean_ms: float
     p10_ms: float
@@ -61,9 +62,11 @@ class ShapeTiming(Model):
     context_len: Optional[int] = None
     steps: int = Field(description="Steps per timed chain")
     rounds: int = Field(description="Chains timed per contestant")
+    block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block (contestants "
+                                                         "alternate block by block)")
     baseline: Stats
     candidate: Stats
-    speedup: float = Field(description="Median over back-to-back step pairs of baseline / candidate time")
+    speedup: float = Field(description="Median over back-to-back block pairs of baseline / candidate time")
     ratio_of_medians: float = Field(description="baseline median / candidate median, for comparison")
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
     ci_high: float
@@ -86,6 +89,8 @@ class LaunchReport(Model):
     torch_compile: bool = False
     note: str = ""
     cached: bool = Field(False, description="Read from the cache (the baseline's count is measured once)")
+    reported_by: str = Field("the referee", description="Which process profiled the step: the candidate's "
+                                                        "count comes from its own process, so it decides nothing")
 
 
 class Environment(Model):
@@ -156,14 +161,10 @@ class EvalResult(Model):
         return next((r for r in self.launches if r.who == who), None)
 
 
-# Checks whose failure means the solution attacked the harness rather than computed wrongly.
-TAMPERING_CHECKS = ("integrity",)
-
-
 def check_verdict(check: CheckResult) -> Verdict:
     """The verdict one failed or erroring check calls for (PASS for a passing one)."""
     if check.status == "pass":
         return Verdict.PASS
-    if check.name in TAMPERING_CHECKS:
-        return Verdict.TAMPERED
+    if check.status == "crash":
+        return Verdict.CRASH
     return Verdict.ERROR if check.status == "error" else Verdict.INCORRECT

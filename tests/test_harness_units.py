@@ -49,28 +49,40 @@ def test_summary_and_geomean():
 
 
 class _Recorder:
+    """A contestant that logs what the timer asks of it and takes 1 ms per step."""
+
     def __init__(self, name, log):
         self.name, self.log = name, log
 
-    def begin_round(self, r):
+    def begin_chain(self, r):
         self.log.append(("begin", self.name, r))
 
-    def step(self, i):
-        self.log.append(("step", self.name, i))
+    def block(self, first, steps):
+        self.log.append(("block", self.name, first, steps))
+        return float(steps)
 
-    def after_step(self, i):
-        pass
-
-    def end_round(self, r):
+    def end_chain(self, r):
         self.log.append(("end", self.name, r))
 
 
-def test_interleaving_alternates_the_order_step_by_step():
+def test_blocks_alternate_abba_and_chains_are_cut_into_blocks():
     log = []
-    samples = timing.run_interleaved(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log)], rounds=2, steps=2)
-    steps = [(who, i) for kind, who, i in log if kind == "step"]
-    assert steps == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("b", 0), ("a", 0), ("a", 1), ("b", 1)]
-    assert len(samples["a"]) == len(samples["b"]) == 4 and all(t >= 0 for t in samples["a"])
+    samples = timing.run_blocks(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log)], rounds=2,
+                                steps=5, block_steps=2)
+    blocks = [(who, first, n) for kind, who, *rest in log if kind == "block" for first, n in [rest]]
+    assert blocks == [("a", 0, 2), ("b", 0, 2), ("b", 2, 2), ("a", 2, 2), ("a", 4, 1), ("b", 4, 1),
+                      ("b", 0, 2), ("a", 0, 2), ("a", 2, 2), ("b", 2, 2), ("b", 4, 1), ("a", 4, 1)]
+    # Every chain begins before its first block and ends after its last.
+    assert [e for e in log if e[0] != "block"][:2] == [("begin", "a", 0), ("begin", "b", 0)]
+    assert log[-2:] == [("end", "a", 1), ("end", "b", 1)]
+    # One value per block, in milliseconds per step.
+    assert samples == {"a": [1.0] * 6, "b": [1.0] * 6}
+
+
+def test_a_warm_up_chain_is_neither_timed_nor_validated():
+    log = []
+    timing.run_untimed(_Recorder("a", log), steps=3, block_steps=2)
+    assert log == [("begin", "a", 0), ("block", "a", 0, 2), ("block", "a", 2, 1)]
 
 
 def test_launch_classification():

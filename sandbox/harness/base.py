@@ -1,57 +1,19 @@
-"""What every kind of evaluation shares: phases, check events, the trusted environment."""
+"""What every kind of evaluation shares: phases, check events, the solution's process."""
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from . import bandwidth, environment, launches, timing
-from .loading import CandidateError, DiskCache, TaskError, candidate_call
+from . import bandwidth, environment, launches
+from .exchange import Arena, bytes_needed
+from .loading import CandidateError, DiskCache, TaskError
 from .protocol import Channel
-
-# What the harness measures and judges with, by dotted name: (owner, attribute) pairs looked up
-# afresh at every integrity check. A solution that rebinds one of them could fake its timing or
-# its correctness, even where the harness bound its own copy at import (a later harness edit
-# might not), so any rebinding is reported as tampering.
-_WATCHED = (
-    ("time", time, "perf_counter"), ("time", time, "perf_counter_ns"), ("time", time, "time"),
-    ("torch.cuda", torch.cuda, "Event"), ("torch.cuda.Event", torch.cuda.Event, "record"),
-    ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"), ("torch.cuda", torch.cuda, "synchronize"),
-    ("torch.nn.functional", torch.nn.functional, "cosine_similarity"), ("torch", torch, "dot"),
-    ("torch.Tensor", torch.Tensor, "item"),
-)
-
-
-class Integrity:
-    """Identities of the harness's clocks, comparators and trusted models, taken before the
-    candidate is imported; ``changes`` names each one that is no longer the same object."""
-
-    def __init__(self, trusted: dict[str, torch.nn.Module]):
-        self._snapshot: dict[str, tuple[Any, str, Any]] = {}
-        for label, owner, attribute in _WATCHED:
-            self._watch(f"{label}.{attribute}", owner, attribute)
-        for who, model in trusted.items():
-            for module in model.modules():
-                cls = type(module)
-                for method in ("step", "forward"):
-                    # The class's method (what every instance runs) and the instance's own
-                    # dict: a method assigned to one trusted instance shadows its class's.
-                    self._watch(f"the {who}'s {cls.__name__}.{method}", cls, method)
-                    self._snapshot[f"the {who}'s {cls.__name__} instance {method} ({id(module):x})"] = (
-                        vars(module), method, vars(module).get(method))
-
-    def _watch(self, label: str, owner: Any, attribute: str) -> None:
-        self._snapshot.setdefault(label, (owner, attribute, getattr(owner, attribute, None)))
-
-    def changes(self) -> list[str]:
-        changed = []
-        for label, (owner, attribute, original) in self._snapshot.items():
-            now = owner.get(attribute) if isinstance(owner, dict) else getattr(owner, attribute, None)
-            if now is not original:
-                changed.append(label.split(" (")[0])
-        return sorted(set(changed))
+from .remote import LeftRunning, SolutionFailed, SolutionProcess, make_non_dumpable
 
 
 class EvaluationBase:
@@ -76,43 +38,6 @@ class EvaluationBase:
         self._phase_start = now
         self.channel.send("phase", name=name, seconds=self.phase_seconds[name])
 
-    def watch_integrity(self, trusted: dict[str, torch.nn.Module]) -> None:
-        """Take the identities the integrity check compares against; call before the
-        candidate is imported."""
-        self.integrity = Integrity(trusted)
-
-    def integrity_holds(self, when: str) -> bool:
-        """False (and a failed "integrity" check) when the solution replaced anything watched.
-
-        Sent only on failure: a passing integrity check would add nothing to the record."""
-        changed = self.integrity.changes()
-        if not changed:
-            return True
-        return self.send_check("integrity", "fail", f"the solution replaced {', '.join(changed)} ({when})",
-                               replaced=changed, tampering=True)
-
-    def no_hidden_work(self, candidate: timing.Player, walls: list[timing.RoundWall], label: str,
-                       synced_steps: int) -> bool:
-        """False (and a failed "hidden_work" check) when the candidate's device work escaped
-        the timer: the rounds' synchronized wall time against their intervals, then steps
-        timed one by one, each by its events and by the host with the device synchronized.
-
-        CUDA only: on the CPU every interval brackets the whole call on the host, nothing can
-        run outside it, and the host's own scheduling noise would only cause false alarms."""
-        if self.device.type != "cuda":
-            return True
-        hidden = [why for why in map(timing.hidden_work, walls) if why]
-        if hidden:
-            return self.send_check("hidden_work", "fail", f"{label}: {hidden[0]}", rounds=[vars(w) for w in walls])
-        try:
-            seen = timing.synced_steps(self.device, candidate, synced_steps)
-        except CandidateError as err:
-            return self.send_check("hidden_work", "error", err.message, details=err.details)
-        why = timing.untimed_work(seen)
-        if why:
-            return self.send_check("hidden_work", "fail", f"{label}: {why}", steps=[vars(s) for s in seen])
-        return True
-
     def seal_cache(self) -> None:
         """Called just before the candidate is loaded: nothing is written to the cache after
         this, and the agent side keeps only the files listed here, unchanged."""
@@ -132,23 +57,83 @@ class EvaluationBase:
 
     def report_launches(self, who: str, step: Callable[[], Any], cache_key: str | None = None,
                         **context: Any) -> None:
-        """Profile one warmed call of ``step`` and send what ran on the device.
+        """Profile one warmed call of the trusted ``step`` and send what ran on the device.
 
-        With ``cache_key`` (the trusted baseline, whose launches never change for a given task,
-        device and torch) the report is measured once and then read from the cache."""
+        With ``cache_key`` (the baseline, whose launches never change for a given task, device
+        and torch) the report is measured once and then read from the cache."""
         cached = self.cache.load("launches", cache_key, torch.device("cpu")) if cache_key else None
         if cached is not None:
             self.channel.send("launches", who=who, **context, **cached, cached=True)
             return
-
-        def one_step() -> None:
-            candidate_call(f"{who} step", step)
-
-        try:
-            one_step()  # warm
-            report = launches.count_launches(self.device, one_step)
-        except CandidateError as err:
-            report = {"launches": None, "note": err.message}
+        step()  # warm
+        report = launches.count_launches(self.device, step)
         if cache_key and report.get("launches") is not None:
             self.cache.store("launches", cache_key, report)
         self.channel.send("launches", who=who, **context, **report)
+
+    # -- the solution's process ----------------------------------------------------------------
+    def start_solution(self, arena_bytes: int) -> SolutionProcess:
+        """The solution's process, started with an arena of ``arena_bytes`` for the exchange.
+
+        Called once everything trusted is built and the cache is sealed. From here on this
+        process runs no solution code: it asks the solution's process and reads the arena."""
+        make_non_dumpable()
+        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
+        scratch = Path(tempfile.mkdtemp(prefix="kagent-solution-"))
+        arena = Arena.create(self.device, arena_bytes, self.exchange_dir)
+        env = dict(os.environ)
+        if self.job.get("solution_home"):
+            env["HOME"] = self.job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
+        self.solution = SolutionProcess(self.device, arena, scratch, env, bool(self.job.get("pid_namespace")))
+        self.solution.start()
+        return self.solution
+
+    def close_solution(self) -> None:
+        solution = getattr(self, "solution", None)
+        if solution is not None:
+            solution.close()
+            solution.arena.close()
+
+    def weights_file(self, weights: dict, cached: Path | None) -> str:
+        """A file the solution's process loads the reference's weights from: the cache's own
+        entry where there is one, else a copy in the exchange folder."""
+        if cached is not None:
+            return str(cached)
+        path = self.exchange_dir / "weights.pt"
+        torch.save({k: v.detach().cpu() for k, v in weights.items()}, path)
+        return str(path)
+
+    def solution_failed(self, check: str, err: CandidateError) -> bool:
+        """Send the check that ``err`` fails: work left running is hidden work; a process that
+        died is a crash; anything else the solution's error at ``check``. Always False."""
+        if isinstance(err, LeftRunning):
+            return self.send_check("hidden_work", "fail", err.message)
+        crashed = isinstance(err, SolutionFailed) and err.crashed
+        return self.send_check(check, "crash" if crashed else "error", err.message, details=err.details)
+
+    def solution_launches(self, who: str, method: str, args: list, **context: Any) -> None:
+        """Launches of one call, as the solution's own process profiles them: the count comes
+        from code the solution controls, so it informs and decides no verdict."""
+        solution = self.solution
+        solution.slots.reset()
+        try:
+            reply = solution.request({"op": "launches", "method": method, "what": f"{who} {method}",
+                                      "args": solution.put(args)}, "profiling its launches")
+            report = reply.get("report") if isinstance(reply.get("report"), dict) else {}
+        except CandidateError as err:
+            report = {"launches": None, "note": err.message}
+        allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",
+                   "torch_compile", "note")
+        self.channel.send("launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed},
+                          reported_by="the solution's process")
+
+
+def _shared_memory_dir() -> str | None:
+    """/dev/shm where it can be written (the jail gives each evaluation its own), else the
+    temporary folder."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def arena_bytes_for(*trees: Any) -> int:
+    """Room in the arena for every tree at once, with slack for alignment."""
+    return sum(bytes_needed(t) for t in trees) + (1 << 20)

@@ -7,15 +7,16 @@ tolerance of the job; speed is measured against the file's own ``Model``, eager.
 from __future__ import annotations
 
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import compare, timing
-from .base import EvaluationBase
-from .loading import CandidateError, TaskError, candidate_call, load_module, to_device
+from .base import EvaluationBase, arena_bytes_for
+from .exchange import Layout
+from .loading import CandidateError, TaskError, load_module, to_device
+from .remote import layout_of
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -70,66 +71,71 @@ class KernelBenchEvaluation(EvaluationBase):
         with torch.no_grad():
             self.reference = self._construct(self.problem.Model)
             self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(int(self.job.get("hidden_seeds", 2)))]
-            self.expected = {seed: [t.clone() for t in _tensors(self.reference(*self._inputs(seed)))]
-                             for seed in [*self.seeds, *self.hidden_seeds, self.timing_seed]}
+            outputs = {seed: self.reference(*self._inputs(seed))
+                       for seed in [*self.seeds, *self.hidden_seeds, self.timing_seed]}
+            self.single_output = isinstance(outputs[self.timing_seed], torch.Tensor)
+            self.expected = {seed: [t.clone() for t in _tensors(out)] for seed, out in outputs.items()}
             self.phase("reference_outputs")
-            # Before any candidate code runs: what the harness times and judges with.
-            self.watch_integrity({"reference": self.reference})
-            # Also before: what it leaves in the cache can be trusted (see seal_cache).
+            # Before the solution's process starts: what it leaves in the cache can be trusted.
             self.bw = self.bandwidth() if self.job["mode"] != "check" else None
             self.seal_cache()
             try:
-                self.candidate = self._load_candidate()
+                self._load_candidate()
             except CandidateError as err:
-                self.send_check("load", "error", err.message, details=err.details)
-                return
-            self.send_check("load", "pass", "imported and constructed")
-            self.phase("load_solution")
-            if not self.integrity_holds("after import"):
+                self.solution_failed("load", err)
                 return
             try:
-                if not self._correctness():
-                    return
-            except CandidateError as err:
-                self.send_check("forward", "error", err.message, details=err.details)
-                return
-            if not self.integrity_holds("after the correctness checks"):
-                return
-            self.phase("check")
-            if self.job["mode"] != "check":
-                self._performance()
+                self.send_check("load", "pass", "imported and constructed")
+                self.phase("load_solution")
+                current = "forward"
+                try:
+                    if not self._correctness():
+                        return
+                    self.phase("check")
+                    if self.job["mode"] != "check":
+                        current = "timed_calls"
+                        self._performance()
+                except CandidateError as err:
+                    self.solution_failed(current, err)
+            finally:
+                self.close_solution()
 
-    def _load_candidate(self) -> torch.nn.Module:
+    def _load_candidate(self) -> None:
+        """Start the solution's process and have it build the solution (or, in A/A mode, the
+        task's own Model) with the seed and the reference's weights the referee's has."""
+        inputs = self._inputs(self.timing_seed)
+        outputs = layout_of(self.expected[self.timing_seed])
+        solution = self.start_solution(arena_bytes_for(inputs, outputs, outputs))
         if self.job["mode"] == "aa":
-            cls = self.problem.Model
+            path, module, cls, label = Path(self.job["task_file"]), "_kagent_kernelbench_problem", "Model", "the task's"
         else:
-            path = Path(self.job["solution"])
-            sys.path.insert(0, str(path.parent))
-            module = candidate_call("importing the solution", lambda: load_module("solution", path))
-            cls = getattr(module, "ModelNew", None)
-            if cls is None:
-                raise CandidateError("the solution defines no class ModelNew")
-        model = candidate_call("ModelNew(*get_init_inputs())", lambda: self._construct(cls))
-        reference_state = self.reference.state_dict()
-        own = model.state_dict()
-        if own.keys() == reference_state.keys() and all(own[k].shape == v.shape for k, v in reference_state.items()):
-            # Same parameters as Model: make sure they hold the same values, whatever the init order.
-            model.load_state_dict(reference_state)
-        return model
+            path, module, cls, label = Path(self.job["solution"]), "solution", "ModelNew", "the solution's"
+        weights = self.weights_file(self.reference.state_dict(), None)
+        solution.request({"op": "load", "module": module, "path": str(path), "search": [str(path.parent)],
+                          "class": cls, "label": label, "init": solution.put(self.init_inputs), "seed": 42,
+                          "weights": weights, "weights_strict": False}, f"loading {label} {cls}")
 
-    def _outcome(self, seed: int, inputs: list, keep_alive: list | None = None) -> dict:
-        output = candidate_call("forward", lambda: self.candidate(*inputs))
-        if keep_alive is not None:
-            keep_alive.append((inputs, output))
-        return self._judge(output, self.expected[seed])
+    def _forward(self, source: str, inputs: list, seed: int) -> dict:
+        """One forward in the solution's process on ``inputs`` (fresh copies, or the previous
+        call's very tensors overwritten in place), judged against the seed's expected output."""
+        solution = self.solution
+        solution.slots.reset()
+        out = solution.expect(self._returns(self.expected[seed]))
+        reply = solution.request({"op": "call", "method": "__call__", "what": "forward", "source": source,
+                                  "args": solution.put(inputs), "out": out, "returns": "forward's return value"},
+                                 "running forward")
+        if "bad_return" in reply:
+            return {"passed": False, "reason": str(reply["bad_return"])[:500]}
+        return self._judge(solution.take(out), self.expected[seed])
+
+    def _returns(self, expected: list[torch.Tensor]) -> Any:
+        """What forward must return: one tensor, or a tuple of them, as the reference does."""
+        layouts = [Layout.of(t) for t in expected]
+        return layouts[0] if self.single_output else tuple(layouts)
 
     def _judge(self, output: Any, expected: list[torch.Tensor]) -> dict:
         got = _tensors(output)
-        if len(got) != len(expected):
-            return {"passed": False, "reason": f"{len(got)} output tensors, expected {len(expected)}"}
         for i, (g, e) in enumerate(zip(got, expected)):
-            if tuple(g.shape) != tuple(e.shape):
-                return {"passed": False, "reason": f"output {i}: shape {tuple(g.shape)}, expected {tuple(e.shape)}"}
             if not compare.is_finite(g) and compare.is_finite(e):
                 return {"passed": False, "reason": f"output {i}: non-finite values"}
             if not compare.allclose(g, e, self.atol, self.rtol):
@@ -139,25 +145,18 @@ class KernelBenchEvaluation(EvaluationBase):
         return {"passed": True, "reason": "allclose"}
 
     def _correctness(self) -> bool:
-        # Every case's inputs stay alive until the end, so each has addresses of its own and
-        # an answer cached by pointer can only go stale in the overwrite check below.
-        keep_alive = []
         for group, seeds in (("fixed_seeds", self.seeds), ("hidden_seeds", self.hidden_seeds)):
             for seed in seeds:
-                outcome = self._outcome(seed, self._inputs(seed), keep_alive)
+                outcome = self._forward("fresh", self._inputs(seed), seed)
                 if not outcome["passed"]:
                     label = f"seed {seed}" if group == "fixed_seeds" else "a seed drawn for this run"
                     return self.send_check(group, "fail", f"{label}: {outcome['reason']}")
             self.send_check(group, "pass", f"{len(seeds)} input sets allclose (atol {self.atol}, rtol {self.rtol})",
                             seeds=seeds)
         # The same input tensors, overwritten in place: a cache keyed by pointer must miss.
-        inputs = self._inputs(self.seeds[0])
-        first = self._outcome(self.seeds[0], inputs)
-        fresh = self._inputs(self.hidden_seeds[0]) if self.hidden_seeds else self._inputs(self.seeds[-1])
-        for old, new in zip(inputs, fresh):
-            if isinstance(old, torch.Tensor):
-                old.copy_(new)
-        second = self._outcome(self.hidden_seeds[0] if self.hidden_seeds else self.seeds[-1], inputs)
+        second_seed = self.hidden_seeds[0] if self.hidden_seeds else self.seeds[-1]
+        first = self._forward("fresh", self._inputs(self.seeds[0]), self.seeds[0])
+        second = self._forward("reuse", self._inputs(second_seed), second_seed)
         if not (first["passed"] and second["passed"]):
             return self.send_check("overwrite_in_place", "fail",
                                    f"second call on the same buffers: {second['reason']}")
@@ -167,67 +166,91 @@ class KernelBenchEvaluation(EvaluationBase):
         rounds = int(self.job.get("rounds") or 5)
         steps = int(self.job.get("steps") or 20)
         inputs = self._inputs(self.timing_seed)
-        base = ForwardPlayer("baseline", self.reference, inputs)
-        cand = ForwardPlayer("candidate", self.candidate, inputs)
+        expected = self.expected[self.timing_seed]
+        base = ReferenceCalls(self.device, self.reference, inputs)
+        cand = SolutionCalls(self, inputs, expected)
         clocks_before = self.clocks()
-        walls: list[timing.RoundWall] = []
-        try:
-            timing.run_interleaved(self.device, [base, cand], rounds=1, steps=3)
-            samples = timing.run_interleaved(self.device, [base, cand], rounds=rounds, steps=steps, walls=walls)
-        except CandidateError as err:
-            self.send_check("timed_calls", "error", err.message, details=err.details)
-            return
-        outcome = self._judge(cand.last_output, self.expected[self.timing_seed])
-        if not self.send_check("timed_calls", "pass" if outcome["passed"] else "fail",
-                               f"output of the last timed call: {outcome['reason']}"):
-            return
-        if not self.no_hidden_work(cand, walls, "timed calls",
-                                   synced_steps=timing.SYNCED_STEPS):
+        timing.run_untimed(base, 3, steps)
+        timing.run_untimed(cand, 3, steps)
+        samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps, block_steps=steps)
+        if not self.send_check("timed_calls", *cand.verdict()):
             return
         stats = {"baseline": timing.summarize(samples["baseline"]), "candidate": timing.summarize(samples["candidate"])}
-        result = {"label": "default", "context_len": None, "steps": steps, "rounds": rounds, **stats,
-                  **timing.speedup_with_noise(samples["baseline"], samples["candidate"])}
+        result = {"label": "default", "context_len": None, "steps": steps, "rounds": rounds, "block_steps": steps,
+                  **stats, **timing.speedup_with_noise(samples["baseline"], samples["candidate"])}
         bw = self.bw
         # The least a forward can move: read every input and parameter once, write the output once.
-        nbytes = _nbytes(inputs) + _nbytes(self.expected[self.timing_seed]) + sum(
-            _nbytes(t) for t in self.reference.state_dict().values())
+        nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
         floor_ms = nbytes / bw["bytes_per_s"] * 1e3
         result["roofline"] = {"bytes_per_step": nbytes, "floor_ms": floor_ms,
                               "candidate_fraction": floor_ms / stats["candidate"]["median_ms"],
                               "baseline_fraction": floor_ms / stats["baseline"]["median_ms"]}
         # No physics check here: a KernelBench problem's inputs and weights can be small enough
         # to stay in the device's cache between calls, where beating the DRAM floor is honest.
-        if not self.integrity_holds("after timing"):
-            return
         self.channel.send("timing", **result)
         self.phase("timing")
         self.channel.send("score", geomean_speedup=result["speedup"], clocks_before=clocks_before,
                           clocks_after=self.clocks())
-        for who, model in (("baseline", self.reference), ("candidate", self.candidate)):
-            self.report_launches(who, lambda: model(*inputs))
+        self.report_launches("baseline", lambda: self.reference(*inputs))
+        self.solution_launches("candidate", "__call__", inputs)
         self.phase("launches")
 
-class ForwardPlayer:
-    """Calls ``model(*inputs)`` once per step; keeps the last output for validation."""
 
-    def __init__(self, name: str, model: torch.nn.Module, inputs: list):
-        self.name = name
-        self.model = model
-        self.inputs = inputs
-        self.is_candidate = name == "candidate"
-        self.last_output: Any = None
+class ReferenceCalls:
+    """The task's Model as a timed contestant: ``model(*inputs)`` per step, in the referee."""
 
-    def begin_round(self, round_index: int) -> None:
-        pass  # the inputs stay the same from call to call
+    name = "baseline"
 
-    def step(self, step_index: int) -> None:
-        if self.is_candidate:
-            self.output = candidate_call("forward", lambda: self.model(*self.inputs))
-        else:
-            self.output = self.model(*self.inputs)
+    def __init__(self, device: torch.device, model: torch.nn.Module, inputs: list):
+        self.device, self.model, self.inputs = device, model, inputs
 
-    def after_step(self, step_index: int) -> None:
-        self.last_output = self.output
+    def begin_chain(self, round_index: int) -> None:
+        pass
 
-    def end_round(self, round_index: int) -> None:
-        self.last_output = [t.clone() for t in _tensors(self.last_output)]
+    def block(self, first_step: int, steps: int) -> float:
+        def calls() -> None:
+            for _ in range(steps):
+                self.model(*self.inputs)
+        return timing.wall_ms(self.device, calls)
+
+    def end_chain(self, round_index: int) -> None:
+        pass
+
+
+class SolutionCalls:
+    """The solution as a timed contestant: ``steps`` forwards on the same inputs in its own
+    process per block, the last output copied to the arena and checked after each round."""
+
+    name = "candidate"
+
+    def __init__(self, evaluation: KernelBenchEvaluation, inputs: list, expected: list[torch.Tensor]):
+        self.evaluation, self.expected = evaluation, expected
+        self.solution = evaluation.solution
+        self.solution.slots.reset()
+        self.inputs_node = self.solution.put(inputs)
+        self.out = self.solution.expect(evaluation._returns(expected))
+        self.began = False
+        self.failure: str | None = None
+
+    def begin_chain(self, round_index: int) -> None:
+        pass
+
+    def block(self, first_step: int, steps: int) -> float:
+        reply = self.solution.request(
+            {"op": "repeat", "method": "__call__", "what": "forward", "steps": steps, "out": self.out,
+             "returns": "forward's return value", "begin": None if self.began else self.inputs_node},
+            "running timed forwards")
+        self.began = True
+        if "bad_return" in reply:
+            raise CandidateError(str(reply["bad_return"])[:500])
+        return float(reply["block_ms"])
+
+    def end_chain(self, round_index: int) -> None:
+        outcome = self.evaluation._judge(self.solution.take(self.out), self.expected)
+        if not outcome["passed"] and self.failure is None:
+            self.failure = f"output of the last timed call: {outcome['reason']}"
+
+    def verdict(self) -> tuple[str, str]:
+        if self.failure:
+            return "fail", self.failure
+        return "pass", "output of the last timed call: allclose"

@@ -1,8 +1,11 @@
 """Evaluation of a KernelBench-Mega-style task: a stateful ``Model.step(hidden, state)``.
 
 The order matters for integrity: the reference's weights and expected outputs (including
-those for seeds drawn now, which no candidate can know in advance) are computed before the
-candidate's module is imported, so candidate code cannot influence them.
+those for seeds drawn now, which no candidate can know in advance), the baseline and its
+launches, and the bandwidth are all built, and the cache sealed, before the solution's
+process starts. That process (remote.py) only ever receives inputs and returns outputs
+through the shared arena; everything it returns is copied into the referee's own tensors
+and judged here.
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import torch
 import yaml
 
 from . import compare, timing
-from .base import EvaluationBase
-from .loading import CandidateError, DiskCache, TaskError, candidate_call, digest, load_module
+from .base import EvaluationBase, arena_bytes_for
+from .exchange import Layout as TensorLayout, decode
+from .loading import CandidateError, DiskCache, TaskError, digest, load_module
 
 Hidden = torch.Tensor
 State = list  # one dict of tensors per layer
@@ -104,16 +108,18 @@ def clone_state(state: State) -> State:
     return [{k: v.clone() for k, v in layer.items()} for layer in state]
 
 
-def build_reference(task: Task, cache: DiskCache) -> torch.nn.Module:
-    """The reference model with its deterministic weights, built once and cached on disk."""
+def build_reference(task: Task, cache: DiskCache) -> tuple[torch.nn.Module, Path | None]:
+    """The reference model with its deterministic weights, built once and cached on disk;
+    and the cache's file of those weights (None without a cache)."""
     Model = task.reference.Model
     key = digest(task.cache_identity["reference"], task.cache_identity["config"])
+    entry = f"weights/{key}.pt"
     weights = cache.load("weights", key, task.device)
     if weights is None:
         model = Model(task.cfg)  # the reference draws its own deterministic weights
         weights = model.state_dict()
         cache.store("weights", key, weights)
-        return model.to(task.device).eval()
+        return model.to(task.device).eval(), cache.find(entry)
     # Skip the random init when the reference allows it: the cached weights replace it.
     skip = "init_weights" in inspect.signature(Model).parameters
     if skip:
@@ -123,7 +129,7 @@ def build_reference(task: Task, cache: DiskCache) -> torch.nn.Module:
         model = Model(task.cfg)
     model = model.to(task.device)  # also what a module built on an explicit device left behind
     model.load_state_dict(weights, strict=True)
-    return model.eval()
+    return model.eval(), cache.find(entry)
 
 
 def reference_step(model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State]:
@@ -139,47 +145,25 @@ def reference_case(task: Task, model: torch.nn.Module, hidden: Hidden, state: St
 
 
 # A state's layout: per layer, each tensor's shape and dtype.
-Layout = list[dict[str, tuple[tuple[int, ...], torch.dtype]]]
+Layout = list[dict[str, TensorLayout]]
 
 
 def layout_of(state: State) -> Layout:
-    return [{name: (tuple(t.shape), t.dtype) for name, t in layer.items()} for layer in state]
+    return [{name: TensorLayout.of(t) for name, t in layer.items()} for layer in state]
 
 
 def grown(layout: Layout, growth: list[dict[str, tuple[int, ...]]], steps: int) -> Layout:
     """The layout after ``steps`` more steps, each adding ``growth`` (the MLA cache's row)."""
-    return [{name: (tuple(d + steps * g for d, g in zip(shape, layer_growth[name])), dtype)
-             for name, (shape, dtype) in layer.items()} for layer, layer_growth in zip(layout, growth)]
+    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name])), want.dtype)
+             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth)]
 
 
 class StepChecker:
-    """Validates what a candidate's step returned and compares it with the reference."""
+    """Compares what a candidate's step returned (copied into the referee's tensors) with
+    the reference."""
 
-    def __init__(self, task: Task, expected_hidden: Hidden):
+    def __init__(self, task: Task):
         self.task = task
-        self.hidden_layout = (tuple(expected_hidden.shape), expected_hidden.dtype)
-
-    def unpack(self, returned: Any, layout: Layout) -> tuple[Hidden, State]:
-        """The (hidden, state) pair, or a CandidateError naming what is wrong with it."""
-        device = self.task.device
-        if not isinstance(returned, (tuple, list)) or len(returned) != 2:
-            raise CandidateError(f"step must return (hidden, state), got {type(returned).__name__}")
-        hidden, state = returned
-        shape, dtype = self.hidden_layout
-        problem = compare.tensor_problem(hidden, "hidden", shape, dtype, device)
-        if problem:
-            raise CandidateError(f"step returned a bad {problem}")
-        if not isinstance(state, (list, tuple)) or len(state) != len(layout):
-            raise CandidateError(f"state must be a list of {len(layout)} layer dicts")
-        for i, (layer, want) in enumerate(zip(state, layout)):
-            if not isinstance(layer, dict) or set(layer) != set(want):
-                keys = sorted(layer) if isinstance(layer, dict) else type(layer).__name__
-                raise CandidateError(f"state[{i}] must have keys {sorted(want)}, got {keys}")
-            for name, (shape, dtype) in want.items():
-                problem = compare.tensor_problem(layer[name], f"state[{i}][{name!r}]", shape, dtype, device)
-                if problem:
-                    raise CandidateError(f"step left a bad {problem}")
-        return hidden, list(state)
 
     def compare(self, hidden_in: Hidden, hidden: Hidden, state: State, expected_hidden: Hidden,
                 expected_state: State) -> dict:
@@ -219,7 +203,7 @@ def _fail_reason(label: str, result: dict, threshold: float, margin: float | Non
 class MegaEvaluation(EvaluationBase):
     """One evaluation of a solution (or, in A/A mode, of the baseline against itself)."""
 
-    # -- everything trusted happens before the candidate is imported ----------------------
+    # -- everything trusted happens before the solution's process starts ------------------------
     def prepare(self) -> None:
         self.task = Task(Path(self.job["task_dir"]), self.job["scale"], self.device)
         task = self.task
@@ -230,16 +214,17 @@ class MegaEvaluation(EvaluationBase):
             raise TaskError(f"no shape with context in {wanted}; this scale has contexts {known}")
         self.phase("load_task")
         with torch.no_grad():
-            self.reference = build_reference(task, self.cache)
+            self.reference, self.weights_entry = build_reference(task, self.cache)
             self.phase("reference_weights")
             self.weights = self.reference.state_dict()
             self.cases = self._expected_cases()
         first = self.cases[0]
         before = layout_of(task.init_state(first.context_len, first.seed))
         after = layout_of(first.expected_state)
-        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name][0], shape))
-                        for name, (shape, _) in layer.items()} for i, layer in enumerate(before)]
-        self.checker = StepChecker(task, first.expected_hidden)
+        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape))
+                        for name, want in layer.items()} for i, layer in enumerate(before)]
+        self.hidden_layout = TensorLayout.of(first.expected_hidden)
+        self.checker = StepChecker(task)
         self.phase("reference_outputs")
 
     def _expected_cases(self) -> list[Case]:
@@ -272,28 +257,10 @@ class MegaEvaluation(EvaluationBase):
         task = self.task
         return reference_case(task, self.reference, task.init_token(seed), task.init_state(context_len, seed))
 
-    def layout_after(self, context_len: int, steps: int) -> Layout:
+    def state_layout(self, context_len: int, steps: int) -> Layout:
         """The state layout after ``steps`` steps from a fresh state of ``context_len``."""
         start = layout_of(self.task.init_state(context_len, self.task.timing_seed))
         return grown(start, self.growth, steps)
-
-    # -- the candidate ---------------------------------------------------------------------
-    def load_solution(self, label: str) -> torch.nn.Module:
-        if self.job["mode"] == "aa":
-            module = self.task.baseline or self.task.reference
-        else:
-            path = Path(self.job["solution"])
-            sys.path.insert(0, str(path.parent))  # its own helper modules
-            module = candidate_call("importing the solution", lambda: load_module("solution", path))
-        Model = getattr(module, "Model", None)
-        if Model is None:
-            raise CandidateError(f"{label} defines no class Model")
-        # Built as a plain harness would (no device context: a solution may seed CPU
-        # generators while it builds), moved, then given the reference's weights.
-        model = candidate_call(f"{label} Model(cfg)", lambda: Model(self.task.cfg))
-        model = candidate_call(f"{label} .to(device)", lambda: model.to(self.device))
-        candidate_call(f"{label} load_state_dict (strict)", lambda: model.load_state_dict(self.weights, strict=True))
-        return model.eval()
 
     def load_baseline(self) -> torch.nn.Module:
         with torch.device(self.device):  # the trusted baseline allocates straight on the device
@@ -302,41 +269,79 @@ class MegaEvaluation(EvaluationBase):
         model.load_state_dict(self.weights, strict=True)
         return model.eval()
 
+    def _arena_bytes(self) -> int:
+        """Room for the largest exchange: a step's inputs and outputs, and a chain's record."""
+        longest = max(self.timing_shapes + [{"context_len": c, "steps": 1} for c in self.task.check_contexts],
+                      key=lambda s: s["context_len"] + s["steps"])
+        ctx, steps = longest["context_len"], max(s["steps"] for s in self.task.shapes)
+        record = TensorLayout((steps, *self.hidden_layout.shape), self.hidden_layout.dtype)
+        return arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 0)],
+                               [self.hidden_layout, self.state_layout(ctx, steps)], record)
+
+    # -- the solution ------------------------------------------------------------------------
+    def load_solution(self) -> None:
+        """Start the solution's process and have it import, build and load the solution."""
+        task = self.task
+        if self.job["mode"] == "aa":
+            path = task.dir / "baseline.py" if task.baseline is not None else task.dir / "reference.py"
+            module, search, label = path.stem, [str(task.dir)], f"the {path.stem}"
+        else:
+            path = Path(self.job["solution"])
+            module, search, label = "solution", [str(path.parent)], "the solution"
+        solution = self.start_solution(self._arena_bytes())
+        weights = self.weights_file(self.weights, self.weights_entry)
+        # Built as a plain harness would (no device context: a solution may seed CPU
+        # generators while it builds), moved, then given the reference's weights.
+        solution.request({"op": "load", "module": module, "path": str(path), "search": search, "class": "Model",
+                          "label": label, "init": solution.put([task.cfg]), "weights": weights,
+                          "weights_strict": True}, f"loading {label}")
+
+    def remote_step(self, source: str, args: list | None, steps_done: int, context_len: int,
+                    keep: bool = False) -> tuple[Hidden, State]:
+        """One step in the solution's process, its (hidden, state) copied back here.
+
+        ``source``: "fresh" (copies of ``args``), "reuse" (the previous call's very objects,
+        overwritten in place with ``args``), or "chain" (the previous kept output)."""
+        solution = self.solution
+        solution.slots.reset()
+        node = solution.put(args) if args is not None else None
+        out = solution.expect((self.hidden_layout, self.state_layout(context_len, steps_done + 1)))
+        reply = solution.request({"op": "call", "method": "step", "what": "step", "source": source, "args": node,
+                                  "out": out, "returns": "step's return value", "keep": keep}, "running a step")
+        if "bad_return" in reply:
+            raise CandidateError(f"{str(reply['bad_return'])[:500]}")
+        hidden, state = solution.take(out)
+        return hidden, list(state)
+
     def run(self) -> None:
         self.prepare()
         with torch.no_grad():
             self.baseline = self.load_baseline()
-            # Before any candidate code runs: what the harness times and judges with.
-            self.watch_integrity({"baseline": self.baseline, "reference": self.reference})
-            # Also before: what these leave in the cache can be trusted (see seal_cache).
             timed = self.job["mode"] != "check"
             self.bw = self.bandwidth() if timed and self.task.roofline is not None else None
             if timed:
                 baseline_key = digest(self.task.cache_identity, "baseline launches", self.environment.get("gpu_name"),
                                       self.timing_shapes[0]["context_len"],
                                       (self.task.dir / "baseline.py").exists() and digest(self.task.dir / "baseline.py"))
-                self.report_first_shape_launches("baseline", self.baseline, baseline_key)
+                self.report_baseline_launches(baseline_key)
             self.seal_cache()
             try:
-                self.candidate = self.load_solution("the solution")
+                self.load_solution()
             except CandidateError as err:
-                self.send_check("load", "error", err.message, details=err.details)
+                self.solution_failed("load", err)
                 return
-            self.send_check("load", "pass", "imported, constructed, weights loaded")
-            self.phase("load_solution")
-            if not self.integrity_holds("after import"):
-                return
-            if not self.correctness() or not self.integrity_holds("after the correctness checks"):
-                return
-            if self.job["mode"] != "check":
-                self.performance()
+            try:
+                self.send_check("load", "pass", "imported, constructed, weights loaded")
+                self.phase("load_solution")
+                if self.correctness() and self.job["mode"] != "check":
+                    self.performance()
+            finally:
+                self.close_solution()
 
     def correctness(self) -> bool:
-        """Single steps, the overwrite check, and (check-only mode) an untimed chain.
-
-        In eval mode the chains are validated as they are timed (see ``performance``)."""
+        """Single steps, the overwrite check, and a chain validated step by step against the
+        reference from the solution's own state (at each timed context when timed)."""
         current = "fixed_seeds"
-        self.keep_alive: list = []
         try:
             for current in ("fixed_seeds", "hidden_seeds"):
                 if not self._check_single_steps(current):
@@ -345,18 +350,19 @@ class MegaEvaluation(EvaluationBase):
             current = "overwrite_in_place"
             if not self._check_overwrite():
                 return False
-            self.keep_alive.clear()
-            if self.job["mode"] == "check":
-                current = "chained_steps"
-                shape = min(self.timing_shapes, key=lambda s: s["context_len"])
-                player = ChainPlayer("candidate", self, self.candidate, shape["context_len"], shape["steps"])
-                timing.run_untimed(self.device, player, shape["steps"])
-                if not self.send_check(current, *player.verdict()):
+            current = "chained_steps"
+            shapes = (self.timing_shapes if self.job["mode"] != "check"
+                      else [min(self.timing_shapes, key=lambda s: s["context_len"])])
+            self.first_chains = {}
+            for shape in shapes:
+                chain = ValidatedChain(self, shape["context_len"], shape["steps"])
+                if not self.send_check(current, *chain.run()):
                     return False
-                self.phase("check_chained")
+                self.first_chains[shape["context_len"]] = chain.outputs
+            self.phase("check_chained")
             return True
         except CandidateError as err:
-            return self.send_check(current, "error", err.message, details=err.details)
+            return self.solution_failed(current, err)
 
     def _check_single_steps(self, group: str) -> bool:
         """Fresh single steps from the fixed seeds, or from seeds drawn for this run only."""
@@ -365,12 +371,8 @@ class MegaEvaluation(EvaluationBase):
         results = []
         for case in cases:
             hidden_in = task.init_token(case.seed)
-            args = (hidden_in.clone(), task.init_state(case.context_len, case.seed))
-            returned = candidate_call("step", lambda: self.candidate.step(*args))
-            # Inputs and outputs kept alive: every case has addresses of its own, so an answer
-            # cached by pointer can only go stale in the overwrite check.
-            self.keep_alive.append((args, returned))
-            hidden, state = self.checker.unpack(returned, layout_of(case.expected_state))
+            hidden, state = self.remote_step("fresh", [hidden_in, task.init_state(case.context_len, case.seed)],
+                                             0, case.context_len)
             result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
             results.append({"case": case.label, "decision_margin": case.margin, **result})
             if not result["passed"]:
@@ -387,23 +389,12 @@ class MegaEvaluation(EvaluationBase):
         task = self.task
         first = next(c for c in self.cases if not c.label.startswith("hidden"))
         second = next(c for c in self.cases if c.label.startswith("hidden") and c.context_len == first.context_len)
-        hidden = task.init_token(first.seed)
-        state = task.init_state(first.context_len, first.seed)
-        originals = [dict(layer) for layer in state]  # the very tensor objects passed in
         results = []
-        for case in (first, second):
-            if case is second:
-                hidden.copy_(task.init_token(second.seed))
-                fresh = task.init_state(second.context_len, second.seed)
-                for layer, original, values in zip(state, originals, fresh):
-                    for name, tensor in original.items():
-                        tensor.copy_(values[name])
-                    layer.clear()
-                    layer.update(original)
-            hidden_in = hidden.clone()
-            returned = candidate_call("step", lambda: self.candidate.step(hidden, state))
-            out_hidden, out_state = self.checker.unpack(returned, layout_of(case.expected_state))
-            result = self.checker.compare(hidden_in, out_hidden, out_state, case.expected_hidden, case.expected_state)
+        for case, source in ((first, "fresh"), (second, "reuse")):
+            hidden_in = task.init_token(case.seed)
+            hidden, state = self.remote_step(source, [hidden_in, task.init_state(case.context_len, case.seed)],
+                                             0, case.context_len)
+            result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
             results.append({"case": case.label, **result})
             if not result["passed"]:
                 label = f"second call on the same buffers ({case.label})" if case is second else case.label
@@ -417,31 +408,29 @@ class MegaEvaluation(EvaluationBase):
     def performance(self) -> None:
         rounds = int(self.job.get("rounds") or 4)
         warmup = int(self.job.get("warmup") or 2)
+        block_steps = int(self.job.get("block_steps") or 16)
         per_shape = []
         bw = self.bw
         clocks_before = self.clocks()
         for shape in self.timing_shapes:
             ctx, steps = shape["context_len"], shape["steps"]
-            base = ChainPlayer("baseline", self, self.baseline, ctx, steps)
-            cand = ChainPlayer("candidate", self, self.candidate, ctx, steps)
             name = f"timed_chain_ctx_{ctx}"
-            walls: list[timing.RoundWall] = []
+            base = BaselineChain(self, ctx, steps)
+            cand = SolutionChain(self, ctx, steps, self.first_chains[ctx])
             try:
-                timing.run_interleaved(self.device, [base, cand], rounds=1, steps=warmup)
-                samples = timing.run_interleaved(self.device, [base, cand], rounds=rounds, steps=steps, walls=walls)
+                for contestant in (base, cand):
+                    timing.run_untimed(contestant, warmup, block_steps)
+                samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps,
+                                            block_steps=block_steps)
             except CandidateError as err:
-                self.send_check(name, "error", err.message, details=err.details)
+                self.solution_failed(name, err)
                 return
-            if not self.integrity_holds(f"while timed at ctx {ctx}") or not self.send_check(name, *cand.verdict()):
-                return
-            # On the CPU every interval brackets the whole call on the host: nothing can run
-            # outside it, and the host's own scheduling noise would only cause false alarms.
-            if not self.no_hidden_work(cand, walls, f"ctx {ctx}",
-                                       synced_steps=min(timing.SYNCED_STEPS, steps)):
+            if not self.send_check(name, *cand.verdict()):
                 return
             stats = {"baseline": timing.summarize(samples["baseline"]),
                      "candidate": timing.summarize(samples["candidate"])}
-            result = {"label": f"ctx {ctx}", "context_len": ctx, "steps": steps, "rounds": rounds, **stats,
+            result = {"label": f"ctx {ctx}", "context_len": ctx, "steps": steps, "rounds": rounds,
+                      "block_steps": min(block_steps, steps), **stats,
                       **timing.speedup_with_noise(samples["baseline"], samples["candidate"])}
             if bw:
                 nbytes = int(self.task.roofline.bytes_per_step(self.task.cfg, ctx))
@@ -458,127 +447,168 @@ class MegaEvaluation(EvaluationBase):
             self.channel.send("timing", **result)
             per_shape.append(result)
         self.phase("timing")
-        if not self.integrity_holds("after timing"):
-            return
         self.channel.send("score", geomean_speedup=timing.geomean([r["speedup"] for r in per_shape]),
                           clocks_before=clocks_before, clocks_after=self.clocks())
-        self.report_first_shape_launches("candidate", self.candidate, None)
+        context_len = self.timing_shapes[0]["context_len"]
+        self.solution_launches("candidate", "step", self.timing_inputs(context_len), context_len=context_len)
         self.phase("launches")
 
-    def report_first_shape_launches(self, who: str, model: torch.nn.Module, cache_key: str | None) -> None:
-        """Launches of one step of ``model`` at the first timed context, from the timing seed."""
+    def timing_inputs(self, context_len: int) -> list:
+        """The timing seed's (hidden, state) at ``context_len``: where every timed chain starts."""
+        seed = self.task.timing_seed
+        return [self.task.init_token(seed), self.task.init_state(context_len, seed)]
+
+    def report_baseline_launches(self, cache_key: str) -> None:
+        """Launches of one baseline step at the first timed context, from the timing seed."""
         context_len = self.timing_shapes[0]["context_len"]
-        hidden = self.task.init_token(self.task.timing_seed)
-        state = self.task.init_state(context_len, self.task.timing_seed)
-        self.report_launches(who, lambda: model.step(hidden.clone(), clone_state(state)), cache_key=cache_key,
-                             context_len=context_len)
+        hidden, state = self.timing_inputs(context_len)
+        self.report_launches("baseline", lambda: self.baseline.step(hidden.clone(), clone_state(state)),
+                             cache_key=cache_key, context_len=context_len)
 
 
-class ChainPlayer:
-    """Steps a model through a chain from the timing seed's state, each output fed back in.
-
-    For the candidate, the first chain of a series is validated step by step against the
-    reference run from the candidate's own input and state before that step (a copy taken
-    outside the timed interval): one step from an identical fed state, as in the fresh
+class ValidatedChain:
+    """One untimed chain of the solution from the timing seed's state, each output fed back
+    in within its process, every step judged against the reference run from the solution's
+    own input and state of that step: one step from an identical fed state, as in the fresh
     checks, so a near-tie in expert routing cannot make honest drift look like an error,
-    while work skipped on chained steps shows. Every later chain must repeat the first.
-    """
+    while work skipped on chained steps shows. Its per-step outputs are what every timed
+    chain must repeat."""
 
-    def __init__(self, name: str, evaluation: MegaEvaluation, model: torch.nn.Module, context_len: int,
-                 steps: int):
-        self.name = name
-        self.evaluation = evaluation
-        self.model = model
-        self.is_candidate = name == "candidate"
-        self.context_len = context_len
-        self.steps = steps
-        task = evaluation.task
-        self.template_state = task.init_state(context_len, task.timing_seed)
-        self.template_hidden = task.init_token(task.timing_seed)
-        start = layout_of(self.template_state)
-        self.layouts = [grown(start, evaluation.growth, i + 1) for i in range(steps)]
-        self.first_chain: list[Hidden] | None = None
-        self.failures: list[str] = []
-        self.excused: list[int] = []  # chained steps whose mismatch sat on a routing near-tie
-        self.worst = 1.0
-        self.validated_chains = 0
-
-    def begin_round(self, round_index: int) -> None:
-        self.hidden = self.template_hidden.clone()
-        self.state = clone_state(self.template_state)
+    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
+        self.evaluation, self.context_len, self.steps = evaluation, context_len, steps
         self.outputs: list[Hidden] = []
-        # Inputs before each step, kept only for the chain that is validated step by step.
-        self.snapshots = [(self.hidden.clone(), clone_state(self.state))] if self._teacher_forced() else None
 
-    def _teacher_forced(self) -> bool:
-        return self.is_candidate and self.first_chain is None
-
-    def step(self, step_index: int) -> None:
-        # Only the call itself is timed; what it returned is checked in after_step.
-        if self.is_candidate:
-            self.returned = candidate_call("step", lambda: self.model.step(self.hidden, self.state))
-        else:
-            self.returned = self.model.step(self.hidden, self.state)
-
-    def after_step(self, step_index: int) -> None:
-        if not self.is_candidate:
-            self.hidden, self.state = self.returned
-            return
-        self.hidden, self.state = self.evaluation.checker.unpack(self.returned, self.layouts[step_index])
-        self.outputs.append(self.hidden.clone())  # a copy: the step may reuse its output buffer
-        if self.snapshots is not None:
-            self.snapshots.append((self.outputs[-1], clone_state(self.state)))
-
-    def end_round(self, round_index: int) -> None:
-        if not self.is_candidate or len(self.outputs) != self.steps:
-            return  # the baseline is trusted; warm-up chains are shorter than a chain
-        if self.snapshots is not None:
-            self._validate_against_reference()
-            self.first_chain = self.outputs
-        else:
-            self._validate_against_first_chain()
-        self.validated_chains += 1
-
-    def _fail(self, message: str) -> None:
-        if not self.failures:
-            self.failures.append(message)
-
-    def _validate_against_reference(self) -> None:
+    def run(self) -> tuple[str, str]:
+        """(status, reason) for the chain."""
         evaluation, task = self.evaluation, self.evaluation.task
+        hidden_in, state_in = evaluation.timing_inputs(self.context_len)
+        excused, worst = [], 1.0
         for i in range(self.steps):
-            hidden_in, state_in = self.snapshots[i]
-            hidden_out, state_out = self.snapshots[i + 1]
+            hidden, state = evaluation.remote_step("fresh" if i == 0 else "chain", [hidden_in, state_in] if i == 0
+                                                   else None, i, self.context_len, keep=True)
             expected_hidden, expected_state, margin = reference_case(task, evaluation.reference, hidden_in, state_in)
-            result = evaluation.checker.compare(hidden_in, hidden_out, state_out, expected_hidden, expected_state)
+            result = evaluation.checker.compare(hidden_in, hidden, state, expected_hidden, expected_state)
+            self.outputs.append(hidden)
+            hidden_in, state_in = hidden, state
             if not result["passed"] and not result["nonfinite"] and margin is not None and margin < task.min_margin:
                 # A near-tie in the reference's own routing at this state: rounding decides
                 # which expert wins, so a mismatch here says nothing about the solution.
-                self.excused.append(i + 1)
+                excused.append(i + 1)
                 continue
-            self.worst = min(self.worst, result["min_cosine"])
+            worst = min(worst, result["min_cosine"])
             if not result["passed"]:
-                self._fail(_fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold))
-                return
-        if len(self.excused) > max(1, self.steps // 4):
-            self._fail(f"ctx {self.context_len}: {len(self.excused)} of {self.steps} chained steps mismatch the "
-                       "reference at near-ties of its expert routing: too many to excuse")
-        self.snapshots = None
+                return "fail", _fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold)
+        if len(excused) > max(1, self.steps // 4):
+            return "fail", (f"ctx {self.context_len}: {len(excused)} of {self.steps} chained steps mismatch the "
+                            "reference at near-ties of its expert routing: too many to excuse")
+        note = (f"; steps {excused} differ at a near-tie of the reference's routing and are not counted"
+                if excused else "")
+        return "pass", (f"a chain of {self.steps} steps at ctx {self.context_len}: each step matches the reference "
+                        f"from the same state (min cosine {worst:.5f}){note}")
 
-    def _validate_against_first_chain(self) -> None:
-        threshold = self.evaluation.task.threshold
-        for i, (out, first) in enumerate(zip(self.outputs, self.first_chain)):
-            cos = compare.cosine(out, first)
+
+class BaselineChain:
+    """The baseline as a timed contestant: steps in the referee, timed by the referee's clock."""
+
+    name = "baseline"
+
+    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
+        self.device = evaluation.device
+        self.model = evaluation.baseline
+        self.template = evaluation.timing_inputs(context_len)
+        # Each step's hidden is recorded as the candidate's are, so both pay the same copy.
+        self.record = torch.empty((steps, *evaluation.hidden_layout.shape), dtype=evaluation.hidden_layout.dtype,
+                                  device=self.device)
+
+    def begin_chain(self, round_index: int) -> None:
+        pass
+
+    def block(self, first_step: int, steps: int) -> float:
+        return timing.wall_ms(self.device, lambda: self._steps(first_step, steps))
+
+    def _steps(self, first_step: int, steps: int) -> None:
+        if first_step == 0:
+            self.hidden, self.state = self.template[0].clone(), clone_state(self.template[1])
+        for i in range(first_step, first_step + steps):
+            self.hidden, self.state = self.model.step(self.hidden, self.state)
+            self.record[i % len(self.record)].copy_(self.hidden)
+
+    def end_chain(self, round_index: int) -> None:
+        pass
+
+
+class SolutionChain:
+    """The solution as a timed contestant: its steps run in its own process, chained there,
+    each step's hidden recorded into the arena; each block is timed by the referee from
+    before it copies the chain's inputs to the device probe after the answer (remote.py).
+    Every timed chain must repeat the validated chain step for step."""
+
+    name = "candidate"
+
+    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int, first_chain: list[Hidden]):
+        self.evaluation = evaluation
+        self.solution = evaluation.solution
+        self.context_len, self.steps = context_len, steps
+        self.first_chain = first_chain
+        self.threshold = evaluation.task.threshold
+        self.template = evaluation.timing_inputs(context_len)
+        self.solution.slots.reset()
+        self.begin_node = self.solution.put(self.template)
+        self.inputs = _tensors_of(self.begin_node, self.solution)
+        hidden = evaluation.hidden_layout
+        self.record_slot = self.solution.slots.slot((steps, *hidden.shape), hidden.dtype)
+        self.record = self.solution.arena.view(self.record_slot)
+        self.failures: list[str] = []
+        self.validated_chains = 0
+        self.worst = 1.0
+
+    def begin_chain(self, round_index: int) -> None:
+        self.record.fill_(float("nan"))  # nothing of an earlier chain can pass for this one's
+
+    def block(self, first_step: int, steps: int) -> float:
+        def copy_inputs() -> None:  # inside the timed block, as the baseline's clone of its inputs
+            for target, source in zip(self.inputs, _flatten(self.template)):
+                target.copy_(source)
+            timing.synchronize(self.evaluation.device)
+
+        reply = self.solution.request(
+            {"op": "chain", "begin": self.begin_node if first_step == 0 else None, "steps": steps,
+             "record": self.record_slot, "record_from": first_step % self.steps},
+            f"running steps {first_step + 1}-{first_step + steps} of a timed chain",
+            timed=copy_inputs if first_step == 0 else (lambda: None))
+        if "bad_return" in reply:
+            raise CandidateError(str(reply["bad_return"])[:500])
+        return float(reply["block_ms"])
+
+    def end_chain(self, round_index: int) -> None:
+        outputs = self.record.clone()
+        for i, first in enumerate(self.first_chain):
+            cos = compare.cosine(outputs[i], first)
             self.worst = min(self.worst, cos)
-            if cos < threshold or not compare.is_finite(out):
-                self._fail(f"ctx {self.context_len} step {i + 1}: a later timed chain gave another answer than "
-                           f"the first (cosine {cos:.4f}) from the same inputs")
-                return
+            if (cos < self.threshold or not compare.is_finite(outputs[i])) and not self.failures:
+                self.failures.append(f"ctx {self.context_len} step {i + 1}: a timed chain gave another answer than "
+                                     f"the validated chain (cosine {cos:.4f}) from the same inputs")
+        self.validated_chains += 1
 
     def verdict(self) -> tuple[str, str]:
-        """(status, reason) for the chains this player ran."""
+        """(status, reason) for the timed chains."""
         if self.failures:
             return "fail", self.failures[0]
-        excused = (f"; steps {self.excused} differ at a near-tie of the reference's routing and are not counted"
-                   if self.excused else "")
-        return "pass", (f"{self.validated_chains} chain(s) of {self.steps} steps at ctx {self.context_len}: "
-                        f"each step matches the reference from the same state (min cosine {self.worst:.5f}){excused}")
+        return "pass", (f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "
+                        f"repeat the validated chain (min cosine {self.worst:.5f})")
+
+
+def _flatten(tree: Any) -> list[torch.Tensor]:
+    """The tensors of a (hidden, state) tree in the order ``encode`` visits them."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        return [t for v in tree.values() for t in _flatten(v)]
+    if isinstance(tree, (list, tuple)):
+        return [t for v in tree for t in _flatten(v)]
+    return []
+
+
+def _tensors_of(node: dict, solution: Any) -> list[torch.Tensor]:
+    """The arena views of every slot in ``node``, in the order ``encode`` wrote them."""
+    return _flatten(decode(node, solution.arena.view))

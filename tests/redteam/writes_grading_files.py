@@ -5,7 +5,8 @@ hash of the pristine copy must catch it).
 """
 import pathlib
 
-_target = pathlib.Path.cwd().parent / "task" / "problem.yaml"
+# The evaluation copies the task beside the solution's folder.
+_target = pathlib.Path(__file__).resolve().parent.parent / "task" / "problem.yaml"
 try:
     _target.write_text(_target.read_text().replace("threshold: 0.98", "threshold: 0.0"))
 except OSError:

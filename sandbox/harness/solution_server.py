@@ -1,0 +1,274 @@
+"""The solution's own process: imports the solution and runs what the referee asks, nothing else.
+
+Started by the referee (remote.py) as ``python -I -B -u solution_server.py --requests-fd R
+--replies-fd W --device D`` from an empty working directory: a fresh interpreter that ignores
+PYTHON* variables, user site-packages and the working directory, so no file beside the
+solution can shadow a module before the solution itself is imported, and then only here.
+This process holds no reference, no baseline, no expected value, no key and no clock that a
+verdict depends on: whatever the solution does to it changes only what the referee reads
+back from the shared arena, and that is judged there.
+
+One JSON request per line on R, one JSON reply per line on W (see ``Session``). Standard
+library and torch only.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+# -I leaves the script's own folder off sys.path: the harness package is found by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from kagent_harness import launches  # noqa: E402
+from kagent_harness.exchange import Arena, BadReturn, ExchangeError, decode, fill  # noqa: E402
+
+DETAILS_CHARS = 4000
+
+
+class SolutionRaised(Exception):
+    """The solution's code raised; the message says where, ``details`` holds the traceback."""
+
+    def __init__(self, message: str, details: str):
+        super().__init__(message)
+        self.details = details
+
+
+def solution_call(what: str, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (Exception, SystemExit) as exc:  # sys.exit() in solution code is its failure too
+        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-DETAILS_CHARS:]
+        raise SolutionRaised(f"{what} raised {type(exc).__name__}: {str(exc)[:500]}", details) from exc
+
+
+def _import(name: str, path: Path, search: list[str]) -> Any:
+    for folder in reversed(search):
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Session:
+    """The state between requests: the arena, the model, and what a chain goes on from."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.arena: Arena | None = None
+        self.model: Any = None
+        self.args: list | None = None  # the arguments of the last call, kept for a second call
+        self.containers: list = []  # (container, its original items) inside self.args
+        self.chain: Any = None  # the (hidden, state) the next chained step starts from
+        # Every single call's inputs and outputs stay alive, as they would in one process
+        # holding all its cases: each case has addresses of its own, so an answer cached by
+        # pointer can only go stale where the referee means it to (the second call).
+        self.kept: list = []
+
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        if handler is None:
+            raise ExchangeError(f"unknown request {op!r}")
+        reply = handler(request) or {}
+        if self.device.type == "cuda":
+            # Errors of asynchronous work surface in the request that caused them.
+            solution_call("the device work", torch.cuda.synchronize, self.device)
+        return {"ok": True, **reply}
+
+    # -- requests ----------------------------------------------------------------------------
+    def op_attach(self, request: dict) -> None:
+        self.arena = Arena.attach(request["arena"])
+
+    def op_load(self, request: dict) -> None:
+        module = solution_call("importing the solution", _import, request["module"], Path(request["path"]),
+                               list(request.get("search", [])))
+        label = request["label"]
+        cls = getattr(module, request["class"], None)
+        if cls is None:
+            raise SolutionRaised(f"{label} defines no class {request['class']}", "")
+        init = decode(request["init"], self._fresh)
+        if request.get("seed") is not None:
+            torch.manual_seed(int(request["seed"]))
+        model = solution_call(f"{label} {request['class']}(...)", lambda: cls(*init))
+        model = solution_call(f"{label} .to(device)", lambda: model.to(self.device))
+        weights_file = request.get("weights")
+        if weights_file:
+            weights = torch.load(weights_file, map_location=self.device, weights_only=True, mmap=True)
+            if request.get("weights_strict", True):
+                solution_call(f"{label} load_state_dict (strict)", model.load_state_dict, weights, True)
+            else:  # KernelBench: the reference's values where the parameters are the same
+                own = model.state_dict()
+                if own.keys() == weights.keys() and all(own[k].shape == v.shape for k, v in weights.items()):
+                    solution_call(f"{label} load_state_dict", model.load_state_dict, weights)
+        self.model = solution_call(f"{label} .eval()", model.eval)
+
+    def op_call(self, request: dict) -> dict:
+        """One call of a method: on fresh copies of the arena's inputs, on the previous call's
+        very objects overwritten in place (``reuse``), or on the chain's last output."""
+        source = request["source"]
+        if source == "fresh":
+            args = self._materialize(request["args"])
+        elif source == "reuse":
+            args = self._overwrite(request["args"])
+        elif source == "chain":
+            args = list(self.chain)
+        else:
+            raise ExchangeError(f"unknown argument source {source!r}")
+        returned = solution_call(request["what"], getattr(self.model, request["method"]), *args)
+        if source != "chain":
+            self.kept.append((args, returned))
+        try:
+            fill(request["out"], returned, self.arena, request["returns"])
+        except BadReturn as err:
+            return {"bad_return": str(err)}
+        if request.get("keep"):
+            self.chain = returned
+        return {}
+
+    def op_chain(self, request: dict) -> dict:
+        """``steps`` chained steps, each output fed back in, each step's hidden recorded into
+        the arena. The referee times this whole request with its own clock; the events here
+        are the solution process's own view, reported for information only."""
+        if request.get("begin") is not None:
+            self.chain = list(decode(request["begin"], self._fresh))
+        record = self.arena.view(request["record"])
+        first = int(request["record_from"])
+        step = self.model.step
+        events = self._events()
+        for i in range(int(request["steps"])):
+            returned = solution_call("step", step, *self.chain)
+            if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
+                return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
+                                      f"{type(returned).__name__}"}
+            record[first + i].copy_(returned[0])
+            self.chain = returned
+        return {"device_ms": events()}
+
+    def op_repeat(self, request: dict) -> dict:
+        """``steps`` calls of the method on the same inputs (KernelBench's timed calls); the
+        last output is copied to the arena."""
+        if request.get("begin") is not None:
+            self.args = self._materialize(request["begin"])
+        method = getattr(self.model, request["method"])
+        events = self._events()
+        returned = None
+        for _ in range(int(request["steps"])):
+            returned = solution_call(request["what"], method, *self.args)
+        reported = events()
+        try:
+            fill(request["out"], returned, self.arena, request["returns"])
+        except BadReturn as err:
+            return {"bad_return": str(err)}
+        return {"device_ms": reported}
+
+    def op_launches(self, request: dict) -> dict:
+        """Kernel launches of one call on fresh inputs, as this process's profiler sees them."""
+        args = self._materialize(request["args"])
+        method = getattr(self.model, request["method"])
+        solution_call(request["what"], method, *args)  # warm
+        try:
+            return {"report": launches.count_launches(self.device, lambda: method(*args))}
+        except Exception as exc:  # a profiler failure is the solution's or the device's; said, not fatal
+            return {"report": {"launches": None, "note": f"profiling failed: {type(exc).__name__}: {exc}"}}
+
+    # -- arguments ---------------------------------------------------------------------------
+    def _fresh(self, slot: dict) -> torch.Tensor:
+        return self.arena.view(slot).clone()
+
+    def _materialize(self, node: dict) -> list:
+        args = list(decode(node, self._fresh))
+        self.args = args
+        self.containers = []
+        pending: list = [args]
+        while pending:  # remember every container's items, to put them back for a second call
+            container = pending.pop()
+            items = list(container.items()) if isinstance(container, dict) else list(container)
+            self.containers.append((container, items))
+            pending += [v for v in (dict(items).values() if isinstance(container, dict) else items)
+                        if isinstance(v, (list, dict))]
+        return args
+
+    def _overwrite(self, node: dict) -> list:
+        """The previous call's very argument objects: every container holds its original items
+        again, and every tensor is overwritten in place with the arena's new values."""
+        if self.args is None:
+            raise ExchangeError("a second call was asked for before a first one")
+        for container, items in self.containers:
+            if isinstance(container, dict):
+                container.clear()
+                container.update(items)
+            else:
+                container[:] = items
+        fresh = decode(node, lambda slot: self.arena.view(slot))
+        _copy_into(self.args, fresh)
+        return self.args
+
+    def _events(self):
+        """Starts the solution process's own timer; the returned function stops it."""
+        if self.device.type != "cuda":
+            return lambda: None
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+
+        def stop() -> float:
+            end.record()
+            end.synchronize()
+            return float(begin.elapsed_time(end))
+        return stop
+
+
+def _copy_into(target: Any, source: Any) -> None:
+    if isinstance(target, torch.Tensor):
+        target.copy_(source)
+    elif isinstance(target, dict):
+        for key, value in target.items():
+            _copy_into(value, source[key])
+    elif isinstance(target, (list, tuple)):
+        for mine, theirs in zip(target, source):
+            _copy_into(mine, theirs)
+
+
+def serve(requests: Any, replies: Any, session: Session) -> None:
+    for line in requests:
+        try:
+            request = json.loads(line)
+            if request.get("op") == "exit":
+                return
+            reply = session.handle(request)
+        except SolutionRaised as err:
+            reply = {"raised": str(err), "details": err.details}
+        except (ExchangeError, KeyError, TypeError, ValueError) as err:
+            reply = {"protocol": f"{type(err).__name__}: {err}",
+                     "details": traceback.format_exc()[-DETAILS_CHARS:]}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="solution_server", description=__doc__)
+    parser.add_argument("--requests-fd", type=int, required=True)
+    parser.add_argument("--replies-fd", type=int, required=True)
+    parser.add_argument("--device", required=True)
+    args = parser.parse_args()
+    torch.set_grad_enabled(False)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    with os.fdopen(args.requests_fd, "r") as requests, os.fdopen(args.replies_fd, "w") as replies:
+        serve(requests, replies, Session(device))
+
+
+if __name__ == "__main__":
+    main()
