@@ -174,7 +174,7 @@ def test_a_sealed_cache_stages_nothing_more(tmp_path):
     cache = DiskCache(tmp_path / "cache", tmp_path / "staging")
     cache.store("weights", "a", torch.ones(2))
     assert cache.load("weights", "a", torch.device("cpu")) is not None  # read back from staging
-    assert list(cache.seal()) == ["weights/a.pt"]
+    assert list(cache.seal()) == ["weights/a.pt", "weights/a.pt.json"]  # the payload and its record
     cache.store("weights", "b", torch.ones(2))
     assert not (tmp_path / "staging" / "weights" / "b.pt").exists() and not (tmp_path / "cache").exists()
     assert cache.writable("bandwidth.json") is None

@@ -69,16 +69,37 @@ def digest(*parts: Any) -> str:
     return h.hexdigest()[:24]
 
 
+# The layout of an entry's record; a record of another format is not trusted.
+RECORD_FORMAT = 1
+HASH_CHUNK = 8 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of the file, read in chunks: weight files reach a gigabyte."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 class DiskCache:
     """Tensors saved under ``root/kind/key.pt`` with atomic writes; root None disables it.
 
     With ``staging``, ``root`` is only read: new entries go to ``staging``, and the agent side
     moves into ``root`` only what was staged before ``seal()``, which the harness calls just
-    before any candidate code runs; after it nothing more is staged."""
+    before any candidate code runs; after it nothing more is staged.
 
-    def __init__(self, root: Path | None, staging: Path | None = None):
+    Each entry has a record beside it, ``key.pt.json``: the format, the ``identity`` of what
+    built it (the caller's digest of the task and harness files) and the payload's sha256 and
+    size. An entry is loaded only when its record vouches for it, for this identity (any, when
+    identity is None); anything else, an entry of an older kagent without a record included,
+    is a miss and gets rebuilt."""
+
+    def __init__(self, root: Path | None, staging: Path | None = None, identity: str | None = None):
         self.root = Path(root) if root else None
         self.staging = Path(staging) if staging else None
+        self.identity = identity
         self.sealed = False
         self.hits = 0
         self.misses = 0
@@ -99,34 +120,62 @@ class DiskCache:
         return folder / name
 
     def seal(self) -> dict[str, str]:
-        """Stop writing; the sha256 of every staged file, read back now."""
+        """Stop writing; the sha256 of every staged file (payloads and their records), read back now."""
         self.sealed = True
         if self.staging is None or not self.staging.is_dir():
             return {}
-        return {str(p.relative_to(self.staging)): hashlib.sha256(p.read_bytes()).hexdigest()
+        return {str(p.relative_to(self.staging)): file_sha256(p)
                 for p in sorted(self.staging.rglob("*")) if p.is_file()}
 
+    def verified(self, path: Path, name: str) -> bool:
+        """Whether the record beside ``path`` vouches for it: same format, entry and identity,
+        and the payload's size and sha256 as recorded."""
+        try:
+            record = json.loads(_record_path(path).read_text())
+            size = path.stat().st_size
+        except (OSError, ValueError):
+            return False
+        if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("entry") != name:
+            return False
+        if self.identity is not None and record.get("identity") != self.identity:
+            return False
+        # The size first: a cheap check that spares hashing a file that was cut short.
+        return record.get("bytes") == size and record.get("sha256") == file_sha256(path)
+
     def load(self, kind: str, key: str, device: torch.device) -> Any | None:
-        path = self.find(f"{kind}/{key}.pt")
-        if path is None:
+        name = f"{kind}/{key}.pt"
+        path = self.find(name)
+        # Hashed before torch.load, so that a file the record does not vouch for is never
+        # unpickled. It is opened again by name to be mapped: the cache is read-only to the
+        # jail and entries land there only by atomic rename (promote_cache), so what may
+        # come in between is another evaluation's entry landing, not a candidate's file.
+        if path is None or not self.verified(path, name):
             self.misses += 1
             return None
         try:
             # Memory-mapped: pages come straight from the page cache, then one copy each.
             value = to_device(torch.load(path, map_location="cpu", weights_only=True, mmap=True), device)
-        except Exception:  # a torn or foreign file: rebuild it
+        except Exception:  # a payload that hashes right but does not load: rebuild it
             self.misses += 1
             return None
         self.hits += 1
         return value
 
     def store(self, kind: str, key: str, value: Any) -> None:
-        path = self.writable(f"{kind}/{key}.pt")
+        name = f"{kind}/{key}.pt"
+        path = self.writable(name)
         if path is None:
             return
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         torch.save(value, tmp)
+        record = {"format": RECORD_FORMAT, "entry": name, "identity": self.identity,
+                  "sha256": file_sha256(tmp), "bytes": tmp.stat().st_size}
         os.replace(tmp, path)
+        # The record last: until it lands, the payload has no record or one made for other
+        # bytes, which does not verify, so a crash in between leaves nothing that is trusted.
+        record_tmp = tmp.with_name(f".{path.name}.json.{os.getpid()}.tmp")
+        record_tmp.write_text(json.dumps(record, indent=1))
+        os.replace(record_tmp, _record_path(path))
 
     def get_or_build(self, kind: str, key: str, device: torch.device, build: Callable[[], Any]) -> Any:
         value = self.load(kind, key, device)
@@ -134,6 +183,11 @@ class DiskCache:
             value = build()
             self.store(kind, key, to_cpu(value))
         return value
+
+
+def _record_path(payload: Path) -> Path:
+    """The record of an entry, beside its payload in the same folder (staged or cached)."""
+    return payload.with_name(payload.name + ".json")
 
 
 def to_cpu(value: Any) -> Any:
