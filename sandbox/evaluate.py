@@ -228,6 +228,8 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "warmup": options.warmup,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
+        # Cache entries built from other task or harness files are rebuilt, not trusted.
+        "cache_identity": hashlib.sha256(json.dumps(bundle.digest(), sort_keys=True).encode()).hexdigest(),
         "hidden_seeds": options.hidden_seeds,
         "atol": options.atol,
         "rtol": options.rtol,

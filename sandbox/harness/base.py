@@ -22,7 +22,8 @@ class EvaluationBase:
         self.channel = channel
         self.device = torch.device(job["device"])
         self.cache = DiskCache(Path(job["cache_dir"]) if job.get("cache_dir") else None,
-                               Path(job["cache_staging"]) if job.get("cache_staging") else None)
+                               Path(job["cache_staging"]) if job.get("cache_staging") else None,
+                               identity=job.get("cache_identity"))
         self.phase_seconds: dict[str, float] = {}
         self.hidden_seeds: list[int] = []
         self._phase_start = time.perf_counter()

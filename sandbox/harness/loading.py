@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -30,17 +29,6 @@ class CandidateError(Exception):
 class TaskError(Exception):
     """The task or the job cannot be evaluated as asked (a missing scale, an unknown context,
     a reference that fails to load): the user's to fix, reported without a traceback."""
-
-
-def candidate_call(what: str, fn: Callable[[], Any]) -> Any:
-    """Run candidate code; any exception it raises becomes a CandidateError saying where."""
-    try:
-        return fn()
-    except CandidateError:
-        raise
-    except (Exception, SystemExit) as exc:  # sys.exit() in candidate code is its failure too
-        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-        raise CandidateError(f"{what} raised {type(exc).__name__}: {str(exc)[:500]}", details) from exc
 
 
 def load_module(name: str, path: Path) -> ModuleType:

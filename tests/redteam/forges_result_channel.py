@@ -1,18 +1,23 @@
-"""expect: tampered result sign
+"""expect: error load wrote something other than its reply
 
-Writes a complete passing run of its own (checks, a 1000x score, done) straight to the
-harness's result pipe, whose descriptor is on the command line, then exits before the real
-checks. Every line the harness writes is signed with a key the solution never saw: these
-lines are not, and the parent must call it tampering, not a pass.
+Writes a complete passing run of its own (checks, a 1000x score, done) to every pipe it can
+find among its file descriptors, hoping one of them is the harness's result channel. The
+result channel belongs to the referee's process, which the solution's never sees; what it
+can reach is its own reply pipe to the referee, and lines there that are not its reply make
+the referee give up on it.
 """
 import json as _json
 import os as _os
-import sys as _sys
+import stat as _stat
 
-_fd = int(_sys.argv[_sys.argv.index("--result-fd") + 1])
-for _event in ({"event": "check", "name": "load", "status": "pass", "reason": "imported"},
-               {"event": "check", "name": "fixed_seeds", "status": "pass", "reason": "all seeds match"},
-               {"event": "score", "geomean_speedup": 1000.0},
-               {"event": "done", "phases": {}}):
-    _os.write(_fd, (_json.dumps(_event) + "\n").encode())
-_os._exit(0)
+_forged = b"".join((_json.dumps(_event) + "\n").encode() for _event in (
+    {"event": "check", "name": "load", "status": "pass", "reason": "imported"},
+    {"event": "check", "name": "fixed_seeds", "status": "pass", "reason": "all seeds match"},
+    {"event": "score", "geomean_speedup": 1000.0},
+    {"event": "done", "phases": {}}))
+for _name in _os.listdir("/proc/self/fd"):
+    try:
+        if _stat.S_ISFIFO(_os.fstat(int(_name)).st_mode):
+            _os.write(int(_name), _forged)
+    except OSError:
+        pass  # a read end, or gone

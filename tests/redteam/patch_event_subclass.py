@@ -1,6 +1,10 @@
-"""expect: tampered integrity torch.cuda.Event
+"""expect: pass
+timed: score below 1.5
 
 Swaps torch.cuda.Event for a subclass whose intervals always read one microsecond.
+
+It runs in the solution's own process, which holds none of what the referee measures or
+judges with: the patch changes nothing there, and an honest step passes at its own speed.
 """
 
 

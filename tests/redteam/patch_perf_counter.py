@@ -1,6 +1,10 @@
-"""expect: tampered integrity time.perf_counter
+"""expect: pass
+timed: score below 1.5
 
 Freezes the host clock, so a CPU timing would read every step as free.
+
+It runs in the solution's own process, which holds none of what the referee measures or
+judges with: the patch changes nothing there, and an honest step passes at its own speed.
 """
 import time
 

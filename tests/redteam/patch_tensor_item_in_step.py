@@ -1,6 +1,9 @@
-"""expect: tampered integrity torch.Tensor.item
+"""expect: pass
 
 Waits until its first step (after the import-time check) to rebind Tensor.item.
+
+It runs in the solution's own process, which holds none of what the referee measures or
+judges with: the patch changes nothing there, and an honest step passes at its own speed.
 """
 
 

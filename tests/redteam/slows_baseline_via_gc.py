@@ -1,7 +1,11 @@
-"""expect: tampered integrity baseline's Model.step
+"""expect: pass
+timed: score below 1.5
 
 Finds the harness's baseline Model class among the live objects and slows its step down,
 to inflate its own speedup.
+
+It runs in the solution's own process, which holds none of what the referee measures or
+judges with: the patch changes nothing there, and an honest step passes at its own speed.
 """
 import gc
 import time
