@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -200,7 +200,7 @@ def test_missing_mechanisms_still_run_the_command_and_say_so_once(ctx: ToolConte
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     monkeypatch.setattr(containment, "_noticed", False)
     box = containment.contained(["echo", "hi"], Limits(), containment.file_plan(writable=[Path.cwd()]))
-    assert (box.argv, box.preexec, box.cgroup) == (["echo", "hi"], None, None)
+    assert (box.argv, box.cgroup) == (["echo", "hi"], None)
     # That call used up the notice; start over to see what the CLI would see.
     monkeypatch.setattr(containment, "_noticed", False)
     first = containment.notice()
@@ -259,6 +259,118 @@ def test_killing_the_group_kills_a_setsid_child(tmp_path: Path):
             break
         time.sleep(0.1)
     assert not processes_with(marker)
+
+
+# -- when kagent dies ------------------------------------------------------------------------
+# kagent in a Python process of its own, running an evaluation or the model's shell command
+# until the test SIGKILLs it, as the out-of-memory killer or an impatient user would.
+EVALUATE_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from kagent.sandbox.evaluate import EvalOptions, evaluate
+from kagent.tasks import resolve_task
+evaluate(resolve_task(sys.argv[1]), Path(sys.argv[2]),
+         EvalOptions(mode="check", device="cpu", scale="smoke", cache_dir=Path(sys.argv[3]), timeout_s=3600))
+"""
+SHELL_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.tasks import resolve_task
+from kagent.tools.base import ToolContext
+from kagent.tools.shell import Shell
+ctx = ToolContext(workspace=Path(sys.argv[1]), task=resolve_task(sys.argv[2]), eval_options=EvalOptions())
+Shell().run({"command": sys.argv[3], "timeout_s": 3600}, ctx)
+"""
+# Says it is there (beside the solution, in the evaluation's copy), then keeps a core busy.
+HANGS_IN_ITS_STEP = """
+import pathlib as _pathlib
+class Model(Model):
+    def step(self, hidden, state):
+        _pathlib.Path(__file__).with_name("hanging").touch()
+        while True:
+            pass
+"""
+
+
+def survivors_of_killing(kagent: subprocess.Popen, marker: str, started: Callable[[], bool]) -> list[int]:
+    """SIGKILL ``kagent`` once its command has ``started()``; the processes holding ``marker``
+    still alive 5 s later. Whatever is left is killed before returning, so that a failing
+    test leaves no core busy."""
+    try:
+        give_up = time.monotonic() + 300
+        while not (started() and processes_with(marker)):
+            assert kagent.poll() is None, "kagent ended before its command started"
+            assert time.monotonic() < give_up, "the command never started"
+            time.sleep(0.2)
+        kagent.kill()
+        kagent.wait()
+        gone_by = time.monotonic() + 5
+        while processes_with(marker) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        return processes_with(marker)
+    finally:
+        kagent.kill()
+        kagent.wait()
+        for pid in processes_with(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it died meanwhile
+
+
+@needs_pidns
+def test_a_hanging_evaluation_dies_with_kagent(kimi, kagent_home: Path, tmp_path: Path):
+    # The evaluation's temporary folder, and so every command line of its processes (unshare,
+    # the jail, the harness), carries the marker.
+    marker = f"kagent-dies-with-{uuid.uuid4().hex}"
+    temporary = tmp_path / marker
+    temporary.mkdir()
+    solution = reference_solution(kimi, tmp_path / "solution", HANGS_IN_ITS_STEP)
+    kagent = subprocess.Popen([sys.executable, "-c", EVALUATE_IN_A_PROCESS, kimi.name, str(solution),
+                               str(kagent_home)], env={**os.environ, "TMPDIR": str(temporary)},
+                              stdin=subprocess.DEVNULL)
+    left = survivors_of_killing(kagent, marker,
+                                lambda: any(temporary.glob("kagent-eval-*/solution/hanging")))
+    assert left == [], f"{len(left)} process(es) of the evaluation outlived kagent"
+
+
+@needs_pidns
+def test_a_shell_command_dies_with_kagent(kimi, tmp_path: Path):
+    marker = f"kagent-dies-with-{uuid.uuid4().hex}"
+    workspace = tmp_path / "ws"
+    (workspace / "task").mkdir(parents=True)
+    command = f"touch started; python -c 'import time; time.sleep(3600)' {marker}"
+    kagent = subprocess.Popen([sys.executable, "-c", SHELL_IN_A_PROCESS, str(workspace), kimi.name, command],
+                              stdin=subprocess.DEVNULL)
+    left = survivors_of_killing(kagent, marker, (workspace / "started").exists)
+    assert left == [], f"{len(left)} process(es) of the shell command outlived kagent"
+
+
+# Prints the signal this process gets when its parent dies (prctl PR_GET_PDEATHSIG).
+PRINTS_ITS_DEATH_SIGNAL = ("import ctypes; death = ctypes.c_int(); "
+                           "ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0); print(death.value)")
+
+
+def test_without_any_mechanism_the_command_still_dies_with_kagent(monkeypatch):
+    monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
+    monkeypatch.setattr(containment, "_noticed", True)
+    with containment.contained([sys.executable, "-c", PRINTS_ITS_DEATH_SIGNAL], Limits()) as box:
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30)
+    assert box.argv[0] == sys.executable  # run as it is, nothing around it
+    assert done.stdout.strip() == str(int(signal.SIGKILL)), (done.stdout, done.stderr)
+
+
+def test_a_command_whose_kagent_died_before_it_started_never_runs(tmp_path: Path, monkeypatch):
+    ran = tmp_path / "ran"
+    box = containment.contained(["touch", str(ran)], Limits())
+    # The child finds a parent other than the kagent that made the box: as if kagent had died
+    # between the fork and the prctl, and the child had gone to init. No signal will come.
+    monkeypatch.setattr(containment.os, "getppid", lambda: 1)
+    with box:
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, timeout=30)
+    assert done.returncode != 0 and not ran.exists()
 
 
 # -- files -----------------------------------------------------------------------------------
