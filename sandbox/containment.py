@@ -8,6 +8,10 @@ it works here:
 
 * a network namespace (``unshare -n``): the code sees only its own, down, loopback, so it can
   reach neither the internet nor services listening on this machine;
+* an IPC namespace (``unshare -i``): System V shared memory, semaphores and message queues,
+  and POSIX message queues, are the command's own and go with it, so they carry nothing
+  from one evaluation to the next (POSIX shared memory is a file in /dev/shm, made private
+  by the jail);
 * a pid namespace (``unshare -p -f --kill-child --mount-proc``) whose pid 1 is kagent's jail
   (jail.py), which runs the code; when the jail dies the kernel kills every process in the
   namespace, setsid or not, and ``--kill-child`` makes that happen when kagent kills unshare;
@@ -358,6 +362,7 @@ class Capabilities:
 
     unshare: Optional[str]  # path of the unshare binary, None when it is not installed
     network_namespace: bool
+    ipc_namespace: bool
     pid_namespace: bool
     files: bool  # the jail's file arrangement and capability drop
     cgroups: Optional[CgroupSupport]
@@ -373,8 +378,8 @@ class Capabilities:
 
     @property
     def complete(self) -> bool:
-        return (self.network_namespace and self.pid_namespace and self.files and self.process_cap
-                and self.memory_cap and self.rlimits)
+        return (self.network_namespace and self.ipc_namespace and self.pid_namespace and self.files
+                and self.process_cap and self.memory_cap and self.rlimits)
 
 
 def _runs(argv: list[str], preexec_fn: Optional[Callable[[], None]] = None, cwd: Optional[str] = None) -> bool:
@@ -423,6 +428,7 @@ def probe() -> Capabilities:
     """Find out, once per process, which mechanisms work here by running ``true`` under each."""
     unshare = shutil.which("unshare")
     network = unshare is not None and _runs([unshare, *_user_flags(), "-n", "true"])
+    ipc = unshare is not None and _runs([unshare, *_user_flags(), "-i", "true"])
     pid = unshare is not None and _runs([unshare, *_user_flags(), *_PID_FLAGS, "--",
                                          *_jail_argv(["true"], None, False)])
     files = pid and unshare is not None and _probe_files(unshare)
@@ -438,8 +444,8 @@ def probe() -> Capabilities:
                 cgroups = None
             trial.remove()
     rlimits = _runs(["true"], preexec_fn=_rlimit_setter(Limits()))
-    caps = Capabilities(unshare=unshare, network_namespace=network, pid_namespace=pid, files=files,
-                        cgroups=cgroups, rlimits=rlimits)
+    caps = Capabilities(unshare=unshare, network_namespace=network, ipc_namespace=ipc, pid_namespace=pid,
+                        files=files, cgroups=cgroups, rlimits=rlimits)
     log.debug("containment probe: %s", caps)
     return caps
 
@@ -530,6 +536,8 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
     flags: list[str] = []
     if caps.unshare and not limits.network and caps.network_namespace:
         flags.append("-n")
+    if caps.unshare and caps.ipc_namespace:
+        flags.append("-i")
     if caps.unshare and caps.pid_namespace:
         flags.extend(_PID_FLAGS)
         plan = files if caps.files else None
@@ -574,6 +582,9 @@ def describe() -> str:
     parts = [
         "network: none (network namespace)" if caps.network_namespace
         else "network: NOT isolated (no network namespace here)",
+        "shared memory, semaphores and message queues: its own (IPC namespace)" if caps.ipc_namespace
+        else "shared memory, semaphores and message queues: NOT isolated, left to later commands "
+             "(no IPC namespace here)",
         "process tree: killed as a whole at the limit and when kagent dies (pid namespace)"
         if caps.pid_namespace
         else "process tree: killed by process group only, so a process that calls setsid can survive, "
