@@ -107,11 +107,13 @@ def eval_command(
         raise KagentError(f"no solution file at {solution}")
     resolved_device = _resolve_device(device)
     chosen_scale = scale.value if scale else ("full" if resolved_device.startswith("cuda") else "smoke")
+    # No home: each evaluation builds in a fresh HOME of its own, so that nothing one solution
+    # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
         mode="aa" if aa else "check" if check_only else "eval", device=resolved_device, scale=chosen_scale,
         contexts=_parse_contexts(contexts), rounds=rounds,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
-        cache_dir=kagent_home(), home=kagent_home() / "home", atol=atol, rtol=rtol,
+        cache_dir=kagent_home(), atol=atol, rtol=rtol,
     )
     if not json_output:
         what = "A/A (baseline vs baseline)" if aa else str(solution)

@@ -8,6 +8,10 @@ it works here:
 
 * a network namespace (``unshare -n``): the code sees only its own, down, loopback, so it can
   reach neither the internet nor services listening on this machine;
+* an IPC namespace (``unshare -i``): System V shared memory, semaphores and message queues,
+  and POSIX message queues, are the command's own and go with it, so they carry nothing
+  from one evaluation to the next (POSIX shared memory is a file in /dev/shm, made private
+  by the jail);
 * a pid namespace (``unshare -p -f --kill-child --mount-proc``) whose pid 1 is kagent's jail
   (jail.py), which runs the code; when the jail dies the kernel kills every process in the
   namespace, setsid or not, and ``--kill-child`` makes that happen when kagent kills unshare;
@@ -20,7 +24,12 @@ it works here:
   threads that holds for root, so a fork bomb stops growing, and on memory, so a runaway
   allocation is killed and reported instead of taking the machine;
 * rlimits, set in the child before it execs: no core dumps, a cap on the size of one file and
-  on open files, and RLIMIT_NPROC for the non-root case.
+  on open files, and RLIMIT_NPROC for the non-root case;
+* death with kagent, however kagent dies (a SIGKILL runs no cleanup): the child is started
+  with a parent-death signal (SIGKILL), which unshare keeps across its exec and passes on to
+  the pid namespace's pid 1 (``--kill-child``), whose death ends the namespace. This one needs
+  no probe and holds everywhere; without a pid namespace only the command's first process
+  dies with kagent.
 
 A user other than root gets the same namespaces and jail inside a user namespace of its own
 (``unshare --map-root-user``) where the kernel allows it, but no cgroups: processes and
@@ -28,6 +37,7 @@ memory are then capped by rlimits alone, and the notice says so.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.util
 import itertools
@@ -36,6 +46,7 @@ import logging
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,6 +79,9 @@ DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidi
 KAGENT_PACKAGES = ("kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
 DEV_LINKS = {"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
              "/dev/stderr": "/proc/self/fd/2"}
+PR_SET_PDEATHSIG = 1
+
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _machine_memory() -> int:
@@ -348,6 +362,7 @@ class Capabilities:
 
     unshare: Optional[str]  # path of the unshare binary, None when it is not installed
     network_namespace: bool
+    ipc_namespace: bool
     pid_namespace: bool
     files: bool  # the jail's file arrangement and capability drop
     cgroups: Optional[CgroupSupport]
@@ -363,8 +378,8 @@ class Capabilities:
 
     @property
     def complete(self) -> bool:
-        return (self.network_namespace and self.pid_namespace and self.files and self.process_cap
-                and self.memory_cap and self.rlimits)
+        return (self.network_namespace and self.ipc_namespace and self.pid_namespace and self.files
+                and self.process_cap and self.memory_cap and self.rlimits)
 
 
 def _runs(argv: list[str], preexec_fn: Optional[Callable[[], None]] = None, cwd: Optional[str] = None) -> bool:
@@ -413,6 +428,7 @@ def probe() -> Capabilities:
     """Find out, once per process, which mechanisms work here by running ``true`` under each."""
     unshare = shutil.which("unshare")
     network = unshare is not None and _runs([unshare, *_user_flags(), "-n", "true"])
+    ipc = unshare is not None and _runs([unshare, *_user_flags(), "-i", "true"])
     pid = unshare is not None and _runs([unshare, *_user_flags(), *_PID_FLAGS, "--",
                                          *_jail_argv(["true"], None, False)])
     files = pid and unshare is not None and _probe_files(unshare)
@@ -428,8 +444,8 @@ def probe() -> Capabilities:
                 cgroups = None
             trial.remove()
     rlimits = _runs(["true"], preexec_fn=_rlimit_setter(Limits()))
-    caps = Capabilities(unshare=unshare, network_namespace=network, pid_namespace=pid, files=files,
-                        cgroups=cgroups, rlimits=rlimits)
+    caps = Capabilities(unshare=unshare, network_namespace=network, ipc_namespace=ipc, pid_namespace=pid,
+                        files=files, cgroups=cgroups, rlimits=rlimits)
     log.debug("containment probe: %s", caps)
     return caps
 
@@ -461,16 +477,38 @@ def _rlimit_setter(limits: Limits) -> Callable[[], None]:
     return apply
 
 
+def _dying_with_this_process() -> Callable[[], None]:
+    """A step for the child between fork and exec: it gets SIGKILL when this process dies.
+
+    The kernel sends it when the *thread* that forked the child ends, not the process. That is
+    safe as long as the thread that starts a contained command waits for it to end, as both
+    callers do (run_child in evaluate.py, run_command in tools/base.py kill the group and wait
+    in a ``finally``); kagent starts them all from its main thread anyway."""
+    parent = os.getpid()  # here, before the fork
+    sigkill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        if _libc.prctl(PR_SET_PDEATHSIG, sigkill, 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"prctl(PR_SET_PDEATHSIG): {os.strerror(errno)}")
+        # This process may have died between the fork and the prctl: then no signal will
+        # ever come, and the child, now init's, must not start the command.
+        if os.getppid() != parent:
+            os._exit(1)
+    return die_with_parent
+
+
 class Contained:
     """One command made ready to run contained: start ``argv`` with ``preexec`` (in a new
     session), and after it ended read ``report()``; ``close()`` (or ``with``) removes its cgroup.
 
     The caller still kills the process group at its limit: with a pid namespace that kill
     takes down the jail and, with it, every process the code started. Inherited descriptors
-    (``pass_fds``) survive, since unshare and the jail exec the command.
+    (``pass_fds``) survive, since unshare and the jail exec the command. The thread that starts
+    the command must wait for its end (see ``_dying_with_this_process``).
     """
 
-    def __init__(self, argv: list[str], preexec: Optional[Callable[[], None]], cgroup: Optional[CommandCgroup]):
+    def __init__(self, argv: list[str], preexec: Callable[[], None], cgroup: Optional[CommandCgroup]):
         self.argv, self.preexec, self.cgroup = argv, preexec, cgroup
 
     def report(self) -> ResourceReport:
@@ -498,6 +536,8 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
     flags: list[str] = []
     if caps.unshare and not limits.network and caps.network_namespace:
         flags.append("-n")
+    if caps.unshare and caps.ipc_namespace:
+        flags.append("-i")
     if caps.unshare and caps.pid_namespace:
         flags.extend(_PID_FLAGS)
         plan = files if caps.files else None
@@ -508,7 +548,8 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
     else:
         command = list(argv)
     wrapped = [caps.unshare, *_user_flags(), *flags, "--", *command] if flags and caps.unshare else command
-    steps: list[Callable[[], None]] = []
+    # Dying with kagent comes first: from then on, kagent's death cannot leave the child behind.
+    steps: list[Callable[[], None]] = [_dying_with_this_process()]
     cgroup = None
     if caps.cgroups is not None:
         try:
@@ -518,8 +559,6 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
             log.warning("cgroup unusable, processes and memory not capped: %s", exc)
     if caps.rlimits:
         steps.append(_rlimit_setter(limits))
-    if not steps:
-        return Contained(wrapped, None, cgroup)
 
     def preexec() -> None:
         for step in steps:
@@ -543,9 +582,13 @@ def describe() -> str:
     parts = [
         "network: none (network namespace)" if caps.network_namespace
         else "network: NOT isolated (no network namespace here)",
-        "process tree: killed as a whole at the limit (pid namespace)" if caps.pid_namespace
-        else "process tree: killed by process group only, so a process that calls setsid can "
-             "survive (no pid namespace here)",
+        "shared memory, semaphores and message queues: its own (IPC namespace)" if caps.ipc_namespace
+        else "shared memory, semaphores and message queues: NOT isolated, left to later commands "
+             "(no IPC namespace here)",
+        "process tree: killed as a whole at the limit and when kagent dies (pid namespace)"
+        if caps.pid_namespace
+        else "process tree: killed by process group only, so a process that calls setsid can survive, "
+             "and when kagent dies only the command's first process dies with it (no pid namespace here)",
         "files: only the workspace and a build home are writable, home folders, the project and "
         "other runs hidden, no capabilities (mount namespace)" if caps.files
         else "files: NOT isolated, the code can read and write what the user running kagent can "

@@ -94,3 +94,17 @@ def test_unwritable_result_path_is_one_clear_message(tmp_path):
     assert proc.returncode == 3
     assert "could not write the result" in proc.stderr and "Traceback" not in proc.stderr
     assert "PASS" in proc.stdout  # the evaluation itself is still shown
+
+
+def test_each_eval_builds_in_a_home_of_its_own(kimi, tmp_path):
+    # The first solution leaves a file in its HOME (where builds are cached); the second
+    # refuses to load if it finds one there. Each `kagent eval` must start from a fresh HOME.
+    leaves = reference_solution(kimi, tmp_path / "leaves", "import pathlib as _pathlib\n"
+                                "(_pathlib.Path.home() / 'marker').write_text('left by an earlier evaluation')\n")
+    finds = reference_solution(kimi, tmp_path / "finds", "import pathlib as _pathlib\n"
+                               "if (_pathlib.Path.home() / 'marker').exists():\n"
+                               "    raise RuntimeError('an earlier evaluation left a marker in HOME')\n")
+    for solution in (leaves, finds):
+        proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(solution), "--check-only", "--device", "cpu",
+                      "--scale", "smoke", "--out", str(tmp_path / f"{solution.parent.name}.json"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,9 +1,11 @@
-"""Containment of executed code: no network, the whole process tree killed at the limit, a
-process cap a fork bomb cannot pass, a memory cap, files hidden or read-only outside the
-workspace, no capabilities, and a plain run (with one notice) where a mechanism is missing.
+"""Containment of executed code: no network, no IPC objects shared between commands, the
+whole process tree killed at the limit and when kagent dies, a process cap a fork bomb cannot
+pass, a memory cap, files hidden or read-only outside the workspace, no capabilities, and a
+plain run (with one notice) where a mechanism is missing.
 Each test that needs a mechanism skips where the probe found it missing."""
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
 import logging
@@ -15,7 +17,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -32,17 +34,18 @@ from conftest import processes_with, reference_solution, run_eval
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 CAPS = containment.probe()
 needs_netns = pytest.mark.skipif(not CAPS.network_namespace, reason="no network namespace on this machine")
+needs_ipcns = pytest.mark.skipif(not CAPS.ipc_namespace, reason="no IPC namespace on this machine")
 needs_pidns = pytest.mark.skipif(not CAPS.pid_namespace, reason="no pid namespace on this machine")
 # Without a process cap a fork bomb run as root would take the machine down, not the test.
 needs_cap = pytest.mark.skipif(not CAPS.process_cap or not CAPS.pid_namespace,
                                reason="no pids cgroup and pid namespace: a fork bomb would not be bounded")
 needs_memory_cap = pytest.mark.skipif(not CAPS.memory_cap, reason="no memory cgroup on this machine")
 needs_files = pytest.mark.skipif(not CAPS.files, reason="no mount namespace for the jail on this machine")
-NOTHING_WORKS = Capabilities(unshare=None, network_namespace=False, pid_namespace=False, files=False,
-                             cgroups=None, rlimits=False)
-EVERYTHING = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True, files=True,
-                          cgroups=CgroupSupport(2, Path("/nonexistent/cgroup"), Path("/nonexistent/cgroup")),
-                          rlimits=True)
+NOTHING_WORKS = Capabilities(unshare=None, network_namespace=False, ipc_namespace=False, pid_namespace=False,
+                             files=False, cgroups=None, rlimits=False)
+EVERYTHING = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, ipc_namespace=True, pid_namespace=True,
+                          files=True, rlimits=True,
+                          cgroups=CgroupSupport(2, Path("/nonexistent/cgroup"), Path("/nonexistent/cgroup")))
 
 
 @pytest.fixture
@@ -110,6 +113,67 @@ else:
     assert result.verdict is Verdict.PASS, result.reason
 
 
+# -- IPC objects -----------------------------------------------------------------------------
+# Creates (``create``) or looks for (``find``) a System V shared memory segment under the key
+# it is given, and says what it did or found.
+SHARED_MEMORY = """
+import ctypes, errno, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmat.restype = ctypes.c_void_p
+key, action, marker = int(sys.argv[1]), sys.argv[2], b"left by an earlier command"
+if action == "create":
+    segment = libc.shmget(key, 4096, 0o1000 | 0o600)  # IPC_CREAT
+    if segment < 0:
+        sys.exit(f"shmget: {errno.errorcode[ctypes.get_errno()]}")
+    ctypes.memmove(libc.shmat(segment, None, 0), marker, len(marker))
+    print("created")
+else:
+    segment = libc.shmget(key, 0, 0)
+    if segment < 0:
+        print("absent", errno.errorcode[ctypes.get_errno()])
+    else:
+        print("found:", ctypes.string_at(libc.shmat(segment, None, 0), len(marker)).decode())
+"""
+
+
+def shared_memory(key: int, action: str, contain: bool) -> str:
+    argv = [sys.executable, "-c", SHARED_MEMORY, str(key), action]
+    quietly = dict(stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    if contain:
+        with containment.contained(argv, Limits()) as box:
+            done = subprocess.run(box.argv, preexec_fn=box.preexec, **quietly)
+    else:
+        done = subprocess.run(argv, **quietly)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def unused_ipc_key() -> int:
+    return uuid.uuid4().int % (1 << 30) + 1
+
+
+@needs_ipcns
+def test_shared_memory_does_not_pass_from_one_command_to_the_next():
+    key = unused_ipc_key()
+    assert shared_memory(key, "create", contain=True) == "created"
+    assert shared_memory(key, "find", contain=True) == "absent ENOENT"
+
+
+def test_without_an_ipc_namespace_shared_memory_passes_from_one_command_to_the_next():
+    # The test above can fail: run plainly, the second command finds what the first left.
+    key = unused_ipc_key()
+    try:
+        assert shared_memory(key, "create", contain=False) == "created"
+        assert shared_memory(key, "find", contain=False) == "found: left by an earlier command"
+    finally:
+        libc = ctypes.CDLL(None, use_errno=True)
+        segment = libc.shmget(key, ctypes.c_size_t(0), 0)
+        if segment >= 0:
+            libc.shmctl(segment, 0, None)  # IPC_RMID
+
+
 # -- the process tree ------------------------------------------------------------------------
 def test_endless_loop_is_stopped_at_the_limit(ctx: ToolContext):
     started = time.monotonic()
@@ -167,32 +231,32 @@ def test_rlimits_and_cgroup_reach_the_command(ctx: ToolContext):
 
 
 def test_contained_wraps_only_what_works(monkeypatch):
-    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, pid_namespace=True, files=True,
-                        cgroups=None, rlimits=True)
+    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, ipc_namespace=True, pid_namespace=True,
+                        files=True, cgroups=None, rlimits=True)
     monkeypatch.setattr(containment, "probe", lambda: full)
     monkeypatch.setattr(containment, "_noticed", True)
     plan = containment.file_plan(writable=[Path.cwd()])
     box = containment.contained(["echo", "hi"], Limits(), plan)
-    assert box.argv[0] == "/usr/bin/unshare" and "-n" in box.argv and "--kill-child" in box.argv
+    assert box.argv[0] == "/usr/bin/unshare" and {"-n", "-i", "--kill-child"} <= set(box.argv)
     # unshare runs the jail, which runs the command: never the command as pid 1.
     assert box.argv[-2:] == ["echo", "hi"] and str(containment.JAIL) in box.argv and box.preexec is not None
     spec = json.loads(box.argv[box.argv.index(str(containment.JAIL)) + 1])
     assert spec["arrange_files"] and spec["drop_capabilities"] and spec["writable"][0] == str(Path.cwd())
     with_network = containment.contained(["echo", "hi"], Limits(network=True)).argv
-    assert "-n" not in with_network and "-p" in with_network
+    assert "-n" not in with_network and {"-i", "-p"} <= set(with_network)
 
 
 # -- describe and the notice -----------------------------------------------------------------
 def test_describe_names_each_mechanism(monkeypatch):
     monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
     text = containment.describe()
-    for words in ("network namespace", "pid namespace", "mount namespace", "pids cgroup", "memory cgroup",
+    for words in ("network namespace", "IPC namespace", "pid namespace", "mount namespace", "pids cgroup", "memory cgroup",
                   "rlimits"):
         assert words in text
     assert "NOT" not in text
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     missing = containment.describe()
-    assert "network: NOT isolated" in missing and "setsid can survive" in missing
+    assert "network: NOT isolated" in missing and "setsid can survive" in missing and "no IPC namespace" in missing
     assert "not capped for root" in missing and "files: NOT isolated" in missing and "memory: NOT capped" in missing
 
 
@@ -200,7 +264,7 @@ def test_missing_mechanisms_still_run_the_command_and_say_so_once(ctx: ToolConte
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     monkeypatch.setattr(containment, "_noticed", False)
     box = containment.contained(["echo", "hi"], Limits(), containment.file_plan(writable=[Path.cwd()]))
-    assert (box.argv, box.preexec, box.cgroup) == (["echo", "hi"], None, None)
+    assert (box.argv, box.cgroup) == (["echo", "hi"], None)
     # That call used up the notice; start over to see what the CLI would see.
     monkeypatch.setattr(containment, "_noticed", False)
     first = containment.notice()
@@ -259,6 +323,118 @@ def test_killing_the_group_kills_a_setsid_child(tmp_path: Path):
             break
         time.sleep(0.1)
     assert not processes_with(marker)
+
+
+# -- when kagent dies ------------------------------------------------------------------------
+# kagent in a Python process of its own, running an evaluation or the model's shell command
+# until the test SIGKILLs it, as the out-of-memory killer or an impatient user would.
+EVALUATE_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from kagent.sandbox.evaluate import EvalOptions, evaluate
+from kagent.tasks import resolve_task
+evaluate(resolve_task(sys.argv[1]), Path(sys.argv[2]),
+         EvalOptions(mode="check", device="cpu", scale="smoke", cache_dir=Path(sys.argv[3]), timeout_s=3600))
+"""
+SHELL_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.tasks import resolve_task
+from kagent.tools.base import ToolContext
+from kagent.tools.shell import Shell
+ctx = ToolContext(workspace=Path(sys.argv[1]), task=resolve_task(sys.argv[2]), eval_options=EvalOptions())
+Shell().run({"command": sys.argv[3], "timeout_s": 3600}, ctx)
+"""
+# Says it is there (beside the solution, in the evaluation's copy), then keeps a core busy.
+HANGS_IN_ITS_STEP = """
+import pathlib as _pathlib
+class Model(Model):
+    def step(self, hidden, state):
+        _pathlib.Path(__file__).with_name("hanging").touch()
+        while True:
+            pass
+"""
+
+
+def survivors_of_killing(kagent: subprocess.Popen, marker: str, started: Callable[[], bool]) -> list[int]:
+    """SIGKILL ``kagent`` once its command has ``started()``; the processes holding ``marker``
+    still alive 5 s later. Whatever is left is killed before returning, so that a failing
+    test leaves no core busy."""
+    try:
+        give_up = time.monotonic() + 300
+        while not (started() and processes_with(marker)):
+            assert kagent.poll() is None, "kagent ended before its command started"
+            assert time.monotonic() < give_up, "the command never started"
+            time.sleep(0.2)
+        kagent.kill()
+        kagent.wait()
+        gone_by = time.monotonic() + 5
+        while processes_with(marker) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        return processes_with(marker)
+    finally:
+        kagent.kill()
+        kagent.wait()
+        for pid in processes_with(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it died meanwhile
+
+
+@needs_pidns
+def test_a_hanging_evaluation_dies_with_kagent(kimi, kagent_home: Path, tmp_path: Path):
+    # The evaluation's temporary folder, and so every command line of its processes (unshare,
+    # the jail, the harness), carries the marker.
+    marker = f"kagent-dies-with-{uuid.uuid4().hex}"
+    temporary = tmp_path / marker
+    temporary.mkdir()
+    solution = reference_solution(kimi, tmp_path / "solution", HANGS_IN_ITS_STEP)
+    kagent = subprocess.Popen([sys.executable, "-c", EVALUATE_IN_A_PROCESS, kimi.name, str(solution),
+                               str(kagent_home)], env={**os.environ, "TMPDIR": str(temporary)},
+                              stdin=subprocess.DEVNULL)
+    left = survivors_of_killing(kagent, marker,
+                                lambda: any(temporary.glob("kagent-eval-*/solution/hanging")))
+    assert left == [], f"{len(left)} process(es) of the evaluation outlived kagent"
+
+
+@needs_pidns
+def test_a_shell_command_dies_with_kagent(kimi, tmp_path: Path):
+    marker = f"kagent-dies-with-{uuid.uuid4().hex}"
+    workspace = tmp_path / "ws"
+    (workspace / "task").mkdir(parents=True)
+    command = f"touch started; python -c 'import time; time.sleep(3600)' {marker}"
+    kagent = subprocess.Popen([sys.executable, "-c", SHELL_IN_A_PROCESS, str(workspace), kimi.name, command],
+                              stdin=subprocess.DEVNULL)
+    left = survivors_of_killing(kagent, marker, (workspace / "started").exists)
+    assert left == [], f"{len(left)} process(es) of the shell command outlived kagent"
+
+
+# Prints the signal this process gets when its parent dies (prctl PR_GET_PDEATHSIG).
+PRINTS_ITS_DEATH_SIGNAL = ("import ctypes; death = ctypes.c_int(); "
+                           "ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0); print(death.value)")
+
+
+def test_without_any_mechanism_the_command_still_dies_with_kagent(monkeypatch):
+    monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
+    monkeypatch.setattr(containment, "_noticed", True)
+    with containment.contained([sys.executable, "-c", PRINTS_ITS_DEATH_SIGNAL], Limits()) as box:
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30)
+    assert box.argv[0] == sys.executable  # run as it is, nothing around it
+    assert done.stdout.strip() == str(int(signal.SIGKILL)), (done.stdout, done.stderr)
+
+
+def test_a_command_whose_kagent_died_before_it_started_never_runs(tmp_path: Path, monkeypatch):
+    ran = tmp_path / "ran"
+    box = containment.contained(["touch", str(ran)], Limits())
+    # The child finds a parent other than the kagent that made the box: as if kagent had died
+    # between the fork and the prctl, and the child had gone to init. No signal will come.
+    monkeypatch.setattr(containment.os, "getppid", lambda: 1)
+    with box:
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, timeout=30)
+    assert done.returncode != 0 and not ran.exists()
 
 
 # -- files -----------------------------------------------------------------------------------
