@@ -62,6 +62,8 @@ class EvalOptions(BaseModel):
     contexts: Optional[list[int]] = Field(None, description="Context lengths to time (default: all of the scale)")
     rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant and shape")
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
+    block_steps: Optional[int] = Field(None, ge=1, description="Consecutive steps per timed block; the "
+                                                               "contestants alternate block by block (default 8)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
     home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
@@ -226,6 +228,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "contexts": options.contexts,
         "rounds": options.rounds,
         "warmup": options.warmup,
+        "block_steps": options.block_steps,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
@@ -279,8 +282,13 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
     # builds' HOME is its own, see the job) can reach a cache the referee's libraries read.
     env["HOME"] = str(private)
     # The referee and the solution's process take turns on the CPU: an OpenMP pool left
-    # spinning by one after its turn would steal the cores of the other's next one.
+    # spinning by one after its turn would steal the cores of the other's next one. Where
+    # the steps themselves run on the CPU, each process computes on one thread, so that
+    # neither's pool waits on cores the other holds (thread wake-ups made CPU timings swing
+    # by 2x between blocks on a 2-core machine).
     env["OMP_WAIT_POLICY"] = "PASSIVE"
+    if options.device == "cpu":
+        env["OMP_NUM_THREADS"] = "1"
     # The harness stages new cache entries beside the bundle; the cache itself is read-only
     # to the child (see promote_cache).
     writable = [bundle.work, home, bundle.cache_staging]
@@ -520,7 +528,9 @@ def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: l
         return Verdict.CRASH, f"the process died after {last} ({how})" + (f": {stderr[-1][:300]}" if stderr else "")
     for check in checks:
         if check.status != "pass":
-            return check_verdict(check), f"{check.name}: {check.reason}"
+            limits = child.resources.problems() if check.status == "crash" else []
+            # The limit that killed the solution's process is its likeliest cause: said with it.
+            return check_verdict(check), f"{check.name}: {check.reason}" + "".join(f": {why}" for why in limits)
     if not checks:
         return Verdict.INTERNAL_ERROR, "the harness finished without running any check"
     if options.mode == "check":

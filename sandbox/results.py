@@ -88,7 +88,8 @@ class LaunchReport(Model):
     cuda_graph_replay: bool = False
     torch_compile: bool = False
     note: str = ""
-    cached: bool = Field(False, description="Read from the cache (the baseline's count is measured once)")
+    cached: bool = Field(False, description="Read from the cache (results of kagent before the solution had a "
+                                            "process of its own; counts are measured every time now)")
     reported_by: str = Field("the referee", description="Which process profiled the step: the candidate's "
                                                         "count comes from its own process, so it decides nothing")
 

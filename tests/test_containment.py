@@ -533,11 +533,13 @@ def test_solution_that_exhausts_memory_is_a_crash_that_says_so(kimi, kagent_home
 
 @needs_files
 def test_a_solution_cannot_poison_the_cache(kimi, tmp_path: Path):
-    # It finds the cache and the staging folder in the harness's job file and overwrites all
-    # it can, and adds a file of its own: a cold run, then a warm one.
+    # It finds the cache and the staging folder in the job file named on its parent's (the
+    # referee's) command line and overwrites all it can, and adds a file of its own: a cold
+    # run, then a warm one.
     patch = """
-import json as _json, pathlib as _pathlib, sys as _sys
-_job = _json.loads(_pathlib.Path(_sys.argv[_sys.argv.index("--job") + 1]).read_text())
+import json as _json, os as _os, pathlib as _pathlib
+_argv = _pathlib.Path(f"/proc/{_os.getppid()}/cmdline").read_bytes().decode().split("\\0")
+_job = _json.loads(_pathlib.Path(_argv[_argv.index("--job") + 1]).read_text())
 for _folder in map(_pathlib.Path, (_job["cache_dir"], _job["cache_staging"])):
     for _path in [*_folder.rglob("*"), _folder / "weights" / "extra.pt"]:
         if _path.is_file() or _path.name == "extra.pt":

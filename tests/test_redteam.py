@@ -15,13 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import check_named, reference_solution, run_eval
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
-from kagent.sandbox.harness.base import Integrity
-from kagent.sandbox.results import CheckResult, EvalResult, Verdict, check_verdict
+from kagent.sandbox.results import CheckResult, Verdict, check_verdict
 from kagent.tasks import resolve_task
 
 CORPUS = Path(__file__).parent / "redteam"
@@ -44,15 +42,6 @@ def expectation(path: Path) -> Expectation:
     assert first.startswith("expect: "), f"{path.name}: the docstring must start with 'expect: '"
     words = first.removeprefix("expect: ").split(" ", 2)
     return Expectation(Verdict(words[0]), words[1] if len(words) > 1 else None, words[2] if len(words) > 2 else None)
-
-
-def effective_verdict(result: EvalResult) -> Verdict:
-    """The verdict with each failed check mapped as ``check_verdict`` says: an integrity
-    failure is tampering even where the agent side still reports it as an incorrect answer."""
-    if result.verdict is Verdict.INCORRECT:
-        failed = next(c for c in result.checks if c.status != "pass")
-        return check_verdict(failed)
-    return result.verdict
 
 
 def corpus_files() -> list[Path]:
@@ -93,10 +82,10 @@ def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeyp
         # Without root, or inside the jail's read-only files, the write is refused: nothing
         # changed, nothing to catch.
         verdict = Verdict.PASS
-    assert effective_verdict(result) is verdict, result.reason
+    assert result.verdict is verdict, result.reason
     if verdict is Verdict.FORBIDDEN:
         assert want.check in {f.rule for f in result.static_findings}, result.static_findings
-    elif verdict in (Verdict.INCORRECT, Verdict.ERROR) or (verdict is Verdict.TAMPERED and want.check == "integrity"):
+    elif verdict in (Verdict.INCORRECT, Verdict.ERROR):
         assert result.reason.startswith(want.check + ":"), result.reason
         assert check_named(result, want.check).status in ("fail", "error")
         assert result.score is None
@@ -115,48 +104,14 @@ def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeyp
         assert not _live_fork_bomb_children()
 
 
-# -- the integrity check ------------------------------------------------------------------
+# -- checks that map to their own verdicts -------------------------------------------------
 
-class _Layer(torch.nn.Module):
-    def step(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
-class _Trusted(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = _Layer()
-
-    def step(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer.step(x)
-
-
-def test_integrity_names_every_replaced_function(monkeypatch):
-    integrity = Integrity({"baseline": _Trusted()})
-    assert integrity.changes() == []
-    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
-    monkeypatch.setattr(torch.Tensor, "item", lambda self: 1.0)
-    assert integrity.changes() == ["time.perf_counter", "torch.Tensor.item"]
-    monkeypatch.undo()
-    assert integrity.changes() == []
-
-
-def test_integrity_sees_a_trusted_layer_slowed_down(monkeypatch):
-    model = _Trusted()
-    integrity = Integrity({"baseline": model})
-    monkeypatch.setattr(_Layer, "step", lambda self, x: x)
-    assert integrity.changes() == ["the baseline's _Layer.step"]
-    monkeypatch.undo()
-    model.layer.step = lambda x: x  # on one instance only
-    assert integrity.changes() == ["the baseline's _Layer instance step"]
-
-
-def test_integrity_failure_maps_to_tampered():
-    failed = CheckResult(name="integrity", status="fail", reason="the solution replaced time.perf_counter")
-    assert check_verdict(failed) is Verdict.TAMPERED
+def test_a_dead_solution_process_is_a_crash_and_an_error_is_an_error():
+    assert check_verdict(CheckResult(name="fixed_seeds", status="crash", reason="died")) is Verdict.CRASH
     assert check_verdict(CheckResult(name="fixed_seeds", status="fail", reason="x")) is Verdict.INCORRECT
     assert check_verdict(CheckResult(name="load", status="error", reason="x")) is Verdict.ERROR
-    assert check_verdict(CheckResult(name="integrity", status="pass", reason="x")) is Verdict.PASS
+    assert check_verdict(CheckResult(name="hidden_work", status="fail", reason="x")) is Verdict.INCORRECT
+    assert check_verdict(CheckResult(name="load", status="pass", reason="x")) is Verdict.PASS
 
 
 # -- physics: no step beats the bytes floor -----------------------------------------------
@@ -195,69 +150,6 @@ def test_an_honest_task_never_trips_physics(kimi, kagent_home, tmp_path):
     assert all(t.roofline.candidate_fraction <= timing.PHYSICS_SLACK for t in result.timings)
 
 
-# -- hidden work: a round's wall time against its timed intervals -------------------------
-
-def test_hidden_work_rule():
-    assert timing.hidden_work(timing.RoundWall(wall_ms=95.0, timed_ms=60.0)) is None
-    reason = timing.hidden_work(timing.RoundWall(wall_ms=95.5, timed_ms=60.0))
-    assert reason is not None and "95.500 ms" in reason and "60.000 ms" in reason
-    assert timing.hidden_work(timing.RoundWall(wall_ms=4.9, timed_ms=0.0)) is None
-
-
-class _Sleeper:
-    def __init__(self, name: str, seconds: float, hidden_seconds: float = 0.0):
-        self.name, self.seconds, self.hidden_seconds = name, seconds, hidden_seconds
-
-    def begin_round(self, round_index: int) -> None:
-        pass
-
-    def step(self, step_index: int) -> None:
-        time.sleep(self.seconds)
-
-    def after_step(self, step_index: int) -> None:
-        time.sleep(self.hidden_seconds)  # the harness's own bookkeeping: never counted
-
-    def end_round(self, round_index: int) -> None:
-        pass
-
-
-def test_run_interleaved_reports_each_rounds_wall_time():
-    walls: list[timing.RoundWall] = []
-    players = [_Sleeper("baseline", 0.002, hidden_seconds=0.01), _Sleeper("candidate", 0.001)]
-    samples = timing.run_interleaved(torch.device("cpu"), players, rounds=3, steps=4, walls=walls)
-    assert len(walls) == 3 and all(len(v) == 12 for v in samples.values())
-    for wall in walls:
-        assert wall.timed_ms >= 4 * 3.0 * 0.9
-        assert wall.timed_ms * 0.9 <= wall.wall_ms  # bookkeeping is left out of the wall time
-        assert timing.hidden_work(wall) is None
-
-
-def _seen(event_ms: float, wall_ms: float, n: int = 16) -> list[timing.SyncedStep]:
-    return [timing.SyncedStep(event_ms, wall_ms)] * n
-
-
-def test_untimed_work_rule():
-    # Steps of 0.2 ms with the device synchronized around each, whose events say 0.07 ms:
-    # most of the work ran on a stream the timer never waited for.
-    reason = timing.untimed_work(_seen(0.07, 0.2))
-    assert reason is not None and "0.200 ms" in reason and "0.070 ms" in reason
-    assert "outside the timer's stream" in reason
-    # Honest steps: the synchronized wall time adds only the host's wait for an idle device.
-    assert timing.untimed_work(_seen(0.07, 0.085)) is None
-    assert timing.untimed_work(_seen(27.0, 28.5)) is None
-    # A single slow outlier does not move the medians.
-    assert timing.untimed_work(_seen(1.0, 1.0, 15) + _seen(1.0, 50.0, 1)) is None
-
-
-def test_synced_steps_time_each_step_both_ways():
-    player = _Sleeper("candidate", 0.002, hidden_seconds=0.01)
-    seen = timing.synced_steps(torch.device("cpu"), player, 5)
-    assert len(seen) == 5
-    for step in seen:  # the harness's bookkeeping after each step is in neither reading
-        assert 2.0 * 0.9 <= step.event_ms <= step.wall_ms < 10.0
-    assert timing.untimed_work(seen) is None
-
-
 # -- static tripwires ---------------------------------------------------------------------
 
 def _rules(tmp_path: Path, source: str) -> list[str]:
@@ -285,7 +177,6 @@ def test_static_tripwire(source, rule, tmp_path):
 
 def test_tripwires_ignore_comments_strings_and_prose(tmp_path):
     source = '''"""No torch.compile and no torch.cuda.CUDAGraph here: cudaGraphLaunch is forbidden."""
-import torch
 from torch.utils.cpp_extension import load_inline
 # torch.compile would be faster, but it is not allowed
 NOTE = "torch.cuda.graph is forbidden"

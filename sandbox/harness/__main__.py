@@ -57,6 +57,9 @@ def run(job: dict, channel: Channel) -> None:
     except Exception as err:  # a bug in the harness or the task: reported whole, loudly
         channel.send("internal_error", reason=f"{type(err).__name__}: {err}",
                      details=traceback.format_exc()[-6000:])
+    finally:
+        if evaluation is not None:
+            evaluation.close_solution()
     cache = getattr(evaluation, "cache", None)
     channel.send("done", wall_seconds=round(time.perf_counter() - started, 3),
                  phases=getattr(evaluation, "phase_seconds", {}),

@@ -29,8 +29,12 @@ class EvaluationBase:
         self._phase_start = time.perf_counter()
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise TaskError(f"device {self.device} asked for, but torch {torch.__version__} sees no CUDA device")
+        if self.device.type == "cuda" and self.device.index is None:
+            # One device, named by index: the solution's process and the exchange arena use it too.
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.environment = environment.describe(self.device)
         self.channel.send("environment", **self.environment)
+        self.launch_solution()
 
     def phase(self, name: str) -> None:
         """Close the phase that has been running since the last call, under ``name``."""
@@ -56,44 +60,47 @@ class EvaluationBase:
     def clocks(self) -> dict:
         return environment.gpu_clocks(self.device.index or 0) if self.device.type == "cuda" else {}
 
-    def report_launches(self, who: str, step: Callable[[], Any], cache_key: str | None = None,
-                        **context: Any) -> None:
-        """Profile one warmed call of the trusted ``step`` and send what ran on the device.
-
-        With ``cache_key`` (the baseline, whose launches never change for a given task, device
-        and torch) the report is measured once and then read from the cache."""
-        cached = self.cache.load("launches", cache_key, torch.device("cpu")) if cache_key else None
-        if cached is not None:
-            self.channel.send("launches", who=who, **context, **cached, cached=True)
-            return
+    def report_launches(self, who: str, step: Callable[[], Any], **context: Any) -> None:
+        """Profile one warmed call of the trusted ``step`` and send what ran on the device."""
         step()  # warm
-        report = launches.count_launches(self.device, step)
-        if cache_key and report.get("launches") is not None:
-            self.cache.store("launches", cache_key, report)
-        self.channel.send("launches", who=who, **context, **report)
+        self.channel.send("launches", who=who, **context, **launches.count_launches(self.device, step))
 
     # -- the solution's process ----------------------------------------------------------------
-    def start_solution(self, arena_bytes: int) -> SolutionProcess:
-        """The solution's process, started with an arena of ``arena_bytes`` for the exchange.
-
-        Called once everything trusted is built and the cache is sealed. From here on this
-        process runs no solution code: it asks the solution's process and reads the arena."""
-        make_non_dumpable()
-        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
+    def launch_solution(self) -> None:
+        """Start the solution's process early: until it is asked to load the solution, it runs
+        only the harness's code, and its interpreter and torch start meanwhile."""
+        make_non_dumpable()  # before any other process of the evaluation exists
         scratch = Path(tempfile.mkdtemp(prefix="kagent-solution-"))
-        arena = Arena.create(self.device, arena_bytes, self.exchange_dir)
         env = dict(os.environ)
         if self.job.get("solution_home"):
             env["HOME"] = self.job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
-        self.solution = SolutionProcess(self.device, arena, scratch, env, bool(self.job.get("pid_namespace")))
-        self.solution.start()
+        self.solution = SolutionProcess(self.device, scratch, env, bool(self.job.get("pid_namespace")))
+        self.solution.launch()
+
+    def start_solution(self, arena_bytes: int) -> SolutionProcess:
+        """The solution's process, connected through an arena of ``arena_bytes``.
+
+        Called once everything trusted is built and the cache is sealed. From here on this
+        process runs no solution code: it asks the solution's process and reads the arena."""
+        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
+        self.solution.connect(Arena.create(self.device, arena_bytes, self.exchange_dir))
         return self.solution
+
+    def solution_facts(self) -> dict:
+        """How the solution's process is held, for the record of its load check."""
+        solution = self.solution
+        facts = {"solution_pid": solution.proc.pid, "arena_bytes": solution.arena.nbytes,
+                 "pid_namespace": solution.pid_namespace, "request_floor_ms": round(solution.request_floor_ms, 4)}
+        if solution.probe is not None:
+            facts.update(probe_idle_ms=round(solution.probe.idle_ms, 4), probe_limit_ms=round(solution.probe.limit_ms, 4))
+        return facts
 
     def close_solution(self) -> None:
         solution = getattr(self, "solution", None)
         if solution is not None:
             solution.close()
-            solution.arena.close()
+            if hasattr(solution, "arena"):
+                solution.arena.close()
 
     def weights_file(self, weights: dict, cached: Path | None) -> str:
         """A file the solution's process loads the reference's weights from: the cache's own

@@ -67,7 +67,7 @@ class Arena:
     def __init__(self, buffer: torch.Tensor, description: dict, keep: Any = None):
         self.buffer = buffer  # uint8, one dimension
         self.description = description  # what the other process needs to map it
-        self._keep = keep  # whatever must outlive the mapping (the CPU file's path)
+        self._keep = keep  # what must live as long as the arena: the CPU file's path, the CUDA pool
 
     @property
     def nbytes(self) -> int:
@@ -78,15 +78,19 @@ class Arena:
         """A new arena of at least ``nbytes``; on CUDA in an allocation of its own."""
         if device.type == "cuda":
             size = max(_MIN_DEDICATED_BYTES, -(-nbytes // _SEGMENT_UNIT) * _SEGMENT_UNIT)
-            buffer = torch.zeros(size, dtype=torch.uint8, device=device)
+            # A private memory pool: nothing else the referee allocates can land in its
+            # segments, whenever the arena is made.
+            pool = torch.cuda.MemPool()
+            with torch.cuda.use_mem_pool(pool, device=device):
+                buffer = torch.zeros(size, dtype=torch.uint8, device=device)
             _check_dedicated(buffer)
             (dev, handle, storage_bytes, storage_offset, ref_handle, ref_offset, event_handle,
              event_sync) = buffer.untyped_storage()._share_cuda_()
             return cls(buffer, {
                 "kind": "cuda_ipc", "device": dev, "handle": handle.hex(), "storage_bytes": storage_bytes,
                 "storage_offset": storage_offset, "ref_counter_handle": ref_handle.hex(),
-                "ref_counter_offset": ref_offset, "event_handle": event_handle.hex() if event_handle else None,
-                "event_sync_required": bool(event_sync), "nbytes": size})
+                "ref_counter_offset": ref_offset, "event_handle": (event_handle or b"").hex(),
+                "event_sync_required": bool(event_sync), "nbytes": size}, keep=pool)
         size = -(-nbytes // ALIGN) * ALIGN
         path = folder / "arena.bin"
         with open(path, "wb") as f:
@@ -104,11 +108,10 @@ class Arena:
         if description.get("kind") != "cuda_ipc":
             raise ExchangeError(f"unknown arena kind {description.get('kind')!r}")
         torch.cuda._lazy_init()
-        event = description["event_handle"]
         storage = torch.UntypedStorage._new_shared_cuda(
             description["device"], bytes.fromhex(description["handle"]), description["storage_bytes"],
             description["storage_offset"], bytes.fromhex(description["ref_counter_handle"]),
-            description["ref_counter_offset"], bytes.fromhex(event) if event else None,
+            description["ref_counter_offset"], bytes.fromhex(description["event_handle"]),
             description["event_sync_required"])
         buffer = torch.empty(0, dtype=torch.uint8, device=f"cuda:{description['device']}")
         buffer.set_(storage, 0, (size,), (1,))

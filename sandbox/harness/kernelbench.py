@@ -84,21 +84,19 @@ class KernelBenchEvaluation(EvaluationBase):
             except CandidateError as err:
                 self.solution_failed("load", err)
                 return
+            self.send_check("load", "pass", "imported and constructed in a process of its own",
+                            **self.solution_facts())
+            self.phase("load_solution")
+            current = "forward"
             try:
-                self.send_check("load", "pass", "imported and constructed")
-                self.phase("load_solution")
-                current = "forward"
-                try:
-                    if not self._correctness():
-                        return
-                    self.phase("check")
-                    if self.job["mode"] != "check":
-                        current = "timed_calls"
-                        self._performance()
-                except CandidateError as err:
-                    self.solution_failed(current, err)
-            finally:
-                self.close_solution()
+                if not self._correctness():
+                    return
+                self.phase("check")
+                if self.job["mode"] != "check":
+                    current = "timed_calls"
+                    self._performance()
+            except CandidateError as err:
+                self.solution_failed(current, err)
 
     def _load_candidate(self) -> None:
         """Start the solution's process and have it build the solution (or, in A/A mode, the

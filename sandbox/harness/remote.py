@@ -42,12 +42,13 @@ MAX_REPLY_BYTES = 1 << 20
 # How often a wait for a reply checks that the solution's process still lives.
 POLL_S = 0.5
 PR_SET_DUMPABLE = 4
-# The device counts as idle when a probe kernel of the referee's own takes no longer than its
-# idle calibration by this factor plus this slack; work of another context ahead of it on
-# the device (time-sliced, never concurrent) delays it by a time slice or more.
-IDLE_FACTOR = 4.0
-IDLE_SLACK_MS = 0.2
-PROBE_CALIBRATION = 21
+# Requests timed before the solution is imported, while the process runs only our code.
+CALIBRATION_REQUESTS = 15
+# The device counts as idle after an answer when the probe takes no longer than this factor
+# of its slowest calibration reading plus this slack. Work left behind by another context
+# delays it: the device runs two contexts' work time-sliced, never together.
+IDLE_FACTOR = 2.0
+IDLE_SLACK_MS = 0.1
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -72,14 +73,22 @@ class LeftRunning(CandidateError):
 
 
 class DeviceIdleProbe:
-    """A one-element kernel of the referee's own, timed from launch to synchronized end."""
+    """A one-element kernel of the referee's own, timed from launch to synchronized end.
+
+    After the solution's process ran anything on the device, the probe pays a switch of
+    the device from that process's context back to the referee's (about a quarter of a
+    millisecond on an H200): its idle time is calibrated in exactly that situation."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.cell = torch.zeros(1, device=device)
-        samples = sorted(self.milliseconds() for _ in range(PROBE_CALIBRATION))
-        self.idle_ms = samples[len(samples) // 2]
-        self.limit_ms = self.idle_ms * IDLE_FACTOR + IDLE_SLACK_MS
+        self.idle_ms = 0.0
+        self.limit_ms = float("inf")
+
+    def calibrate(self, readings: list[float]) -> None:
+        ordered = sorted(readings)
+        self.idle_ms = ordered[len(ordered) // 2]
+        self.limit_ms = ordered[min(len(ordered) - 1, len(ordered) * 9 // 10)] * IDLE_FACTOR + IDLE_SLACK_MS
 
     def milliseconds(self) -> float:
         torch.cuda.synchronize(self.device)  # the referee's own work first: it is not the question
@@ -90,22 +99,21 @@ class DeviceIdleProbe:
 
 
 class SolutionProcess:
-    """Start with ``start``; every ``request`` resumes the process, waits for its reply and
-    stops it again; ``close`` ends it."""
+    """Start with ``launch`` and ``connect``; every ``request`` resumes the process, waits for
+    its reply and stops it again; ``close`` ends it."""
 
-    def __init__(self, device: torch.device, arena: Arena, scratch: Path, env: dict[str, str],
-                 pid_namespace: bool):
+    def __init__(self, device: torch.device, scratch: Path, env: dict[str, str], pid_namespace: bool):
         self.device = device
-        self.arena = arena
-        self.slots = SlotAllocator(arena)
         self.scratch = scratch
         self.env = env
         self.pid_namespace = pid_namespace
-        self.probe = DeviceIdleProbe(device) if device.type == "cuda" else None
         self.proc: Optional[subprocess.Popen] = None
         self.reported_device_ms: list[float] = []
+        self.request_floor_ms = 0.0
 
-    def start(self) -> None:
+    def launch(self) -> None:
+        """Start the process: it imports torch and waits for its first request, so its start
+        overlaps with the referee's own preparations."""
         requests_read, self._requests = os.pipe()
         self._replies, replies_write = os.pipe()
         self.proc = subprocess.Popen(
@@ -116,7 +124,28 @@ class SolutionProcess:
         os.close(requests_read)
         os.close(replies_write)
         self._buffer = b""
-        self.request({"op": "attach", "arena": self.arena.description}, "attaching the exchange arena")
+
+    def connect(self, arena: Arena) -> None:
+        """Share the arena with the process and calibrate what an empty request costs."""
+        self.arena = arena
+        self.slots = SlotAllocator(arena)
+        self.probe = DeviceIdleProbe(self.device) if self.device.type == "cuda" else None
+        self.request({"op": "attach", "arena": arena.description}, "attaching the exchange arena")
+        self._calibrate()
+
+    def _calibrate(self) -> None:
+        """What a request costs when it does nothing: the pipes, waking the process, and on
+        CUDA the device's switch into its context and back. Measured before the solution is
+        imported, so the solution cannot inflate it; the least of these requests is taken
+        off every timed block, which leaves the block's own work (see ``request``)."""
+        answered, probes = [], []
+        for _ in range(CALIBRATION_REQUESTS):
+            reply = self.request({"op": "noop"}, "timing an empty request", timed=lambda: None)
+            answered.append(reply["answered_ms"])
+            probes.append(reply["probe_ms"])
+        self.request_floor_ms = min(answered)
+        if self.probe is not None:
+            self.probe.calibrate(probes)
 
     # -- one request ---------------------------------------------------------------------------
     def request(self, message: dict, what: str, timed: Optional[Callable[[], None]] = None) -> dict:
@@ -124,8 +153,9 @@ class SolutionProcess:
 
         With ``timed``, the request is one timed block: ``timed`` runs first (the referee's
         own input copies), and the reply carries ``block_ms``: from before ``timed`` to the
-        reply, plus the device probe after the process was stopped, so device work left
-        behind is counted as far as it delays the probe, and fails the evaluation past that.
+        reply, less what an empty request costs, plus whatever the device probe after the
+        process was stopped took beyond its idle time. So device work left behind is counted
+        as far as it delays the probe, and fails the evaluation past the probe's limit.
         """
         self._signal(signal.SIGCONT)
         start = _perf_counter_ns()
@@ -147,7 +177,9 @@ class SolutionProcess:
             raise SolutionFailed(f"the solution's process answered {str(reply)[:200]} while {what}")
         if isinstance(reply.get("device_ms"), (int, float)):
             self.reported_device_ms.append(float(reply["device_ms"]))
-        reply["block_ms"] = answered_ms + probe_ms
+        idle_ms = self.probe.idle_ms if self.probe is not None else 0.0
+        reply.update(answered_ms=answered_ms, probe_ms=probe_ms,
+                     block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms))
         return reply
 
     def _send(self, message: dict) -> None:
