@@ -119,11 +119,17 @@ def corpus_cases() -> list[Case]:
 def test_the_corpus_covers_every_kind_of_attack():
     cases = corpus_cases()
     expected = [expectation(c.patch) for c in cases]
-    assert len(expected) >= 22
+    assert len(expected) >= 51
     verdicts = {e.verdict for e in expected}
     assert verdicts >= {Verdict.PASS, Verdict.INCORRECT, Verdict.FORBIDDEN, Verdict.TAMPERED, Verdict.CRASH,
                         Verdict.TIMEOUT}
-    assert sum(e.verdict is Verdict.PASS for e in expected) >= 3
+    assert sum(e.verdict is Verdict.PASS for e in expected) >= 16
+    # Attacks on the clock must pass with an honest score, not merely pass.
+    assert sum(e.score_below is not None and e.verdict is Verdict.PASS for e in expected) >= 12
+    assert sum(e.requires_cuda for e in expected) >= 2
+    folders = [c for c in cases if c.siblings]
+    assert len(folders) >= 3
+    assert any(s.name.endswith(".pyc.src") for c in folders for s in c.siblings)
 
 
 def eval_options(case: Case, want: Expectation, scratch: Path) -> dict:
