@@ -113,6 +113,26 @@ class _Visitor(ast.NodeVisitor):
             return f"{base}.{node.attr}" if base else None
         return None
 
+    def _namespace(self, node: ast.AST) -> str | None:
+        """The torch name whose attribute dict ``node`` is (``torch.__dict__``, ``vars(torch)``)."""
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return self._dotted(node.value)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
+                and len(node.args) == 1):
+            return self._dotted(node.args[0])
+        return None
+
+    def _named_lookup(self, node: ast.AST, base: str, name: ast.AST | None) -> None:
+        """An attribute of the torch name ``base`` looked up by the string ``name`` rather than
+        written as an attribute: a literal is judged as the dotted name it makes; anything
+        built at run time could reach any API, as with getattr."""
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            rule = api_rule(f"{base}.{name.value}")
+            if rule:
+                self._add(node, rule)
+        else:
+            self._add(node, "computed_getattr")
+
     def _module(self, name: str, node: ast.AST) -> None:
         top = _top(name)
         rule = api_rule(name)
@@ -177,6 +197,24 @@ class _Visitor(ast.NodeVisitor):
                     rule = api_rule(f"{base}.{name.value}")
                     if rule:
                         self._add(node, rule)
+        if isinstance(node.func, ast.Attribute):
+            # torch.__dict__.get("compile"), vars(torch).get(...), torch.__getattribute__("compile"),
+            # object.__getattribute__(torch, "compile")
+            namespace = self._namespace(node.func.value)
+            if namespace and node.func.attr in ("get", "pop", "setdefault") and node.args:
+                self._named_lookup(node, namespace, node.args[0])
+            elif node.func.attr == "__getattribute__" and node.args:
+                owner = self._dotted(node.func.value)
+                if owner:
+                    self._named_lookup(node, owner, node.args[0])
+                elif len(node.args) > 1 and self._dotted(node.args[0]):
+                    self._named_lookup(node, self._dotted(node.args[0]), node.args[1])
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        namespace = self._namespace(node.value)  # torch.__dict__["compile"], vars(torch.cuda)["graph"]
+        if namespace:
+            self._named_lookup(node, namespace, node.slice)
         self.generic_visit(node)
 
     def visit_Expr(self, node: ast.Expr) -> None:

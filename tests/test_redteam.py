@@ -1,30 +1,44 @@
-"""The red-team corpus (tests/redteam/*.py) against `kagent eval`, and the rules behind the
+"""The red-team corpus (tests/redteam) against `kagent eval`, and the rules behind the
 anti-cheating checks as units.
 
-Each corpus file is a patch appended to a copy of the flagship reference; the first line of
-its docstring says what the harness must conclude: ``expect: <verdict> [<check or rule>
-[<text the reason must contain>]]``.
+Each corpus case is a patch appended to a copy of the flagship reference: a file
+``redteam/<name>.py``, or, for an attack that needs files beside the solution, a folder
+``redteam/<name>/`` holding ``patch.py`` and those files (``<module>.pyc.src`` is compiled
+into a sourceless ``<module>.pyc``: bytecode cannot be committed). The first line of the
+patch's docstring says what the harness must conclude: ``expect: <verdict> [<check or rule>
+[<text the reason must contain>]]``. Lines right below it, up to the first blank line, may add:
+
+- ``timed: score below X``: evaluate with timing; a pass must score below X (the attack's
+  only aim is a fake speedup, so it must pass with an honest score). ``timed`` alone: timed,
+  for a verdict that has no score.
+- ``requires: cuda``: run on the GPU; skipped where torch sees none.
 """
 from __future__ import annotations
 
 import ast
 import os
+import py_compile
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import check_named, reference_solution, run_eval
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
 from kagent.sandbox.results import CheckResult, Verdict, check_verdict
-from kagent.tasks import resolve_task
+from kagent.tasks import TaskRef, resolve_task
 
 CORPUS = Path(__file__).parent / "redteam"
 # Hangs are killed here; everything else finishes in a few seconds at smoke scale.
 HANG_LIMIT_S = 20
+# Timed cases: one context, and enough rounds that an honest copy of the reference, which
+# scores about 1.1 against the baseline on the CPU, stays under 1.5 on a loaded machine.
+TIMED_ROUNDS = 4
+TIMED_LIMIT_S = 180
 FORK_BOMB_MARK = "kagent-redteam-fork-bomb"
 CAPS = containment.probe()
 
@@ -34,27 +48,92 @@ class Expectation:
     verdict: Verdict
     check: str | None  # the check whose failure is the reason, or the static rule
     mentions: str | None  # what the reason must name
+    timed: bool = False  # evaluated with timing rather than checks only
+    score_below: float | None = None  # a pass must score below this
+    requires_cuda: bool = False
 
 
 def expectation(path: Path) -> Expectation:
     docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
-    first = docstring.splitlines()[0] if docstring else ""
-    assert first.startswith("expect: "), f"{path.name}: the docstring must start with 'expect: '"
+    lines = docstring.splitlines()
+    first = lines[0] if lines else ""
+    assert first.startswith("expect: "), f"{path}: the docstring must start with 'expect: '"
     words = first.removeprefix("expect: ").split(" ", 2)
-    return Expectation(Verdict(words[0]), words[1] if len(words) > 1 else None, words[2] if len(words) > 2 else None)
+    options: dict = {}
+    for line in lines[1:]:
+        if not line.strip():
+            break  # the header ends at the first blank line; prose follows
+        if line == "timed":
+            options["timed"] = True
+        elif line.startswith("timed: score below "):
+            options.update(timed=True, score_below=float(line.removeprefix("timed: score below ")))
+        elif line == "requires: cuda":
+            options["requires_cuda"] = True
+        else:
+            raise AssertionError(f"{path}: unknown header line {line!r}")
+    return Expectation(Verdict(words[0]), words[1] if len(words) > 1 else None, words[2] if len(words) > 2 else None,
+                       **options)
 
 
-def corpus_files() -> list[Path]:
-    return sorted(CORPUS.glob("*.py"))
+@dataclass(frozen=True)
+class Case:
+    """One corpus case: the patch, and the files that go beside the solution (folder cases)."""
+
+    name: str
+    patch: Path
+    siblings: tuple[Path, ...] = ()
+
+    def write(self, task: TaskRef, folder: Path) -> Path:
+        solution = reference_solution(task, folder, self.patch.read_text())
+        for source in self.siblings:
+            if source.name.endswith(".pyc.src"):
+                # Sourceless: the bytecode sits where the module's .py would (not in
+                # __pycache__, which is only read beside a source file), and nothing says
+                # which source it came from.
+                py_compile.compile(str(source), cfile=str(folder / source.name.removesuffix(".src")), doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            else:
+                shutil.copy(source, folder / source.name)
+        return solution
+
+
+def corpus_cases() -> list[Case]:
+    cases = [Case(p.stem, p) for p in CORPUS.glob("*.py")]
+    for folder in CORPUS.iterdir():
+        if (folder / "patch.py").is_file():
+            siblings = tuple(sorted(f for f in folder.iterdir() if f.is_file() and f.name != "patch.py"))
+            cases.append(Case(folder.name, folder / "patch.py", siblings))
+    return sorted(cases, key=lambda c: c.name)
 
 
 def test_the_corpus_covers_every_kind_of_attack():
-    expected = [expectation(p) for p in corpus_files()]
-    assert len(expected) >= 22
+    cases = corpus_cases()
+    expected = [expectation(c.patch) for c in cases]
+    assert len(expected) >= 51
     verdicts = {e.verdict for e in expected}
     assert verdicts >= {Verdict.PASS, Verdict.INCORRECT, Verdict.FORBIDDEN, Verdict.TAMPERED, Verdict.CRASH,
                         Verdict.TIMEOUT}
-    assert sum(e.verdict is Verdict.PASS for e in expected) >= 3
+    assert sum(e.verdict is Verdict.PASS for e in expected) >= 16
+    # Attacks on the clock must pass with an honest score, not merely pass.
+    assert sum(e.score_below is not None and e.verdict is Verdict.PASS for e in expected) >= 12
+    assert sum(e.requires_cuda for e in expected) >= 2
+    folders = [c for c in cases if c.siblings]
+    assert len(folders) >= 3
+    assert any(s.name.endswith(".pyc.src") for c in folders for s in c.siblings)
+
+
+def eval_options(case: Case, want: Expectation, scratch: Path) -> dict:
+    """How the case is evaluated (beyond conftest.run_eval's defaults)."""
+    options: dict = {"mode": "check", "timeout_s": HANG_LIMIT_S if want.verdict is Verdict.TIMEOUT else 60}
+    if want.timed:
+        options.update(mode="eval", contexts=[16], rounds=TIMED_ROUNDS, timeout_s=TIMED_LIMIT_S)
+    if want.requires_cuda:
+        options["device"] = "cuda"
+    if case.siblings:
+        # Files beside the solution can be imported by the harness itself before the cache
+        # is sealed: whatever such a case poisons must stay in a cache of its own.
+        options["cache_dir"] = scratch / "cache"
+    return options
 
 
 def _live_fork_bomb_children() -> list[int]:
@@ -68,14 +147,16 @@ def _live_fork_bomb_children() -> list[int]:
     return pids
 
 
-@pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.stem)
-def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeypatch):
+@pytest.mark.parametrize("case", corpus_cases(), ids=lambda c: c.name)
+def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-redteam-secret")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "redteam-secret")
-    want = expectation(path)
+    want = expectation(case.patch)
+    if want.requires_cuda and not torch.cuda.is_available():
+        pytest.skip("the attack works on CUDA devices only, and torch sees none")
     hangs = want.verdict is Verdict.TIMEOUT
-    solution = reference_solution(kimi, tmp_path, path.read_text())
-    result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=HANG_LIMIT_S if hangs else 60)
+    solution = case.write(kimi, tmp_path / "solution")
+    result = run_eval(kimi, solution, kagent_home, **eval_options(case, want, tmp_path))
     verdict = want.verdict
     writes_a_grading_file = want.check is not None and want.check.endswith((".py", ".yaml"))
     if verdict is Verdict.TAMPERED and writes_a_grading_file and (os.geteuid() != 0 or CAPS.files):
@@ -83,6 +164,9 @@ def test_corpus_file_gets_its_verdict(path, kimi, kagent_home, tmp_path, monkeyp
         # changed, nothing to catch.
         verdict = Verdict.PASS
     assert result.verdict is verdict, result.reason
+    if verdict is Verdict.PASS and want.score_below is not None:
+        assert result.score is not None and result.score < want.score_below, (
+            f"score {result.score}, not below {want.score_below}: the attack inflated it ({result.reason})")
     if verdict is Verdict.FORBIDDEN:
         assert want.check in {f.rule for f in result.static_findings}, result.static_findings
     elif verdict in (Verdict.INCORRECT, Verdict.ERROR):

@@ -46,6 +46,35 @@ def test_forbidden_and_hidden_imports_are_found(tmp_path, source, rule):
     assert all(f == "solution.py" for f, _, _ in found)
 
 
+@pytest.mark.parametrize("source, rule", [
+    ('import torch\nc = torch.__dict__["compile"]\n', "torch_compile"),
+    ("import torch\nc = vars(torch)['compile']\n", "torch_compile"),
+    ("import torch\nc = torch.__dict__.get('compile')\n", "torch_compile"),
+    ("import torch\nc = torch.__getattribute__('compile')\n", "torch_compile"),
+    ("import torch\nc = object.__getattribute__(torch, 'compile')\n", "torch_compile"),
+    ("import torch\nd = torch.__dict__['_dynamo']\n", "torch_compile"),
+    ("import torch as t\nG = t.cuda.__dict__['CUDAGraph']\n", "cuda_graph"),
+    ("from torch import cuda\ng = vars(cuda)['graph']\n", "cuda_graph"),
+    ("import torch\nf = torch.cuda.__dict__['make_graphed_callables']\n", "cuda_graph"),
+    ("import torch\nname = 'comp' + 'ile'\nc = torch.__dict__[name]\n", "computed_getattr"),
+    ("import torch\nc = torch.__getattribute__(''.join(['comp', 'ile']))\n", "computed_getattr"),
+])
+def test_torch_attributes_looked_up_by_name_are_judged_by_that_name(tmp_path, source, rule):
+    assert [r for _, r, _ in findings(tmp_path, source)] == [rule]
+
+
+def test_harmless_lookups_in_torchs_namespace_pass(tmp_path):
+    source = """
+import torch
+half = torch.__dict__["float16"]
+dtype = vars(torch).get("bfloat16")
+fp32 = torch.__getattribute__("float32")
+settings = {"compile": False}  # a dict of its own, not torch's
+print(settings["compile"], half, dtype, fp32)
+"""
+    assert findings(tmp_path, source) == []
+
+
 def test_local_modules_are_followed(tmp_path):
     found = findings(tmp_path, "from kernels import fused\nimport pkg.deep\n",
                      **{"kernels.py": "import torch\nfused = 1\n", "pkg/__init__.py": "",
