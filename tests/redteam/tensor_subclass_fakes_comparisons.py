@@ -1,12 +1,12 @@
-"""expect: incorrect fixed_seeds
+"""expect: error fixed_seeds must be a torch.Tensor, got _LooksRight
 
 Does nothing, and returns its hidden and its state as a torch.Tensor subclass whose
 ``__torch_function__`` answers every comparison as if it matched the other operand: it
 acts as the unit vector along whatever it is compared with (a dot product with x gives
 |x|, its own norm is 1), its cosine similarity is 1, subtracting it from anything gives
-zeros. The harness's comparisons, handed the subclass itself, see perfect cosines. Once
-outputs cross to the referee as plain tensors, only the values are left, and doing nothing
-is wrong at the first seed.
+zeros. The harness's comparisons, handed the subclass itself, see perfect cosines. The
+solution's process hands the referee only plain tensors of exactly the expected type, and
+refuses anything else as a bad return before a value is copied.
 """
 import torch.nn.functional as _functional
 
