@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The solution in a process of its own, on a GPU: A/A and the reference as a solution at full
-# scale (cold, then warm, with the phases that the split costs), a solution that leaves device
-# work running past its answers (patched synchronize, a side stream), one that patches the
-# CUDA events in its own process, the device-idle probe's calibration, and the test that kills
-# kagent with SIGKILL during an evaluation. Needs the wheels in .whl/ (kagent's own, built with
+# scale (cold, then warm, with the phases that the split costs and the calibration of the
+# device-idle probe), the red-team corpus's CUDA cases (a solution that leaves device work
+# running past its answers; one that patches the CUDA events in its own process), and the
+# test that kills kagent with SIGKILL during an evaluation (EVALUATIONS_ONLY=1: the
+# evaluations alone). Needs the wheels in .whl/ (kagent's own, built with
 # `pip wheel --no-deps -w .whl .`, plus pydantic's). Results land in $OUT.
 set -uo pipefail
 source scripts/gpu_setup.sh
@@ -16,47 +17,15 @@ from kagent.tasks import resolve_task
 OUT = pathlib.Path(os.environ["OUT"])
 home = pathlib.Path(os.environ["KAGENT_HOME"])
 kimi = resolve_task("02_kimi_linear_decode")
-reference = (kimi.path / "reference.py").read_text()
-root = pathlib.Path("/tmp/split-solutions")
-patches = {
-    "reference": "",
-    # Its step queues ~20 ms of matrix work on a stream of its own and never waits for it;
-    # synchronize is patched away in its process, so its server answers at once.
-    "leaves_device_work": '''
-_side = torch.cuda.Stream()
-_a = torch.randn(4096, 4096, device="cuda")
-for _name in ("synchronize",):
-    setattr(torch.cuda, _name, lambda device=None: None)
-torch.cuda.Stream.synchronize = lambda self: None
-torch.cuda.Event.synchronize = lambda self: None
+solution = pathlib.Path("/tmp/split-solutions/reference/solution.py")
+solution.parent.mkdir(parents=True, exist_ok=True)
+solution.write_text((kimi.path / "reference.py").read_text())
 
 
-class Model(Model):
-    def step(self, hidden, state):
-        out = super().step(hidden, state)
-        _side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(_side):
-            for _ in range(100):
-                _a @ _a
-        return out
-''',
-    # Its own process's events read a tenth of the truth: nothing the referee measures.
-    "patches_events": '''
-_elapsed = torch.cuda.Event.elapsed_time
-torch.cuda.Event.elapsed_time = lambda self, end: _elapsed(self, end) / 10
-''',
-}
-paths = {}
-for name, patch in patches.items():
-    (root / name).mkdir(parents=True, exist_ok=True)
-    paths[name] = root / name / "solution.py"
-    paths[name].write_text(reference + "\n" + patch)
-
-
-def run(label, solution, **options):
+def run(label, candidate, **options):
     opts = dict(device="cuda", scale="full", cache_dir=home, timeout_s=600.0, **options)
     started = time.monotonic()
-    result = evaluate(kimi, solution, EvalOptions(**opts))
+    result = evaluate(kimi, candidate, EvalOptions(**opts))
     (OUT / f"{label}.json").write_text(result.model_dump_json(indent=1))
     load = next((c for c in result.checks if c.name == "load"), None)
     print(f"== {label}: {result.verdict.value} score={result.score} wall={result.wall_seconds:.1f}s "
@@ -74,11 +43,12 @@ def run(label, solution, **options):
     return result
 
 
+run("aa_cold", None, mode="aa")
 run("aa_warm", None, mode="aa")
-run("reference_warm", paths["reference"])
-run("reference_warm_again", paths["reference"])
-run("leaves_device_work_check", paths["leaves_device_work"], mode="check")
-run("patches_events", paths["patches_events"])
+run("aa_warm_again", None, mode="aa")
+run("reference_warm", solution)
 PY
-echo "== kill -9 of kagent during an evaluation"
+[ -n "${EVALUATIONS_ONLY:-}" ] && exit 0
+echo "== the red-team corpus's CUDA cases (device work left running; events patched), and kill -9 of kagent"
+python3 -m pytest -q -p no:cacheprovider -rs tests/test_redteam.py -k "side_stream_work_with_sync_noops or event_elapsed_time_reads_a_tenth" 2>&1 | tail -n 8
 python3 -m pytest -q -p no:cacheprovider -rs tests/test_containment.py -k "dies_with_kagent" 2>&1 | tail -n 5

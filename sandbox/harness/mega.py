@@ -401,7 +401,7 @@ class MegaEvaluation(EvaluationBase):
     def performance(self) -> None:
         rounds = int(self.job.get("rounds") or 4)
         warmup = int(self.job.get("warmup") or 2)
-        block_steps = int(self.job.get("block_steps") or 8)
+        block_steps = int(self.job.get("block_steps") or timing.DEFAULT_BLOCK_STEPS)
         per_shape = []
         bw = self.bw
         clocks_before = self.clocks()

@@ -87,6 +87,13 @@ def run_blocks(device: torch.device, contestants: Sequence[Contestant], rounds: 
     return samples
 
 
+# Steps per timed block unless the job says otherwise. On the H200, blocks of single steps
+# read the host-bound baseline against itself (A/A) at 0.84-0.92 in two runs of three: the
+# step after a switch from the other process pays for it. Blocks of 8 read 0.88-1.10 per
+# context, 0.98-1.00 overall (MEASUREMENTS.md, 2026-12-01).
+DEFAULT_BLOCK_STEPS = 8
+
+
 def run_untimed(contestant: Contestant, steps: int, block_steps: int) -> None:
     """A warm-up: one chain of ``steps`` of ``contestant``, neither timed nor validated."""
     contestant.begin_chain(0)
