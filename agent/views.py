@@ -32,7 +32,7 @@ def _ms(value: float) -> str:
 
 def timing_table(result: EvalResult) -> Table:
     contestant = "the baseline again (A/A)" if result.mode == "aa" else "the solution"
-    table = Table(title=f"Baseline vs {contestant}, timed in alternating blocks of consecutive steps",
+    table = Table(title=f"Baseline vs {contestant}, in alternating blocks of steps",
                   caption="ms: median per step (p10–p90); CI: 95% bootstrap interval of the speedup, "
                           "≈ when it holds 1.0 (within noise); floor: the bytes floor over the solution's time")
     for name in ("shape", "base ms", "sol ms", "tok/s", "speedup", "CI", "floor"):

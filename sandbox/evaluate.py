@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.util
 import json
 import os
 import secrets
 import selectors
 import shutil
 import signal
+import site
 import stat
 import subprocess
 import sys
@@ -374,8 +376,6 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
 
 def _import_paths() -> list[str]:
     """Where torch lives, if -I would not find it: a user site-packages folder."""
-    import importlib.util
-    import site
     spec = importlib.util.find_spec("torch")
     user_site = site.getusersitepackages()
     if spec and spec.origin and site.ENABLE_USER_SITE and spec.origin.startswith(user_site + os.sep):

@@ -324,7 +324,8 @@ def _build_step(job: dict, device: Any) -> tuple[Any, Optional[int]]:
     # cache is read-only here: weights built anew are staged in the job's own folder and go
     # with it (only evaluations fill the cache).
     cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
-    weights = build_reference(task, cache).state_dict()
+    reference, _ = build_reference(task, cache)
+    weights = reference.state_dict()
     module = load_module("solution", solution)
     model = module.Model(task.cfg).to(device)
     model.load_state_dict(weights, strict=True)
