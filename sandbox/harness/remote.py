@@ -257,11 +257,12 @@ class SolutionProcess:
         descends from the solution's process or shares its session."""
         known = {1, os.getpid(), self.proc.pid} if self.pid_namespace else {os.getpid(), self.proc.pid}
         session = _session(self.proc.pid)
+        table = _processes()
         found = []
-        for pid, (state, ppid, sid, name) in _processes().items():
+        for pid, (state, _, sid, name) in table.items():
             if pid in known or state in ("Z", "X"):
                 continue
-            if self.pid_namespace or sid == session or _descends(pid, self.proc.pid):
+            if self.pid_namespace or sid == session or _descends(table, pid, self.proc.pid):
                 found.append(f"{pid} ({name})")
         return found
 
@@ -325,8 +326,8 @@ def _processes() -> dict[int, tuple[str, int, int, str]]:
     return found
 
 
-def _descends(pid: int, ancestor: int) -> bool:
-    table = _processes()
+def _descends(table: dict[int, tuple[str, int, int, str]], pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is on ``pid``'s chain of parents in ``table``."""
     seen = set()
     while pid in table and pid not in seen:
         seen.add(pid)
