@@ -71,6 +71,9 @@ class ShapeTiming(Model):
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
     ci_high: float
     within_noise: bool = Field(description="True when the interval contains 1.0")
+    candidate_self_timed_ms: Optional[float] = Field(
+        None, description="Median per step as the solution's own process timed its blocks with CUDA events: "
+                          "information only, the referee's clock gives every figure above")
     roofline: Optional[Roofline] = None
 
     @property
