@@ -4,10 +4,12 @@ from __future__ import annotations
 import os
 import re
 import sys
+import termios
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -37,6 +39,7 @@ EXIT_PASS = 0
 EXIT_SOLUTION_FAILED = 1  # incorrect, error, crash, timeout, forbidden, tampered
 EXIT_USAGE = 2  # bad arguments, unknown task, missing file
 EXIT_INTERNAL = 3  # a bug in kagent or in the task
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report a command that SIGINT ended
 
 
 @app.command("tasks")
@@ -227,17 +230,48 @@ def resume_command(
               json_output)
 
 
+@contextmanager
+def _keys_not_echoed() -> Iterator[None]:
+    """While a live view is drawn, keys typed at the terminal are not echoed: the echo of a
+    Ctrl-C (^C) moves the cursor under the view, which is then drawn again one line lower,
+    its top border twice."""
+    try:
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (AttributeError, ValueError, OSError, termios.error):  # no terminal on stdin
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO  # the local modes
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
 def _show_run(drive, quiet: bool, json_output: bool) -> None:
     """Drive a run (new or resumed) with or without the live view, then show its report."""
     from rich.live import Live
 
+    from kagent.agent.runs import RunInterrupted
     from kagent.agent.views import run_panel
 
-    if quiet:
-        run_dir, report = drive(None)
-    else:
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            run_dir, report = drive(lambda update: live.update(run_panel(update)))
+    try:
+        if quiet:
+            run_dir, report = drive(None)
+        else:
+            with _keys_not_echoed(), Live(console=console, refresh_per_second=4, transient=False) as live:
+                run_dir, report = drive(lambda update: live.update(run_panel(update)))
+    except RunInterrupted as stop:
+        # Caught here: typer would turn it into a silent exit 130 before main() could speak.
+        err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept",
+                          highlight=False)
+        err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        err_console.print("interrupted before the run started")
+        raise typer.Exit(EXIT_INTERRUPTED)
     if json_output:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     else:
@@ -317,7 +351,10 @@ def replay_command(
 
 
 def main() -> None:
-    """Console entry point: click reports usage errors; errors users can fix get one clear line."""
+    """Console entry point: click reports usage errors; errors users can fix get one clear line.
+
+    Ctrl-C never reaches this far: typer turns it into exit code 130 inside the command, so the
+    commands that take long (run, resume, eval) say what was interrupted themselves."""
     try:
         app(prog_name="kagent")
     except KagentError as err:
@@ -327,9 +364,6 @@ def main() -> None:
         if err.hint:
             err_console.print(f"[dim]{err.hint}[/]")
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,18 @@ from kagent.tools import default_tools
 RUN_FILES = {"config": "config.json", "status": "status.json", "report": "report.json"}
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run: its status is written as interrupted, and ``kagent resume`` goes on with it.
+
+    A KeyboardInterrupt still, so that whatever catches Ctrl-C above a run sees it as one.
+    """
+
+    def __init__(self, run_id: str, run_dir: Path):
+        super().__init__(run_id)
+        self.run_id = run_id
+        self.run_dir = run_dir
+
+
 class RunStatus(BaseModel):
     """status.json: what `kagent runs` lists; rewritten atomically as the run goes."""
 
@@ -124,11 +136,12 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
     retrying = RetryingModel(inner, remaining_s=lambda: max(0.0, tracker.final_slice_starts() - tracker.clock.now()),
                              on_retry=on_retry)
 
+    def write_status(**fields: object) -> None:
+        current = status.model_copy(update={"updated_at": _now(), **_figures(agent_box[0]), **fields})
+        write_json_atomically(run_dir / RUN_FILES["status"], current.model_dump_json(indent=1))
+
     def on_update(update: ViewUpdate) -> None:
-        status_now = status.model_copy(update={"updated_at": _now(), "best_attempt": update.best_attempt,
-                                               "best_score": update.best_score, "elapsed_s": round(update.elapsed_s, 1),
-                                               "tokens": update.tokens, "cost_usd": update.cost_usd})
-        write_json_atomically(run_dir / RUN_FILES["status"], status_now.model_dump_json(indent=1))
+        write_status()
         if view:
             view(update)
 
@@ -137,10 +150,10 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
     agent_box.append(agent)
     try:
         report = go(agent)
-    except KeyboardInterrupt:
-        final = status.model_copy(update={"state": "interrupted", "updated_at": _now(), "reason": "interrupted"})
-        write_json_atomically(run_dir / RUN_FILES["status"], final.model_dump_json(indent=1))
-        raise
+    except KeyboardInterrupt as interrupt:
+        # The figures as they stand now, not as the run started: `kagent runs` shows them.
+        write_status(state="interrupted", reason="interrupted (Ctrl-C)")
+        raise RunInterrupted(config.run_id, run_dir) from interrupt
     finally:
         trace.close()
     write_json_atomically(run_dir / RUN_FILES["report"], report.model_dump_json(indent=1))
@@ -148,12 +161,16 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
     solution = workspace.root / config.solution_name
     if solution.exists():
         shutil.copy2(solution, run_dir / config.solution_name)
-    final = status.model_copy(update={"state": report.status, "updated_at": _now(), "reason": report.reason,
-                                      "best_attempt": report.best_attempt, "best_score": report.best_score,
-                                      "elapsed_s": report.elapsed_s, "tokens": report.usage.total_tokens,
-                                      "cost_usd": report.cost_usd})
-    write_json_atomically(run_dir / RUN_FILES["status"], final.model_dump_json(indent=1))
+    write_status(state=report.status, reason=report.reason)
     return report
+
+
+def _figures(agent: Agent) -> dict[str, object]:
+    """What status.json says of a run's progress, read from the agent at this moment."""
+    best = agent.ledger.best_attempt()
+    return {"best_attempt": best.number if best else None, "best_score": best.score if best else None,
+            "elapsed_s": round(agent.tracker.elapsed(), 1), "tokens": agent.usage.total_tokens,
+            "cost_usd": agent.cost}
 
 
 def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] = None,

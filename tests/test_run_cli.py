@@ -5,13 +5,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from terminal import CTRL_C, Terminal
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo_session.yaml"
 KAGENT = str(Path(sys.executable).parent / "kagent")
+# How long a test may wait for a command that does real work (evaluations on a CPU that
+# other jobs share): generous, since only a hang should ever reach it.
+WAIT_S = 900
 
 
 def kagent(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -56,3 +62,41 @@ def test_missing_api_key_is_named(tmp_path, monkeypatch):
     proc = kagent("run", "02_kimi_linear_decode", "--model", "anthropic:claude-sonnet-4-5", "--device", "cpu",
                   cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
+
+
+def read_status(runs: Path) -> dict:
+    statuses = list(runs.glob("*/status.json"))
+    try:
+        return json.loads(statuses[0].read_text()) if statuses else {}
+    except ValueError:  # written atomically, but a reader can still race the first write
+        return {}
+
+
+def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
+    """Ctrl-C typed at the terminal during a long tool, after a benchmark: status.json keeps
+    the best score, the time and the tokens; the screen says interrupted and how to go on."""
+    usage = {"input_tokens": 1000}
+    turns = [{"tool_calls": [{"name": "write_file", "arguments": {
+                 "path": "solution.py", "content": (kimi.path / "reference.py").read_text()}}], "usage": usage},
+             {"tool_calls": [{"name": "benchmark", "arguments": {"contexts": [16]}}], "usage": usage},
+             {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 600", "timeout_s": 600}}],
+              "usage": usage},
+             {"tool_calls": [{"name": "finish", "arguments": {"summary": "never reached"}}]}]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(turns))
+    runs = Path(os.environ["KAGENT_RUNS"])
+    with Terminal([KAGENT, "run", "02_kimi_linear_decode", "--model", f"scripted:{script}", "--budget", "30m",
+                   "--device", "cpu"], cwd=str(tmp_path)) as term:
+        term.wait_until(lambda: read_status(runs).get("tokens") == 3000, WAIT_S, "third model turn")
+        time.sleep(1)  # inside the sleeping shell command
+        term.type(CTRL_C)
+        assert term.wait(timeout=60) == 130
+        screen = term.text()
+    status = read_status(runs)
+    assert status["state"] == "interrupted"
+    assert status["best_attempt"] == 1 and status["best_score"] > 0
+    assert status["elapsed_s"] > 1 and status["tokens"] == 3000
+    assert "interrupted" in screen and f"kagent resume {status['run_id']}" in screen
+    # Keys typed during the live view are not echoed: an echoed ^C pushed the view one line down,
+    # and its top border was drawn twice.
+    assert "^C" not in screen
