@@ -1,6 +1,7 @@
 """The ``kagent`` command line."""
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 
 from kagent.agent.errors import KagentError
+from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
 from kagent.agent.paths import kagent_home, runs_dir
 
 app = typer.Typer(
@@ -39,7 +41,6 @@ EXIT_PASS = 0
 EXIT_SOLUTION_FAILED = 1  # incorrect, error, crash, timeout, forbidden, tampered
 EXIT_USAGE = 2  # bad arguments, unknown task, missing file
 EXIT_INTERNAL = 3  # a bug in kagent or in the task
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report a command that SIGINT ended
 
 
 @app.command("tasks")
@@ -58,16 +59,6 @@ def _parse_contexts(text: Optional[str]) -> Optional[list[int]]:
         return [int(part) for part in re.split(r"[,\s]+", text.strip()) if part]
     except ValueError:
         raise KagentError(f"--contexts takes context lengths separated by commas, such as 2048,8192; got {text!r}")
-
-
-def _resolve_device(device: str) -> str:
-    if device != "auto":
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-            raise KagentError(f"unknown device {device!r}", hint="use auto, cpu, cuda or cuda:N")
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @app.command("eval")
@@ -94,6 +85,7 @@ def eval_command(
 
     Exit code: 0 pass, 1 the solution failed, 2 bad usage, 3 internal error.
     """
+    from kagent.agent.device import check_device_name, resolve_device
     from kagent.agent.views import print_result
     from kagent.sandbox.evaluate import EvalOptions, evaluate
     from kagent.sandbox.results import Verdict
@@ -108,8 +100,10 @@ def eval_command(
     task_ref = resolve_task(task)
     if solution is not None and not solution.is_file():
         raise KagentError(f"no solution file at {solution}")
-    resolved_device = _resolve_device(device)
+    check_device_name(device)
+    resolved_device = resolve_device(device)
     chosen_scale = scale.value if scale else ("full" if resolved_device.startswith("cuda") else "smoke")
+    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
     # No home: each evaluation builds in a fresh HOME of its own, so that nothing one solution
     # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
@@ -159,7 +153,35 @@ def _run_config_file(path: Optional[Path]) -> dict:
     return data
 
 
+def _documents_exit_codes(command):
+    """Ends a command's help with the exit codes of a run's end states (kagent.agent.outcome)."""
+    command.__doc__ = f"{inspect.cleandoc(command.__doc__)}\n\nExit codes:\n{exit_codes_text()}"
+    return command
+
+
+def _budget(wall: str, max_cost: Optional[float], max_tokens: Optional[int]):
+    """The run's Budget from options and settings, every mistake one clear line."""
+    from pydantic import ValidationError
+
+    from kagent.agent.budget import Budget, parse_duration
+
+    try:
+        return Budget(wall_s=parse_duration(wall), max_cost_usd=max_cost, max_tokens=max_tokens)
+    except ValidationError as err:
+        first = err.errors()[0]
+        option = {"max_cost_usd": "--max-cost", "max_tokens": "--max-tokens"}.get(str(first["loc"][0]), "--budget")
+        raise KagentError(f"{option}: {first['msg'].lower()}; got {first['input']!r}")
+
+
+def _warn_full_scale_on_cpu(device: str, scale: str) -> None:
+    if scale == "full" and device == "cpu":
+        err_console.print("[yellow]warning:[/] --scale full on the CPU: the full-size task is sized for a GPU, so "
+                          "every evaluation is far slower and may run into its time limit (smoke is the CPU's "
+                          "default)")
+
+
 @app.command("run")
+@_documents_exit_codes
 def run_command(
     task: str = typer.Argument(..., help="A built-in task name, a problem folder, or a KernelBench .py file."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="anthropic:<model>, openai:<model>, "
@@ -181,32 +203,40 @@ def run_command(
     The run lives in runs/<run-id>/: workspace (a git repository, one commit per attempt),
     trace.jsonl, config.json, status.json and the final report. API keys come from
     ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
-    Exit code: 0 finished, 1 failed or interrupted, 2 bad usage.
     """
-    from kagent.agent.budget import Budget, parse_duration
-    from kagent.agent.runs import RunOptions, start_run
+    from kagent.agent.device import check_device_name, resolve_device
+    from kagent.agent.models import make_model
 
+    # Every option is checked before torch is imported (resolve_device), which takes seconds.
     settings = _run_config_file(config)
     model = model or settings.get("model")
     if not model:
         raise KagentError("give --model (or model: in a --config file)",
                           hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml")
-    resolved_device = _resolve_device(device or str(settings.get("device", "auto")))
+    run_budget = _budget(str(budget or settings.get("budget", "3h")),
+                         max_cost if max_cost is not None else settings.get("max_cost"),
+                         max_tokens if max_tokens is not None else settings.get("max_tokens"))
+    device = device or str(settings.get("device", "auto"))
+    check_device_name(device)
     scale_value = scale.value if scale else settings.get("scale")
+    if scale_value not in (None, "smoke", "full"):
+        raise KagentError(f"scale must be smoke or full, not {scale_value!r}")
+    thinking_budget = thinking if thinking is not None else settings.get("thinking")
+    chat_model = make_model(model, thinking_budget=thinking_budget)
+    resolved_device = resolve_device(device)
     chosen_scale = scale_value or ("full" if resolved_device.startswith("cuda") else "smoke")
-    if chosen_scale not in ("smoke", "full"):
-        raise KagentError(f"scale must be smoke or full, not {chosen_scale!r}")
-    options = RunOptions(
-        task=task, model=model, device=resolved_device, scale=chosen_scale,
-        budget=Budget(wall_s=parse_duration(str(budget or settings.get("budget", "3h"))),
-                      max_cost_usd=max_cost if max_cost is not None else settings.get("max_cost"),
-                      max_tokens=max_tokens if max_tokens is not None else settings.get("max_tokens")),
-        thinking_budget=thinking if thinking is not None else settings.get("thinking"),
-        auto_revert=not no_revert and bool(settings.get("revert", True)))
-    _show_run(lambda view: start_run(options, view=view), quiet or json_output, json_output)
+    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
+
+    from kagent.agent.runs import RunOptions, start_run
+
+    options = RunOptions(task=task, model=model, device=resolved_device, scale=chosen_scale, budget=run_budget,
+                         thinking_budget=thinking_budget,
+                         auto_revert=not no_revert and bool(settings.get("revert", True)))
+    _show_run(lambda view: start_run(options, view=view, model=chat_model), quiet or json_output, json_output)
 
 
 @app.command("resume")
+@_documents_exit_codes
 def resume_command(
     run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
     budget: Optional[str] = typer.Option(None, help="More wall-clock time for the run, e.g. 1h (needed to extend "
@@ -220,7 +250,7 @@ def resume_command(
     The conversation is rebuilt from the trace alone; a tool call cut short is re-run when it
     only reads, otherwise answered as interrupted; the workspace goes back to its last
     checkpoint, with later changes kept on a side ref. The budget counts the time of all
-    segments. Exit code: 0 finished, 1 failed or interrupted, 2 bad usage.
+    segments.
     """
     from kagent.agent.budget import parse_duration
     from kagent.agent.runs import resume_run
@@ -268,17 +298,17 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
         err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept",
                           highlight=False)
         err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False)
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_CTRL_C)
     except KeyboardInterrupt:
         err_console.print("interrupted before the run started")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_CTRL_C)
     if json_output:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     else:
         console.print()
         console.print((run_dir / "report.md").read_text())
         console.print(f"run folder: {run_dir}")
-    raise typer.Exit(0 if report.status == "finished" else 1)
+    raise typer.Exit(ENDINGS[report.status].exit_code)
 
 
 @app.command("runs")
@@ -331,10 +361,11 @@ def replay_command(
     from kagent.agent.runs import find_run
 
     if execute:
+        from kagent.agent.device import resolve_device
         from kagent.agent.reexecute import execute_replay
         from kagent.agent.views import audit_table
 
-        audit = execute_replay(run, root, _resolve_device(device) if device else None,
+        audit = execute_replay(run, root, resolve_device(device) if device else None,
                                scale.value if scale else None, tolerance)
         console.print(audit_table(audit))
         console.print(f"re-executed run: {audit.replay_dir}")

@@ -19,6 +19,8 @@ from kagent.agent.budget import Budget, BudgetTracker
 from kagent.agent.errors import KagentError, TransientModelError
 from kagent.agent.ledger import Attempt, Design, Ledger
 from kagent.agent.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
+from kagent.agent.models import REQUEST_TIMEOUT_S
+from kagent.agent.outcome import Cause, EndState, end_state
 from kagent.agent.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt
 from kagent.agent.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
@@ -33,6 +35,9 @@ from kagent.tools.evaluation import summarize
 
 # A benchmark this much slower than the best counts as a regression (beyond timing noise).
 REGRESSION_TOLERANCE = 0.02
+# A final re-verification that could not finish says nothing against the best attempt: the
+# benchmark that made it the best stands.
+REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
 
 
 class RunConfig(BaseModel):
@@ -51,15 +56,17 @@ class RunConfig(BaseModel):
     keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
     auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
     eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
-    model_timeout_s: float = Field(600.0, description="Limit of one model request")
+    model_timeout_s: float = Field(REQUEST_TIMEOUT_S, description="Limit of one model request")
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
 
 
 class Stop(Exception):
-    def __init__(self, reason: str, status: Literal["finished", "failed", "interrupted"] = "finished"):
+    """Exploring is over; ``cause`` says what ended it (the state follows from it and the result)."""
+
+    def __init__(self, reason: str, cause: Cause):
         super().__init__(reason)
         self.reason = reason
-        self.status = status
+        self.cause = cause
 
 
 class ViewUpdate(BaseModel):
@@ -82,7 +89,7 @@ class RunReport(BaseModel):
     run_id: str
     task: str
     model: str
-    status: Literal["finished", "failed", "interrupted"]
+    status: EndState
     reason: str
     best_attempt: Optional[int]
     best_score: Optional[float]
@@ -225,30 +232,33 @@ class Agent:
 
     def drive(self) -> RunReport:
         """Turns until a Stop, then the final slice and the end (also for a resumed run)."""
-        status, reason = "finished", ""
+        cause: Cause
         try:
             if self.finished_summary is not None:  # a resumed run whose model had already finished
-                raise Stop(f"the model finished: {self.finished_summary[:300]}")
+                raise Stop(self._finished_reason(), "model")
             while True:
                 self._check_budget()
                 self._turn()
         except Stop as stop:
-            status, reason = stop.status, stop.reason
+            cause, reason = stop.cause, stop.reason
         except KagentError as err:  # a permanent model error: stop with the best attempt in place
             self.trace.append(ErrorRecorded(message=err.message, fatal=True))
-            status, reason = "failed", err.message
+            cause, reason = "error", err.message
         except TransientModelError as err:  # still failing after every retry: resumable later
             self.trace.append(ErrorRecorded(message=f"the model stayed unavailable: {err}", fatal=True))
-            status, reason = "interrupted", f"the model stayed unavailable: {err}"
+            cause, reason = "unavailable", f"the model stayed unavailable: {err}"
         self._finalize()
-        return self._end(status, reason)
+        return self._end(cause, reason)
+
+    def _finished_reason(self) -> str:
+        return f"the model finished: {(self.finished_summary or '')[:300]}"
 
     def _check_budget(self) -> None:
         exhausted = self.tracker.exhausted()
         if exhausted:
-            raise Stop(f"budget spent: {exhausted}")
+            raise Stop(f"budget spent: {exhausted}", "budget")
         if self.tracker.phase() != "explore":
-            raise Stop("the final slice of the budget has come: re-verifying the best attempt")
+            raise Stop("the final slice of the budget has come: re-verifying the best attempt", "budget")
 
     def _turn(self) -> None:
         self.turn += 1
@@ -271,11 +281,11 @@ class Agent:
         self.trace.append(UserNotice(turn=self.turn, text=status, budget=self.tracker.summary()))
         self.messages.append(Message(role="user", content=[*results, TextBlock(text=status)]))
         if self.finished_summary is not None:
-            raise Stop(f"the model finished: {self.finished_summary[:300]}")
+            raise Stop(self._finished_reason(), "model")
 
     def _no_tool_calls(self, response: ModelResponse) -> None:
         if self.nudged or response.stop_reason == "refusal":
-            raise Stop("the model stopped calling tools")
+            raise Stop("the model stopped calling tools", "model")
         self.nudged = True
         text = ("No tool was called. Keep working with the tools (design, write_file, check, benchmark, ...), "
                 "or call finish if you are done.\n\n" + self._status_text())
@@ -297,7 +307,7 @@ class Agent:
         worker.start()
         worker.join(timeout=max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()))
         if worker.is_alive():
-            raise Stop("the final slice came during a model call")
+            raise Stop("the final slice came during a model call", "budget")
         if "error" in box:
             raise box["error"]
         return box["response"]
@@ -489,8 +499,19 @@ class Agent:
                                     evaluation=self.final_evaluation.model_dump(mode="json")
                                     if self.final_evaluation else None))
 
-    def _end(self, status: str, reason: str) -> RunReport:
-        best = self.ledger.best_attempt()
+    def _verified(self) -> bool:
+        """Whether a verified result stands: a best attempt its final re-verification did not refute."""
+        best, final = self.ledger.best_attempt(), self.final_evaluation
+        return best is not None and (final is None or final.verdict is Verdict.PASS
+                                     or final.verdict in REVERIFICATION_INCONCLUSIVE)
+
+    def _end(self, cause: Cause, reason: str) -> RunReport:
+        best, final = self.ledger.best_attempt(), self.final_evaluation
+        verified = self._verified()
+        if best is not None and final is not None and not verified:
+            reason += (f"; the best attempt ({best.number}) failed its final re-verification: "
+                       f"{final.verdict.value}: {final.reason[:200]}")
+        status = end_state(cause, verified)
         self.trace.append(RunEnded(status=status, reason=reason, best_attempt=best.number if best else None,
                                    best_speedup=best.score if best else None, tokens=self.usage.total_tokens,
                                    cost_usd=self.cost))

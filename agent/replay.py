@@ -22,6 +22,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from kagent.agent.errors import KagentError
+from kagent.agent.outcome import ENDINGS
 from kagent.agent.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
     RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
@@ -42,7 +43,6 @@ _EVENT = TypeAdapter(Event)
 VERDICT_STYLE = {"pass": "bold green", "incorrect": "bold red", "error": "bold red", "forbidden": "bold red",
                  "tampered": "bold magenta", "timeout": "bold yellow", "crash": "bold red",
                  "internal_error": "bold magenta"}
-END_STYLE = {"finished": "bold green", "failed": "bold red", "interrupted": "bold yellow"}
 
 
 def _norm(path: str) -> str:
@@ -371,7 +371,7 @@ class TraceRenderer:
     def _on_run_ended(self, event: RunEnded) -> list[RenderableType]:
         best = (f"best attempt {event.best_attempt} ({event.best_speedup:.3f}x)"
                 if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
-        return [Text.assemble(("run ended: ", "bold"), (event.status, END_STYLE.get(event.status, "bold")),
+        return [Text.assemble(("run ended: ", "bold"), (event.status, f"bold {ENDINGS[event.status].style}"),
                               f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
                               f"{_minutes(event.elapsed_s)}")]
 

@@ -19,14 +19,15 @@ from rich.table import Table
 from rich.text import Text
 
 from kagent.agent.lock import LOCK_NAME, lock_holder
+from kagent.agent.outcome import ENDINGS, RunState
 
 STATUS_NAME = "status.json"
 CONFIG_NAME = "config.json"
 
-State = Literal["running", "finished", "failed", "interrupted", "unknown"]
+State = Literal[RunState, "unknown"]
 
-STATE_STYLE: dict[str, str] = {"running": "bold cyan", "finished": "green", "failed": "bold red",
-                               "interrupted": "yellow", "unknown": "magenta"}
+STATE_STYLE: dict[str, str] = {"running": "bold cyan", "unknown": "magenta",
+                               **{state: ending.style for state, ending in ENDINGS.items()}}
 
 
 class RunSummary(BaseModel):

@@ -14,12 +14,14 @@ from pydantic import BaseModel, Field
 
 from kagent import prompts
 from kagent.agent.budget import Budget, BudgetTracker, Clock, SystemClock
+from kagent.agent.device import resolve_device
 from kagent.agent.errors import KagentError
 from kagent.agent.lock import RunLock
 from kagent.agent.loop import Agent, RunConfig, RunReport, ViewUpdate
 from kagent.agent.messages import ChatModel
-from kagent.agent.models import make_model
+from kagent.agent.models import REQUEST_TIMEOUT_S, make_model
 from kagent.agent.models.retry import RetryingModel
+from kagent.agent.outcome import RunState
 from kagent.agent.paths import kagent_home, runs_dir
 from kagent.agent.resume import rebuild
 from kagent.agent.trace import RunResumed, TraceWriter, read_trace
@@ -48,7 +50,7 @@ class RunStatus(BaseModel):
 
     version: Literal[1] = 1
     run_id: str
-    state: Literal["running", "finished", "failed", "interrupted"]
+    state: RunState
     pid: int
     task: str
     model: str
@@ -111,7 +113,7 @@ class RunOptions(BaseModel):
     auto_revert: bool = True
     max_output_tokens: int = 16_000
     eval_timeout_s: float = 900.0
-    model_timeout_s: float = 600.0
+    model_timeout_s: float = REQUEST_TIMEOUT_S
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
     context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
     keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
@@ -220,6 +222,7 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         except (OSError, ValueError) as err:
             raise KagentError(f"{run_dir / RUN_FILES['config']} is missing or not a valid run config",
                               hint=str(err).splitlines()[0][:200]) from err
+        resolve_device(config.device)  # a run started on a GPU machine cannot go on without one
         read = read_trace(run_dir / "trace.jsonl")
         state = rebuild(read.events, run_dir)
         if state.ended is not None and not extra_budget_s:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from kagent.agent.errors import KagentError
+from kagent.agent.outcome import EndState
 
 TRACE_VERSION = 1
 # Tool outputs longer than this go to a blob; the event keeps a capped copy and the blob's name.
@@ -143,7 +144,7 @@ class ErrorRecorded(_Event):
 
 class RunEnded(_Event):
     type: Literal["run_ended"] = "run_ended"
-    status: Literal["finished", "failed", "interrupted"]
+    status: EndState = Field(description="How it ended (kagent.agent.outcome.ENDINGS)")
     reason: str
     best_attempt: Optional[int]
     best_speedup: Optional[float]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kagent.agent.outcome import ENDINGS, exit_codes_text
 from terminal import CTRL_C, Terminal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,3 +101,51 @@ def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
     # Keys typed during the live view are not echoed: an echoed ^C pushed the view one line down,
     # and its top border was drawn twice.
     assert "^C" not in screen
+
+
+def script(tmp_path: Path, *turns: dict) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(list(turns)))
+    return f"scripted:{path}"
+
+
+def tool(name: str, usage: dict | None = None, **arguments) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": arguments}], **({"usage": usage} if usage else {})}
+
+
+@pytest.mark.parametrize("turns, options, state", [
+    # The model finishes at once: nothing was measured.
+    ([tool("finish", summary="nothing to do")], [], "no_result"),
+    # The first turn spends 2,000 tokens of the 1,000 allowed: stopped before any attempt.
+    ([tool("list_files", usage={"input_tokens": 2000}), tool("finish", summary="never reached")],
+     ["--max-tokens", "1000"], "stopped"),
+    # The model (here its script) fails for good: the run failed.
+    ([tool("list_files")], [], "failed"),
+], ids=["no_result", "stopped", "failed"])
+def test_a_run_that_achieves_nothing_says_so_in_its_state_and_exit_code(turns, options, state, tmp_path):
+    proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, *turns), "--device", "cpu",
+                  "--budget", "10m", "--quiet", *options, cwd=tmp_path, timeout=WAIT_S)
+    assert proc.returncode == ENDINGS[state].exit_code != 0, proc.stdout + proc.stderr
+    assert f"status: {state}" in proc.stdout
+    assert read_status(Path(os.environ["KAGENT_RUNS"]))["state"] == state
+
+
+def test_cuda_is_checked_before_the_run_starts(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, tool("finish", summary="-")),
+                  "--device", "cuda", cwd=tmp_path, timeout=WAIT_S)
+    assert proc.returncode == 2 and "sees no CUDA device" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() and not Path(os.environ["KAGENT_RUNS"]).exists()
+
+
+def test_exit_codes_are_documented_in_help_and_readme():
+    help_text = kagent("run", "--help", cwd=REPO).stdout
+    readme = (REPO / "README.md").read_text()
+    for state, ending in ENDINGS.items():
+        assert f"{ending.exit_code} {state}:" in help_text
+        assert f"| `{state}` | {ending.exit_code} | {ending.meaning} |" in readme, state
+    assert len({ending.exit_code for ending in ENDINGS.values()}) == len(ENDINGS)
+    assert exit_codes_text().count("\n") == len(ENDINGS) + 1  # and usage, and Ctrl-C

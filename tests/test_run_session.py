@@ -179,7 +179,7 @@ def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
         options = run_options(tmp_path, tmp_path / "unused", wall_s=900).model_copy(
             update={"model": "anthropic:test-model", "context_limit_tokens": 6000, "keep_recent_messages": 4})
         run_dir, report = start_run(options, model=make_model("anthropic:test-model", base_url=server.url))
-    assert report.status == "finished", report.reason
+    assert report.status == "no_result", report.reason  # it only read files
     assert server.violations == []
     events = read_trace(run_dir / "trace.jsonl").events
     compactions = [e for e in events if e.type == "compacted"]
@@ -212,3 +212,50 @@ def test_attempt_judgement_new_best_within_noise_and_regression(tmp_path, refere
     assert notes[1].startswith("0.990x: within 2% of the best 1.000x")
     assert notes[2].startswith("regression: 0.500x against the best 1.000x") and "reverted to attempt 1" in notes[2]
     assert report.best_attempt == 1
+
+
+class ClockedModel:
+    """A scripted model whose every answer takes ``seconds`` of a fake clock."""
+
+    def __init__(self, turns: list[dict], clock, seconds: float, name: str = "scripted"):
+        from kagent.agent.models.scripted import ScriptedModel, parse_script
+
+        self._inner = ScriptedModel(parse_script(turns), name=name)
+        self.name, self._clock, self._seconds = name, clock, seconds
+
+    def complete(self, *args, **kwargs):
+        self._clock.advance(self._seconds)
+        return self._inner.complete(*args, **kwargs)
+
+
+def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
+    """`--budget 1m` and a model that takes 40 s a turn: the final slice (the last 30 s)
+    comes before anything was measured."""
+    from kagent.agent.budget import FakeClock
+
+    clock = FakeClock()
+    model = ClockedModel([call_turn("list_files"), call_turn("finish", summary="never reached")], clock, 40)
+    run_dir, report = start_run(run_options(tmp_path, tmp_path / "unused", wall_s=60), clock=clock, model=model)
+    assert report.status == "stopped" and report.reason.startswith("the final slice"), report.reason
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
+
+
+def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
+    """`--max-cost 0.01` and a priced model whose first turn costs $0.03."""
+    from kagent.agent.budget import FakeClock
+    from kagent.agent.pricing import cost
+    from kagent.agent.messages import Usage
+
+    name, usage = "anthropic:claude-sonnet-4-5", {"input_tokens": 10_000}
+    assert cost(name, Usage(**usage)) > 0.01
+    model = ClockedModel([{**call_turn("list_files"), "usage": usage}, call_turn("finish", summary="never")],
+                         FakeClock(), 0, name=name)
+    options = run_options(tmp_path, tmp_path / "unused", wall_s=900)
+    options = options.model_copy(update={"model": name, "budget": Budget(wall_s=900, max_cost_usd=0.01)})
+    run_dir, report = start_run(options, model=model)
+    assert report.status == "stopped" and "cost budget of $0.01 reached" in report.reason, report.reason
+    assert report.turns == 1
+
+
+def call_turn(name: str, **arguments) -> dict:
+    return {"tool_calls": [call(name, **arguments)]}

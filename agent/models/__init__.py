@@ -21,6 +21,8 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "scripted": ("kagent.agent.models.scripted", "pyyaml"),
 }
 SPEC_FORMS = ("anthropic:<model>", "openai:<model>", "openai-compatible:<url>#<model>", "scripted:<path>")
+# How long one model request may take, unless a run says otherwise.
+REQUEST_TIMEOUT_S = 600.0
 
 
 def _bad_spec(spec: str, why: str) -> ModelError:
@@ -43,7 +45,7 @@ def _key(variable: str) -> str:
     return key
 
 
-def make_model(spec: str, *, timeout_s: float = 600, base_url: Optional[str] = None,
+def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Optional[str] = None,
                thinking_budget: Optional[int] = None) -> ChatModel:
     """The model a spec names; its ``name`` is the spec.
 

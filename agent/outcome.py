@@ -1,0 +1,68 @@
+"""How a run ends: the state it ends in and the exit code that tells a script, in one table.
+
+The loop, status.json, the trace, `kagent runs`, the exit code of `kagent run` and `kagent
+resume`, their --help and the README all read this table, so they cannot disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# The model sent the same tool call, with the same arguments, and it failed this many times
+# in a row: the run ends (see RunConfig.max_repeated_failures).
+REPEATED_FAILURE_LIMIT = 5
+
+EndState = Literal["finished", "no_result", "stopped", "stuck", "failed", "interrupted"]
+RunState = Literal["running", EndState]
+# What ended the exploring, as the loop sees it; with whether a verified result stands, it
+# decides the state (see end_state).
+Cause = Literal["model", "budget", "stuck", "error", "unavailable"]
+
+# Exit codes outside the table: bad usage before a run starts, and Ctrl-C.
+EXIT_USAGE = 2
+EXIT_CTRL_C = 130
+
+
+@dataclass(frozen=True)
+class Ending:
+    exit_code: int
+    meaning: str
+    style: str  # how `kagent runs` and `kagent replay` colour it
+
+
+ENDINGS: dict[str, Ending] = {
+    "finished": Ending(0, "a verified result is in place: the best attempt passed its final re-verification "
+                          "(or its benchmark, when the re-verification could not finish)", "green"),
+    "failed": Ending(1, "an error ended the run, such as a model provider refusing for good", "red"),
+    "no_result": Ending(3, "the model finished with no verified result: no attempt passed a benchmark, or the "
+                           "best one failed its re-verification", "yellow"),
+    "stopped": Ending(4, "the wall-clock budget, --max-cost or --max-tokens ran out before any verified "
+                         "result", "yellow"),
+    "stuck": Ending(5, f"the model sent the same failing tool call {REPEATED_FAILURE_LIMIT} times in a row, "
+                       "and the run was ended", "red"),
+    "interrupted": Ending(6, "the model provider stayed unavailable through every retry; `kagent resume` "
+                             "goes on", "yellow"),
+}
+
+
+def end_state(cause: Cause, verified: bool) -> EndState:
+    """The state a run ends in. An error, a stuck model or an outage is said whatever the
+    result; a run that ended as it should (the model finished, the budget ran out) is
+    finished only with a verified result in place."""
+    if cause == "error":
+        return "failed"
+    if cause == "unavailable":
+        return "interrupted"
+    if cause == "stuck":
+        return "stuck"
+    if verified:
+        return "finished"
+    return "no_result" if cause == "model" else "stopped"
+
+
+def exit_codes_text() -> str:
+    """The exit codes as --help shows them, one per line."""
+    lines = [(ending.exit_code, f"{state}: {ending.meaning}") for state, ending in ENDINGS.items()]
+    lines += [(EXIT_USAGE, "bad usage: nothing was started"),
+              (EXIT_CTRL_C, "interrupted by Ctrl-C; `kagent resume` goes on")]
+    return "\n".join(f"{code} {text}." for code, text in sorted(lines))
