@@ -20,7 +20,7 @@ from kagent.agent.errors import KagentError, TransientModelError
 from kagent.agent.ledger import Attempt, Design, Ledger
 from kagent.agent.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
 from kagent.agent.models import REQUEST_TIMEOUT_S
-from kagent.agent.outcome import Cause, EndState, end_state
+from kagent.agent.outcome import REPEATED_FAILURE_LIMIT, Cause, EndState, end_state
 from kagent.agent.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt
 from kagent.agent.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
@@ -58,6 +58,8 @@ class RunConfig(BaseModel):
     eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
     model_timeout_s: float = Field(REQUEST_TIMEOUT_S, description="Limit of one model request")
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
+    max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
+                                       "same tool call, with the same arguments, fails this many times in a row")
 
 
 class Stop(Exception):
@@ -127,6 +129,39 @@ class FinishArgs(BaseModel):
     summary: str = Field(description="What was achieved and what you would try next")
 
 
+class RepeatedFailures:
+    """Identical failing tool calls in a row. A model that sends the same failing call again
+    gets the same error again (one did 860 times): from the second time it is told so in the
+    tool's result, and at ``limit`` the run ends. Any other call, or a success, starts over."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.count = 0
+        self.name = ""
+        self._fingerprint: Optional[str] = None
+
+    @property
+    def stuck(self) -> bool:
+        return self.count >= self.limit
+
+    def watch(self, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
+        """The outcome to give the model, with a plain word added when the call repeats a failure."""
+        fingerprint = _sha256([call.name, call.arguments]) if outcome.is_error else None
+        same = fingerprint is not None and fingerprint == self._fingerprint
+        self.count = self.count + 1 if same else int(fingerprint is not None)
+        self._fingerprint, self.name = fingerprint, call.name
+        if self.count < 2:
+            return outcome
+        if self.stuck:
+            note = (f"[kagent] This exact call ({call.name}, same arguments) has now failed {self.count} times in a "
+                    f"row. The run ends here.")
+        else:
+            note = (f"[kagent] This exact call ({call.name}, same arguments) has failed {self.count} times in a row "
+                    f"now. Sent again unchanged, it will most likely fail again: change the arguments or do "
+                    f"something else. After {self.limit} identical failures in a row the run ends.")
+        return outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
+
+
 def _spec(name: str, description: str, args: type[BaseModel]) -> ToolSpec:
     return ToolSpec(name=name, description=description, parameters=args.model_json_schema())
 
@@ -153,6 +188,7 @@ class Agent:
         self.finished_summary: Optional[str] = None
         self.nudged = False
         self.final_evaluation: Optional[EvalResult] = None
+        self.repetition = RepeatedFailures(config.max_repeated_failures)
 
     # -- set-up ------------------------------------------------------------------------------
     def _loop_tools(self) -> list[LoopTool]:
@@ -282,6 +318,9 @@ class Agent:
         self.messages.append(Message(role="user", content=[*results, TextBlock(text=status)]))
         if self.finished_summary is not None:
             raise Stop(self._finished_reason(), "model")
+        if self.repetition.stuck:
+            raise Stop(f"stuck: the model sent the same failing call ({self.repetition.name}) "
+                       f"{self.repetition.count} times in a row", "stuck")
 
     def _no_tool_calls(self, response: ModelResponse) -> None:
         if self.nudged or response.stop_reason == "refusal":
@@ -332,6 +371,7 @@ class Agent:
         if outcome.evaluation is not None and call.name in ("check", "benchmark"):
             note = self._record_attempt(call.name, outcome.evaluation, call.id)
             outcome = outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
+        outcome = self.repetition.watch(call, outcome)
         if call.name not in READ_ONLY_TOOLS:
             # The state a resumed run goes back to, should the process die before the next one.
             outcome.data = {**outcome.data, "snapshot": self.workspace.snapshot(), "head": self.workspace.head()}

@@ -259,3 +259,21 @@ def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
 
 def call_turn(name: str, **arguments) -> dict:
     return {"tool_calls": [call(name, **arguments)]}
+
+
+def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
+    """The same failing read, again and again: from the second failure the model is told so in
+    the result; at the fifth in a row the run ends, stuck. A success in between starts over."""
+    missing = call_turn("read_file", path="missing.txt")
+    turns = [missing, call_turn("list_files"), *[missing] * 7, call_turn("finish", summary="never reached")]
+    script = write_script(tmp_path / "script.json", turns)
+    run_dir, report = start_run(run_options(tmp_path, script, wall_s=900))
+    assert report.status == "stuck" and report.reason.startswith("stuck: the model sent the same failing call "
+                                                                 "(read_file) 5 times in a row"), report.reason
+    results = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished"]
+    assert [e.name for e in results] == ["read_file", "list_files", *["read_file"] * 5]
+    assert all(e.is_error for e in results if e.name == "read_file")
+    assert "[kagent]" not in results[0].content and "[kagent]" not in results[2].content  # the first of each row
+    assert "has failed 2 times in a row now" in results[3].content and "change the arguments" in results[3].content
+    assert "has now failed 5 times in a row. The run ends here." in results[-1].content
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
