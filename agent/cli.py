@@ -285,14 +285,15 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
     from rich.live import Live
 
     from kagent.agent.runs import RunInterrupted
-    from kagent.agent.views import run_panel
+    from kagent.agent.views import LiveRunView
 
     try:
         if quiet:
             run_dir, report = drive(None)
         else:
-            with _keys_not_echoed(), Live(console=console, refresh_per_second=4, transient=False) as live:
-                run_dir, report = drive(lambda update: live.update(run_panel(update)))
+            view = LiveRunView()
+            with _keys_not_echoed(), Live(view, console=console, refresh_per_second=4, transient=False):
+                run_dir, report = drive(view.update)
     except RunInterrupted as stop:
         # Caught here: typer would turn it into a silent exit 130 before main() could speak.
         err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept",

@@ -9,12 +9,13 @@ import hashlib
 import json
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Iterator, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
-from kagent.agent import pricing
+from kagent.agent import pricing, progress
 from kagent.agent.budget import Budget, BudgetTracker
 from kagent.agent.errors import KagentError, TransientModelError
 from kagent.agent.ledger import Attempt, Design, Ledger
@@ -83,7 +84,11 @@ class ViewUpdate(BaseModel):
     best_score: Optional[float]
     best_attempt: Optional[int]
     attempts: list[Attempt] = Field(default_factory=list)
-    last_event: str = ""
+    last_event: str = Field("", description="The last thing that happened")
+    activity: str = Field("", description="What is going on now (a tool, the model, the re-verification)")
+    activity_since_s: float = Field(0.0, description="elapsed_s when that began")
+    detail: str = Field("", description="The latest progress of the activity (an evaluation's phase)")
+    ended: bool = False
 
 
 class RunReport(BaseModel):
@@ -106,6 +111,15 @@ class RunReport(BaseModel):
 
 def _sha256(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class Activity:
+    """What the loop is doing now, for the live view."""
+
+    what: str
+    since_s: float  # the run's elapsed time when it began
+    detail: str = ""
 
 
 @dataclass
@@ -189,6 +203,8 @@ class Agent:
         self.nudged = False
         self.final_evaluation: Optional[EvalResult] = None
         self.repetition = RepeatedFailures(config.max_repeated_failures)
+        self.activity: Optional[Activity] = None
+        self.last_event = ""
 
     # -- set-up ------------------------------------------------------------------------------
     def _loop_tools(self) -> list[LoopTool]:
@@ -300,7 +316,8 @@ class Agent:
         self.turn += 1
         self._maybe_compact()
         self.trace.append(ModelRequested(turn=self.turn, message_count=len(self.messages)))
-        response = self._call_model()
+        with self._busy("waiting for the model"):
+            response = self._call_model()
         cost = pricing.cost(self.model.name, response.usage)
         self.usage = self.usage + response.usage
         self.cost += cost
@@ -361,13 +378,14 @@ class Agent:
         """Tools count time with time.monotonic(); the tracker's clock may be another one."""
         monotonic_deadline = time.monotonic() + (deadline - self.tracker.clock.now())
         return ToolContext(workspace=self.workspace.root, task=self.task, eval_options=self.eval_options,
-                           solution_name=self.config.solution_name, deadline=monotonic_deadline)
+                           solution_name=self.config.solution_name, deadline=monotonic_deadline,
+                           progress=self._on_progress)
 
     def _call_tool(self, call: ToolCall) -> ToolResult:
         self.trace.append(ToolStarted(turn=self.turn, call_id=call.id, name=call.name, arguments=call.arguments))
-        self._show(f"tool {call.name}")
         started = self.tracker.clock.now()
-        outcome = self._dispatch(call)
+        with self._busy(f"tool {call.name}"):
+            outcome = self._dispatch(call)
         if outcome.evaluation is not None and call.name in ("check", "benchmark"):
             note = self._record_attempt(call.name, outcome.evaluation, call.id)
             outcome = outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
@@ -530,7 +548,9 @@ class Agent:
             options = self.eval_options.model_copy(update={"mode": "eval",
                                                            "timeout_s": min(self.config.eval_timeout_s, remaining)})
             try:
-                self.final_evaluation = evaluate(self.task, self.workspace.root / self.config.solution_name, options)
+                with self._busy(f"re-verifying attempt {best.number}"):
+                    self.final_evaluation = evaluate(self.task, self.workspace.root / self.config.solution_name,
+                                                     options, progress=self._on_progress)
             except KagentError as err:
                 note = f"re-verification could not run: {err.message}"
         else:
@@ -555,7 +575,7 @@ class Agent:
         self.trace.append(RunEnded(status=status, reason=reason, best_attempt=best.number if best else None,
                                    best_speedup=best.score if best else None, tokens=self.usage.total_tokens,
                                    cost_usd=self.cost))
-        self._show(f"run ended: {reason}")
+        self._show(f"run ended: {reason}", ended=True)
         return RunReport(run_id=self.config.run_id, task=self.task.name, model=self.model.name, status=status,
                          reason=reason, best_attempt=best.number if best else None,
                          best_score=best.score if best else None, best_speedups=best.speedups if best else {},
@@ -563,10 +583,32 @@ class Agent:
                          attempts=len(self.ledger.attempts), turns=self.turn, usage=self.usage, cost_usd=self.cost,
                          elapsed_s=round(self.tracker.elapsed(), 1))
 
-    def _show(self, event: str) -> None:
+    @contextmanager
+    def _busy(self, what: str) -> Iterator[None]:
+        """Shown as what is going on now, with the time since it began, until the block ends."""
+        self.activity = Activity(what, self.tracker.elapsed())
+        self._show()
+        try:
+            yield
+        finally:
+            self.activity = None
+
+    def _on_progress(self, event: dict) -> None:
+        """An evaluation's harness event, as it arrives: the view shows how far it has got."""
+        text = progress.describe(event)
+        if text and self.activity is not None:
+            self.activity.detail = text
+            self._show()
+
+    def _show(self, event: Optional[str] = None, ended: bool = False) -> None:
+        if event is not None:
+            self.last_event = event
         best = self.ledger.best_attempt()
         s = self.tracker.summary()
+        activity = self.activity or Activity("", 0.0)
         self.view(ViewUpdate(phase=s["phase"], turn=self.turn, elapsed_s=s["elapsed"], remaining_s=s["remaining"],
                              tokens=self.usage.total_tokens, cost_usd=self.cost,
                              best_score=best.score if best else None, best_attempt=best.number if best else None,
-                             attempts=self.ledger.attempts[-6:], last_event=event))
+                             attempts=self.ledger.attempts[-6:], last_event=self.last_event,
+                             activity=activity.what, activity_since_s=activity.since_s, detail=activity.detail,
+                             ended=ended))

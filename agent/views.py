@@ -1,7 +1,10 @@
 """How results look in a terminal (rich)."""
 from __future__ import annotations
 
-from rich.console import Console, Group
+import time
+from typing import Any, Callable, Optional
+
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -124,21 +127,56 @@ def _minutes(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def run_panel(update) -> Panel:
-    """The live view of a run (``update`` is a kagent.agent.loop.ViewUpdate)."""
+def run_panel(update, since_s: float = 0.0) -> Panel:
+    """The live view of a run (``update`` is a kagent.agent.loop.ViewUpdate), ``since_s``
+    seconds after the update was made: until the run has ended, its clocks move on by that."""
+    moved = 0.0 if update.ended else since_s
+    elapsed = update.elapsed_s + moved
     best = f"{update.best_score:.3f}x (attempt {update.best_attempt})" if update.best_score is not None else "none yet"
-    head = Table.grid(padding=(0, 2))
+    head = _label_grid()
     head.add_row("phase", update.phase, "turn", str(update.turn))
-    head.add_row("elapsed", _minutes(update.elapsed_s), "remaining", _minutes(update.remaining_s))
+    head.add_row("elapsed", _minutes(elapsed), "remaining", _minutes(update.remaining_s - moved))
     head.add_row("tokens", f"{update.tokens:,}", "cost", f"${update.cost_usd:.2f}")
     head.add_row("best", best, "", "")
+    # A grid of its own, so that a long line here does not widen the columns above.
+    now = _label_grid()
+    if update.activity:
+        doing = f"{update.activity} for {_minutes(elapsed - update.activity_since_s)}"
+        now.add_row("now", Text(doing + (f" · {update.detail}" if update.detail else ""), style="bold"))
     attempts = Table(box=None, show_header=True, header_style="dim")
     for column in ("#", "kind", "verdict", "score", "note"):
         attempts.add_column(column)
     for a in update.attempts:
         attempts.add_row(str(a.number), a.kind, a.verdict, f"{a.score:.3f}x" if a.score is not None else "–",
                          (a.note or a.reason)[:60])
-    return Panel(Group(head, attempts, Text(update.last_event, style="dim")), title="kagent run")
+    return Panel(Group(head, now, attempts, Text(update.last_event, style="dim")), title="kagent run")
+
+
+def _label_grid() -> Table:
+    """Label and value columns; the labels' column is as wide as the longest label, in every grid."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(min_width=len("elapsed"))
+    return grid
+
+
+class LiveRunView:
+    """What rich's Live draws while a run goes: the loop's latest update, rendered anew at every
+    refresh with the time since it came, so that the clocks tick while a tool runs for minutes
+    with nothing to report. ``update`` is called by the loop's thread, rendering by Live's."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._latest: Optional[tuple[Any, float]] = None  # replaced whole, so a reader sees one consistent pair
+
+    def update(self, update) -> None:
+        self._latest = (update, self._clock())
+
+    def __rich__(self) -> RenderableType:
+        latest = self._latest
+        if latest is None:
+            return Text("starting the run…", style="dim")
+        update, received = latest
+        return run_panel(update, since_s=self._clock() - received)
 
 
 def audit_table(audit) -> Table:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -269,8 +269,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
-    """Run the harness in a new session, reading its events until done, exit or the limit."""
+def run_child(bundle: Bundle, job: dict, options: EvalOptions,
+              progress: Optional[Callable[[dict], None]] = None) -> ChildRun:
+    """Run the harness in a new session, reading its events until done, exit or the limit;
+    ``progress`` gets each authentic event as it arrives."""
     private = bundle.root / "private"
     private.mkdir()
     home = options.home or bundle.root / "home"
@@ -353,6 +355,8 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions) -> ChildRun:
                     forged.append(line[:200].decode("utf-8", "replace"))
                 else:
                     events.append(event)
+                    if progress is not None:
+                        progress(event)
             if events and events[-1].get("event") == "done":
                 break
     finally:
@@ -423,8 +427,10 @@ def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
     return [StaticFinding(**f.__dict__) for f in static_checks.scan(solution, task.forbidden_imports)]
 
 
-def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions) -> EvalResult:
-    """Evaluate ``solution`` (None in A/A mode) on ``task``; never raises for a bad solution."""
+def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
+             progress: Optional[Callable[[dict], None]] = None) -> EvalResult:
+    """Evaluate ``solution`` (None in A/A mode) on ``task``; never raises for a bad solution.
+    ``progress`` gets the harness's events (phase, check, timing, ...) as they arrive."""
     started = time.monotonic()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if options.mode != "aa":
@@ -447,7 +453,7 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions) -> E
     with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
         bundle = Bundle(Path(tmp), task, solution)
         try:
-            child = run_child(bundle, _job(task, bundle, options), options)
+            child = run_child(bundle, _job(task, bundle, options), options, progress)
             tampered = bundle.tampering()
             if options.cache_dir is not None:
                 promote_cache(bundle.cache_staging, options.cache_dir, child.events)

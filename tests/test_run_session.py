@@ -55,7 +55,15 @@ def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunOptions:
 
 def test_scripted_session_end_to_end(tmp_path, reference_text):
     script = write_script(tmp_path / "script.json", session_turns(reference_text))
-    run_dir, report = start_run(run_options(tmp_path, script, wall_s=900))
+    updates = []
+    run_dir, report = start_run(run_options(tmp_path, script, wall_s=900), view=updates.append)
+
+    # The live view was told what ran, and how far each evaluation got as it went.
+    assert any(u.activity == "waiting for the model" for u in updates)
+    assert any(u.activity == "tool baseline" and u.detail.startswith("timed ctx") for u in updates)
+    assert any(u.activity == "tool check" and u.detail.startswith("check ") for u in updates)
+    assert any(u.activity == "re-verifying attempt 2" and " done (" in u.detail for u in updates)
+    assert updates[-1].ended and not updates[-1].activity
 
     # The report: the benchmarked port is the best, the bad change was caught and reverted.
     assert report.status == "finished" and report.reason.startswith("the model finished")
@@ -200,8 +208,8 @@ def test_attempt_judgement_new_best_within_noise_and_regression(tmp_path, refere
     scores = iter([1.0, 0.99, 0.5])
     real = tool_module.evaluate
 
-    def scored(task, solution, options):  # a real evaluation, with the score the case needs
-        result = real(task, solution, options.model_copy(update={"contexts": [16]}))
+    def scored(task, solution, options, progress=None):  # a real evaluation, with the score the case needs
+        result = real(task, solution, options.model_copy(update={"contexts": [16]}), progress)
         result.score = next(scores)
         return result
 

@@ -14,7 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,6 +44,7 @@ class ToolContext:
     deadline: Optional[float] = None  # time.monotonic() value nothing may run past
     max_output_chars: int = 8000
     env: Optional[dict[str, str]] = None  # None: os.environ, scrubbed of credentials
+    progress: Optional[Callable[[dict], None]] = None  # an evaluation's harness events as they arrive (live view)
 
     def timeout(self, own_limit: float) -> float:
         """The seconds a step may take: its own limit, cut to what is left of the run."""

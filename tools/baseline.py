@@ -20,7 +20,7 @@ class Baseline(BaseTool):
     def execute(self, args: BaselineArgs, ctx: ToolContext) -> ToolOutcome:
         options = ctx.eval_options.model_copy(update={"mode": "aa", "timeout_s": ctx.timeout(ctx.eval_options.timeout_s)})
         try:
-            result = evaluate(ctx.task, None, options)
+            result = evaluate(ctx.task, None, options, progress=ctx.progress)
         except KagentError as err:
             raise ToolError(err.message) from err
         if result.verdict.value != "pass":

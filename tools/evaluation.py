@@ -49,7 +49,7 @@ def _evaluate(ctx: ToolContext, mode: str, contexts: Optional[list[int]]) -> Too
         "contexts": contexts or ctx.eval_options.contexts,
     })
     try:
-        result = evaluate(ctx.task, solution, options)
+        result = evaluate(ctx.task, solution, options, progress=ctx.progress)
     except KagentError as err:
         return ToolOutcome(content=f"{mode} could not run: {err.message}" + (f" ({err.hint})" if err.hint else ""),
                            is_error=True, data={"mode": mode})
