@@ -99,9 +99,17 @@ class RunReport(BaseModel):
     status: EndState
     reason: str
     best_attempt: Optional[int]
-    best_score: Optional[float]
-    best_speedups: dict[str, float] = Field(default_factory=dict)
+    best_score: Optional[float] = Field(description="The best attempt's geomean speedup, measured while exploring")
+    best_speedups: dict[str, float] = Field(default_factory=dict, description="Per shape, measured while exploring")
     final_verdict: Optional[str] = Field(None, description="Verdict of the final re-verification, if it ran")
+    final_score: Optional[float] = Field(None, description="The best attempt's geomean speedup as the final "
+                                                           "re-verification measured it, when it passed")
+    final_speedups: dict[str, float] = Field(default_factory=dict, description="Per shape, re-verified")
+    result_score: Optional[float] = Field(None, description="The run's result: final_score; best_score when the "
+                                                            "re-verification could not finish; None without a "
+                                                            "verified result")
+    result_from: Optional[Literal["final re-verification", "exploration"]] = Field(
+        None, description="Which measurement result_score is")
     attempts: int
     turns: int
     usage: Usage
@@ -559,6 +567,13 @@ class Agent:
                                     evaluation=self.final_evaluation.model_dump(mode="json")
                                     if self.final_evaluation else None))
 
+    def result_score(self) -> Optional[float]:
+        """The run's result so far: the re-verified score once there is one, the best attempt's before."""
+        best, final = self.ledger.best_attempt(), self.final_evaluation
+        if not self._verified():
+            return None
+        return final.score if final is not None and final.verdict is Verdict.PASS else best.score
+
     def _verified(self) -> bool:
         """Whether a verified result stands: a best attempt its final re-verification did not refute."""
         best, final = self.ledger.best_attempt(), self.final_evaluation
@@ -576,10 +591,15 @@ class Agent:
                                    best_speedup=best.score if best else None, tokens=self.usage.total_tokens,
                                    cost_usd=self.cost))
         self._show(f"run ended: {reason}", ended=True)
+        reverified = final is not None and final.verdict is Verdict.PASS
         return RunReport(run_id=self.config.run_id, task=self.task.name, model=self.model.name, status=status,
                          reason=reason, best_attempt=best.number if best else None,
                          best_score=best.score if best else None, best_speedups=best.speedups if best else {},
-                         final_verdict=self.final_evaluation.verdict.value if self.final_evaluation else None,
+                         final_verdict=final.verdict.value if final else None,
+                         final_score=final.score if reverified else None,
+                         final_speedups={t.label: t.speedup for t in final.timings} if reverified else {},
+                         result_score=self.result_score(),
+                         result_from=None if not verified else "final re-verification" if reverified else "exploration",
                          attempts=len(self.ledger.attempts), turns=self.turn, usage=self.usage, cost_usd=self.cost,
                          elapsed_s=round(self.tracker.elapsed(), 1))
 

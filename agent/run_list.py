@@ -38,7 +38,9 @@ class RunSummary(BaseModel):
     task: str = ""
     model: str = ""
     best_attempt: Optional[int] = None
-    best_score: Optional[float] = Field(None, description="Geomean speedup of the best attempt")
+    best_score: Optional[float] = Field(None, description="Geomean speedup of the best attempt while exploring")
+    result_score: Optional[float] = Field(None, description="The run's verified result: the re-verified score once "
+                                                            "the run has ended, the best attempt's before")
     elapsed_s: float = 0.0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -98,8 +100,9 @@ def read_summary(run_dir: Path) -> Optional[RunSummary]:
         status = json.loads(status_path.read_text())
         if not isinstance(status, dict):
             raise ValueError("status.json does not hold an object")
-        summary = RunSummary(path=run_dir, **{**{k: v for k, v in status.items() if k in RunSummary.model_fields},
-                                              "run_id": status.get("run_id") or run_dir.name})
+        # A status written before runs recorded a result: its best attempt was the result.
+        fields = {"result_score": status.get("best_score"), **status, "run_id": status.get("run_id") or run_dir.name}
+        summary = RunSummary(path=run_dir, **{k: v for k, v in fields.items() if k in RunSummary.model_fields})
     except (OSError, ValueError, TypeError, ValidationError) as err:  # ValidationError is a ValueError too
         return RunSummary(run_id=run_dir.name, state="unknown", path=run_dir, updated_at=_mtime_iso(status_path),
                           reason=f"status.json is unreadable: {str(err).splitlines()[0][:160]}",
@@ -156,7 +159,7 @@ def runs_table(summaries: list[RunSummary]) -> Table:
     for name in ("best", "elapsed", "tokens", "cost"):
         table.add_column(name, justify="right", no_wrap=True)
     for s in summaries:
-        best = f"{s.best_score:.3f}x #{s.best_attempt}" if s.best_score is not None else "–"
+        best = f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–"
         table.add_row(s.run_id, Text(s.state, style=STATE_STYLE[s.state]), s.task or "?", s.model or "?", best,
                       _elapsed(s.elapsed_s), _tokens(s.tokens), f"${s.cost_usd:.2f}")
     return table

@@ -56,7 +56,8 @@ class RunStatus(BaseModel):
     model: str
     updated_at: str
     best_attempt: Optional[int] = None
-    best_score: Optional[float] = None
+    best_score: Optional[float] = Field(None, description="The best attempt's score while exploring")
+    result_score: Optional[float] = Field(None, description="The run's verified result (RunReport.result_score)")
     elapsed_s: float = 0.0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -89,18 +90,36 @@ def versions() -> dict[str, Optional[str]]:
 def _report_markdown(report: RunReport) -> str:
     lines = [f"# kagent run {report.run_id}", "",
              f"- task: {report.task}", f"- model: {report.model}", f"- status: {report.status} ({report.reason})",
-             f"- best attempt: {report.best_attempt if report.best_attempt is not None else 'none'}"
+             f"- result: {_result_line(report)}",
+             f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
              + (f", {report.best_score:.3f}x" if report.best_score is not None else ""),
-             f"- final re-verification: {report.final_verdict or 'not run'}",
+             f"- final re-verification: {report.final_verdict or 'not run'}"
+             + (f", {report.final_score:.3f}x" if report.final_score is not None else ""),
              f"- attempts: {report.attempts}, turns: {report.turns}",
              f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
              f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
              f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
              f"- cost: ${report.cost_usd:.2f}", f"- elapsed: {report.elapsed_s / 60:.1f} min"]
     if report.best_speedups:
-        lines += ["", "| shape | speedup |", "|---|---|"]
-        lines += [f"| {label} | {value:.3f}x |" for label, value in report.best_speedups.items()]
+        lines += ["", "| shape | while exploring | re-verified (the result) |", "|---|---|---|"]
+        lines += [f"| {label} | {value:.3f}x | "
+                  + (f"{report.final_speedups[label]:.3f}x" if label in report.final_speedups else "–") + " |"
+                  for label, value in report.best_speedups.items()]
     return "\n".join(lines) + "\n"
+
+
+def _result_line(report: RunReport) -> str:
+    """Which number is the run's result, and why that one."""
+    if report.result_score is None:
+        if report.best_attempt is not None and report.final_verdict:
+            return f"none: attempt {report.best_attempt} failed its final re-verification ({report.final_verdict})"
+        return "none: no attempt passed a benchmark"
+    if report.result_from == "final re-verification":
+        change = report.result_score / report.best_score - 1 if report.best_score else 0.0
+        return (f"{report.result_score:.3f}x, attempt {report.best_attempt} as the final re-verification measured it "
+                f"({change:+.1%} from {report.best_score:.3f}x while exploring)")
+    why = f"the re-verification ended {report.final_verdict}" if report.final_verdict else "it was not re-verified"
+    return f"{report.result_score:.3f}x, attempt {report.best_attempt} as measured while exploring ({why})"
 
 
 class RunOptions(BaseModel):
@@ -171,6 +190,7 @@ def _figures(agent: Agent) -> dict[str, object]:
     """What status.json says of a run's progress, read from the agent at this moment."""
     best = agent.ledger.best_attempt()
     return {"best_attempt": best.number if best else None, "best_score": best.score if best else None,
+            "result_score": agent.result_score(),
             "elapsed_s": round(agent.tracker.elapsed(), 1), "tokens": agent.usage.total_tokens,
             "cost_usd": agent.cost}
 

@@ -69,6 +69,9 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert report.status == "finished" and report.reason.startswith("the model finished")
     assert report.attempts == 3 and report.best_attempt == 2 and report.best_score > 0
     assert report.final_verdict == "pass"
+    # The result is the re-verified score, said as such beside the exploration's.
+    assert report.final_score > 0 and set(report.final_speedups) == set(report.best_speedups)
+    assert report.result_score == report.final_score and report.result_from == "final re-verification"
     assert report.turns == 7
     assert report.usage.input_tokens == 7000 and report.usage.output_tokens == 700
     assert report.usage.cache_read_tokens == 3500
@@ -113,7 +116,14 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["best_attempt"] == 2
     assert json.loads((run_dir / "report.json").read_text())["best_attempt"] == 2
-    assert "best attempt: 2" in (run_dir / "report.md").read_text()
+    markdown = (run_dir / "report.md").read_text()
+    assert "- best attempt while exploring: 2" in markdown
+    assert (f"- result: {report.final_score:.3f}x, attempt 2 as the final re-verification measured it "
+            f"({report.final_score / report.best_score - 1:+.1%} from {report.best_score:.3f}x while exploring)"
+            in markdown)
+    assert f"- final re-verification: pass, {report.final_score:.3f}x" in markdown
+    assert "| shape | while exploring | re-verified (the result) |" in markdown
+    assert status["result_score"] == report.final_score
 
 
 def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
@@ -285,3 +295,24 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     assert "has failed 2 times in a row now" in results[3].content and "change the arguments" in results[3].content
     assert "has now failed 5 times in a row. The run ends here." in results[-1].content
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
+
+
+def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, reference_text, monkeypatch):
+    """The benchmark passed, the final re-verification does not (say a hidden seed fails): no
+    verified result, and the report says which attempt failed and how."""
+    import kagent.agent.loop as loop_module
+    from kagent.sandbox.results import EvalResult, Verdict
+
+    def refuting(task, solution, options, progress=None):
+        return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
+                          device=options.device, verdict=Verdict.INCORRECT, reason="hidden_seeds: cosine 0.41",
+                          started_at="2026-12-01T00:00:00+00:00", wall_seconds=1.0)
+
+    monkeypatch.setattr(loop_module, "evaluate", refuting)
+    turns = [call_turn("write_file", path="solution.py", content=reference_text),
+             call_turn("benchmark", contexts=[16]), call_turn("finish", summary="done")]
+    run_dir, report = start_run(run_options(tmp_path, write_script(tmp_path / "s.json", turns), wall_s=900))
+    assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
+    assert "the best attempt (1) failed its final re-verification: incorrect: hidden_seeds" in report.reason
+    assert report.final_score is None and report.result_score is None and report.result_from is None
+    assert "- result: none: attempt 1 failed its final re-verification (incorrect)" in (run_dir / "report.md").read_text()

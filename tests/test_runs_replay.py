@@ -219,8 +219,8 @@ def write_lock(run_dir: Path, pid: int) -> None:
 def runs_root(tmp_path) -> Path:
     root = tmp_path / "runs"
     gone = dead_pid()
-    make_run(root, "done", "finished", "2026-01-01T10:00:00+00:00", gone, best_attempt=2, best_score=1.25,
-             elapsed_s=600, tokens=12345, cost_usd=0.5, reason="the model finished")
+    make_run(root, "done", "finished", "2026-01-01T10:00:00+00:00", gone, best_attempt=2, best_score=1.3,
+             result_score=1.25, elapsed_s=600, tokens=12345, cost_usd=0.5, reason="the model finished")
     make_run(root, "broke", "failed", "2026-01-01T11:00:00+00:00", gone, reason="bad key")
     make_run(root, "killed", "running", "2026-01-01T12:00:00+00:00", gone)  # no lock, pid gone
     write_lock(make_run(root, "stale-lock", "running", "2026-01-01T13:00:00+00:00", os.getpid()), gone)
@@ -244,7 +244,7 @@ def test_list_runs_shows_true_states_newest_first(runs_root):
     by_id = {r.run_id: r for r in runs}
     assert by_id["killed"].reason.startswith("its process (pid")
     assert by_id["corrupt"].task == "01_other" and "unreadable" in by_id["corrupt"].reason
-    assert by_id["done"].best_score == 1.25 and by_id["done"].path == runs_root / "done"
+    assert by_id["done"].result_score == 1.25 and by_id["done"].path == runs_root / "done"
     assert list_runs(runs_root / "missing") == []
 
 
