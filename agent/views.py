@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
 
@@ -91,9 +92,7 @@ def result_view(result: EvalResult, result_path: str | None = None) -> Group:
         parts.append(checks_table(result))
     if result.timings:
         parts.append(timing_table(result))
-    lines = []
-    if result.score is not None:
-        lines.append(f"score (geomean speedup): {result.score:.3f}x")
+    lines = score_lines(result)
     if result.launches:
         lines.append(f"launches: {_launch_line(result)}")
     if result.bandwidth:

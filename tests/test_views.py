@@ -5,7 +5,8 @@ from rich.console import Console
 
 from kagent.agent.budget import FakeClock
 from kagent.agent.loop import ViewUpdate
-from kagent.agent.views import LiveRunView
+from kagent.agent.views import LiveRunView, result_view
+from kagent.sandbox.results import EvalResult, ShapeTiming, Stats, Verdict
 
 
 def rendered(renderable: object, width: int = 100) -> str:
@@ -45,3 +46,33 @@ def test_the_live_view_stops_its_clocks_when_the_run_has_ended():
     clock.advance(30)
     text = rendered(view)
     assert "elapsed  2m00s" in text and "remaining  3m00s" in text and "now" not in text
+
+
+def timing(label: str, speedup: float, low: float, high: float) -> ShapeTiming:
+    stats = Stats(n=8, median_ms=1.0, mean_ms=1.0, p10_ms=0.9, p90_ms=1.1, iqr_ms=0.1, min_ms=0.8, max_ms=1.2)
+    return ShapeTiming(label=label, steps=8, rounds=2, baseline=stats, candidate=stats, speedup=speedup,
+                       ratio_of_medians=speedup, ci_low=low, ci_high=high, within_noise=low <= 1 <= high)
+
+
+def aa_result(*timings: ShapeTiming, score: float) -> EvalResult:
+    return EvalResult(task="02_kimi_linear_decode", task_kind="mega", mode="aa", scale="smoke", device="cpu",
+                      verdict=Verdict.PASS, reason="all checks passed", started_at="2026-12-01T00:00:00+00:00",
+                      wall_seconds=165.0, timings=list(timings), score=score)
+
+
+def test_an_aa_score_within_noise_is_marked_and_a_noisy_one_said_plainly():
+    """The A/A run that printed `score: 1.218x` unmarked under a row `1.408x ≈`: the score is
+    within noise too, and an interval that wide means nothing."""
+    noisy = aa_result(timing("ctx 2048", 1.408, 0.71, 2.10), timing("ctx 8192", 1.054, 1.01, 1.10), score=1.218)
+    text = rendered(result_view(noisy), width=200)
+    assert "score (geomean speedup): 1.218x ≈ (within noise: interval 0.85–1.52)" in text
+    assert "too noisy to mean anything (the score, ctx 2048): a 95% interval wider than ±25%" in text
+
+    quiet = aa_result(timing("ctx 2048", 1.003, 0.98, 1.02), timing("ctx 8192", 0.997, 0.97, 1.03), score=1.0)
+    text = rendered(result_view(quiet), width=200)
+    assert "score (geomean speedup): 1.000x ≈ (within noise: interval 0.97–1.02)" in text
+    assert "too noisy" not in text
+
+    faster = aa_result(timing("ctx 2048", 1.50, 1.40, 1.60), score=1.5)
+    text = rendered(result_view(faster), width=200)
+    assert "score (geomean speedup): 1.500x\n" in text and "too noisy" not in text

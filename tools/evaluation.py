@@ -17,6 +17,7 @@ from pydantic import Field
 
 from kagent.agent.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
+from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, run_command
 
@@ -78,8 +79,7 @@ def summarize(result: EvalResult) -> str:
         lines.append(f"launches per step: not counted ({reports[0].note or 'no count'})")
     elif reports:
         lines.append("launches per step: " + "; ".join(_launch_line(r) for r in reports))
-    if result.score is not None:
-        lines.append(f"score (geomean speedup): {result.score:.3f}x")
+    lines += score_lines(result, advice="benchmark again before acting on it")
     return "\n".join(lines)
 
 
