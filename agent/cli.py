@@ -85,8 +85,10 @@ def eval_command(
 
     Exit code: 0 pass, 1 the solution failed, 2 bad usage, 3 internal error.
     """
+    from rich.live import Live
+
     from kagent.agent.device import check_device_name, resolve_device
-    from kagent.agent.views import print_result
+    from kagent.agent.views import EvalProgressView, print_result
     from kagent.sandbox.evaluate import EvalOptions, evaluate
     from kagent.sandbox.results import Verdict
     from kagent.tasks import resolve_task
@@ -115,7 +117,16 @@ def eval_command(
     if not json_output:
         what = "A/A (baseline vs baseline)" if aa else str(solution)
         err_console.print(f"[dim]evaluating {what} on {task_ref.name} ({chosen_scale} scale, {resolved_device})…[/]")
-    result = evaluate(task_ref, solution, options)
+    try:
+        if err_console.is_terminal:  # progress for a person watching; stdout (--json) stays the result alone
+            view = EvalProgressView()
+            with _keys_not_echoed(), Live(view, console=err_console, refresh_per_second=4, transient=True):
+                result = evaluate(task_ref, solution, options, progress=view.update)
+        else:
+            result = evaluate(task_ref, solution, options)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the evaluation was stopped, nothing was written")
+        raise typer.Exit(EXIT_CTRL_C)
     path = out or runs_dir() / "evals" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}_{task_ref.name}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kagent.agent import progress
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
@@ -176,6 +177,23 @@ class LiveRunView:
             return Text("starting the run…", style="dim")
         update, received = latest
         return run_panel(update, since_s=self._clock() - received)
+
+
+class EvalProgressView:
+    """The line `kagent eval` keeps up to date on a terminal while it runs: the time so far and
+    the harness's latest step (``update`` gets its events as they arrive)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._started = clock()
+        self._latest = "starting"
+
+    def update(self, event: dict) -> None:
+        self._latest = progress.describe(event) or self._latest
+
+    def __rich__(self) -> RenderableType:
+        return Text.assemble(("evaluating for ", "dim"), (_minutes(self._clock() - self._started), "bold"),
+                             (f" · {self._latest}", "dim"))
 
 
 def audit_table(audit) -> Table:

@@ -1,7 +1,9 @@
 """The command line as a user meets it: help that reads well, one clear line for mistakes."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import reference_solution
+from terminal import Terminal
 
 
 # The console script the install put next to this interpreter: what a user types.
@@ -82,6 +85,7 @@ def test_default_result_file_goes_under_runs(kimi, tmp_path, monkeypatch):
     monkeypatch.setenv("KAGENT_RUNS", str(runs))
     proc = kagent("eval", "02_kimi_linear_decode", "--aa", "--device", "cpu", "--rounds", "1", "--contexts", "16")
     assert proc.returncode == 0, proc.stderr
+    assert "evaluating for" not in proc.stderr  # no progress where no one watches
     (written,) = (runs / "evals").glob("*_02_kimi_linear_decode.json")
     assert '"mode": "aa"' in written.read_text()
 
@@ -108,3 +112,16 @@ def test_each_eval_builds_in_a_home_of_its_own(kimi, tmp_path):
         proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(solution), "--check-only", "--device", "cpu",
                       "--scale", "smoke", "--out", str(tmp_path / f"{solution.parent.name}.json"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_eval_shows_progress_on_a_terminal_and_keeps_json_clean(kimi, tmp_path):
+    """stderr is a terminal, stdout a file: the harness's steps show as they happen on the
+    one, the result alone goes to the other."""
+    with open(tmp_path / "stdout.json", "w") as stdout, Terminal(
+            [KAGENT, "eval", "02_kimi_linear_decode", "--aa", "--device", "cpu", "--rounds", "1", "--contexts", "16",
+             "--json", "--out", str(tmp_path / "r.json")], stdout=stdout.fileno()) as term:
+        assert term.wait(timeout=300) == 0, term.text()
+        shown = term.text()
+    # The line is redrawn as events come; the last phase (its final drawing) is certain to be seen.
+    assert "evaluating for 0m" in shown and re.search(r"evaluating for 0m\d\ds · [a-z ]+ done \(\d+\.\d s\)", shown)
+    assert json.loads((tmp_path / "stdout.json").read_text())["mode"] == "aa"
