@@ -17,7 +17,7 @@ from rich.console import Console
 
 from kagent.agent.errors import KagentError
 from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
-from kagent.agent.paths import kagent_home, runs_dir
+from kagent.agent.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 
 app = typer.Typer(
     name="kagent",
@@ -332,18 +332,19 @@ def runs_command(
 
     A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
     """
-    from kagent.agent.run_list import list_runs, runs_table, summaries_json
+    from kagent.agent.run_list import list_runs, runs_view, summaries_json
 
-    folder = Path(root or runs_dir())
+    folder, origin = runs_folder(root)
     summaries = list_runs(folder)
     if json_output:
         # Scripts get valid JSON even when there is nothing: an empty list.
         sys.stdout.write(summaries_json(summaries) + "\n")
         return
     if not summaries:
-        console.print(f"No runs in {folder} yet: start one with `kagent run TASK --model PROVIDER:MODEL`.")
+        console.print(f"No runs in {folder} ({origin}) yet. Start one with `kagent run TASK --model PROVIDER:MODEL`; "
+                      f"{RUNS_ELSEWHERE}.", highlight=False)
         return
-    console.print(runs_table(summaries))
+    console.print(runs_view(summaries, f"Runs in {folder} (newest first)", console))
 
 
 @app.command("replay")

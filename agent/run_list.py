@@ -15,6 +15,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -22,6 +25,7 @@ from kagent.agent.lock import LOCK_NAME, lock_holder
 from kagent.agent.outcome import ENDINGS, RunState
 
 STATUS_NAME = "status.json"
+UNBOUNDED_WIDTH = 1 << 20
 CONFIG_NAME = "config.json"
 
 State = Literal[RunState, "unknown"]
@@ -149,17 +153,47 @@ def _tokens(count: int) -> str:
     return f"{count / 1e6:.2f}M" if count >= 1_000_000 else f"{count / 1e3:.1f}k" if count >= 10_000 else f"{count:,}"
 
 
-def runs_table(summaries: list[RunSummary]) -> Table:
-    # Light borders, short numbers and folding text columns, so that the table still reads at 80 columns.
-    table = Table(title="Runs (newest first)", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("run id", style="bold", overflow="fold")
-    table.add_column("state", no_wrap=True)
-    table.add_column("task", overflow="fold")
-    table.add_column("model", overflow="fold")
-    for name in ("best", "elapsed", "tokens", "cost"):
+def _figures(s: RunSummary) -> dict[str, str]:
+    """The right-hand columns of one run, as both layouts show them."""
+    return {"result": f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–",
+            "elapsed": _elapsed(s.elapsed_s), "tokens": _tokens(s.tokens), "cost": f"${s.cost_usd:.2f}"}
+
+
+def _state(s: RunSummary) -> Text:
+    return Text(s.state, style=STATE_STYLE[s.state])
+
+
+def runs_table(summaries: list[RunSummary], title: str) -> Table:
+    """One row per run; wrapped at nothing, so that a run id can be copied whole."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("run id", style="bold", no_wrap=True)
+    for name in ("state", "task", "model"):
+        table.add_column(name, no_wrap=True)
+    for name in ("result", "elapsed", "tokens", "cost"):
         table.add_column(name, justify="right", no_wrap=True)
     for s in summaries:
-        best = f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–"
-        table.add_row(s.run_id, Text(s.state, style=STATE_STYLE[s.state]), s.task or "?", s.model or "?", best,
-                      _elapsed(s.elapsed_s), _tokens(s.tokens), f"${s.cost_usd:.2f}")
+        table.add_row(s.run_id, _state(s), s.task or "?", s.model or "?", *_figures(s).values())
     return table
+
+
+def runs_list(summaries: list[RunSummary], title: str) -> Group:
+    """Two lines per run, for a terminal too narrow for the table: the run id whole (the task
+    begins it) with its state, then the rest."""
+    lines: list[RenderableType] = [Text(title, style="italic"), Text("")]
+    for s in summaries:
+        lines.append(Text.assemble((s.run_id, "bold"), "  ", _state(s), no_wrap=True, overflow="ignore"))
+        figures = _figures(s)
+        details = (f"{s.model or '?'} · result {figures['result']} · {figures['elapsed']} · {figures['tokens']} "
+                   f"tokens · {figures['cost']}")
+        lines.append(Padding(Text(details, style="dim"), (0, 0, 0, 4)))
+    return Group(*lines)
+
+
+def runs_view(summaries: list[RunSummary], title: str, console: Console) -> RenderableType:
+    """The table where it fits the console unwrapped, else the list: a run id is never wrapped
+    (it was, over six lines at 80 columns), since it is copied into `kagent resume` and replay."""
+    table = runs_table(summaries, title)
+    # Measured without the console's width as a bound, which would cap the measure at it.
+    if Measurement.get(console, console.options.update_width(UNBOUNDED_WIDTH), table).maximum <= console.width:
+        return table
+    return runs_list(summaries, title)

@@ -22,7 +22,7 @@ from kagent.agent.messages import ChatModel
 from kagent.agent.models import REQUEST_TIMEOUT_S, make_model
 from kagent.agent.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
-from kagent.agent.paths import kagent_home, runs_dir
+from kagent.agent.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 from kagent.agent.resume import rebuild
 from kagent.agent.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.workspace import Workspace
@@ -223,12 +223,12 @@ def find_run(run: str, root: Optional[Path] = None) -> Path:
     path = Path(run)
     if (path / RUN_FILES["config"]).is_file():
         return path
-    folder = Path(root or runs_dir())
+    folder, origin = runs_folder(root)
     candidate = folder / run
     if (candidate / RUN_FILES["config"]).is_file():
         return candidate
-    raise KagentError(f"no run {run!r} (looked for {candidate} and {path})",
-                      hint="`kagent runs` lists the runs; give a run id or the run folder")
+    raise KagentError(f"no run {run!r} in {folder} ({origin}), nor a run folder at {path.absolute()}",
+                      hint=f"`kagent runs` lists the runs; {RUNS_ELSEWHERE}")
 
 
 def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,

@@ -173,8 +173,8 @@ class LiveRunView:
 
     def __rich__(self) -> RenderableType:
         latest = self._latest
-        if latest is None:
-            return Text("starting the run…", style="dim")
+        if latest is None:  # the run is being set up: nothing to show yet (nor to leave behind on an error)
+            return Text("")
         update, received = latest
         return run_panel(update, since_s=self._clock() - received)
 

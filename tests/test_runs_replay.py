@@ -33,8 +33,8 @@ def call(name: str, **arguments: object) -> dict:
     return {"name": name, "arguments": arguments}
 
 
-def kagent(*args: str, runs: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "KAGENT_RUNS": str(runs)}
+def kagent(*args: str, runs: Path, timeout: float = 120, columns: int = 200) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": str(columns), "KAGENT_RUNS": str(runs)}
     return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -268,3 +268,29 @@ def test_runs_command_json_and_table(runs_root, tmp_path):
         quiet = kagent("runs", "--root", str(empty), runs=runs_root)
         assert quiet.returncode == 0 and "No runs in" in quiet.stdout and "Traceback" not in quiet.stderr
         assert json.loads(kagent("runs", "--json", "--root", str(empty), runs=runs_root).stdout) == []
+
+
+def test_run_ids_are_never_wrapped_at_80_columns(runs_root):
+    long_ids = ["02_kimi_linear_decode-20261130-060013-5596", "02_kimi_linear_decode-20261201-082513-1287"]
+    gone = dead_pid()
+    for run_id in long_ids:
+        make_run(runs_root, run_id, "finished", "2026-01-02T10:00:00+00:00", gone, best_attempt=2, result_score=1.05,
+                 elapsed_s=65)
+    proc = kagent("runs", runs=runs_root, columns=80)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    for run_id in [*long_ids, "done", "killed"]:
+        assert any(line.split() and line.split()[0] == run_id for line in lines), run_id
+    assert f"Runs in {runs_root}" in proc.stdout
+
+
+def test_no_runs_says_where_it_looked_and_how_to_look_elsewhere(tmp_path):
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "KAGENT_RUNS"}
+    proc = subprocess.run([KAGENT, "runs"], capture_output=True, text=True, timeout=120, cwd=here,
+                          env={**env, "COLUMNS": "300"})
+    assert proc.returncode == 0
+    assert f"No runs in {here / 'runs'} (./runs here, the default)" in proc.stdout
+    assert "KAGENT_RUNS" in proc.stdout and "--root FOLDER" in proc.stdout
