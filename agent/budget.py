@@ -21,6 +21,10 @@ Phase = Literal["explore", "final", "over"]
 # whatever the budget), unless the budget is so short that it would leave no exploring.
 MIN_FINAL_SLICE_S = 60.0
 
+# The longest budget taken: beyond it a duration is most likely a typo (3000m for 300m), and a
+# huge one overflows the waits it times (a thread's join raised OverflowError at 1e20 s).
+MAX_BUDGET_S = 7 * 24 * 3600.0
+
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _UNITS = re.compile(rf"(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")
 _PLAIN = re.compile(_NUMBER)
@@ -38,6 +42,9 @@ def parse_duration(text: str) -> float:
     # A zero budget would end the run before it starts: treat it as a typo, like garbage.
     if seconds <= 0:
         raise KagentError(f"--budget takes a duration such as 3h, 90m or 2h30m; got '{text}'")
+    if seconds > MAX_BUDGET_S:
+        raise KagentError(f"--budget is at most {format_duration(MAX_BUDGET_S)} (7 days); got '{text}'",
+                          hint="a longer run is a series of runs: `kagent resume RUN --budget ...` extends one")
     return seconds
 
 

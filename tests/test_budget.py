@@ -24,6 +24,14 @@ def test_bad_durations_are_refused(text):
     assert caught.value.message == f"--budget takes a duration such as 3h, 90m or 2h30m; got '{text}'"
 
 
+@pytest.mark.parametrize("text", ["169h", "10081m", "100000000000000000000"])
+def test_budgets_past_seven_days_are_refused(text):
+    assert parse_duration("168h") == 7 * 24 * 3600  # the most taken
+    with pytest.raises(KagentError) as caught:
+        parse_duration(text)
+    assert caught.value.message == f"--budget is at most 168h00m (7 days); got '{text}'"
+
+
 def test_durations_format():
     assert [format_duration(s) for s in (0, 12.4, 270, 7500, -3)] == ["0s", "12s", "4m30s", "2h05m", "0s"]
 

@@ -149,3 +149,28 @@ def test_exit_codes_are_documented_in_help_and_readme():
         assert f"| `{state}` | {ending.exit_code} | {ending.meaning} |" in readme, state
     assert len({ending.exit_code for ending in ENDINGS.values()}) == len(ENDINGS)
     assert exit_codes_text().count("\n") == len(ENDINGS) + 1  # and usage, and Ctrl-C
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "nonsense", "--model", f"scripted:{DEMO}"], "--budget takes a duration"),
+    (["--budget", "30d", "--model", f"scripted:{DEMO}"], "--budget takes a duration"),
+    (["--budget", "200h", "--model", f"scripted:{DEMO}"], "--budget is at most 168h00m (7 days)"),
+    (["--model", "nosuch:thing"], "unknown provider"),
+    (["--model", "scripted:/nonexistent.yaml"], "cannot read the script"),
+    (["--model", f"scripted:{DEMO}", "--max-cost", "0"], "--max-cost: input should be greater than 0"),
+    (["--model", f"scripted:{DEMO}", "--device", "tpu"], "unknown device 'tpu'"),
+])
+def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):
+    """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it."""
+    probe = ("import sys\nfrom kagent.agent.cli import main\n"
+             "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", probe, "run", "02_kimi_linear_decode", *args], capture_output=True,
+                          text=True, timeout=WAIT_S, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    assert proc.stdout.strip() == "exit 2 False", proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_full_scale_on_the_cpu_warns(tmp_path):
+    proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, tool("finish", summary="-")),
+                  "--device", "cpu", "--scale", "full", "--quiet", cwd=tmp_path, timeout=WAIT_S)
+    assert "warning: --scale full on the CPU" in proc.stderr, proc.stderr
