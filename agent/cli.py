@@ -267,8 +267,12 @@ def resume_command(
     from kagent.agent.runs import resume_run
 
     extra = parse_duration(budget) if budget else None
-    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root), quiet or json_output,
-              json_output)
+
+    def notice(text: str) -> None:
+        err_console.print(f"[yellow]note:[/] {text}", highlight=False)
+
+    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root, notice=notice),
+              quiet or json_output, json_output)
 
 
 @contextmanager

@@ -236,14 +236,17 @@ class Agent:
         return Message(role="user", content=[TextBlock(text=text)])
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self) -> RunReport:
-        """A new run: record how it starts, then drive it."""
+    def run(self, restart: Optional[RunResumed] = None) -> RunReport:
+        """A new run: record how it starts, then drive it. ``restart`` is the resume of a run
+        whose trace held no start: recorded right after this new start, it says what was kept."""
         self.messages = [self.first_message()]
         specs = [s.model_dump() for s in self.tool_specs()]
         self.trace.append(RunStarted(
             run_id=self.config.run_id, config=self.config.model_dump(mode="json"), versions=self.versions,
             prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]), tools_sha256=_sha256(specs),
             system=self.system, first_message=self.messages[0].model_dump(), tools=specs))
+        if restart is not None:
+            self.trace.append(restart.model_copy(update={"restarted": True}))
         return self.drive()
 
     def resume(self, state: Rebuilt, resumed: RunResumed) -> RunReport:

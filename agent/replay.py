@@ -172,10 +172,14 @@ class TraceRenderer:
             self.files.forget()
         text = Text.assemble(("resumed", "bold cyan"), f" (segment {event.segment}): {_minutes(event.spent_before_s)} "
                              f"spent before, wall budget now {_minutes(event.budget_wall_s)}")
+        if event.restarted:
+            text.append("; the trace held no recorded step, so the run started over from turn 1")
         if event.settled_calls:
             text.append(f"; {len(event.settled_calls)} unfinished tool call(s) settled")
         if event.workspace_side_ref:
             text.append(f"; uncommitted changes kept at {event.workspace_side_ref}")
+        if event.previous_main_ref:
+            text.append(f"; main's earlier commits kept at {event.previous_main_ref}")
         if event.stale_lock:
             text.append(f"; took over the lock of dead process {event.stale_lock.get('pid')}")
         if event.torn_tail_dropped:

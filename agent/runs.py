@@ -232,9 +232,10 @@ def find_run(run: str, root: Optional[Path] = None) -> Path:
 
 
 def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,
-               root: Optional[Path] = None, clock: Optional[Clock] = None,
-               model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
-    """Go on with a run from its trace: after any interruption, or to extend a finished run."""
+               root: Optional[Path] = None, clock: Optional[Clock] = None, model: Optional[ChatModel] = None,
+               notice: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
+    """Go on with a run from its trace: after any interruption, or to extend a finished run.
+    ``notice`` is told, in a sentence, what the user should know before it goes on."""
     run_dir = find_run(run, root)
     with RunLock(run_dir) as lock:
         try:
@@ -266,18 +267,32 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         side_ref = workspace.stash_uncommitted(f"resume-{segment}")
         orphans = workspace.set_aside_attempts({0, *(a.number for a in state.ledger.attempts)})
         head = state.head or workspace.attempts()[0]
-        workspace.reset_main(head)
+        previous_main = workspace.reset_main(head, keep_as=f"resume-{segment}")
         workspace.restore(state.snapshot or head)
         resumed = RunResumed(segment=segment, spent_before_s=state.elapsed_s, budget_wall_s=config.budget.wall_s,
                              torn_tail_dropped=read.torn_tail, workspace_side_ref=side_ref, workspace_head=head,
                              workspace_snapshot=state.snapshot or head,
-                             orphaned_attempts={str(n): sha for n, sha in orphans.items()}, stale_lock=lock.took_over)
+                             orphaned_attempts={str(n): sha for n, sha in orphans.items()}, stale_lock=lock.took_over,
+                             previous_main_ref=previous_main)
+        if state.started is None:
+            notice(_restart_notice(config.run_id, resumed))
 
         def go(agent: Agent) -> RunReport:
-            return agent.resume(state, resumed) if state.started is not None else agent.run()
+            return agent.resume(state, resumed) if state.started is not None else agent.run(restart=resumed)
 
         report = _drive(run_dir, config, task, inner, workspace, tracker, view, go)
     return run_dir, report
+
+
+def _restart_notice(run_id: str, resumed: RunResumed) -> str:
+    kept = [f"main's commits on {resumed.previous_main_ref}"] if resumed.previous_main_ref else []
+    if resumed.orphaned_attempts:
+        kept.append(f"attempts {', '.join(sorted(resumed.orphaned_attempts, key=int))} under refs/kagent/orphans/")
+    if resumed.workspace_side_ref:
+        kept.append(f"uncommitted files on {resumed.workspace_side_ref}")
+    return (f"the trace of run {run_id} holds no recorded step, so the run starts over from turn 1 with the "
+            f"workspace at its starting point" + (f"; its earlier work is kept in the workspace's git: "
+                                                  f"{'; '.join(kept)}" if kept else ""))
 
 
 def _now() -> str:

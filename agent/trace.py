@@ -119,6 +119,10 @@ class RunResumed(_Event):
     orphaned_attempts: dict[str, str] = Field(default_factory=dict, description="Attempt commits the trace never "
                                               "recorded (killed in between), moved to refs/kagent/orphans/")
     stale_lock: Optional[dict[str, Any]] = Field(None, description="The dead process whose lock was taken over")
+    previous_main_ref: Optional[str] = Field(None, description="Where main's tip was kept when putting main back "
+                                             "left commits behind")
+    restarted: bool = Field(False, description="The trace held no run start, so the run began again from turn 1 "
+                                               "(this event follows that new start)")
 
 
 class Compacted(_Event):

@@ -38,6 +38,7 @@ TASK_HASHES = f"{STATE_DIR}/task_hashes.json"
 ATTEMPTS_REF = "refs/kagent/attempts/"
 UNCOMMITTED_REF = "refs/kagent/uncommitted/"
 ORPHAN_REF = "refs/kagent/orphans/"
+PREVIOUS_MAIN_REF = "refs/kagent/previous-main/"
 SNAPSHOT_REF = "refs/kagent/snapshot"
 BEST_TAG = "best"
 GITIGNORE = "build/\n__pycache__/\n*.so\n*.o\n.kagent/\n"
@@ -297,19 +298,40 @@ class Workspace:
 
     def set_aside_attempts(self, keep: set[int]) -> dict[int, str]:
         """Moves the attempt refs not in ``keep`` to refs/kagent/orphans/<n> (never deleted):
-        commits a killed run made for attempts its trace never recorded."""
+        commits a killed run made for attempts its trace never recorded. An orphan of the same
+        number set aside before keeps its ref: the newcomer's name ends with its own sha."""
         moved = {}
+        orphans = self._refs(ORPHAN_REF)
         for number, sha in self.attempts().items():
             if number not in keep:
-                self._git("update-ref", f"{ORPHAN_REF}{number}", sha)
+                name = str(number) if orphans.get(str(number), sha) == sha else f"{number}-{sha[:12]}"
+                self._git("update-ref", f"{ORPHAN_REF}{name}", sha)
                 self._git("update-ref", "-d", f"{ATTEMPTS_REF}{number}")
                 moved[number] = sha
         return moved
 
-    def reset_main(self, sha: str) -> None:
-        """Points main at ``sha`` without touching the working tree or the index's files."""
-        self._git("update-ref", "refs/heads/main", self._resolve(sha))
-        self._git("reset", "-q", "--mixed", self._resolve(sha))
+    def reset_main(self, sha: str, keep_as: str | None = None) -> str | None:
+        """Points main at ``sha`` without touching the working tree or the index's files.
+
+        With ``keep_as``, a tip of main that the move would leave behind (not an ancestor of
+        ``sha``) is kept first on refs/kagent/previous-main/<keep_as>, whose name is returned:
+        no commit loses its last ref. None when nothing was left behind.
+        """
+        target, old = self._resolve(sha), self.head()
+        kept = None
+        if keep_as is not None and old != target and not self._is_ancestor(old, target):
+            kept = f"{PREVIOUS_MAIN_REF}{keep_as}"
+            self._git("update-ref", kept, old, "")  # the empty old value: never overwrite one kept before
+        self._git("update-ref", "refs/heads/main", target)
+        self._git("reset", "-q", "--mixed", target)
+        return kept
+
+    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        try:
+            self._repo.git.merge_base("--is-ancestor", ancestor, descendant)
+        except git.GitCommandError:
+            return False
+        return True
 
     # ---------------------------------------------------------------------- git helpers
 

@@ -294,3 +294,37 @@ def test_a_speedup_far_from_the_record_diverges():
     assert _compare(record, recorded(17.0, 16.9, 17.1), 0.2).reproduces  # a wider tolerance asked for
     claimed_vs_real = _compare(record, recorded(3.0, 2.9, 3.1), REPRODUCE_TOLERANCE)
     assert not claimed_vs_real.reproduces and "ctx 16" in claimed_vs_real.why
+
+
+def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path, kimi):
+    """The trace is lost (empty) but the workspace holds the run's work, a `final` commit on main
+    and an attempt among it: resuming starts over from turn 1, says so, and every one of those
+    commits stays on a ref."""
+    from kagent.agent.workspace import Workspace
+
+    turns = [{"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "first"}}]},
+             {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}]
+    script = write_script(tmp_path / "script.json", turns)
+    run_dir, _ = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
+                                      budget=Budget(wall_s=900), device="cpu", scale="smoke",
+                                      runs_root=tmp_path / "runs"))
+    workspace = Workspace.open(run_dir / "workspace")
+    (workspace.root / "notes.txt").write_text("the work of the lost run")
+    attempt = workspace.commit("attempt 1: benchmark pass")
+    workspace.mark_attempt(1, attempt)
+    final = workspace.commit("final: attempt 1 (1.100x)")
+    (run_dir / "trace.jsonl").write_bytes(b"")
+
+    proc = subprocess.run([KAGENT, "resume", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "300"})
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # it finished again, with nothing measured
+    said = " ".join(proc.stderr.split())
+    assert f"note: the trace of run {run_dir.name} holds no recorded step, so the run starts over from turn 1" in said
+    assert "main's commits on refs/kagent/previous-main/resume-1" in said
+    assert "attempts 1 under refs/kagent/orphans/" in said
+    repo = git.Repo(run_dir / "workspace")
+    assert repo.commit("refs/kagent/previous-main/resume-1").hexsha == final
+    assert repo.commit("refs/kagent/orphans/1").hexsha == attempt
+    events = read_trace(run_dir / "trace.jsonl").events
+    assert [e.type for e in events[:2]] == ["run_started", "run_resumed"] and events[1].restarted
+    assert events[1].previous_main_ref == "refs/kagent/previous-main/resume-1"
