@@ -21,14 +21,29 @@ from kagent.agent.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folde
 
 app = typer.Typer(
     name="kagent",
-    help="kagent makes GPU code fast on its own, and grades it with numbers you can trust.\n\n"
-         "Start with `kagent tasks`, then `kagent eval TASK --solution FILE`.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _show_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"kagent {version('kagent')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def kagent_options(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                         help="Show kagent's version and exit.")) -> None:
+    """kagent makes GPU code fast on its own, and grades it with numbers you can trust.
+
+    Start with `kagent tasks`, then `kagent eval TASK --solution FILE`.
+    """
 
 
 class Scale(str, Enum):
@@ -100,6 +115,9 @@ def eval_command(
     if aa and check_only:
         raise KagentError("--aa and --check-only do not go together: an A/A run is about timing")
     task_ref = resolve_task(task)
+    if solution is not None and solution.is_dir():
+        raise KagentError(f"{solution} is a directory: --solution takes the solution's file",
+                          hint=f"e.g. --solution {solution / 'solution.py'}; the files beside it are copied with it")
     if solution is not None and not solution.is_file():
         raise KagentError(f"no solution file at {solution}")
     check_device_name(device)
@@ -332,7 +350,7 @@ def runs_command(
     root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
     json_output: bool = typer.Option(False, "--json", help="Print the runs as a JSON list only."),
 ) -> None:
-    """List the runs, newest first: state, best speedup, time, tokens and cost of each.
+    """List the runs, newest first: state, result, time, tokens and cost of each.
 
     A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
     """
@@ -370,8 +388,10 @@ def replay_command(
                                                         "off (as a fraction) when the intervals do not overlap; "
                                                         "a busy CPU drifts more than a GPU."),
 ) -> None:
-    """Tell a run turn by turn from its trace: the model's words, tool calls (file writes as diffs),
-    results, attempts, budget, and how it ended. With --execute, audit its numbers on this machine.
+    """Tell a run turn by turn from its trace, or audit its numbers on this machine with --execute.
+
+    The model's words, tool calls (file writes as diffs), results, attempts, budget, and how it
+    ended. With --execute the recorded session is re-run on a fresh workspace and re-measured.
 
     Exit code with --execute: 0 everything reproduces, 1 something diverges."""
     from kagent.agent.replay import follow, replay

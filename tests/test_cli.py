@@ -32,6 +32,26 @@ def test_help_reads_well(args):
             assert option in proc.stdout
 
 
+def test_every_command_is_one_whole_sentence_in_the_list():
+    """`kagent --help` lists each command by the first line of its docstring: a sentence cut at
+    a line break there (replay's was) shows as half a sentence."""
+    from kagent.agent.cli import app
+
+    names = [command.name for command in app.registered_commands]
+    lines = kagent("--help").stdout.splitlines()
+    listed = lines[next(i for i, line in enumerate(lines) if "Commands" in line) + 1:]
+    rows = [line.strip("│ ") for line in listed if not line.startswith("╰")][:len(names)]
+    assert [row.split()[0] for row in rows] == names, rows  # one line each, at 200 columns
+    assert all(row.endswith(".") for row in rows), rows
+
+
+def test_version():
+    from importlib.metadata import version
+
+    proc = kagent("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"kagent {version('kagent')}"
+
+
 def test_tasks_lists_the_flagship_with_a_description():
     proc = kagent("tasks")
     assert proc.returncode == 0
@@ -45,6 +65,8 @@ def test_tasks_lists_the_flagship_with_a_description():
     (["eval", "no_such_task", "--aa"], "no task named 'no_such_task'", 2),
     (["eval", "02_kimi_linear_decode"], "give --solution FILE, or --aa", 2),
     (["eval", "02_kimi_linear_decode", "--solution", "/nonexistent/solution.py"], "no solution file at", 2),
+    (["eval", "02_kimi_linear_decode", "--solution", "/tmp"], "/tmp is a directory: --solution takes the "
+                                                              "solution's file", 2),
     (["eval", "02_kimi_linear_decode", "--aa", "--device", "tpu"], "unknown device 'tpu'", 2),
     (["eval", "02_kimi_linear_decode", "--aa", "--contexts", "2k"], "--contexts takes context lengths", 2),
     (["eval", "02_kimi_linear_decode", "--aa", "--rounds", "0"], "Invalid value for '--rounds'", 2),
