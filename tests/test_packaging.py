@@ -91,3 +91,20 @@ def test_gpu_side_imports_only_torch_numpy_yaml_and_the_standard_library():
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     assert alias.name.split(".")[0] in allowed | {"reference", "baseline"}, f"{path.name}: {alias.name}"
+
+
+def test_every_dependency_has_a_lower_and_an_upper_bound_and_the_tested_version_is_within():
+    """Unpinned above, a new major version of any dependency could break an install of this
+    kagent; the tested versions must lie inside the bounds that pyproject.toml declares."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    assert declared
+    for line in declared:
+        requirement = Requirement(line)
+        operators = {spec.operator for spec in requirement.specifier}
+        assert ">=" in operators and "<" in operators, f"{line}: needs both a lower (>=) and an upper (<) bound"
+        installed = metadata.version(requirement.name)
+        assert requirement.specifier.contains(installed, prereleases=True), f"{line}: {installed} is installed"
