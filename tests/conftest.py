@@ -12,6 +12,10 @@ from kagent.sandbox.results import EvalResult
 from kagent.tasks import TaskRef, resolve_task
 
 KIMI = "02_kimi_linear_decode"
+# How long a test waits for work that takes seconds (an evaluation, a command), on a CPU other
+# jobs share: limits of 120 s and 180 s ran out on a heavily loaded machine. Only a hang should
+# ever reach this one. Tests that check a limit (a hang killed, a deadline kept) set their own.
+WAIT_S = 900
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +49,7 @@ def reference_solution(kimi: TaskRef, folder: Path, patch: str = "") -> Path:
 
 
 def run_eval(task: TaskRef, solution: Path | None, kagent_home: Path, **options) -> EvalResult:
-    defaults = dict(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=120.0)
+    defaults = dict(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S)
     return evaluate(task, solution, EvalOptions(**{**defaults, **options}))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reference_solution
+from conftest import WAIT_S, reference_solution
 from terminal import Terminal
 
 
@@ -18,7 +18,7 @@ from terminal import Terminal
 KAGENT = str(Path(sys.executable).parent / "kagent")
 
 
-def kagent(*args: str, timeout: float = 300):
+def kagent(*args: str, timeout: float = WAIT_S):
     env = {**os.environ, "COLUMNS": "200"}  # wide enough that no line we look for wraps
     return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -142,7 +142,7 @@ def test_eval_shows_progress_on_a_terminal_and_keeps_json_clean(kimi, tmp_path):
     with open(tmp_path / "stdout.json", "w") as stdout, Terminal(
             [KAGENT, "eval", "02_kimi_linear_decode", "--aa", "--device", "cpu", "--rounds", "1", "--contexts", "16",
              "--json", "--out", str(tmp_path / "r.json")], stdout=stdout.fileno()) as term:
-        assert term.wait(timeout=300) == 0, term.text()
+        assert term.wait(timeout=WAIT_S) == 0, term.text()
         shown = term.text()
     # The line is redrawn as events come; the last phase (its final drawing) is certain to be seen.
     assert "evaluating for 0m" in shown and re.search(r"evaluating for 0m\d\ds · [a-z ]+ done \(\d+\.\d s\)", shown)

@@ -29,7 +29,7 @@ from kagent.tasks import resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
 
-from conftest import processes_with, reference_solution, run_eval
+from conftest import WAIT_S, processes_with, reference_solution, run_eval
 
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 CAPS = containment.probe()
@@ -140,7 +140,7 @@ else:
 
 def shared_memory(key: int, action: str, contain: bool) -> str:
     argv = [sys.executable, "-c", SHARED_MEMORY, str(key), action]
-    quietly = dict(stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    quietly = dict(stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S)
     if contain:
         with containment.contained(argv, Limits()) as box:
             done = subprocess.run(box.argv, preexec_fn=box.preexec, **quietly)
@@ -292,7 +292,7 @@ def test_init_keeps_the_command_out_of_pid_1_and_its_status_readable(ctx: ToolCo
     assert "pid=2" in out.content and out.data["exit_code"] == 3, out.content
     with containment.contained([sys.executable, "-c", "import os; os.abort()"], Limits()) as box:
         done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=30)
+                              timeout=WAIT_S)
     assert containment.exit_status(done.returncode) == -signal.SIGABRT
 
 
@@ -421,7 +421,7 @@ def test_without_any_mechanism_the_command_still_dies_with_kagent(monkeypatch):
     monkeypatch.setattr(containment, "_noticed", True)
     with containment.contained([sys.executable, "-c", PRINTS_ITS_DEATH_SIGNAL], Limits()) as box:
         done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30)
+                              text=True, timeout=WAIT_S)
     assert box.argv[0] == sys.executable  # run as it is, nothing around it
     assert done.stdout.strip() == str(int(signal.SIGKILL)), (done.stdout, done.stderr)
 
@@ -433,7 +433,7 @@ def test_a_command_whose_kagent_died_before_it_started_never_runs(tmp_path: Path
     # between the fork and the prctl, and the child had gone to init. No signal will come.
     monkeypatch.setattr(containment.os, "getppid", lambda: 1)
     with box:
-        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, timeout=30)
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, timeout=WAIT_S)
     assert done.returncode != 0 and not ran.exists()
 
 
@@ -624,7 +624,7 @@ def test_the_jail_keeps_locked_mount_flags_inside_a_user_namespace(tmp_path: Pat
                                      hide=[mounted / "hidden"])
         script = f"cat {mounted}/hidden/shown/file; cat {mounted}/hidden/secret 2>/dev/null || echo no-secret"
         with containment.contained(["sh", "-c", script], Limits(), plan) as box:
-            done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=30,
+            done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=WAIT_S,
                                   cwd=tmp_path / "ws", stdin=subprocess.DEVNULL)
         assert "--map-root-user" in box.argv
         assert "brought back" in done.stdout and "no-secret" in done.stdout, (done.stdout, done.stderr)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_named, run_eval, write_solution
+from conftest import WAIT_S, check_named, run_eval, write_solution
 from kagent.agent.errors import KagentError
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
@@ -237,14 +237,14 @@ def test_cli_grades_a_folder_with_json_output(mega_task, tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", str(mega_task.path), "--solution",
                            str(solution), "--device", "cpu", "--rounds", "2", "--json", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=WAIT_S)
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
     assert printed["verdict"] == "pass" and printed["version"] == 1
     assert json.loads(out.read_text()) == printed
     wrong = write_solution(tmp_path / "w", MEGA_SOLUTION.replace("{activation}", "torch.sigmoid"))
     proc = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", str(mega_task.path), "--solution",
-                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True, timeout=300)
+                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True, timeout=WAIT_S)
     assert proc.returncode == 1
     assert "INCORRECT" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 

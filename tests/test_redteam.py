@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import check_named, reference_solution, run_eval
+from conftest import WAIT_S, check_named, reference_solution, run_eval
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
 from kagent.sandbox.results import CheckResult, Verdict, check_verdict
@@ -38,7 +38,7 @@ HANG_LIMIT_S = 20
 # Timed cases: one context, and enough rounds that an honest copy of the reference, which
 # scores about 1.1 against the baseline on the CPU, stays under 1.5 on a loaded machine.
 TIMED_ROUNDS = 4
-TIMED_LIMIT_S = 180
+TIMED_LIMIT_S = WAIT_S
 FORK_BOMB_MARK = "kagent-redteam-fork-bomb"
 CAPS = containment.probe()
 
@@ -124,7 +124,7 @@ def test_the_corpus_covers_every_kind_of_attack():
 
 def eval_options(case: Case, want: Expectation, scratch: Path) -> dict:
     """How the case is evaluated (beyond conftest.run_eval's defaults)."""
-    options: dict = {"mode": "check", "timeout_s": HANG_LIMIT_S if want.verdict is Verdict.TIMEOUT else 60}
+    options: dict = {"mode": "check", "timeout_s": HANG_LIMIT_S if want.verdict is Verdict.TIMEOUT else WAIT_S}
     if want.timed:
         options.update(mode="eval", contexts=[16], rounds=TIMED_ROUNDS, timeout_s=TIMED_LIMIT_S)
     if want.requires_cuda:

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import git
 import pytest
 
+from conftest import WAIT_S
 from kagent.agent.budget import Budget
 from kagent.agent.errors import KagentError
 from kagent.agent.lock import RunLock
@@ -41,7 +42,7 @@ def events_of(trace: Path) -> list[dict]:
     return events
 
 
-def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate], timeout: float = 180) -> Optional[int]:
+def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate], timeout: float = WAIT_S) -> Optional[int]:
     """Run the kagent command; SIGKILL it as soon as ``kill_when`` holds for its trace so far.
     Returns its exit code, or None when it was killed."""
     env = {**os.environ, "KAGENT_RUNS": str(runs)}
@@ -110,7 +111,7 @@ def uninterrupted(tmp_path_factory, kimi):
     tmp = tmp_path_factory.mktemp("uninterrupted")
     script = write_script(tmp / "script.json", session_turns((kimi.path / "reference.py").read_text()))
     options = RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
-                         device="cpu", scale="smoke", runs_root=tmp / "runs", eval_timeout_s=120)
+                         device="cpu", scale="smoke", runs_root=tmp / "runs", eval_timeout_s=WAIT_S)
     run_dir, report = start_run(options)
     return script, run_dir, report
 
@@ -216,7 +217,7 @@ def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
     shutil.copytree(reference_dir, run_dir)
     with RunLock(run_dir):  # this very process holds it
         proc = subprocess.run([KAGENT, "resume", str(run_dir), "--budget", "1m", "--quiet"], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=WAIT_S)
     assert proc.returncode == 2
     assert f"is being driven by process {os.getpid()}" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -240,7 +241,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(uninterrupted, tmp_path):
 
 def test_resume_of_an_unknown_run(tmp_path):
     proc = subprocess.run([KAGENT, "resume", "no-such-run", "--root", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=WAIT_S)
     assert proc.returncode == 2 and "no run 'no-such-run'" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -273,7 +274,7 @@ def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
     assert tampered != lines
     trace.write_text("\n".join(tampered) + "\n")
     proc = subprocess.run([KAGENT, "replay", str(run_dir), "--execute"], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "COLUMNS": "200"})
+                          timeout=WAIT_S, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "divergences found" in proc.stdout and "verdict pass recorded, incorrect now" in proc.stdout
 
@@ -315,7 +316,7 @@ def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path,
     final = workspace.commit("final: attempt 1 (1.100x)")
     (run_dir / "trace.jsonl").write_bytes(b"")
 
-    proc = subprocess.run([KAGENT, "resume", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([KAGENT, "resume", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=WAIT_S,
                           env={**os.environ, "COLUMNS": "300"})
     assert proc.returncode == 3, proc.stdout + proc.stderr  # it finished again, with nothing measured
     said = " ".join(proc.stderr.split())

@@ -10,18 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import WAIT_S
 from kagent.agent.outcome import ENDINGS, exit_codes_text
 from terminal import CTRL_C, Terminal
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo_session.yaml"
 KAGENT = str(Path(sys.executable).parent / "kagent")
-# How long a test may wait for a command that does real work (evaluations on a CPU that
-# other jobs share): generous, since only a hang should ever reach it.
-WAIT_S = 900
 
 
-def kagent(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+def kagent(*args: str, cwd: Path, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
@@ -53,7 +51,7 @@ def test_settings_from_a_config_file_and_quiet_output(tmp_path):
 ])
 def test_bad_run_arguments_give_one_clear_message(args, message, tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    proc = kagent("run", "02_kimi_linear_decode", "--device", "cpu", *args, cwd=tmp_path, timeout=120)
+    proc = kagent("run", "02_kimi_linear_decode", "--device", "cpu", *args, cwd=tmp_path)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -61,7 +59,7 @@ def test_bad_run_arguments_give_one_clear_message(args, message, tmp_path, monke
 def test_missing_api_key_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     proc = kagent("run", "02_kimi_linear_decode", "--model", "anthropic:claude-sonnet-4-5", "--device", "cpu",
-                  cwd=tmp_path, timeout=120)
+                  cwd=tmp_path)
     assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
 
 
@@ -91,7 +89,7 @@ def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
         term.wait_until(lambda: read_status(runs).get("tokens") == 3000, WAIT_S, "third model turn")
         time.sleep(1)  # inside the sleeping shell command
         term.type(CTRL_C)
-        assert term.wait(timeout=60) == 130
+        assert term.wait(timeout=WAIT_S) == 130
         screen = term.text()
     status = read_status(runs)
     assert status["state"] == "interrupted"

@@ -10,6 +10,7 @@ from pathlib import Path
 import git
 import pytest
 
+from conftest import WAIT_S
 from kagent.agent.budget import Budget
 from kagent.agent.runs import RunOptions, start_run
 from kagent.agent.trace import read_trace
@@ -50,7 +51,7 @@ def reference_text(kimi) -> str:
 
 def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunOptions:
     return RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
-                      device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=120)
+                      device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S)
 
 
 def test_scripted_session_end_to_end(tmp_path, reference_text):

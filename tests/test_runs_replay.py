@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from conftest import WAIT_S
 from kagent.agent.budget import Budget
 from kagent.agent.replay import follow, render_trace, replay
 from kagent.agent.run_list import list_runs
@@ -33,7 +34,7 @@ def call(name: str, **arguments: object) -> dict:
     return {"name": name, "arguments": arguments}
 
 
-def kagent(*args: str, runs: Path, timeout: float = 120, columns: int = 200) -> subprocess.CompletedProcess:
+def kagent(*args: str, runs: Path, timeout: float = WAIT_S, columns: int = 200) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": str(columns), "KAGENT_RUNS": str(runs)}
     return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -73,7 +74,7 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
         patch.setenv("KAGENT_HOME", str(kagent_home))
         run_dir, report = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
                                                budget=Budget(wall_s=900), device="cpu", scale="smoke",
-                                               runs_root=folder / "runs", eval_timeout_s=120))
+                                               runs_root=folder / "runs", eval_timeout_s=WAIT_S))
     assert report.status == "no_result" and report.attempts == 2  # checks only: nothing was benchmarked
     return run_dir
 
@@ -289,7 +290,7 @@ def test_no_runs_says_where_it_looked_and_how_to_look_elsewhere(tmp_path):
     here = tmp_path / "elsewhere"
     here.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "KAGENT_RUNS"}
-    proc = subprocess.run([KAGENT, "runs"], capture_output=True, text=True, timeout=120, cwd=here,
+    proc = subprocess.run([KAGENT, "runs"], capture_output=True, text=True, timeout=WAIT_S, cwd=here,
                           env={**env, "COLUMNS": "300"})
     assert proc.returncode == 0
     assert f"No runs in {here / 'runs'} (./runs here, the default)" in proc.stdout
