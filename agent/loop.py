@@ -83,6 +83,7 @@ class ViewUpdate(BaseModel):
     cost_usd: float
     best_score: Optional[float]
     best_attempt: Optional[int]
+    final_score: Optional[float] = Field(None, description="The best attempt's re-verified score, once it passed")
     attempts: list[Attempt] = Field(default_factory=list)
     last_event: str = Field("", description="The last thing that happened")
     activity: str = Field("", description="What is going on now (a tool, the model, the re-verification)")
@@ -626,12 +627,13 @@ class Agent:
     def _show(self, event: Optional[str] = None, ended: bool = False) -> None:
         if event is not None:
             self.last_event = event
-        best = self.ledger.best_attempt()
+        best, final = self.ledger.best_attempt(), self.final_evaluation
         s = self.tracker.summary()
         activity = self.activity or Activity("", 0.0)
         self.view(ViewUpdate(phase=s["phase"], turn=self.turn, elapsed_s=s["elapsed"], remaining_s=s["remaining"],
                              tokens=self.usage.total_tokens, cost_usd=self.cost,
                              best_score=best.score if best else None, best_attempt=best.number if best else None,
+                             final_score=final.score if final is not None and final.verdict is Verdict.PASS else None,
                              attempts=self.ledger.attempts[-6:], last_event=self.last_event,
                              activity=activity.what, activity_since_s=activity.since_s, detail=activity.detail,
                              ended=ended))

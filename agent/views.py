@@ -133,13 +133,15 @@ def run_panel(update, since_s: float = 0.0) -> Panel:
     moved = 0.0 if update.ended else since_s
     elapsed = update.elapsed_s + moved
     best = f"{update.best_score:.3f}x (attempt {update.best_attempt})" if update.best_score is not None else "none yet"
+    if update.final_score is not None:
+        best += f" · re-verified {update.final_score:.3f}x: the result"
     head = _label_grid()
     head.add_row("phase", update.phase, "turn", str(update.turn))
     head.add_row("elapsed", _minutes(elapsed), "remaining", _minutes(update.remaining_s - moved))
     head.add_row("tokens", f"{update.tokens:,}", "cost", f"${update.cost_usd:.2f}")
-    head.add_row("best", best, "", "")
     # A grid of its own, so that a long line here does not widen the columns above.
     now = _label_grid()
+    now.add_row("best", best)
     if update.activity:
         doing = f"{update.activity} for {_minutes(elapsed - update.activity_since_s)}"
         now.add_row("now", Text(doing + (f" · {update.detail}" if update.detail else ""), style="bold"))

@@ -39,13 +39,15 @@ def test_the_live_view_ticks_while_a_long_tool_runs():
     assert "elapsed  1m30s" in text and "tool baseline for 1m28s · reference weights done (3.6 s)" in text
 
 
-def test_the_live_view_stops_its_clocks_when_the_run_has_ended():
+def test_the_live_view_stops_its_clocks_when_the_run_has_ended_and_shows_the_result():
     clock = FakeClock()
     view = LiveRunView(clock=clock.now)
-    view.update(update(elapsed_s=120.0, remaining_s=180.0, ended=True, last_event="run ended: the model finished"))
+    view.update(update(elapsed_s=120.0, remaining_s=180.0, ended=True, last_event="run ended: the model finished",
+                       best_score=1.074, best_attempt=2, final_score=0.94))
     clock.advance(30)
     text = rendered(view)
     assert "elapsed  2m00s" in text and "remaining  3m00s" in text and "now" not in text
+    assert "best     1.074x (attempt 2) · re-verified 0.940x: the result" in text
 
 
 def timing(label: str, speedup: float, low: float, high: float) -> ShapeTiming:
