@@ -40,7 +40,7 @@ def test_settings_from_a_config_file_and_quiet_output(tmp_path):
     config.write_text(f"model: scripted:{DEMO}\nbudget: 20m\ndevice: cpu\nscale: smoke\n")
     proc = kagent("run", "02_kimi_linear_decode", "--config", str(config), "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "best attempt: 2" in proc.stdout and "run folder:" in proc.stdout
+    assert "best attempt while exploring: 2" in proc.stdout and "run folder:" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [

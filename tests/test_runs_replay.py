@@ -191,7 +191,8 @@ def test_replay_command(session_run):
 def test_replay_of_a_missing_run_says_where_it_looked(tmp_path):
     proc = kagent("replay", "no-such-run", runs=tmp_path / "runs")
     assert proc.returncode == 2
-    assert "no run 'no-such-run'" in proc.stderr and str(tmp_path / "runs" / "no-such-run") in proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert f"no run 'no-such-run' in {tmp_path / 'runs'} (KAGENT_RUNS)" in said and "--root FOLDER" in said
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
