@@ -1,8 +1,8 @@
 """Numerical comparison of a candidate's tensors against the reference's.
 
-The functions used here are bound when this module is imported, which the runner does
-before it imports any candidate code: a candidate that later rebinds ``torch.dot`` or
-``torch.nn.functional.cosine_similarity`` does not change what the harness computes.
+The functions used here are bound when this module is imported. The solution runs in a
+process of its own and cannot rebind anything here; the binding keeps it so should that ever
+change, and keeps the comparisons independent of names a later harness edit might shadow.
 """
 from __future__ import annotations
 
