@@ -21,7 +21,6 @@ import yaml
 from pydantic import BaseModel, Field
 
 from kagent.agent.errors import KagentError
-from kagent.sandbox.static_checks import CUDA_GRAPH_APIS, TORCH_COMPILE_APIS
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 MEGA_REQUIRED_FILES = ("reference.py", "shapes.py")
@@ -33,10 +32,10 @@ MEGA_SHAPES_NAMES = ("SHAPES",)
 MEGA_LAYOUT = ("reference.py defining build_config(shape), init_state(cfg, context_len, seed), "
                "init_token(cfg, seed) and Model(cfg) with step(hidden, state); shapes.py defining SHAPES "
                "(dicts with context_len and steps)")
-# An entry of the public board's `forbidden` list that names an import ("import gym").
+# An entry of the public board's `forbidden` list that is an import ("import gym").
 _IMPORT_STATEMENT = re.compile(r"^(?:import|from)\s+([A-Za-z_][\w.]*)$")
-# One that is itself a module's name: dotted, lower case ("fla.ops", "auto_gptq").
-_MODULE_NAME = re.compile(r"^[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*$")
+# One that is a package's name ("vllm", "auto_gptq").
+_PACKAGE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 class TaskRef(BaseModel):
@@ -80,10 +79,11 @@ def forbidden_module(entry: object) -> str | None:
     """The module an entry of the public board's `forbidden` list names, or None.
 
     The board rejects a solution whose source merely contains one of those strings; kagent
-    forbids imports instead, so only entries that name a module become rules. The board's
-    entries for torch APIs ("torch.compile", "CUDAGraph", "cuda.graph") name no module:
-    kagent's own rules on CUDA graphs and torch.compile cover them, and read as modules they
-    would forbid all of torch, or the CUDA Python bindings.
+    forbids imports, of whole top-level packages, instead. So an entry becomes a rule only
+    where it names a package ("import gym", "vllm"): a dotted entry is a path the board
+    forbids ("cuda.graph", that is torch.cuda.graph), and forbidding its package would forbid
+    far more than the board does (there, the CUDA Python bindings). The torch APIs the board
+    lists (torch.compile, CUDA graphs) are kagent's own rules anyway.
     """
     if not isinstance(entry, str):
         return None
@@ -91,11 +91,7 @@ def forbidden_module(entry: object) -> str | None:
     statement = _IMPORT_STATEMENT.match(entry)
     if statement:
         return statement.group(1)
-    if not _MODULE_NAME.match(entry) or entry.split(".")[0] == "torch":
-        return None
-    if any(api == entry or api.endswith("." + entry) for api in CUDA_GRAPH_APIS + TORCH_COMPILE_APIS):
-        return None
-    return entry
+    return entry if _PACKAGE_NAME.match(entry) else None
 
 
 def _read_problem(folder: Path) -> dict:
