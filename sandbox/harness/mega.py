@@ -24,7 +24,7 @@ import yaml
 from . import compare, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout as TensorLayout, decode
-from .loading import CandidateError, DiskCache, TaskError, digest, load_module
+from .loading import CandidateError, DiskCache, TaskError, digest, load_module, to_device
 
 Hidden = torch.Tensor
 State = list  # one dict of tensors per layer
@@ -49,8 +49,72 @@ def _load_task_module(name: str, path: Path) -> ModuleType:
         raise TaskError(f"cannot load the task's {path.name}: {type(err).__name__}: {err}") from err
 
 
+# What a task's reference.py must define: the config from a shape, the inputs from a seed,
+# and the model whose step(hidden, state) is the task (kagent's layout and the public board's).
+REFERENCE_NAMES = ("build_config", "init_state", "init_token", "Model")
+
+
+def _check_reference(reference: ModuleType) -> None:
+    missing = [n for n in REFERENCE_NAMES if not callable(getattr(reference, n, None))]
+    if not missing and not callable(getattr(reference.Model, "step", None)):
+        missing = ["Model.step"]
+    if missing:
+        raise TaskError(f"the task's reference.py defines no {', '.join(missing)}: kagent grades a stateful "
+                        "decode step (build_config(shape), init_state(cfg, context_len, seed), "
+                        "init_token(cfg, seed), Model(cfg).step(hidden, state))")
+
+
+def _shapes_of(module: ModuleType, scale: str) -> list[dict]:
+    """The shapes of the scale: each a dict with at least context_len and steps (the public
+    board's add what its build_config reads, such as n_experts)."""
+    smoke = getattr(module, "SMOKE_SHAPES", None)
+    if scale == "smoke" and not smoke:
+        # The public board's folders have only their real sizes.
+        raise TaskError("this task defines no smoke scale (SMOKE_SHAPES in shapes.py): evaluate it with "
+                        "--scale full")
+    shapes = smoke if scale == "smoke" else getattr(module, "SHAPES", None)
+    if not isinstance(shapes, (list, tuple)) or not shapes:
+        raise TaskError("the task's shapes.py defines no SHAPES (a list of dicts with context_len and steps)")
+    for shape in shapes:
+        if not (isinstance(shape, dict) and all(isinstance(shape.get(k), int) for k in ("context_len", "steps"))):
+            raise TaskError(f"a shape of the task's shapes.py must be a dict with integer context_len and steps, "
+                            f"not {str(shape)[:120]}")
+    return [dict(shape) for shape in shapes]
+
+
+def _takes_device(function: Any) -> bool:
+    """Whether ``function`` has a ``device`` parameter that can be passed by name."""
+    try:
+        parameter = inspect.signature(function).parameters.get("device")
+    except (TypeError, ValueError):  # no signature to read: called as the public board calls it
+        return False
+    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+def _check_inputs(name: str, value: Any) -> None:
+    """The reference's inputs as the evaluation exchanges and compares them: the token a
+    tensor, the state a list with one dict of tensors per layer."""
+    if name == "init_token":
+        good = isinstance(value, torch.Tensor)
+        want = "a tensor"
+    else:
+        good = isinstance(value, list) and all(
+            isinstance(layer, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor)
+                                            for k, t in layer.items())
+            for layer in value)
+        want = "a list with one dict of tensors (by name) per layer"
+    if not good:
+        raise TaskError(f"the task's reference.{name} must return {want}, not {type(value).__name__}")
+
+
 class Task:
-    """The task folder's modules and grading metadata, loaded from the pristine bundle."""
+    """The task folder's modules and grading metadata, loaded from the pristine bundle.
+
+    A folder in the public KernelBench-Mega layout is graded as published: its tolerance
+    (tolerance.cos_sim in problem.yaml) and seeds (GRADING_SEEDS in shapes.py) where kagent's
+    own keys (correctness.threshold, correctness.seeds) are absent, its own baseline.py, and
+    its init_state/init_token as it defines them, without a device parameter.
+    """
 
     def __init__(self, task_dir: Path, scale: str, device: torch.device):
         self.dir = task_dir
@@ -60,20 +124,29 @@ class Task:
             self.problem = (yaml.safe_load(problem_file.read_text()) or {}) if problem_file.exists() else {}
         except (OSError, yaml.YAMLError) as err:
             raise TaskError(f"cannot read the task's problem.yaml: {err}") from err
+        if not isinstance(self.problem, dict):
+            raise TaskError(f"the task's problem.yaml must hold a mapping, not {type(self.problem).__name__}")
         self.reference = _load_task_module("reference", task_dir / "reference.py")
+        _check_reference(self.reference)
+        # kagent's reference draws the inputs on the device it is given; the public board's
+        # take no device and choose their own (cuda:0): kagent moves what they return.
+        self.draws_on_device = {name: _takes_device(getattr(self.reference, name))
+                                for name in ("init_state", "init_token")}
         shapes = _load_task_module("_kagent_task_shapes", task_dir / "shapes.py")
-        smoke = getattr(shapes, "SMOKE_SHAPES", None)
-        if scale == "smoke" and not smoke:
-            raise TaskError("this task defines no smoke scale (SMOKE_SHAPES in shapes.py)")
-        self.shapes: list[dict] = list(smoke if scale == "smoke" else shapes.SHAPES)
-        self.cfg = self.reference.build_config(self.shapes[0])
+        self.shapes: list[dict] = _shapes_of(shapes, scale)
+        self.cfg = self._config()
         self.baseline = self._load_baseline()
         roofline_path = task_dir / "roofline.py"
         self.roofline = _load_task_module("_kagent_task_roofline", roofline_path) if roofline_path.exists() else None
-        correctness = self.problem.get("correctness", {})
-        self.threshold = float(correctness.get("threshold", 0.98))
-        self.check_seeds = list(correctness.get("seeds", [0, 1, 2]))
+        correctness = self.problem.get("correctness") or {}
+        # The public board's check.py and benchmark.py compare cosines with tolerance.cos_sim.
+        board_tolerance = self.problem.get("tolerance")
+        board_cosine = board_tolerance.get("cos_sim") if isinstance(board_tolerance, dict) else None
+        self.threshold = float(correctness.get("threshold", board_cosine if board_cosine is not None else 0.98))
+        board_seeds = getattr(shapes, "GRADING_SEEDS", None)  # the public board keeps its seeds there
+        self.check_seeds = list(correctness.get("seeds", board_seeds if board_seeds is not None else [0, 1, 2]))
         key = "smoke_contexts" if scale == "smoke" else "contexts"
+        # Without a list, the first two shapes' contexts: those the public board checks.
         self.check_contexts = list(correctness.get(key) or [s["context_len"] for s in self.shapes[:2]])
         self.timing_seed = int(self.problem.get("timing_seed", 0))
         # Optional: how close a reference step's discrete choices came to a tie, and the
@@ -88,6 +161,20 @@ class Task:
             "torch": torch.__version__,
         }
 
+    def _config(self) -> Any:
+        """The config every shape of the scale shares. One model is built and timed for all
+        of them, so shapes whose configs differ (the public board's benchmark builds one per
+        shape) cannot be graded together."""
+        try:
+            configs = [self.reference.build_config(shape) for shape in self.shapes]
+        except Exception as err:
+            raise TaskError(f"the task's reference.build_config failed: {type(err).__name__}: {err}") from err
+        differ = [shape for shape, cfg in zip(self.shapes, configs) if repr(cfg) != repr(configs[0])]
+        if differ:
+            raise TaskError(f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
+                            "kagent grades one model across the shapes of a scale")
+        return configs[0]
+
     def _load_baseline(self) -> ModuleType | None:
         path = self.dir / "baseline.py"
         if not path.exists():
@@ -98,11 +185,37 @@ class Task:
         finally:
             sys.path.remove(str(self.dir))
 
+    def baseline_model(self) -> torch.nn.Module:
+        """The baseline's module (the reference's when the folder has none) on the device,
+        its weights still to be loaded."""
+        Model = (self.baseline or self.reference).Model
+        try:
+            with torch.device(self.device):  # straight on the device: no host copy of the weights
+                model = Model(self.cfg)
+        except RuntimeError:
+            # A module that draws init weights from a CPU generator cannot be built with
+            # another default device; build it as the public harness does, then move it.
+            model = Model(self.cfg)
+        return model.to(self.device)  # also what a module built on an explicit device left behind
+
     def init_state(self, context_len: int, seed: int) -> State:
-        return self.reference.init_state(self.cfg, context_len, seed, device=self.device)
+        return self._inputs("init_state", context_len, seed)
 
     def init_token(self, seed: int) -> Hidden:
-        return self.reference.init_token(self.cfg, seed, device=self.device)
+        return self._inputs("init_token", seed)
+
+    def _inputs(self, name: str, *args: Any) -> Any:
+        """What the reference's ``name`` draws from ``args``, on the evaluation's device."""
+        on_device = self.draws_on_device[name]
+        try:
+            value = (getattr(self.reference, name)(self.cfg, *args, device=self.device) if on_device
+                     else getattr(self.reference, name)(self.cfg, *args))
+        except Exception as err:
+            where = (f"on {self.device}" if on_device
+                     else f"on a device of its choosing (it takes none; this evaluation runs on {self.device})")
+            raise TaskError(f"the task's reference.{name} failed {where}: {type(err).__name__}: {err}") from err
+        _check_inputs(name, value)
+        return to_device(value, self.device)  # no copy for what is on the device already
 
 
 def clone_state(state: State) -> State:
@@ -264,9 +377,7 @@ class MegaEvaluation(EvaluationBase):
         return grown(start, self.growth, steps)
 
     def load_baseline(self) -> torch.nn.Module:
-        with torch.device(self.device):  # the trusted baseline allocates straight on the device
-            model = (self.task.baseline or self.task.reference).Model(self.task.cfg)
-        model = model.to(self.device)  # also what a module built on an explicit device left behind
+        model = self.task.baseline_model()
         model.load_state_dict(self.weights, strict=True)
         return model.eval()
 
