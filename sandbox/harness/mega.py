@@ -358,23 +358,36 @@ class MegaEvaluation(EvaluationBase):
             return self.solution_failed(current, err)
 
     def _check_single_steps(self, group: str) -> bool:
-        """Fresh single steps from the fixed seeds, or from seeds drawn for this run only."""
+        """Fresh single steps from the fixed seeds, or from seeds drawn for this run only.
+
+        Every case runs, pass or fail, and a failure says how many failed of how many and
+        shows the worst: a solution wrong on a few inputs reads as such."""
         task = self.task
         cases = [c for c in self.cases if c.label.startswith("hidden") == (group == "hidden_seeds")]
-        results = []
+        results, failures = [], []
         for case in cases:
             hidden_in = task.init_token(case.seed)
             hidden, state = self.remote_step("fresh", [hidden_in, task.init_state(case.context_len, case.seed)],
                                              0, case.context_len)
             result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
+            if result["passed"]:
+                # A passing case is kept short: with many secret seeds, every cosine of
+                # every case would make up most of a stored result.
+                result = {k: result[k] for k in ("passed", "min_cosine", "worst")}
+            else:
+                failures.append((case, result))
             results.append({"case": case.label, "decision_margin": case.margin, **result})
-            if not result["passed"]:
-                return self.send_check(group, "fail", _fail_reason(case.label, result, task.threshold, case.margin,
-                                                                   task.min_margin), cases=results)
-        worst = min(r["min_cosine"] for r in results)
-        extra = {"redrawn_seeds": self.redrawn_seeds} if group == "hidden_seeds" else {}
-        return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst:.5f}",
-                               cases=results, seeds=[c.seed for c in cases], **extra)
+        data = {"cases": results, "seeds": [c.seed for c in cases]}
+        if group == "hidden_seeds":
+            data["redrawn_seeds"] = self.redrawn_seeds
+        if failures:
+            # The worst: non-finite values first, then the lowest cosine.
+            case, result = min(failures, key=lambda f: (not f[1]["nonfinite"], f[1]["min_cosine"]))
+            worst = _fail_reason(case.label, result, task.threshold, case.margin, task.min_margin)
+            return self.send_check(group, "fail", f"{len(failures)} of {len(cases)} cases fail, worst: {worst}",
+                                   **data)
+        worst_cosine = min(r["min_cosine"] for r in results)
+        return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst_cosine:.5f}", **data)
 
     def _check_overwrite(self) -> bool:
         """A second call on the very same input and state tensors, overwritten in place with
