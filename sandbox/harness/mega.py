@@ -237,7 +237,7 @@ class MegaEvaluation(EvaluationBase):
         # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
         # routing sits on a near-tie is drawn again: there an honest kernel's rounding could
         # swap an expert, and a secret seed must not fail a correct solution by bad luck.
-        count = int(self.job.get("hidden_seeds", 2))
+        count = int(self.job["hidden_seeds"])
         self.hidden_seeds, self.redrawn_seeds = [], 0
         while len(self.hidden_seeds) < count:
             seed = 1000 + secrets.randbelow(1 << 30)
