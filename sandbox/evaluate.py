@@ -34,7 +34,8 @@ from kagent.sandbox import containment, static_checks
 from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
-    Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict, check_verdict,
+    Bandwidth, CheckResult, Determinism, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
+    check_verdict,
 )
 from kagent.tasks import TaskRef
 
@@ -491,6 +492,8 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
                 fields["environment"] = Environment(**body)
             elif kind == "bandwidth":
                 fields["bandwidth"] = Bandwidth(**body)
+            elif kind == "determinism":
+                fields["determinism"] = Determinism(**body)
             elif kind == "score":
                 fields["score"] = body["geomean_speedup"]
                 fields["clocks_during_timing"] = {"before": body.get("clocks_before", {}),

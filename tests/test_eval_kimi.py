@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 
 from conftest import check_named, reference_solution, run_eval, write_solution
+from kagent.agent.views import print_result
 from kagent.sandbox import containment, evaluate
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
@@ -102,6 +104,9 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
                      "timed_chain_ctx_16", "timed_chain_ctx_32", "timed_chain_ctx_64"]
     assert len(result.hidden_seeds) == evaluate.DEFAULT_HIDDEN_SEEDS["mega"]
     assert all(s >= 1000 for s in result.hidden_seeds)
+    # On the CPU the reference repeats itself bit for bit, and the result view says so.
+    assert result.determinism.bitwise_equal and result.determinism.max_abs_diff == 0.0
+    assert "determinism: two calls on identical inputs (hidden seed #1 ctx 16) are bitwise equal" in shown(result)
     assert [t.context_len for t in result.timings] == [16, 32, 64]
     for t in result.timings:
         # One sample per block of consecutive steps.
@@ -241,6 +246,13 @@ assert not _leaked, f"the solution can read {_leaked}"
     assert result.verdict is Verdict.PASS, result.reason
 
 
+def shown(result) -> str:
+    """The result as `kagent eval` prints it, as plain text."""
+    console = Console(record=True, width=200)
+    print_result(console, result)
+    return console.export_text()
+
+
 # Wrong on about 1 input in 10: when a hash of the input hidden's bytes is 9 modulo 10 (the
 # residue that the fixed seeds' inputs miss, as a bug that slipped past the public cases would).
 RARELY_WRONG = '''
@@ -291,3 +303,24 @@ def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagen
         counts.append(len(failed))
     assert 3 <= sum(counts) / len(counts) <= 20, counts  # about 1 in 10 of 96, on average
 
+
+NOISY = '''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden, state)
+        # Noise of 1e-6 relative on a float32 state, another on every call, as atomics that
+        # add in a varying order make: right, but not bitwise repeatable.
+        state[0]["S"].mul_(1 + 1e-6 * torch.randn_like(state[0]["S"]))
+        return out, state
+'''
+
+
+def test_a_nondeterministic_solution_passes_and_is_said_to_be_nondeterministic(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, NOISY), kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason
+    determinism = result.determinism
+    assert not determinism.bitwise_equal and determinism.largest_in == "L0.S"
+    assert 0 < determinism.max_abs_diff < 1e-5
+    line = next(line for line in shown(result).splitlines() if line.startswith("determinism:"))
+    assert line == (f"determinism: two calls on identical inputs ({determinism.case}) are not bitwise equal: "
+                    f"largest difference {determinism.max_abs_diff:.3g} in L0.S")

@@ -10,6 +10,7 @@ and judged here.
 from __future__ import annotations
 
 import inspect
+import math
 import secrets
 import sys
 from dataclasses import dataclass
@@ -188,6 +189,20 @@ class StepChecker:
                 "passed": not below and not nonfinite}
 
 
+def _named_outputs(hidden: Hidden, state: State) -> dict[str, torch.Tensor]:
+    """A step's output tensors by the names StepChecker reports them under."""
+    named = {"hidden": hidden}
+    for i, layer in enumerate(state):
+        named.update({f"L{i}.{name}": tensor for name, tensor in layer.items()})
+    return named
+
+
+def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest absolute difference; infinite where a NaN makes it undefined."""
+    difference = compare.max_abs_diff(a, b)
+    return math.inf if math.isnan(difference) else difference
+
+
 def _fail_reason(label: str, result: dict, threshold: float, margin: float | None = None,
                  min_margin: float = 0.0) -> str:
     if result["nonfinite"]:
@@ -332,14 +347,17 @@ class MegaEvaluation(EvaluationBase):
                 self.performance()
 
     def correctness(self) -> bool:
-        """Single steps, the overwrite check, and a chain validated step by step against the
-        reference from the solution's own state (at each timed context when timed)."""
+        """Single steps, a report of whether a step repeats bit for bit, the overwrite check,
+        and a chain validated step by step against the reference from the solution's own state
+        (at each timed context when timed)."""
         current = "fixed_seeds"
         try:
             for current in ("fixed_seeds", "hidden_seeds"):
                 if not self._check_single_steps(current):
                     return False
             self.phase("check_single_steps")
+            current = "determinism"
+            self._report_determinism()
             current = "overwrite_in_place"
             if not self._check_overwrite():
                 return False
@@ -388,6 +406,22 @@ class MegaEvaluation(EvaluationBase):
                                    **data)
         worst_cosine = min(r["min_cosine"] for r in results)
         return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst_cosine:.5f}", **data)
+
+    def _report_determinism(self) -> None:
+        """The same step twice, on fresh copies of identical inputs in the solution's process:
+        whether the outputs are bitwise equal, and how far apart. Information, not a verdict:
+        a kernel may reduce in a varying order (atomics, split-K) and still be right, as the
+        checks judge; a reader of the result learns whether its answers repeat exactly."""
+        task = self.task
+        case = next(c for c in self.cases if c.label.startswith("hidden"))
+        inputs = [task.init_token(case.seed), task.init_state(case.context_len, case.seed)]
+        first, second = [_named_outputs(*self.remote_step("fresh", inputs, 0, case.context_len)) for _ in range(2)]
+        differences = {name: _difference(second[name], tensor) for name, tensor in first.items()
+                       if not compare.bitwise_equal(second[name], tensor)}
+        largest = max(differences, key=lambda name: differences[name], default=None)
+        difference = differences[largest] if largest is not None else 0.0
+        self.channel.send("determinism", case=case.label, bitwise_equal=not differences,
+                          max_abs_diff=difference if math.isfinite(difference) else None, largest_in=largest)
 
     def _check_overwrite(self) -> bool:
         """A second call on the very same input and state tensors, overwritten in place with
