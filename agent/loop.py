@@ -33,6 +33,9 @@ from kagent.tools.evaluation import summarize
 
 # A benchmark this much slower than the best counts as a regression (beyond timing noise).
 REGRESSION_TOLERANCE = 0.02
+# The final re-verification, the verdict a run ends on, draws this many times the secret
+# inputs of an evaluation: a solution wrong on rare inputs must not slip through at the end.
+FINAL_HIDDEN_SEEDS_FACTOR = 2
 
 
 class RunConfig(BaseModel):
@@ -477,7 +480,8 @@ class Agent:
         remaining = self.tracker.deadline() - self.tracker.clock.now()
         note = "re-verified"
         if remaining > 30:
-            options = self.eval_options.model_copy(update={"mode": "eval",
+            hidden_seeds = FINAL_HIDDEN_SEEDS_FACTOR * self.eval_options.hidden_seeds_for(self.task.kind)
+            options = self.eval_options.model_copy(update={"mode": "eval", "hidden_seeds": hidden_seeds,
                                                            "timeout_s": min(self.config.eval_timeout_s, remaining)})
             try:
                 self.final_evaluation = evaluate(self.task, self.workspace.root / self.config.solution_name, options)

@@ -14,7 +14,7 @@ import pytest
 from conftest import check_named, run_eval, write_solution
 from kagent.agent.errors import KagentError
 from kagent.sandbox.results import Verdict
-from kagent.tasks import resolve_task
+from kagent.tasks import TaskRef, resolve_task
 
 KERNELBENCH_PROBLEM = '''
 import torch
@@ -566,3 +566,30 @@ def test_folder_of_another_kind_gets_one_clear_error(tmp_path):
     (folder / "reference.py").write_text(BOARD_REFERENCE)
     with pytest.raises(KagentError, match="its shapes.py defines no SHAPES"):
         resolve_task(str(folder))
+
+
+def solution_wrong_from_second_time(rows: int) -> str:
+    """The correct solution, except that it negates its output on a step that finds ``rows``
+    rows of memory, from the second such step on: right in the validated chain, another
+    answer in the timed chains that follow it from the same inputs."""
+    return "import itertools\n_TIMES_SEEN = itertools.count()\n" + solution_wrong_when(
+        f"state[0]['memory'].shape[0] == {rows} and next(_TIMES_SEEN) > 0")
+
+
+def test_timed_chain_departing_after_a_near_tie_is_excused(margin_task, kagent_home, tmp_path):
+    # ctx 8: step 3 finds 10 rows, where the reference's margin is 0: a near-tie.
+    solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(10))
+    result = run_eval(margin_task, solution, kagent_home, contexts=[8])
+    assert result.verdict is Verdict.PASS, result.reason
+    timed = check_named(result, "timed_chain_ctx_8")
+    assert timed.reason == ("2 timed chain(s) of 3 steps at ctx 8 repeat the validated chain (min cosine 1.00000); "
+                            "2 of them depart from it at step 3 or later, after a near-tie of the reference's "
+                            "routing at step 3: not counted from there")
+
+
+def test_timed_chain_departing_before_a_near_tie_fails(margin_task, kagent_home, tmp_path):
+    solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(9))
+    result = run_eval(margin_task, solution, kagent_home, contexts=[8])
+    assert result.verdict is Verdict.INCORRECT
+    assert result.reason.startswith("timed_chain_ctx_8: ctx 8 step 2: a timed chain gave another answer than the "
+                                    "validated chain"), result.reason
