@@ -55,9 +55,12 @@ OUTPUT_TAIL_CHARS = 4000
 DRAIN_GRACE_S = 2.0
 # Inputs drawn at run time, which no solution can know in advance, per kind of task. A decode
 # step is cheap and its expected values are small, so many: a solution wrong on 1 input in 10
-# passes 96 of them with probability 0.9**96, about 4e-5. A KernelBench file's forward can be
+# passes 48 of them with probability 0.9**48, about 0.6% (a run's final re-verification uses
+# twice as many: 0.9**96, about 4e-5). More would cost the warm evaluation's time budget at
+# full scale: each secret case is a reference step (about 30 ms on an H200), and about two
+# draws in three are drawn again at routing near-ties. A KernelBench file's forward can be
 # slow, and its outputs, all held at once, large: 2.
-DEFAULT_HIDDEN_SEEDS = {"mega": 96, "kernelbench": 2}
+DEFAULT_HIDDEN_SEEDS = {"mega": 48, "kernelbench": 2}
 
 
 class EvalOptions(BaseModel):
