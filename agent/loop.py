@@ -39,6 +39,9 @@ REGRESSION_TOLERANCE = 0.02
 # A final re-verification that could not finish says nothing against the best attempt: the
 # benchmark that made it the best stands.
 REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
+# The final re-verification, the verdict a run ends on, draws this many times the secret
+# inputs of an evaluation: a solution wrong on rare inputs must not slip through at the end.
+FINAL_HIDDEN_SEEDS_FACTOR = 2
 
 
 class RunConfig(BaseModel):
@@ -557,7 +560,8 @@ class Agent:
         remaining = self.tracker.deadline() - self.tracker.clock.now()
         note = "re-verified"
         if remaining > 30:
-            options = self.eval_options.model_copy(update={"mode": "eval",
+            hidden_seeds = FINAL_HIDDEN_SEEDS_FACTOR * self.eval_options.hidden_seeds_for(self.task.kind)
+            options = self.eval_options.model_copy(update={"mode": "eval", "hidden_seeds": hidden_seeds,
                                                            "timeout_s": min(self.config.eval_timeout_s, remaining)})
             try:
                 with self._busy(f"re-verifying attempt {best.number}"):

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from kagent.agent import progress
 from kagent.sandbox.noise import score_lines
-from kagent.sandbox.results import EvalResult, Verdict
+from kagent.sandbox.results import Determinism, EvalResult, Verdict
 from kagent.tasks import TaskRef
 
 VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.INCORRECT: "bold red", Verdict.ERROR: "bold red",
@@ -78,6 +78,15 @@ def _launch_line(result: EvalResult) -> str:
     return "; ".join(parts)
 
 
+def _determinism_line(determinism: Determinism) -> str:
+    said = f"determinism: two calls on identical inputs ({determinism.case})"
+    if determinism.bitwise_equal:
+        return f"{said} are bitwise equal"
+    difference = (f"{determinism.max_abs_diff:.3g}" if determinism.max_abs_diff is not None
+                  else "undefined (NaN or infinity)")
+    return f"{said} are not bitwise equal: largest difference {difference} in {determinism.largest_in}"
+
+
 def result_view(result: EvalResult, result_path: str | None = None) -> Group:
     parts = []
     head = Text.assemble((f"{result.verdict.value.upper()}", VERDICT_STYLE[result.verdict]), "  ", result.reason)
@@ -94,6 +103,8 @@ def result_view(result: EvalResult, result_path: str | None = None) -> Group:
     if result.timings:
         parts.append(timing_table(result))
     lines = score_lines(result)
+    if result.determinism:
+        lines.append(_determinism_line(result.determinism))
     if result.launches:
         lines.append(f"launches: {_launch_line(result)}")
     if result.bandwidth:

@@ -34,7 +34,8 @@ from kagent.sandbox import containment, static_checks
 from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
-    Bandwidth, CheckResult, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict, check_verdict,
+    Bandwidth, CheckResult, Determinism, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
+    check_verdict,
 )
 from kagent.tasks import TaskRef
 
@@ -52,6 +53,14 @@ SKIPPED_NAMES = {"__pycache__", ".git", "build", ".ipynb_checkpoints"}
 OUTPUT_TAIL_CHARS = 4000
 # After the child exits, how long to wait for stragglers holding the pipe.
 DRAIN_GRACE_S = 2.0
+# Inputs drawn at run time, which no solution can know in advance, per kind of task. A decode
+# step is cheap and its expected values are small, so many: a solution wrong on 1 input in 10
+# passes 48 of them with probability 0.9**48, about 0.6% (a run's final re-verification uses
+# twice as many: 0.9**96, about 4e-5). More would cost the warm evaluation's time budget at
+# full scale: each secret case is a reference step (about 30 ms on an H200), and about two
+# draws in three are drawn again at routing near-ties. A KernelBench file's forward can be
+# slow, and its outputs, all held at once, large: 2.
+DEFAULT_HIDDEN_SEEDS = {"mega": 48, "kernelbench": 2}
 
 
 class EvalOptions(BaseModel):
@@ -70,10 +79,15 @@ class EvalOptions(BaseModel):
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
     home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
                                                    "extensions, Triton); None: a fresh one per evaluation")
-    hidden_seeds: int = Field(2, ge=1, description="Seeds drawn at run time, unknown to the solution")
+    hidden_seeds: Optional[int] = Field(None, ge=1, description="Seeds drawn at run time, unknown to the solution "
+                                                                "(None: the task kind's DEFAULT_HIDDEN_SEEDS)")
     atol: float = Field(1e-2, description="KernelBench files: absolute tolerance of allclose")
     rtol: float = Field(1e-2, description="KernelBench files: relative tolerance of allclose")
     python: str = Field(default_factory=lambda: sys.executable, description="Interpreter for the child")
+
+    def hidden_seeds_for(self, kind: str) -> int:
+        """How many seeds an evaluation of a task of ``kind`` draws at run time."""
+        return self.hidden_seeds or DEFAULT_HIDDEN_SEEDS[kind]
 
 
 def _sha256(data: bytes) -> str:
@@ -235,7 +249,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
         "cache_identity": hashlib.sha256(json.dumps(bundle.digest(), sort_keys=True).encode()).hexdigest(),
-        "hidden_seeds": options.hidden_seeds,
+        "hidden_seeds": options.hidden_seeds_for(task.kind),
         "atol": options.atol,
         "rtol": options.rtol,
     }
@@ -487,6 +501,8 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
                 fields["environment"] = Environment(**body)
             elif kind == "bandwidth":
                 fields["bandwidth"] = Bandwidth(**body)
+            elif kind == "determinism":
+                fields["determinism"] = Determinism(**body)
             elif kind == "score":
                 fields["score"] = body["geomean_speedup"]
                 fields["clocks_during_timing"] = {"before": body.get("clocks_before", {}),

@@ -126,6 +126,17 @@ class StaticFinding(Model):
     evidence: str
 
 
+class Determinism(Model):
+    """The same step run twice from identical inputs: information, not a verdict."""
+
+    case: str = Field(description="The correctness case both calls started from (fresh copies of its inputs)")
+    bitwise_equal: bool = Field(description="The two calls returned the same bytes in every output tensor")
+    max_abs_diff: Optional[float] = Field(description="Largest absolute difference between the two calls' outputs "
+                                                      "(0.0 when bitwise equal; None where NaN or infinity "
+                                                      "makes it undefined)")
+    largest_in: Optional[str] = Field(None, description="The output tensor it is in: hidden, or L<layer>.<name>")
+
+
 class EvalResult(Model):
     """One evaluation of one solution on one task. Stored as JSON; ``version`` says the schema."""
 
@@ -151,6 +162,8 @@ class EvalResult(Model):
     environment: Optional[Environment] = None
     clocks_during_timing: dict = Field(default_factory=dict)
     hidden_seeds: list[int] = Field(default_factory=list, description="Seeds drawn for this run, told afterwards")
+    determinism: Optional[Determinism] = Field(None, description="Decode tasks: whether two calls on identical "
+                                                                 "inputs repeat bit for bit")
     bundle_sha256: dict[str, str] = Field(default_factory=dict, description="Hashes of the pristine copy")
     cache: dict = Field(default_factory=dict)
     exit_code: Optional[int] = None

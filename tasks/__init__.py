@@ -3,11 +3,17 @@
 A task argument is a built-in name, a KernelBench-Mega-style problem folder (reference.py,
 shapes.py, problem.yaml, PROMPT.txt, optional baseline.py), or a KernelBench-style single
 file (class Model, get_inputs(), get_init_inputs(); solutions define ModelNew).
+
+A folder is read in kagent's own layout or in the public KernelBench-Mega board's, as
+published: settings kagent keeps under its own keys (``correctness``, ``forbidden_imports``)
+the board keeps elsewhere (``tolerance.cos_sim``, a ``forbidden`` list of source strings,
+``GRADING_SEEDS`` in shapes.py); the harness (sandbox/harness/mega.py) reads both.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +24,18 @@ from kagent.agent.errors import KagentError
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 MEGA_REQUIRED_FILES = ("reference.py", "shapes.py")
+# The one kind of problem folder kagent grades: a stateful decode step. Its reference.py
+# builds the config from a shape, draws the inputs from a seed and defines the model whose
+# step(hidden, state) is the task; its shapes.py lists the shapes.
+MEGA_REFERENCE_NAMES = ("build_config", "init_state", "init_token", "Model")
+MEGA_SHAPES_NAMES = ("SHAPES",)
+MEGA_LAYOUT = ("reference.py defining build_config(shape), init_state(cfg, context_len, seed), "
+               "init_token(cfg, seed) and Model(cfg) with step(hidden, state); shapes.py defining SHAPES "
+               "(dicts with context_len and steps)")
+# An entry of the public board's `forbidden` list that is an import ("import gym").
+_IMPORT_STATEMENT = re.compile(r"^(?:import|from)\s+([A-Za-z_][\w.]*)$")
+# One that is a package's name ("vllm", "auto_gptq").
+_PACKAGE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 class TaskRef(BaseModel):
@@ -32,7 +50,10 @@ class TaskRef(BaseModel):
 
     @property
     def forbidden_imports(self) -> list[str]:
-        return list(self.problem.get("forbidden_imports", []))
+        """kagent's own list, and the modules the public board's `forbidden` list names."""
+        board = self.problem.get("forbidden")
+        named = [m for entry in board if (m := forbidden_module(entry))] if isinstance(board, list) else []
+        return list(dict.fromkeys([*self.problem.get("forbidden_imports", []), *named]))
 
     @property
     def prompt(self) -> str:
@@ -54,6 +75,25 @@ class TaskRef(BaseModel):
         return h.hexdigest()
 
 
+def forbidden_module(entry: object) -> str | None:
+    """The module an entry of the public board's `forbidden` list names, or None.
+
+    The board rejects a solution whose source merely contains one of those strings; kagent
+    forbids imports, of whole top-level packages, instead. So an entry becomes a rule only
+    where it names a package ("import gym", "vllm"): a dotted entry is a path the board
+    forbids ("cuda.graph", that is torch.cuda.graph), and forbidding its package would forbid
+    far more than the board does (there, the CUDA Python bindings). The torch APIs the board
+    lists (torch.compile, CUDA graphs) are kagent's own rules anyway.
+    """
+    if not isinstance(entry, str):
+        return None
+    entry = entry.strip()
+    statement = _IMPORT_STATEMENT.match(entry)
+    if statement:
+        return statement.group(1)
+    return entry if _PACKAGE_NAME.match(entry) else None
+
+
 def _read_problem(folder: Path) -> dict:
     path = folder / "problem.yaml"
     if not path.exists():
@@ -67,13 +107,50 @@ def _read_problem(folder: Path) -> dict:
     return problem
 
 
+def _top_level_names(path: Path) -> dict[str, bool]:
+    """The names a Python file binds at its top level (functions, classes, assignments,
+    imports), read without running it; True for those it defines with def or class."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError) as err:
+        raise KagentError(f"cannot read {path} as Python: {err}") from err
+    names: dict[str, bool] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update({n.id: False for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({alias.asname or alias.name.split(".")[0]: False for alias in node.names})
+    return names
+
+
+def _check_mega_layout(folder: Path) -> None:
+    """One clear error for a folder of another kind (a training loop, a forward pass), before
+    any of it runs."""
+    for file, wanted in (("reference.py", MEGA_REFERENCE_NAMES), ("shapes.py", MEGA_SHAPES_NAMES)):
+        names = _top_level_names(folder / file)
+        missing = [n for n in wanted if n not in names]
+        if missing:
+            # What it does define says what kind of task it is (train(): a training loop).
+            own = [n for n, defined in names.items() if defined and not n.startswith("_")]
+            what = f" (its functions and classes: {', '.join(own)})" if own else ""
+            raise KagentError(f"{folder} is a problem folder of a kind kagent does not grade: its {file} defines "
+                              f"no {', '.join(missing)}{what}",
+                              hint=f"kagent grades a stateful decode step: {MEGA_LAYOUT}")
+
+
 def _mega(folder: Path, builtin: bool) -> TaskRef:
     missing = [f for f in MEGA_REQUIRED_FILES if not (folder / f).is_file()]
     if missing:
         raise KagentError(f"{folder} is not a KernelBench-Mega problem folder: it has no {', '.join(missing)}")
+    _check_mega_layout(folder)
     problem = _read_problem(folder)
+    # The public board describes a problem by its display_name.
+    description = problem.get("description") or problem.get("display_name") or ""
     return TaskRef(name=problem.get("name") or folder.name, kind="mega", path=folder.resolve(), builtin=builtin,
-                   description=str(problem.get("description", "")).strip(), problem=problem)
+                   description=str(description).strip(), problem=problem)
 
 
 def _kernelbench(file: Path) -> TaskRef:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from rich.console import Console
 
 from conftest import check_named, reference_solution, run_eval, write_solution
+from kagent.agent.views import print_result
 from kagent.sandbox import containment, evaluate
+from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
 
 REDTEAM = Path(__file__).resolve().parent / "redteam"
@@ -97,7 +102,11 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     assert names == ["load", "fixed_seeds", "hidden_seeds", "overwrite_in_place",
                      "chained_steps", "chained_steps", "chained_steps",
                      "timed_chain_ctx_16", "timed_chain_ctx_32", "timed_chain_ctx_64"]
-    assert len(result.hidden_seeds) == 2 and all(s >= 1000 for s in result.hidden_seeds)
+    assert len(result.hidden_seeds) == evaluate.DEFAULT_HIDDEN_SEEDS["mega"]
+    assert all(s >= 1000 for s in result.hidden_seeds)
+    # On the CPU the reference repeats itself bit for bit, and the result view says so.
+    assert result.determinism.bitwise_equal and result.determinism.max_abs_diff == 0.0
+    assert "determinism: two calls on identical inputs (hidden seed #1 ctx 16) are bitwise equal" in shown(result)
     assert [t.context_len for t in result.timings] == [16, 32, 64]
     for t in result.timings:
         # One sample per block of consecutive steps.
@@ -235,3 +244,84 @@ assert not _leaked, f"the solution can read {_leaked}"
 '''
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason
+
+
+def shown(result) -> str:
+    """The result as `kagent eval` prints it, as plain text."""
+    console = Console(record=True, width=200)
+    print_result(console, result)
+    return console.export_text()
+
+
+# Wrong on about 1 input in 10: when a hash of the input hidden's bytes is 9 modulo 10 (the
+# residue that the fixed seeds' inputs miss, as a bug that slipped past the public cases would).
+RARELY_WRONG = '''
+import hashlib
+
+
+def unlucky(hidden):
+    digest = hashlib.sha256(bytes(hidden.reshape(-1).view(torch.uint8).tolist())).digest()
+    return int.from_bytes(digest[:8], "little") % 10 == 9
+
+
+class Model(Model):
+    def step(self, hidden, state):
+        wrong = unlucky(hidden)
+        out, state = super().step(hidden, state)
+        return (-out if wrong else out), state
+'''
+
+
+def test_the_rarely_wrong_solution_is_wrong_on_one_input_in_ten(kimi):
+    """What the next test's solution is: wrong on about 10% of random seeds, right on the fixed ones."""
+    shapes = load_module("_kagent_test_kimi_shapes", kimi.path / "shapes.py")
+    reference = load_module("_kagent_test_kimi_reference", kimi.path / "reference.py")
+    namespace = {"torch": torch, "Model": reference.Model}
+    exec(RARELY_WRONG, namespace)
+    cfg = reference.build_config(shapes.SMOKE_SHAPES[0])
+    wrong = [seed for seed in range(1000, 3000) if namespace["unlucky"](reference.init_token(cfg, seed, device="cpu"))]
+    assert 0.08 < len(wrong) / 2000 < 0.12
+    assert not any(namespace["unlucky"](reference.init_token(cfg, seed, device="cpu")) for seed in (0, 1, 2))
+
+
+def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagent_home, tmp_path):
+    # With 96 secret seeds (a final re-verification's count) it passes an evaluation with
+    # probability 0.9**96 (about 4e-5), so evaluations in a row all fail it, and each failure
+    # counts the cases. Five, not ten: each
+    # takes about 4 s on a 2-core machine (two interpreters, ~170 reference steps with the
+    # seeds drawn again at near-ties, ~100 solution steps). With the former 2 secret seeds it
+    # passed 9 evaluations of 12 (0.9**2 = 0.81).
+    solution = reference_solution(kimi, tmp_path, RARELY_WRONG)
+    counts = []
+    for _ in range(5):
+        result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=96)
+        assert result.verdict is Verdict.INCORRECT, result.reason
+        found = re.match(r"hidden_seeds: (\d+) of 96 cases fail, worst: hidden seed #\d+ ctx \d+: cosine below 0.98 "
+                         r"for .*hidden -1\.0000", result.reason)
+        assert found, result.reason
+        failed = [c for c in check_named(result, "hidden_seeds").data["cases"] if not c["passed"]]
+        assert int(found.group(1)) == len(failed) >= 1
+        counts.append(len(failed))
+    assert 3 <= sum(counts) / len(counts) <= 20, counts  # about 1 in 10 of 96, on average
+
+
+NOISY = '''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden, state)
+        # Noise of 1e-6 relative on a float32 state, another on every call, as atomics that
+        # add in a varying order make: right, but not bitwise repeatable.
+        state[0]["S"].mul_(1 + 1e-6 * torch.randn_like(state[0]["S"]))
+        return out, state
+'''
+
+
+def test_a_nondeterministic_solution_passes_and_is_said_to_be_nondeterministic(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, NOISY), kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason
+    determinism = result.determinism
+    assert not determinism.bitwise_equal and determinism.largest_in == "L0.S"
+    assert 0 < determinism.max_abs_diff < 1e-5
+    line = next(line for line in shown(result).splitlines() if line.startswith("determinism:"))
+    assert line == (f"determinism: two calls on identical inputs ({determinism.case}) are not bitwise equal: "
+                    f"largest difference {determinism.max_abs_diff:.3g} in L0.S")

@@ -12,8 +12,10 @@ import pytest
 
 from conftest import WAIT_S
 from kagent.agent.budget import Budget
+from kagent.agent.loop import FINAL_HIDDEN_SEEDS_FACTOR
 from kagent.agent.runs import RunOptions, start_run
 from kagent.agent.trace import read_trace
+from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
 
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
 
@@ -106,6 +108,8 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert [e.seq for e in trace.events] == list(range(len(trace.events)))
     finalized = next(e for e in trace.events if e.type == "finalized")
     assert finalized.best_attempt == 2 and finalized.evaluation["verdict"] == "pass"
+    # The verdict the run ends on drew more secret seeds than any evaluation during the run.
+    assert len(finalized.evaluation["hidden_seeds"]) == FINAL_HIDDEN_SEEDS_FACTOR * DEFAULT_HIDDEN_SEEDS["mega"]
     # The model was told why its change was reverted, and sees the ledger every turn.
     told = next(e.content for e in trace.events if e.type == "tool_finished" and e.name == "check"
                 and "reverted" in e.content)

@@ -10,6 +10,7 @@ and judged here.
 from __future__ import annotations
 
 import inspect
+import math
 import secrets
 import sys
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import yaml
 from . import compare, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout as TensorLayout, decode
-from .loading import CandidateError, DiskCache, TaskError, digest, load_module
+from .loading import CandidateError, DiskCache, TaskError, digest, load_module, to_device
 
 Hidden = torch.Tensor
 State = list  # one dict of tensors per layer
@@ -49,8 +50,72 @@ def _load_task_module(name: str, path: Path) -> ModuleType:
         raise TaskError(f"cannot load the task's {path.name}: {type(err).__name__}: {err}") from err
 
 
+# What a task's reference.py must define: the config from a shape, the inputs from a seed,
+# and the model whose step(hidden, state) is the task (kagent's layout and the public board's).
+REFERENCE_NAMES = ("build_config", "init_state", "init_token", "Model")
+
+
+def _check_reference(reference: ModuleType) -> None:
+    missing = [n for n in REFERENCE_NAMES if not callable(getattr(reference, n, None))]
+    if not missing and not callable(getattr(reference.Model, "step", None)):
+        missing = ["Model.step"]
+    if missing:
+        raise TaskError(f"the task's reference.py defines no {', '.join(missing)}: kagent grades a stateful "
+                        "decode step (build_config(shape), init_state(cfg, context_len, seed), "
+                        "init_token(cfg, seed), Model(cfg).step(hidden, state))")
+
+
+def _shapes_of(module: ModuleType, scale: str) -> list[dict]:
+    """The shapes of the scale: each a dict with at least context_len and steps (the public
+    board's add what its build_config reads, such as n_experts)."""
+    smoke = getattr(module, "SMOKE_SHAPES", None)
+    if scale == "smoke" and not smoke:
+        # The public board's folders have only their real sizes.
+        raise TaskError("this task defines no smoke scale (SMOKE_SHAPES in shapes.py): evaluate it with "
+                        "--scale full")
+    shapes = smoke if scale == "smoke" else getattr(module, "SHAPES", None)
+    if not isinstance(shapes, (list, tuple)) or not shapes:
+        raise TaskError("the task's shapes.py defines no SHAPES (a list of dicts with context_len and steps)")
+    for shape in shapes:
+        if not (isinstance(shape, dict) and all(isinstance(shape.get(k), int) for k in ("context_len", "steps"))):
+            raise TaskError(f"a shape of the task's shapes.py must be a dict with integer context_len and steps, "
+                            f"not {str(shape)[:120]}")
+    return [dict(shape) for shape in shapes]
+
+
+def _takes_device(function: Any) -> bool:
+    """Whether ``function`` has a ``device`` parameter that can be passed by name."""
+    try:
+        parameter = inspect.signature(function).parameters.get("device")
+    except (TypeError, ValueError):  # no signature to read: called as the public board calls it
+        return False
+    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+def _check_inputs(name: str, value: Any) -> None:
+    """The reference's inputs as the evaluation exchanges and compares them: the token a
+    tensor, the state a list with one dict of tensors per layer."""
+    if name == "init_token":
+        good = isinstance(value, torch.Tensor)
+        want = "a tensor"
+    else:
+        good = isinstance(value, list) and all(
+            isinstance(layer, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor)
+                                            for k, t in layer.items())
+            for layer in value)
+        want = "a list with one dict of tensors (by name) per layer"
+    if not good:
+        raise TaskError(f"the task's reference.{name} must return {want}, not {type(value).__name__}")
+
+
 class Task:
-    """The task folder's modules and grading metadata, loaded from the pristine bundle."""
+    """The task folder's modules and grading metadata, loaded from the pristine bundle.
+
+    A folder in the public KernelBench-Mega layout is graded as published: its tolerance
+    (tolerance.cos_sim in problem.yaml) and seeds (GRADING_SEEDS in shapes.py) where kagent's
+    own keys (correctness.threshold, correctness.seeds) are absent, its own baseline.py, and
+    its init_state/init_token as it defines them, without a device parameter.
+    """
 
     def __init__(self, task_dir: Path, scale: str, device: torch.device):
         self.dir = task_dir
@@ -60,20 +125,29 @@ class Task:
             self.problem = (yaml.safe_load(problem_file.read_text()) or {}) if problem_file.exists() else {}
         except (OSError, yaml.YAMLError) as err:
             raise TaskError(f"cannot read the task's problem.yaml: {err}") from err
+        if not isinstance(self.problem, dict):
+            raise TaskError(f"the task's problem.yaml must hold a mapping, not {type(self.problem).__name__}")
         self.reference = _load_task_module("reference", task_dir / "reference.py")
+        _check_reference(self.reference)
+        # kagent's reference draws the inputs on the device it is given; the public board's
+        # take no device and choose their own (cuda:0): kagent moves what they return.
+        self.draws_on_device = {name: _takes_device(getattr(self.reference, name))
+                                for name in ("init_state", "init_token")}
         shapes = _load_task_module("_kagent_task_shapes", task_dir / "shapes.py")
-        smoke = getattr(shapes, "SMOKE_SHAPES", None)
-        if scale == "smoke" and not smoke:
-            raise TaskError("this task defines no smoke scale (SMOKE_SHAPES in shapes.py)")
-        self.shapes: list[dict] = list(smoke if scale == "smoke" else shapes.SHAPES)
-        self.cfg = self.reference.build_config(self.shapes[0])
+        self.shapes: list[dict] = _shapes_of(shapes, scale)
+        self.cfg = self._config()
         self.baseline = self._load_baseline()
         roofline_path = task_dir / "roofline.py"
         self.roofline = _load_task_module("_kagent_task_roofline", roofline_path) if roofline_path.exists() else None
-        correctness = self.problem.get("correctness", {})
-        self.threshold = float(correctness.get("threshold", 0.98))
-        self.check_seeds = list(correctness.get("seeds", [0, 1, 2]))
+        correctness = self.problem.get("correctness") or {}
+        # The public board's check.py and benchmark.py compare cosines with tolerance.cos_sim.
+        board_tolerance = self.problem.get("tolerance")
+        board_cosine = board_tolerance.get("cos_sim") if isinstance(board_tolerance, dict) else None
+        self.threshold = float(correctness.get("threshold", board_cosine if board_cosine is not None else 0.98))
+        board_seeds = getattr(shapes, "GRADING_SEEDS", None)  # the public board keeps its seeds there
+        self.check_seeds = list(correctness.get("seeds", board_seeds if board_seeds is not None else [0, 1, 2]))
         key = "smoke_contexts" if scale == "smoke" else "contexts"
+        # Without a list, the first two shapes' contexts: those the public board checks.
         self.check_contexts = list(correctness.get(key) or [s["context_len"] for s in self.shapes[:2]])
         self.timing_seed = int(self.problem.get("timing_seed", 0))
         # Optional: how close a reference step's discrete choices came to a tie, and the
@@ -88,6 +162,20 @@ class Task:
             "torch": torch.__version__,
         }
 
+    def _config(self) -> Any:
+        """The config every shape of the scale shares. One model is built and timed for all
+        of them, so shapes whose configs differ (the public board's benchmark builds one per
+        shape) cannot be graded together."""
+        try:
+            configs = [self.reference.build_config(shape) for shape in self.shapes]
+        except Exception as err:
+            raise TaskError(f"the task's reference.build_config failed: {type(err).__name__}: {err}") from err
+        differ = [shape for shape, cfg in zip(self.shapes, configs) if repr(cfg) != repr(configs[0])]
+        if differ:
+            raise TaskError(f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
+                            "kagent grades one model across the shapes of a scale")
+        return configs[0]
+
     def _load_baseline(self) -> ModuleType | None:
         path = self.dir / "baseline.py"
         if not path.exists():
@@ -98,11 +186,37 @@ class Task:
         finally:
             sys.path.remove(str(self.dir))
 
+    def baseline_model(self) -> torch.nn.Module:
+        """The baseline's module (the reference's when the folder has none) on the device,
+        its weights still to be loaded."""
+        Model = (self.baseline or self.reference).Model
+        try:
+            with torch.device(self.device):  # straight on the device: no host copy of the weights
+                model = Model(self.cfg)
+        except RuntimeError:
+            # A module that draws init weights from a CPU generator cannot be built with
+            # another default device; build it as the public harness does, then move it.
+            model = Model(self.cfg)
+        return model.to(self.device)  # also what a module built on an explicit device left behind
+
     def init_state(self, context_len: int, seed: int) -> State:
-        return self.reference.init_state(self.cfg, context_len, seed, device=self.device)
+        return self._inputs("init_state", context_len, seed)
 
     def init_token(self, seed: int) -> Hidden:
-        return self.reference.init_token(self.cfg, seed, device=self.device)
+        return self._inputs("init_token", seed)
+
+    def _inputs(self, name: str, *args: Any) -> Any:
+        """What the reference's ``name`` draws from ``args``, on the evaluation's device."""
+        on_device = self.draws_on_device[name]
+        try:
+            value = (getattr(self.reference, name)(self.cfg, *args, device=self.device) if on_device
+                     else getattr(self.reference, name)(self.cfg, *args))
+        except Exception as err:
+            where = (f"on {self.device}" if on_device
+                     else f"on a device of its choosing (it takes none; this evaluation runs on {self.device})")
+            raise TaskError(f"the task's reference.{name} failed {where}: {type(err).__name__}: {err}") from err
+        _check_inputs(name, value)
+        return to_device(value, self.device)  # no copy for what is on the device already
 
 
 def clone_state(state: State) -> State:
@@ -189,6 +303,20 @@ class StepChecker:
                 "passed": not below and not nonfinite}
 
 
+def _named_outputs(hidden: Hidden, state: State) -> dict[str, torch.Tensor]:
+    """A step's output tensors by the names StepChecker reports them under."""
+    named = {"hidden": hidden}
+    for i, layer in enumerate(state):
+        named.update({f"L{i}.{name}": tensor for name, tensor in layer.items()})
+    return named
+
+
+def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest absolute difference; infinite where a NaN makes it undefined."""
+    difference = compare.max_abs_diff(a, b)
+    return math.inf if math.isnan(difference) else difference
+
+
 def _fail_reason(label: str, result: dict, threshold: float, margin: float | None = None,
                  min_margin: float = 0.0) -> str:
     if result["nonfinite"]:
@@ -238,7 +366,7 @@ class MegaEvaluation(EvaluationBase):
         # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
         # routing sits on a near-tie is drawn again: there an honest kernel's rounding could
         # swap an expert, and a secret seed must not fail a correct solution by bad luck.
-        count = int(self.job.get("hidden_seeds", 2))
+        count = int(self.job["hidden_seeds"])
         self.hidden_seeds, self.redrawn_seeds = [], 0
         while len(self.hidden_seeds) < count:
             seed = 1000 + secrets.randbelow(1 << 30)
@@ -264,9 +392,7 @@ class MegaEvaluation(EvaluationBase):
         return grown(start, self.growth, steps)
 
     def load_baseline(self) -> torch.nn.Module:
-        with torch.device(self.device):  # the trusted baseline allocates straight on the device
-            model = (self.task.baseline or self.task.reference).Model(self.task.cfg)
-        model = model.to(self.device)  # also what a module built on an explicit device left behind
+        model = self.task.baseline_model()
         model.load_state_dict(self.weights, strict=True)
         return model.eval()
 
@@ -333,14 +459,17 @@ class MegaEvaluation(EvaluationBase):
                 self.performance()
 
     def correctness(self) -> bool:
-        """Single steps, the overwrite check, and a chain validated step by step against the
-        reference from the solution's own state (at each timed context when timed)."""
+        """Single steps, a report of whether a step repeats bit for bit, the overwrite check,
+        and a chain validated step by step against the reference from the solution's own state
+        (at each timed context when timed)."""
         current = "fixed_seeds"
         try:
             for current in ("fixed_seeds", "hidden_seeds"):
                 if not self._check_single_steps(current):
                     return False
             self.phase("check_single_steps")
+            current = "determinism"
+            self._report_determinism()
             current = "overwrite_in_place"
             if not self._check_overwrite():
                 return False
@@ -352,30 +481,59 @@ class MegaEvaluation(EvaluationBase):
                 chain = ValidatedChain(self, shape["context_len"], shape["steps"])
                 if not self.send_check(current, *chain.run()):
                     return False
-                self.first_chains[shape["context_len"]] = chain.outputs
+                self.first_chains[shape["context_len"]] = chain
             self.phase("check_chained")
             return True
         except CandidateError as err:
             return self.solution_failed(current, err)
 
     def _check_single_steps(self, group: str) -> bool:
-        """Fresh single steps from the fixed seeds, or from seeds drawn for this run only."""
+        """Fresh single steps from the fixed seeds, or from seeds drawn for this run only.
+
+        Every case runs, pass or fail, and a failure says how many failed of how many and
+        shows the worst: a solution wrong on a few inputs reads as such."""
         task = self.task
         cases = [c for c in self.cases if c.label.startswith("hidden") == (group == "hidden_seeds")]
-        results = []
+        results, failures = [], []
         for case in cases:
             hidden_in = task.init_token(case.seed)
             hidden, state = self.remote_step("fresh", [hidden_in, task.init_state(case.context_len, case.seed)],
                                              0, case.context_len)
             result = self.checker.compare(hidden_in, hidden, state, case.expected_hidden, case.expected_state)
+            if result["passed"]:
+                # A passing case is kept short: with many secret seeds, every cosine of
+                # every case would make up most of a stored result.
+                result = {k: result[k] for k in ("passed", "min_cosine", "worst")}
+            else:
+                failures.append((case, result))
             results.append({"case": case.label, "decision_margin": case.margin, **result})
-            if not result["passed"]:
-                return self.send_check(group, "fail", _fail_reason(case.label, result, task.threshold, case.margin,
-                                                                   task.min_margin), cases=results)
-        worst = min(r["min_cosine"] for r in results)
-        extra = {"redrawn_seeds": self.redrawn_seeds} if group == "hidden_seeds" else {}
-        return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst:.5f}",
-                               cases=results, seeds=[c.seed for c in cases], **extra)
+        data = {"cases": results, "seeds": [c.seed for c in cases]}
+        if group == "hidden_seeds":
+            data["redrawn_seeds"] = self.redrawn_seeds
+        if failures:
+            # The worst: non-finite values first, then the lowest cosine.
+            case, result = min(failures, key=lambda f: (not f[1]["nonfinite"], f[1]["min_cosine"]))
+            worst = _fail_reason(case.label, result, task.threshold, case.margin, task.min_margin)
+            return self.send_check(group, "fail", f"{len(failures)} of {len(cases)} cases fail, worst: {worst}",
+                                   **data)
+        worst_cosine = min(r["min_cosine"] for r in results)
+        return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst_cosine:.5f}", **data)
+
+    def _report_determinism(self) -> None:
+        """The same step twice, on fresh copies of identical inputs in the solution's process:
+        whether the outputs are bitwise equal, and how far apart. Information, not a verdict:
+        a kernel may reduce in a varying order (atomics, split-K) and still be right, as the
+        checks judge; a reader of the result learns whether its answers repeat exactly."""
+        task = self.task
+        case = next(c for c in self.cases if c.label.startswith("hidden"))
+        inputs = [task.init_token(case.seed), task.init_state(case.context_len, case.seed)]
+        first, second = [_named_outputs(*self.remote_step("fresh", inputs, 0, case.context_len)) for _ in range(2)]
+        differences = {name: _difference(second[name], tensor) for name, tensor in first.items()
+                       if not compare.bitwise_equal(second[name], tensor)}
+        largest = max(differences, key=lambda name: differences[name], default=None)
+        difference = differences[largest] if largest is not None else 0.0
+        self.channel.send("determinism", case=case.label, bitwise_equal=not differences,
+                          max_abs_diff=difference if math.isfinite(difference) else None, largest_in=largest)
 
     def _check_overwrite(self) -> bool:
         """A second call on the very same input and state tensors, overwritten in place with
@@ -466,11 +624,13 @@ class ValidatedChain:
     own input and state of that step: one step from an identical fed state, as in the fresh
     checks, so a near-tie in expert routing cannot make honest drift look like an error,
     while work skipped on chained steps shows. Its per-step outputs are what every timed
-    chain must repeat."""
+    chain must repeat; its per-step decision margins say where a timed chain may depart."""
 
     def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
         self.evaluation, self.context_len, self.steps = evaluation, context_len, steps
         self.outputs: list[Hidden] = []
+        # The reference's decision margin at each step, from the state the solution fed it.
+        self.margins: list[float | None] = []
 
     def run(self) -> tuple[str, str]:
         """(status, reason) for the chain."""
@@ -483,6 +643,7 @@ class ValidatedChain:
             expected_hidden, expected_state, margin = reference_case(task, evaluation.reference, hidden_in, state_in)
             result = evaluation.checker.compare(hidden_in, hidden, state, expected_hidden, expected_state)
             self.outputs.append(hidden)
+            self.margins.append(margin)
             hidden_in, state_in = hidden, state
             if not result["passed"] and not result["nonfinite"] and margin is not None and margin < task.min_margin:
                 # A near-tie in the reference's own routing at this state: rounding decides
@@ -499,6 +660,11 @@ class ValidatedChain:
                 if excused else "")
         return "pass", (f"a chain of {self.steps} steps at ctx {self.context_len}: each step matches the reference "
                         f"from the same state (min cosine {worst:.5f}){note}")
+
+    def first_near_tie(self) -> int | None:
+        """The index of the first step whose routing sat on a near-tie of the reference's, if any."""
+        min_margin = self.evaluation.task.min_margin
+        return next((i for i, m in enumerate(self.margins) if m is not None and m < min_margin), None)
 
 
 class BaselineChain:
@@ -535,15 +701,19 @@ class SolutionChain:
     """The solution as a timed contestant: its steps run in its own process, chained there,
     each step's hidden recorded into the arena; each block is timed by the referee from
     before it copies the chain's inputs to the device probe after the answer (remote.py).
-    Every timed chain must repeat the validated chain step for step."""
+    Every timed chain must repeat the validated chain step for step, up to a near-tie of the
+    reference's routing: there an honest kernel whose rounding varies from run to run may
+    pick the other expert, and every later step follows from that state, so from there on
+    the timed chain may depart (its values must stay finite)."""
 
     name = "candidate"
 
-    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int, first_chain: list[Hidden]):
+    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int, validated: ValidatedChain):
         self.evaluation = evaluation
         self.solution = evaluation.solution
         self.context_len, self.steps = context_len, steps
-        self.first_chain = first_chain
+        self.validated = validated
+        self.near_tie = validated.first_near_tie()
         self.threshold = evaluation.task.threshold
         self.template = evaluation.timing_inputs(context_len)
         self.solution.slots.reset()
@@ -554,6 +724,7 @@ class SolutionChain:
         self.record = self.solution.arena.view(self.record_slot)
         self.failures: list[str] = []
         self.validated_chains = 0
+        self.departures: list[int] = []  # the first step departing, of each chain that departed after a near-tie
         self.worst = 1.0
         # Milliseconds per step as the solution's own process timed its blocks (CUDA events):
         # reported beside the referee's figure, never used for it.
@@ -581,10 +752,18 @@ class SolutionChain:
 
     def end_chain(self, round_index: int) -> None:
         outputs = self.record.clone()
-        for i, first in enumerate(self.first_chain):
+        departed = False
+        for i, first in enumerate(self.validated.outputs):
+            finite = compare.is_finite(outputs[i])
+            if finite and departed:
+                continue  # on its own path since the near-tie: nothing to repeat
             cos = compare.cosine(outputs[i], first)
-            self.worst = min(self.worst, cos)
-            if (cos < self.threshold or not compare.is_finite(outputs[i])) and not self.failures:
+            if finite and cos >= self.threshold:
+                self.worst = min(self.worst, cos)
+            elif finite and self.near_tie is not None and i >= self.near_tie:
+                departed = True
+                self.departures.append(i + 1)
+            elif not self.failures:
                 self.failures.append(f"ctx {self.context_len} step {i + 1}: a timed chain gave another answer than "
                                      f"the validated chain (cosine {cos:.4f}) from the same inputs")
         self.validated_chains += 1
@@ -593,8 +772,12 @@ class SolutionChain:
         """(status, reason) for the timed chains."""
         if self.failures:
             return "fail", self.failures[0]
+        note = ""
+        if self.departures:
+            note = (f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
+                    f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there")
         return "pass", (f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "
-                        f"repeat the validated chain (min cosine {self.worst:.5f})")
+                        f"repeat the validated chain (min cosine {self.worst:.5f}){note}")
 
 
 def _flatten(tree: Any) -> list[torch.Tensor]:

@@ -4,10 +4,11 @@ The child writes one JSON object per line to a file descriptor that the parent o
 it (a pipe), never to stdout: what the candidate prints cannot pass for a harness message.
 Each object has an ``event`` key; the last one of a complete run is ``done``.
 
-The candidate runs in the same process and can find that descriptor, so every line is also
-signed: ``seq`` counts the lines and ``mac`` is an HMAC-SHA256 of the rest, keyed by a secret
-the parent sends through a second pipe that the harness reads and closes before any
-candidate code runs. A line the candidate writes itself fails the check.
+The solution runs in a process of its own that never holds that descriptor, but every line
+is also signed, so that nothing else can pass for the referee: ``seq`` counts the lines and
+``mac`` is an HMAC-SHA256 of the rest, keyed by a secret the parent sends through a second
+pipe that the harness reads and closes first of all. A line anyone else writes fails the
+check.
 """
 from __future__ import annotations
 

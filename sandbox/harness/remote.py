@@ -108,7 +108,6 @@ class SolutionProcess:
         self.env = env
         self.pid_namespace = pid_namespace
         self.proc: Optional[subprocess.Popen] = None
-        self.reported_device_ms: list[float] = []
         self.request_floor_ms = 0.0
 
     def launch(self) -> None:
@@ -175,8 +174,6 @@ class SolutionProcess:
                                  f"{str(reply['protocol'])[:300]}", str(reply.get("details", ""))[-4000:])
         if reply.get("ok") is not True:
             raise SolutionFailed(f"the solution's process answered {str(reply)[:200]} while {what}")
-        if isinstance(reply.get("device_ms"), (int, float)):
-            self.reported_device_ms.append(float(reply["device_ms"]))
         idle_ms = self.probe.idle_ms if self.probe is not None else 0.0
         reply.update(answered_ms=answered_ms, probe_ms=probe_ms,
                      block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms))
