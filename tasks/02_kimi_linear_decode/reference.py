@@ -7,10 +7,12 @@ clarity over speed: every weight is dequantized to float32 and all math that the
 marks as float32 is done in float32.
 
 Public names: Config, build_config, quantize_int4, dequantize_int4, QuantLinear,
-QuantExperts, KDA, MLA, MoE, Block, Model, init_state, init_token.
+QuantExperts, KDA, MLA, MoE, Block, Model, init_state, init_token; the harness's optional
+hooks decision_margins, decision_margin and runner_up.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -256,6 +258,8 @@ class MLA(nn.Module):
 class MoE(nn.Module):
     """Softmax top-k routed experts plus always-on shared experts."""
 
+    take_runner_up = False
+
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
@@ -283,6 +287,11 @@ class MoE(nn.Module):
         probs = torch.softmax(logits, dim=-1)
         top = torch.topk(probs, min(cfg.n_active + 1, cfg.n_experts))
         w, idx = top.values[: cfg.n_active], top.indices[: cfg.n_active]
+        if self.take_runner_up:
+            # The routing that rounding picks at a near-tie: the first expert left out in
+            # place of the last one chosen (set by runner_up below).
+            w = torch.cat([w[:-1], top.values[-1:]])
+            idx = torch.cat([idx[:-1], top.indices[-1:]])
         # How far this choice was from a tie: the relative gap between the last chosen
         # expert and the first one left out (read by decision_margin below).
         self.last_margin = (top.values[cfg.n_active - 1] - top.values[-1]) / top.values[cfg.n_active - 1]
@@ -346,16 +355,34 @@ class Model(nn.Module):
         return hidden, state
 
 
-def decision_margin(model: Model) -> float:
-    """How close the last step's discrete choices came to a tie (an optional hook the
-    harness reads after each reference step).
+def decision_margins(model: Model) -> list[float]:
+    """How close each of the last step's discrete choices came to a tie: one expert
+    routing per layer (an optional hook the harness reads after a reference step).
 
     Expert routing is a hard top-k: when the 8th and 9th probabilities are within a
     fraction of a percent, rounding noise that any correct kernel has can swap one expert
     and move the hidden by several percent. The harness draws its secret seeds only where
-    every layer's margin is comfortable, and excuses a mismatch at a chained step whose
-    reference margin was within the noise."""
-    return min(float(blk.moe.last_margin) for blk in model.blocks)
+    every layer's margin is comfortable, and excuses a mismatch at a near-tie only when
+    the reference that took the runner-up there (runner_up below) matches."""
+    return [float(blk.moe.last_margin) for blk in model.blocks]
+
+
+def decision_margin(model: Model) -> float:
+    """The least of decision_margins: how close the last step came to any tie."""
+    return min(decision_margins(model))
+
+
+@contextmanager
+def runner_up(model: Model, decision: int):
+    """Within this, the routing decision at index ``decision`` of decision_margins takes
+    the first expert left out in place of the last one chosen, with its own weight: the
+    step a kernel computes when its rounding tips that near-tie the other way."""
+    moe = model.blocks[decision].moe
+    moe.take_runner_up = True
+    try:
+        yield
+    finally:
+        moe.take_runner_up = False
 
 
 # --------------------------------------------------------------------------- #
