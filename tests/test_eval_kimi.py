@@ -94,6 +94,52 @@ def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, t
     assert result.score is None
 
 
+# Near-ties of the routing. At smoke scale every fixed seed sits on one (the least margin of
+# the four layers' routings is 0.5-1.5%, below min_decision_margin's 2%).
+TAKES_THE_RUNNER_UP = '''
+class Model(Model):
+    def step(self, hidden, state):
+        # A kernel whose rounding tips the routing's first near-tie the other way: the
+        # reference's step, with the runner-up taken at the first decision within 2% of a tie.
+        super().step(hidden.clone(), [{k: v.clone() for k, v in layer.items()} for layer in state])
+        tied = [i for i, margin in enumerate(decision_margins(self)) if margin < 0.02]
+        if not tied:
+            return super().step(hidden, state)
+        with runner_up(self, tied[0]):
+            return super().step(hidden, state)
+'''
+
+RETURNS_ITS_INPUT_AT_NEAR_TIES = '''
+class Model(Model):
+    def step(self, hidden, state):
+        out, state = super().step(hidden.clone(), state)
+        # At a near-tie of the routing the hidden goes back as it came in (the state is right).
+        return (hidden.clone() if decision_margin(self) < 0.02 else out), state
+'''
+
+
+def test_fixed_seeds_at_a_near_tie_are_reported_and_the_runner_up_excused(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, TAKES_THE_RUNNER_UP), kagent_home, mode="check")
+    assert result.verdict is Verdict.PASS, result.reason
+    fixed = check_named(result, "fixed_seeds")
+    near = [c for c in fixed.data["cases"] if c["near_tie"]]
+    assert fixed.data["near_ties"] == [c["case"] for c in near] and len(near) == len(fixed.data["cases"])
+    assert all(c["decision_margin"] < 0.02 for c in near)
+    excused = [c for c in near if "excused" in c]
+    assert excused and all(c["excused"]["margin"] < 0.02 for c in excused)
+    assert "at a near-tie of the reference's routing (margin below 2%): seed 0 ctx 16 (" in fixed.reason
+    assert f"{excused[0]['case']} ({excused[0]['decision_margin']:.2%}, matches the reference that took the " \
+           "runner-up)" in fixed.reason
+
+
+def test_a_step_that_returns_its_input_at_a_near_tie_fails(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, RETURNS_ITS_INPUT_AT_NEAR_TIES), kagent_home,
+                      mode="check")
+    assert result.verdict is Verdict.INCORRECT, result.reason
+    assert re.match(r"fixed_seeds: (\d+) of \1 cases fail", result.reason), result.reason
+    assert "does not match the reference that took the runner-up either" in result.reason
+
+
 def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home)
     assert result.verdict is Verdict.PASS, result.reason

@@ -266,17 +266,39 @@ def _step_with_margin(self, hidden, state):
     # for inputs whose first value is small.
     rows = state[0]["memory"].shape[0]
     self.last_margin = 0.0 if rows == 10 else abs(float(hidden.float()[0]))
-    return _step(self, hidden, state)
+    hidden, state = _step(self, hidden, state)
+    # The stand-in's other choice at a tie: the output negated.
+    return (-hidden if getattr(self, "take_runner_up", False) else hidden), state
 
 
 Model.step = _step_with_margin
+"""
+
+# And how the reference steps when it takes the runner-up at one of those choices: what
+# explains a mismatch at a near-tie.
+RUNNER_UP_HOOK = """
+
+import contextlib
+
+
+def decision_margins(model):
+    return [model.last_margin]
+
+
+@contextlib.contextmanager
+def runner_up(model, decision):
+    model.take_runner_up = True
+    try:
+        yield
+    finally:
+        model.take_runner_up = False
 """
 
 
 @pytest.fixture
 def margin_task(mega_task):
     folder = mega_task.path
-    (folder / "reference.py").write_text(MEGA_REFERENCE + MARGIN_HOOK)
+    (folder / "reference.py").write_text(MEGA_REFERENCE + MARGIN_HOOK + RUNNER_UP_HOOK)
     (folder / "problem.yaml").write_text(
         "correctness: {threshold: 0.99, seeds: [0], contexts: [8], smoke_contexts: [8], "
         "min_decision_margin: 0.5}\n")
@@ -301,10 +323,35 @@ def test_secret_seeds_are_drawn_clear_of_near_ties(margin_task, kagent_home, tmp
 
 
 def test_chained_mismatch_at_a_near_tie_is_excused(margin_task, kagent_home, tmp_path):
+    # At the near-tie the solution negates its output: what the reference does with the
+    # runner-up taken there, so the mismatch is explained.
     solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 10"))
     result = run_eval(margin_task, solution, kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason
-    assert "steps [3] differ at a near-tie" in check_named(result, "chained_steps").reason
+    assert ("steps [3] differ at a near-tie of the reference's routing, where they match the reference that took "
+            "the runner-up") in check_named(result, "chained_steps").reason
+
+
+def test_unexplained_mismatch_at_a_near_tie_fails(margin_task, kagent_home, tmp_path):
+    # At the near-tie the solution hands back its input: neither the reference's choice nor
+    # the runner-up's.
+    solution = write_solution(tmp_path / "s", MEGA_SOLUTION.replace("{activation}", "torch.tanh").replace(
+        "        return x.to(torch.bfloat16), state",
+        "        return (hidden.clone() if state[0]['memory'].shape[0] == 11 else x.to(torch.bfloat16)), state"))
+    result = run_eval(margin_task, solution, kagent_home, mode="check")
+    assert result.verdict is Verdict.INCORRECT, result.reason
+    assert result.reason.startswith("chained_steps: ctx 8 step 3 of a chain: cosine below 0.99"), result.reason
+    assert "does not match the reference that took the runner-up either" in result.reason
+
+
+def test_near_tie_without_a_runner_up_hook_excuses_nothing(margin_task, kagent_home, tmp_path):
+    # A reference that says how close its choices came to a tie, but not how it steps with
+    # the other choice, cannot explain a mismatch: it counts.
+    (margin_task.path / "reference.py").write_text(MEGA_REFERENCE + MARGIN_HOOK)
+    solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 10"))
+    result = run_eval(resolve_task(str(margin_task.path)), solution, kagent_home, mode="check")
+    assert result.verdict is Verdict.INCORRECT, result.reason
+    assert result.reason.startswith("chained_steps: ctx 8 step 3 of a chain"), result.reason
 
 
 def test_chained_mismatch_away_from_ties_fails(margin_task, kagent_home, tmp_path):
