@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from kagent.sandbox.harness import compare, launches, timing
 from kagent.sandbox.harness.loading import DiskCache
+from kagent.sandbox.harness.mega import StepChecker
 from kagent.sandbox.evaluate import authentic_event, promote_cache
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
 
@@ -193,3 +195,18 @@ def test_only_files_sealed_unchanged_reach_the_cache(tmp_path):
     assert (cache / "weights" / "a.pt").read_text() == "good"
     assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["a.pt"]
     assert promote_cache(staging, cache, []) == []  # no seal event (a crash before it): nothing
+
+
+def test_a_wrong_row_appended_to_a_long_cache_fails_on_its_own():
+    # One row of 2049 barely moves the whole cache's cosine; the appended rows are compared alone.
+    g = torch.Generator().manual_seed(0)
+    hidden_in, cache = torch.randn(8, generator=g), torch.randn(2048, 16, generator=g)
+    new_row = torch.randn(1, 16, generator=g)
+    checker = StepChecker(SimpleNamespace(threshold=0.98), reference=None)
+    expected = [{"cache": torch.cat([cache, new_row]), "S": torch.ones(4)}]
+    wrong = [{"cache": torch.cat([cache, -new_row]), "S": torch.ones(4)}]
+    result = checker.compare(hidden_in, [{"cache": cache, "S": torch.ones(4)}], hidden_in + 1, wrong,
+                             hidden_in + 1, expected)
+    assert result["cosines"]["L0.cache"] > 0.999 and result["cosines"]["L0.cache.appended"] == -1.0
+    assert result["below_threshold"] == ["L0.cache.appended"] and not result["passed"]
+    assert "L0.S.appended" not in result["cosines"]  # a tensor that keeps its shape has no appended rows

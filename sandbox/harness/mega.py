@@ -288,14 +288,21 @@ class StepChecker:
 
     def compare(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State, expected_hidden: Hidden,
                 expected_state: State) -> dict:
-        """Cosine of the next hidden, of the step's own contribution (out - in), and of every
-        state tensor. The delta matters on chained steps: there the residual stream is a
-        running sum that dominates the hidden, so skipped work can hide in its cosine."""
+        """Cosine of the next hidden, of the step's own contribution (out - in), of every
+        state tensor, and of the rows a step appends to a growing one. The delta matters on
+        chained steps: there the residual stream is a running sum that dominates the hidden,
+        so skipped work can hide in its cosine. The appended rows matter for the same reason:
+        one new row of a cache thousands of rows long moves the cache's cosine by less than
+        rounding, and a wrong one shows only in later steps."""
         metrics: dict[str, float] = {}
         nonfinite = []
         tensors = [("hidden", hidden, expected_hidden)]
-        for i, (layer, ref_layer) in enumerate(zip(state, expected_state)):
-            tensors += [(f"L{i}.{name}", layer[name], ref) for name, ref in ref_layer.items()]
+        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in)):
+            for name, ref in ref_layer.items():
+                tensors.append((f"L{i}.{name}", layer[name], ref))
+                rows_in = in_layer[name].shape[0] if in_layer[name].dim() else 0
+                if ref.dim() and ref.shape[0] > rows_in and ref.shape[1:] == in_layer[name].shape[1:]:
+                    tensors.append((f"L{i}.{name}.appended", layer[name][rows_in:], ref[rows_in:]))
         for name, got, ref in tensors:
             if not compare.is_finite(got):
                 nonfinite.append(name)
