@@ -26,6 +26,17 @@ def _corpus(name: str) -> str:
     return (REDTEAM / f"{name}.py").read_text()
 
 
+def _block_variant(attn_input: str = "self.norm(x, self.attn_norm, self.cfg.eps)", attn_residual: str = "x + ",
+                   moe_input: str = "self.norm(h, self.moe_norm, self.cfg.eps)", moe_residual: str = "h + ") -> str:
+    """A patch replacing Block.step with the reference's, one piece of it changed."""
+    return f'''
+def _block_step(self, x, st):
+    h = {attn_residual}self.attn.step({attn_input}, st)
+    return {moe_residual}self.moe.step({moe_input})
+Block.step = _block_step
+'''
+
+
 # Each case: a patch appended to a copy of the reference, the verdict it must get, and the
 # check whose failure must be the reason.
 BROKEN = {
@@ -44,6 +55,95 @@ MoE.step = _unscaled
 ''', Verdict.INCORRECT, "fixed_seeds"),
     "k_rope_not_appended": (_corpus("k_rope_not_appended"), Verdict.INCORRECT, "fixed_seeds"),
     "conv_window_not_shifted": (_corpus("conv_window_not_shifted"), Verdict.INCORRECT, "fixed_seeds"),
+    # One part of the step's math broken at a time (PARTS below says which part each covers).
+    "skips_the_conv": ('''
+def _no_conv(self, val, prev, j):
+    # The window still moves on, but the projection goes on without the convolution.
+    return val, torch.cat([prev, val[None]])[1:]
+KDA.short_conv = _no_conv
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "skips_the_delta_rule_write": ('''
+class Model(Model):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for block in self.blocks:
+            if block.kind == "K":
+                # beta = sigmoid(-inf) = 0: the state only decays, nothing is written into it.
+                block.attn.beta_proj.forward = lambda x: torch.full((cfg.kda_heads,), -torch.inf, dtype=x.dtype,
+                                                                    device=x.device)
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "skips_the_decay": ('''
+_kda_step = KDA.step
+def _no_decay(self, x, st):
+    # g = -softplus(...) = 0: the state is not decayed before the write.
+    softplus, F.softplus = F.softplus, torch.zeros_like
+    try:
+        return _kda_step(self, x, st)
+    finally:
+        F.softplus = softplus
+KDA.step = _no_decay
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "hands_on_the_old_kda_state": ('''
+_kda_step = KDA.step
+def _old_state(self, x, st):
+    # The output from the updated state, but the state handed on is the one that came in.
+    S = st["S"]
+    out = _kda_step(self, x, st)
+    st["S"] = S
+    return out
+KDA.step = _old_state
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "skips_the_cache_attention": ('''
+_mla_step = MLA.step
+def _no_attention(self, x, st):
+    # The cache is still appended to, but nothing read from it reaches the output.
+    return torch.zeros_like(_mla_step(self, x, st))
+MLA.step = _no_attention
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "attends_to_the_newest_8_rows": ('''
+_mla_step, _softmax = MLA.step, torch.softmax
+def _newest_rows_only(scores, dim):
+    # MLA.step's one softmax, over cache positions, with all but the newest 8 rows left out.
+    kept = torch.full_like(scores, -torch.inf)
+    kept[-8:] = scores[-8:]
+    return _softmax(kept, dim=dim)
+def _windowed(self, x, st):
+    torch.softmax = _newest_rows_only
+    try:
+        return _mla_step(self, x, st)
+    finally:
+        torch.softmax = _softmax
+MLA.step = _windowed
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "ropes_at_the_next_position": ('''
+_rope_cos_sin = rope_cos_sin
+def rope_cos_sin(pos, dim, theta, device):
+    # The position after the new row is appended rather than before.
+    return _rope_cos_sin(pos + 1, dim, theta, device)
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "routes_to_the_next_experts": ('''
+_ffn = MoE.ffn
+def _next_expert(x, gate, up, down, e):
+    # Each chosen expert's index off by one (the shared expert, the only one of its kind, stays).
+    return _ffn(x, gate, up, down, (e + 1) % gate.n)
+MoE.ffn = staticmethod(_next_expert)
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "swaps_gate_and_up": ('''
+_ffn = MoE.ffn
+MoE.ffn = staticmethod(lambda x, gate, up, down, e: _ffn(x, up, gate, down, e))
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "drops_the_shared_expert": ('''
+import dataclasses
+class Model(Model):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for block in self.blocks:
+            block.moe.cfg = dataclasses.replace(cfg, n_shared=0)  # MoE.step adds n_shared shared experts
+''', Verdict.INCORRECT, "fixed_seeds"),
+    "skips_the_attention_norm": (_block_variant(attn_input="x"), Verdict.INCORRECT, "fixed_seeds"),
+    "skips_the_moe_norm": (_block_variant(moe_input="h"), Verdict.INCORRECT, "fixed_seeds"),
+    "drops_the_attention_residual": (_block_variant(attn_residual=""), Verdict.INCORRECT, "fixed_seeds"),
+    "drops_the_moe_residual": (_block_variant(moe_residual=""), Verdict.INCORRECT, "fixed_seeds"),
     "nan_in_output": ('''
 class Model(Model):
     def step(self, hidden, state):
@@ -84,6 +184,25 @@ import a_module_that_does_not_exist
 }
 
 
+# Every part of the step's math, and the variants above broken in that part alone: each must
+# fail (README, Correctness, has this table with the checks that catch them).
+PARTS = {
+    "KDA short conv": ["skips_the_conv", "conv_window_not_shifted"],
+    "KDA state update": ["skips_the_delta_rule_write", "skips_the_decay", "hands_on_the_old_kda_state"],
+    "MLA attention over the cache": ["skips_the_cache_attention", "attends_to_the_newest_8_rows"],
+    "MLA cache append and RoPE": ["k_rope_not_appended", "ropes_at_the_next_position"],
+    "router": ["routes_to_the_next_experts", "forgets_routed_scaling"],
+    "routed experts": ["swaps_gate_and_up", "drops_the_moe"],
+    "shared expert": ["drops_the_shared_expert"],
+    "norms": ["skips_the_attention_norm", "skips_the_moe_norm"],
+    "residual": ["drops_the_attention_residual", "drops_the_moe_residual"],
+}
+
+
+def test_every_part_of_the_math_has_a_broken_variant():
+    assert all(PARTS.values()) and {n for names in PARTS.values() for n in names} <= set(BROKEN)
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, tmp_path):
     patch, verdict, check = BROKEN[name]
@@ -92,6 +211,89 @@ def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, t
     assert result.reason.startswith(check + ":"), result.reason
     assert check_named(result, check).status in ("fail", "error")
     assert result.score is None
+
+
+def test_the_cache_attention_is_caught_on_the_salient_state(kimi, kagent_home, tmp_path):
+    # From init_state's draw the attention's share of the output rounds away (every cache row
+    # scores about the same and the values average out): those cases pass without it, and the
+    # cases from the reference's salient_state, one per fixed seed, must fail.
+    for name in ("skips_the_cache_attention", "attends_to_the_newest_8_rows"):
+        result = run_eval(kimi, reference_solution(kimi, tmp_path / name, BROKEN[name][0]), kagent_home, mode="check")
+        cases = check_named(result, "fixed_seeds").data["cases"]
+        failed = [c["case"] for c in cases if not c["passed"]]
+        assert failed == [c["case"] for c in cases if c["case"].endswith(" salient state")] and len(failed) == 6, name
+
+
+@pytest.fixture(scope="module")
+def smoke_reference(kimi):
+    """The flagship's reference module and its smoke-scale model, in this process."""
+    shapes = load_module("_kagent_test_kimi_shapes", kimi.path / "shapes.py")
+    reference = load_module("_kagent_test_kimi_reference", kimi.path / "reference.py")
+    cfg = reference.build_config(shapes.SMOKE_SHAPES[0])
+    with torch.no_grad():
+        yield reference, reference.Model(cfg).eval(), cfg
+
+
+def _copy(state):
+    return [{name: t.clone() for name, t in layer.items()} for layer in state]
+
+
+def test_salient_state_scales_the_kda_states_and_plants_rows_the_query_attends_to(smoke_reference, monkeypatch):
+    reference, model, cfg = smoke_reference
+    hidden, drawn = reference.init_token(cfg, 0, device="cpu"), reference.init_state(cfg, 32, 0, device="cpu")
+    kept = _copy(drawn)
+    salient = reference.salient_state(model, hidden, drawn)
+    assert all(torch.equal(a, b) for layer, copy in zip(drawn, kept) for a, b in zip(layer.values(), copy.values()))
+    for layer, original in zip(salient[:3], drawn[:3]):
+        # Each KDA state scaled as a whole (so that the step's write weighs as much as what it
+        # keeps); the convolution windows as drawn.
+        ratio = layer["S"] / original["S"]
+        assert torch.allclose(ratio, ratio.flatten()[0]) and float(ratio.flatten()[0]) < 0.1
+        assert all(torch.equal(layer[name], original[name]) for name in ("cq", "ck", "cv"))
+    planted = [0, 10, 21, 31]  # spread over the 32 rows, the oldest and the newest among them
+    for name in ("c_kv", "k_rope"):
+        changed = (salient[3][name] != drawn[3][name]).any(dim=1).nonzero().flatten().tolist()
+        assert changed == planted, name
+    weights = []
+    softmax = torch.softmax
+    monkeypatch.setattr(torch, "softmax", lambda t, dim: weights.append((dim, softmax(t, dim=dim))) or weights[-1][1])
+    model.step(hidden.clone(), _copy(salient))
+    attention = next(p for dim, p in weights if dim == 0)  # MLA's, over cache positions (rows, heads)
+    assert torch.all(attention[planted].sum(0) > 0.7) and torch.all(attention[planted] > 0.1)
+
+
+def test_runner_up_takes_one_other_expert_at_that_layer_only(smoke_reference, monkeypatch):
+    reference, model, cfg = smoke_reference
+    hidden, state = reference.init_token(cfg, 0, device="cpu"), reference.init_state(cfg, 16, 0, device="cpu")
+    chosen = []
+    ffn = reference.MoE.ffn
+    monkeypatch.setattr(reference.MoE, "ffn", staticmethod(
+        lambda x, gate, up, down, e: chosen.append((gate.n, e)) or ffn(x, gate, up, down, e)))
+
+    def routed_experts(**runner_up):
+        chosen.clear()
+        if runner_up:
+            with reference.runner_up(model, runner_up["at"]):
+                out, _ = model.step(hidden.clone(), _copy(state))
+        else:
+            out, _ = model.step(hidden.clone(), _copy(state))
+        routed = [e for n, e in chosen if n == cfg.n_experts]
+        return out, [set(routed[i:i + cfg.n_active]) for i in range(0, len(routed), cfg.n_active)]
+
+    expected, per_layer = routed_experts()
+    swapped, swapped_per_layer = routed_experts(at=2)
+    assert swapped_per_layer[:2] == per_layer[:2]
+    assert len(swapped_per_layer[2] - per_layer[2]) == 1 and len(per_layer[2] - swapped_per_layer[2]) == 1
+    assert not torch.equal(swapped, expected)
+    assert torch.equal(routed_experts()[0], expected)  # taken back on leaving
+
+
+def test_secret_seeds_start_from_both_kinds_of_state_at_every_context(kimi, kagent_home, tmp_path):
+    result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, mode="check", hidden_seeds=8)
+    assert result.verdict is Verdict.PASS, result.reason
+    labels = [c["case"] for c in check_named(result, "hidden_seeds").data["cases"]]
+    kinds = {(label.split(" ctx ")[1].split()[0], label.endswith(" salient state")) for label in labels}
+    assert kinds == {(ctx, salient) for ctx in ("16", "32") for salient in (False, True)}, labels
 
 
 # Near-ties of the routing. At smoke scale every fixed seed sits on one (the least margin of
@@ -342,7 +544,8 @@ def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagen
     for _ in range(5):
         result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=96)
         assert result.verdict is Verdict.INCORRECT, result.reason
-        found = re.match(r"hidden_seeds: (\d+) of 96 cases fail, worst: hidden seed #\d+ ctx \d+: cosine below 0.98 "
+        found = re.match(r"hidden_seeds: (\d+) of 96 cases fail, worst: hidden seed #\d+ ctx \d+( salient state)?: "
+                         r"cosine below 0.98 "
                          r"for .*hidden -1\.0000", result.reason)
         assert found, result.reason
         failed = [c for c in check_named(result, "hidden_seeds").data["cases"] if not c["passed"]]

@@ -41,6 +41,10 @@ class Case:
     expected_hidden: Hidden
     expected_state: State
     margin: float | None  # the reference's decision margin on this case (None: the task has none)
+    salient: bool = False  # starts from the reference's salient_state rather than init_state's draw
+    # A salient case's (hidden, state), kept: making it costs about a reference step. Other
+    # cases draw theirs again from the seed when needed.
+    inputs: list | None = None
 
 
 def _load_task_module(name: str, path: Path) -> ModuleType:
@@ -159,6 +163,9 @@ class Task:
         # where that explains it (StepChecker.judge).
         self.decision_margins = getattr(self.reference, "decision_margins", None)
         self.runner_up = getattr(self.reference, "runner_up", None)
+        # Optional: salient_state(model, hidden, state) -> a state from which every part of
+        # the step shows in its output or state; cases from it join those from init_state.
+        self.salient_state = getattr(self.reference, "salient_state", None)
         # What the cached reference results depend on.
         self.cache_identity = {
             "reference": digest(task_dir / "reference.py"),
@@ -362,6 +369,10 @@ def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return math.inf if math.isnan(difference) else difference
 
 
+def _case_label(seed: str, context_len: int, salient: bool) -> str:
+    return f"{seed} ctx {context_len}" + (" salient state" if salient else "")
+
+
 def _fail_reason(label: str, result: dict, threshold: float, margin: float | None = None,
                  min_margin: float = 0.0) -> str:
     if result["nonfinite"]:
@@ -415,11 +426,18 @@ class MegaEvaluation(EvaluationBase):
 
     def _expected_cases(self) -> list[Case]:
         task, cases = self.task, []
+        # Each fixed seed from init_state's draw (the public board's case) and, where the
+        # reference can make one, from its salient state too.
+        kinds = (False, True) if task.salient_state else (False,)
         for context_len in task.check_contexts:
             for seed in task.check_seeds:
-                key = digest(task.cache_identity, "case", context_len, seed)
-                out = self.cache.get_or_build("outputs", key, self.device, lambda: self._reference_case(context_len, seed))
-                cases.append(Case(f"seed {seed} ctx {context_len}", context_len, seed, *out))
+                for salient in kinds:
+                    key = digest(task.cache_identity, "case", context_len, seed, *(["salient"] if salient else []))
+                    inputs = self.case_inputs(context_len, seed, True) if salient else None
+                    out = self.cache.get_or_build("outputs", key, self.device, lambda: reference_case(
+                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))
+                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed, *out,
+                                      salient=salient, inputs=inputs))
         # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
         # routing sits on a near-tie is drawn again: there an honest kernel's rounding could
         # swap an expert, and a secret seed must not fail a correct solution by bad luck.
@@ -427,8 +445,13 @@ class MegaEvaluation(EvaluationBase):
         self.hidden_seeds, self.redrawn_seeds = [], 0
         while len(self.hidden_seeds) < count:
             seed = 1000 + secrets.randbelow(1 << 30)
-            context_len = task.check_contexts[len(self.hidden_seeds) % len(task.check_contexts)]
-            out = self._reference_case(context_len, seed)
+            drawn = len(self.hidden_seeds)
+            context_len = task.check_contexts[drawn % len(task.check_contexts)]
+            # Every other round over the contexts starts from the salient state: both kinds
+            # at every context, and still one case per seed.
+            salient = bool(task.salient_state) and (drawn // len(task.check_contexts)) % 2 == 1
+            inputs = self.case_inputs(context_len, seed, salient)
+            out = reference_case(task, self.reference, *inputs)
             if out[2] is not None and out[2] < task.min_margin:
                 self.redrawn_seeds += 1
                 if self.redrawn_seeds > 50 * count:
@@ -436,16 +459,28 @@ class MegaEvaluation(EvaluationBase):
                                     f"{self.redrawn_seeds} draws: lower correctness.min_decision_margin")
                 continue
             self.hidden_seeds.append(seed)
-            cases.append(Case(f"hidden seed #{len(self.hidden_seeds)} ctx {context_len}", context_len, seed, *out))
+            cases.append(Case(_case_label(f"hidden seed #{len(self.hidden_seeds)}", context_len, salient),
+                              context_len, seed, *out, salient=salient, inputs=inputs if salient else None))
         return cases
-
-    def _reference_case(self, context_len: int, seed: int) -> tuple:
-        task = self.task
-        return reference_case(task, self.reference, task.init_token(seed), task.init_state(context_len, seed))
 
     def inputs_of(self, case: Case) -> list:
         """The (hidden, state) ``case`` starts from."""
-        return [self.task.init_token(case.seed), self.task.init_state(case.context_len, case.seed)]
+        return case.inputs if case.inputs is not None else self.case_inputs(case.context_len, case.seed, False)
+
+    def case_inputs(self, context_len: int, seed: int, salient: bool) -> list:
+        """The (hidden, state) a case starts from: the reference's draws from ``seed``, and for
+        a salient case the state its salient_state makes of them for the reference's weights."""
+        task = self.task
+        hidden, state = task.init_token(seed), task.init_state(context_len, seed)
+        if salient:
+            try:
+                drawn, state = state, task.salient_state(self.reference, hidden, state)
+            except Exception as err:
+                raise TaskError(f"the task's reference.salient_state failed: {type(err).__name__}: {err}") from err
+            _check_inputs("salient_state", state)
+            if layout_of(state) != layout_of(drawn):
+                raise TaskError("the task's reference.salient_state must keep init_state's shapes and dtypes")
+        return [hidden, state]
 
     def state_layout(self, context_len: int, steps: int) -> Layout:
         """The state layout after ``steps`` steps from a fresh state of ``context_len``."""

@@ -8,10 +8,11 @@ marks as float32 is done in float32.
 
 Public names: Config, build_config, quantize_int4, dequantize_int4, QuantLinear,
 QuantExperts, KDA, MLA, MoE, Block, Model, init_state, init_token; the harness's optional
-hooks decision_margins, decision_margin and runner_up.
+hooks decision_margins, decision_margin, runner_up and salient_state.
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -420,3 +421,98 @@ def init_token(cfg: Config, seed: int, device=None) -> torch.Tensor:
     dev = _default_device(device)
     g = torch.Generator(device=dev).manual_seed(seed + 1)
     return torch.randn(cfg.hidden, generator=g, device=dev, dtype=cfg.dtype) * 0.25
+
+
+# --------------------------------------------------------------------------- #
+# a state whose every part matters (an optional hook of the harness)
+# --------------------------------------------------------------------------- #
+def salient_state(model: Model, hidden: torch.Tensor, state: list, rows: int = 4,
+                  attention_share: float = 1.0) -> list:
+    """A copy of ``state`` from which the next step from ``hidden`` shows every part of
+    its math in its output or its state.
+
+    init_state hides two parts. Its KDA states are so large next to what one step writes
+    into them (a rank-1 delta-rule write per head) that the write, and with it k, v and
+    beta, changes S by less than bf16 rounding: here each S is scaled so that what the
+    step keeps of it and what the step writes have the same norm (balanced_kda_state).
+    Its MLA cache holds small random latents that every position scores about the same,
+    so attention returns the mean of random values, close to zero, and a step that never
+    reads the cache matches: here a few rows spread over the whole context, the oldest and
+    the newest among them, become rows the query attends to, each with a value of its own
+    (planted_cache_rows), so that skipping the attention, or reading part of the cache,
+    moves the output far beyond the tolerance. Everything else is as drawn.
+
+    What the planted rows add is sized by what the layers before have added to the hidden
+    (``attention_share`` times its norm): sized by the hidden itself, the attention would
+    drown the MoEs' part at full scale or vanish beside the token at smoke scale; this way
+    both show at both scales (measured on the CPU: skipping the attention reads cosine
+    0.64 at full scale, ctx 2048, a wrong routing 0.2-0.6, the bf16 baseline 0.9997)."""
+    state = [{name: t.clone() for name, t in layer.items()} for layer in state]
+    x = hidden
+    for i, (blk, st) in enumerate(zip(model.blocks, state)):
+        normed = blk.norm(x, blk.attn_norm, model.cfg.eps)
+        if blk.kind == "K":
+            balanced_kda_state(blk.attn, normed, st)
+        else:
+            added = x - hidden if i else x  # a first layer has only the token to go by
+            planted_cache_rows(blk.attn, added, normed, st, rows, attention_share)
+        if i + 1 < len(state):
+            # The next layer sees what this one hands on from its new state; a copy keeps it.
+            x = blk.step(x, {name: t.clone() for name, t in st.items()})
+    return state
+
+
+def balanced_kda_state(kda: KDA, x: torch.Tensor, st: dict) -> None:
+    """Scale st["S"] so that, in the step from ``x`` (the normed input), what is kept of
+    the state and what is written into it have the same norm.
+
+    The step is affine in S: S' = kept(S) + written, where written is S' from a zero
+    state and kept is linear; so two steps on copies give both, and scaling S by a scales
+    kept(S) by a."""
+    def next_S(S: torch.Tensor) -> torch.Tensor:
+        trial = {name: t.clone() for name, t in st.items()}
+        trial["S"] = S
+        kda.step(x, trial)
+        return trial["S"]
+
+    written = next_S(torch.zeros_like(st["S"]))
+    kept = next_S(st["S"]) - written
+    st["S"] = st["S"] * (written.norm() / kept.norm())
+
+
+def planted_cache_rows(mla: MLA, added: torch.Tensor, x: torch.Tensor, st: dict, rows: int,
+                       attention_share: float) -> None:
+    """Replace ``rows`` rows of st's cache, spread from the oldest to the newest, with rows
+    that every head of the query from ``x`` (the normed input) attends to: together they
+    take 3/4 of each head's attention, and what they add to the layer's output is about
+    ``attention_share`` times the norm of ``added``.
+
+    Each planted latent is its row's own random draw, scaled, so each carries another
+    value. Its rope key is then solved (least norm, per row) so that every head gives it
+    the same score: q_nope·(kv_b's key part of c) + q_rope·k_rope, which the absorbed
+    form computes the same way."""
+    cfg = mla.cfg
+    H, nope, rope, dv = cfg.mla_heads, cfg.qk_nope, cfg.qk_rope, cfg.v_head
+    length = st["c_kv"].shape[0]
+    if length == 0:
+        return  # an empty cache: the step attends to its own row only
+    positions = torch.linspace(0, length - 1, min(rows, length), device=x.device).round().long().unique()
+    n = len(positions)
+    # The query exactly as MLA.step forms it at this position.
+    q = mla.q_proj(x).view(H, nope + rope)
+    cos, sin = rope_cos_sin(length, rope, cfg.rope_theta, x.device)
+    q_nope, q_rope = q[:, :nope].float(), apply_rope(q[:, nope:], cos, sin).float()
+    kv_b = mla.kv_b.weight().view(cfg.kv_lora, H, nope + dv)
+    query_of_latent = torch.einsum("chd,hd->hc", kv_b[..., :nope], q_nope)     # (H, kv_lora)
+    # Score of every planted row in every head: the other rows score near 0, so the
+    # planted ones share 3/4 of the weight between them.
+    planted_weight = 0.75
+    score = math.log(planted_weight / (1 - planted_weight) * (length + 1 - n) / n)
+    latents = st["c_kv"][positions].float()
+    value = torch.einsum("nc,chd->hd", latents, kv_b[..., nope:]) * (planted_weight / n)
+    out = mla.o_proj(value.reshape(H * dv).to(torch.bfloat16)).float()
+    latents = (latents * (attention_share * added.float().norm() / out.norm())).to(torch.bfloat16)
+    need = score * (nope + rope) ** 0.5 - query_of_latent @ latents.float().t()   # (H, n)
+    keys = torch.linalg.pinv(q_rope.double()) @ need.double()                   # (rope, n)
+    st["c_kv"][positions] = latents
+    st["k_rope"][positions] = keys.t().to(torch.bfloat16)
