@@ -51,17 +51,18 @@ def test_summary_and_geomean():
 
 
 class _Recorder:
-    """A contestant that logs what the timer asks of it and takes 1 ms per step."""
+    """A contestant that logs what the timer asks of it and takes 1 ms per step (its blocks
+    of ``block_steps`` of its own, if given)."""
 
-    def __init__(self, name, log):
-        self.name, self.log = name, log
+    def __init__(self, name, log, block_steps=None, ms_per_step=1.0):
+        self.name, self.log, self.block_steps, self.ms_per_step = name, log, block_steps, ms_per_step
 
     def begin_chain(self, r):
         self.log.append(("begin", self.name, r))
 
     def block(self, first, steps):
         self.log.append(("block", self.name, first, steps))
-        return float(steps)
+        return float(steps) * self.ms_per_step
 
     def end_chain(self, r):
         self.log.append(("end", self.name, r))
@@ -81,10 +82,64 @@ def test_blocks_alternate_abba_and_chains_are_cut_into_blocks():
     assert samples == {"a": [1.0] * 6, "b": [1.0] * 6}
 
 
-def test_a_warm_up_chain_is_neither_timed_nor_validated():
+def test_a_whole_chain_block_stands_beside_each_block_of_the_other_contestant():
     log = []
-    timing.run_untimed(_Recorder("a", log), steps=3, block_steps=2)
+    samples = timing.run_blocks(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log, block_steps=5,
+                                                                                    ms_per_step=0.5)],
+                                rounds=2, steps=5, block_steps=2)
+    blocks = [(who, first, n) for kind, who, *rest in log if kind == "block" for first, n in [rest]]
+    # Round 0: b's whole chain after a's first block; round 1 (ABBA): before it.
+    assert blocks == [("a", 0, 2), ("b", 0, 5), ("a", 2, 2), ("a", 4, 1),
+                      ("b", 0, 5), ("a", 0, 2), ("a", 2, 2), ("a", 4, 1)]
+    # Paired per round: b's one value repeated beside each of a's three.
+    assert samples == {"a": [1.0] * 6, "b": [0.5] * 6}
+
+
+def test_isolated_latency_is_a_chain_of_single_step_blocks_each_after_the_interlude():
+    log = []
+    interlude = lambda: log.append(("interlude",))  # noqa: E731
+    assert timing.isolated_step_ms(_Recorder("a", log, ms_per_step=0.25), steps=3, interlude=interlude) == 0.25
+    assert log == [("begin", "a", 0), ("interlude",), ("block", "a", 0, 1), ("interlude",), ("block", "a", 1, 1),
+                   ("interlude",), ("block", "a", 2, 1), ("end", "a", 0)]
+
+
+def test_a_warm_up_chain_is_neither_timed_nor_validated_and_says_its_pace():
+    log = []
+    assert timing.run_untimed(_Recorder("a", log, ms_per_step=0.5), steps=3, block_steps=2) == 0.5
     assert log == [("begin", "a", 0), ("block", "a", 0, 2), ("block", "a", 2, 1)]
+
+
+@pytest.mark.parametrize("step_ms, steps, expected", [
+    (0.23, 32, 32),   # a fast kernel: 7.4 ms a chain, one block
+    (0.1, 16, 16),    # shorter than a block even as a whole chain
+    (0.08, 256, 64),  # 20 ms a chain: 4 blocks of 5 ms
+    (10.0, 32, 8),    # host-bound (the baseline in an A/A run): the run's blocks, paired alike
+    (0.0, 32, 8),     # no pace known
+])
+def test_a_candidate_block_lasts_long_enough_for_the_request_overhead(step_ms, steps, expected):
+    assert timing.candidate_block_steps(step_ms, steps, block_steps=8) == expected
+
+
+def test_cpus_of_their_own_pins_both_and_puts_them_back():
+    import os
+    import subprocess
+    import sys
+    allowed = os.sched_getaffinity(0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        theirs = os.sched_getaffinity(child.pid)
+        with timing.cpus_of_their_own(child.pid):
+            if len(allowed) >= 2:
+                ordered = sorted(allowed)
+                assert os.sched_getaffinity(0) == {ordered[-1]}
+                assert os.sched_getaffinity(child.pid) == {ordered[-2]}
+            else:
+                assert os.sched_getaffinity(0) == allowed
+        assert os.sched_getaffinity(0) == allowed
+        assert os.sched_getaffinity(child.pid) == theirs
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_launch_classification():

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import bandwidth, environment, launches
+from . import bandwidth, environment, launches, timing
 from .exchange import Arena, bytes_needed
 from .loading import CandidateError, DiskCache, TaskError
 from .protocol import Channel
@@ -77,13 +77,18 @@ class EvaluationBase:
         self.solution = SolutionProcess(self.device, scratch, env, bool(self.job.get("pid_namespace")))
         self.solution.launch()
 
-    def start_solution(self, arena_bytes: int) -> SolutionProcess:
-        """The solution's process, connected through an arena of ``arena_bytes``.
+    def start_solution(self, arena_bytes: int, interlude: Callable[[], Any]) -> SolutionProcess:
+        """The solution's process, connected through an arena of ``arena_bytes``; its empty
+        requests are timed each after ``interlude``, a step of the baseline's.
 
         Called once everything trusted is built and the cache is sealed. From here on this
         process runs no solution code: it asks the solution's process and reads the arena."""
+        def interlude_done() -> None:
+            interlude()
+            timing.synchronize(self.device)
+
         self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
-        self.solution.connect(Arena.create(self.device, arena_bytes, self.exchange_dir))
+        self.solution.connect(Arena.create(self.device, arena_bytes, self.exchange_dir), interlude_done)
         return self.solution
 
     def solution_facts(self) -> dict:

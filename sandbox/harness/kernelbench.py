@@ -103,7 +103,7 @@ class KernelBenchEvaluation(EvaluationBase):
         task's own Model) with the seed and the reference's weights the referee's has."""
         inputs = self._inputs(self.timing_seed)
         outputs = layout_of(self.expected[self.timing_seed])
-        solution = self.start_solution(arena_bytes_for(inputs, outputs, outputs))
+        solution = self.start_solution(arena_bytes_for(inputs, outputs, outputs), lambda: self.reference(*inputs))
         if self.job["mode"] == "aa":
             path, module, cls, label = Path(self.job["task_file"]), "_kagent_kernelbench_problem", "Model", "the task's"
         else:
@@ -167,15 +167,19 @@ class KernelBenchEvaluation(EvaluationBase):
         expected = self.expected[self.timing_seed]
         base = ReferenceCalls(self.device, self.reference, inputs)
         cand = SolutionCalls(self, inputs, expected)
+        timing.freeze_heap()
         clocks_before = self.clocks()
-        timing.run_untimed(base, 3, steps)
-        timing.run_untimed(cand, 3, steps)
-        samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps, block_steps=steps)
+        with timing.cpus_of_their_own(self.solution.proc.pid):
+            timing.run_untimed(base, 3, steps)
+            timing.run_untimed(cand, 3, steps)
+            samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps, block_steps=steps)
+            isolated_ms = timing.isolated_step_ms(cand, steps, self.solution.interlude)
         if not self.send_check("timed_calls", *cand.verdict()):
             return
         stats = {"baseline": timing.summarize(samples["baseline"]), "candidate": timing.summarize(samples["candidate"])}
         result = {"label": "default", "context_len": None, "steps": steps, "rounds": rounds, "block_steps": steps,
-                  **stats, **timing.speedup_with_noise(samples["baseline"], samples["candidate"])}
+                  **stats, **timing.speedup_with_noise(samples["baseline"], samples["candidate"]),
+                  "candidate_isolated_ms": isolated_ms}
         bw = self.bw
         # The least a forward can move: read every input and parameter once, write the output once.
         nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
@@ -198,6 +202,7 @@ class ReferenceCalls:
     """The task's Model as a timed contestant: ``model(*inputs)`` per step, in the referee."""
 
     name = "baseline"
+    block_steps = None
 
     def __init__(self, device: torch.device, model: torch.nn.Module, inputs: list):
         self.device, self.model, self.inputs = device, model, inputs
@@ -220,6 +225,7 @@ class SolutionCalls:
     process per block, the last output copied to the arena and checked after each round."""
 
     name = "candidate"
+    block_steps = None
 
     def __init__(self, evaluation: KernelBenchEvaluation, inputs: list, expected: list[torch.Tensor]):
         self.evaluation, self.expected = evaluation, expected

@@ -124,42 +124,49 @@ class SolutionProcess:
         os.close(replies_write)
         self._buffer = b""
 
-    def connect(self, arena: Arena) -> None:
-        """Share the arena with the process and calibrate what an empty request costs."""
+    def connect(self, arena: Arena, interlude: Callable[[], None]) -> None:
+        """Share the arena with the process and calibrate what an empty request costs, each
+        after ``interlude`` (see ``_calibrate``)."""
         self.arena = arena
+        self.interlude = interlude  # also before each isolated step (timing.isolated_step_ms)
         self.slots = SlotAllocator(arena)
         self.probe = DeviceIdleProbe(self.device) if self.device.type == "cuda" else None
         self.request({"op": "attach", "arena": arena.description}, "attaching the exchange arena")
-        self._calibrate()
+        self._calibrate(interlude)
 
-    def _calibrate(self) -> None:
+    def _calibrate(self, interlude: Callable[[], None]) -> None:
         """What a request costs when it does nothing: the pipes, waking the process, and on
         CUDA the device's switch into its context and back. Measured before the solution is
-        imported, so the solution cannot inflate it; the least of these requests is taken
-        off every timed block, which leaves the block's own work (see ``request``)."""
+        imported, so the solution cannot inflate it, and taken off every timed block, which
+        leaves the block's own work (see ``request``).
+
+        Each empty request follows ``interlude``, work of the referee's own like the
+        baseline's that comes before a timed block: a request right after another costs a
+        third less than one after the process slept while the referee worked, and the
+        difference would stay in every block. The median, not the least: a request's
+        overhead varies by a tenth of a millisecond from one to the next, and the least would
+        leave that much, on average, in every block."""
         answered, probes = [], []
         for _ in range(CALIBRATION_REQUESTS):
-            reply = self.request({"op": "noop"}, "timing an empty request", timed=lambda: None)
+            interlude()
+            reply = self.request({"op": "noop"}, "timing an empty request")
             answered.append(reply["answered_ms"])
             probes.append(reply["probe_ms"])
-        self.request_floor_ms = min(answered)
+        self.request_floor_ms = float(sorted(answered)[len(answered) // 2])
         if self.probe is not None:
             self.probe.calibrate(probes)
 
     # -- one request ---------------------------------------------------------------------------
-    def request(self, message: dict, what: str, timed: Optional[Callable[[], None]] = None) -> dict:
+    def request(self, message: dict, what: str) -> dict:
         """Send ``message``, wait for the reply, stop the process, check what it left running.
 
-        With ``timed``, the request is one timed block: ``timed`` runs first (the referee's
-        own input copies), and the reply carries ``block_ms``: from before ``timed`` to the
-        reply, less what an empty request costs, plus whatever the device probe after the
-        process was stopped took beyond its idle time. So device work left behind is counted
-        as far as it delays the probe, and fails the evaluation past the probe's limit.
+        The reply carries ``block_ms``, the request's time for a timed block: from the send
+        to the reply, less what an empty request costs, plus whatever the device probe after
+        the process was stopped took beyond its idle time. So device work left behind is
+        counted as far as it delays the probe, and fails the evaluation past the probe's limit.
         """
         self._signal(signal.SIGCONT)
         start = _perf_counter_ns()
-        if timed is not None:
-            timed()
         self._send(message)
         reply = self._receive(what)
         answered_ms = (_perf_counter_ns() - start) / 1e6

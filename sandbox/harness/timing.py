@@ -16,8 +16,12 @@ way in the referee.
 """
 from __future__ import annotations
 
+import gc
+import math
+import os
 import time
-from typing import Callable, Protocol, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -32,17 +36,57 @@ class Contestant(Protocol):
     """One side of a timed run: a chain of consecutive steps, run block by block."""
 
     name: str
+    # Steps per block of this contestant's own, or None for the run's. A fast candidate runs
+    # longer blocks, up to a whole chain per request: each request to the solution's process
+    # costs a fixed overhead (pipes, waking the process, the device's switch between two
+    # contexts) that is taken off only on average (see candidate_block_steps).
+    block_steps: Optional[int]
 
     def begin_chain(self, round_index: int) -> None:
-        """Prepare a new chain from the start; not timed."""
+        """Prepare a new chain from fresh copies of its inputs; not timed."""
 
     def block(self, first_step: int, steps: int) -> float:
-        """Run ``steps`` consecutive steps of the chain, starting at ``first_step`` (0 starts
-        from fresh inputs, copied inside the block); return the block's milliseconds as the
-        referee's clock saw them, from before any input copy to an idle device."""
+        """Run ``steps`` consecutive steps of the chain, starting at ``first_step``; return
+        the block's milliseconds as the referee's clock saw them, up to an idle device."""
 
     def end_chain(self, round_index: int) -> None:
         """Called after the chain's last block; not timed (validation goes here)."""
+
+
+def freeze_heap() -> None:
+    """Collect, then exempt every object alive now from later garbage collections.
+
+    A host-bound step allocates many small objects, which trigger Python's collections; a
+    full one walks every object alive, and the referee holds far more of them (the
+    reference, the expected cases) than a process with only a model does. Frozen, those
+    objects cost no collection a walk, so the same step takes the same time in either
+    process. The solution's process does the same after it loads the solution."""
+    gc.collect()
+    gc.freeze()
+
+
+@contextmanager
+def cpus_of_their_own(solution_pid: int) -> Iterator[None]:
+    """While timing, this process's thread and the solution process's main thread each on
+    one CPU of its own (the last two this process may use: the first ones take most of the
+    system's interrupts). A host-bound step's time depends on the core it runs on and on how
+    warm that core's caches are; a process woken from a stop lands wherever the scheduler
+    puts it. Where fewer than two CPUs are allowed, nothing changes."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        yield
+        return
+    own_before, theirs_before = os.sched_getaffinity(0), os.sched_getaffinity(solution_pid)
+    os.sched_setaffinity(0, {allowed[-1]})
+    os.sched_setaffinity(solution_pid, {allowed[-2]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, own_before)
+        try:
+            os.sched_setaffinity(solution_pid, theirs_before)
+        except ProcessLookupError:  # it died; its death is reported where it was noticed
+            pass
 
 
 def synchronize(device: torch.device) -> None:
@@ -65,25 +109,33 @@ def block_starts(steps: int, block_steps: int) -> list[tuple[int, int]]:
 
 def run_blocks(device: torch.device, contestants: Sequence[Contestant], rounds: int, steps: int,
                block_steps: int) -> dict[str, list[float]]:
-    """``rounds`` chains of ``steps`` per contestant, timed block by block in ABBA order.
+    """``rounds`` chains of ``steps`` per contestant, timed block by block, the contestants
+    taking turns block for block in ABBA order (each contestant's blocks of
+    ``contestant.block_steps`` steps, or ``block_steps``).
 
-    Returns each contestant's milliseconds per step, one value per block, rounds
-    concatenated: the k-th values of two contestants ran back to back.
+    Returns each contestant's milliseconds per step, paired: the k-th values of two
+    contestants ran in the same round, beside each other. Where one contestant ran fewer
+    blocks in a round (a whole chain against blocks of 8), its values are repeated to stand
+    beside each of the other's.
     """
     samples: dict[str, list[float]] = {c.name: [] for c in contestants}
-    blocks = block_starts(steps, block_steps)
-    turn = 0
     for r in range(rounds):
         for c in contestants:
             c.begin_chain(r)
         synchronize(device)
-        for first, count in blocks:
-            order = contestants if turn % 2 == 0 else list(reversed(contestants))
-            turn += 1
+        plans = {c.name: block_starts(steps, c.block_steps or block_steps) for c in contestants}
+        times: dict[str, list[float]] = {c.name: [] for c in contestants}
+        for position in range(max(len(plan) for plan in plans.values())):
+            order = contestants if (r + position) % 2 == 0 else list(reversed(contestants))
             for c in order:
-                samples[c.name].append(c.block(first, count) / count)
+                if position < len(plans[c.name]):
+                    first, count = plans[c.name][position]
+                    times[c.name].append(c.block(first, count) / count)
         for c in contestants:
             c.end_chain(r)
+        width = max(len(values) for values in times.values())
+        for name, values in times.items():
+            samples[name] += [values[i * len(values) // width] for i in range(width)]
     return samples
 
 
@@ -94,11 +146,48 @@ def run_blocks(device: torch.device, contestants: Sequence[Contestant], rounds: 
 DEFAULT_BLOCK_STEPS = 8
 
 
-def run_untimed(contestant: Contestant, steps: int, block_steps: int) -> None:
-    """A warm-up: one chain of ``steps`` of ``contestant``, neither timed nor validated."""
+def isolated_step_ms(contestant: Contestant, steps: int, interlude: Callable[[], None]) -> float:
+    """The latency of one step on its own: a chain of ``steps`` run one step per block, each
+    timed alone (synchronized around, as a caller that waits for every token sees it) and
+    each after ``interlude``, the referee's own work that the solution's empty requests were
+    calibrated after (remote.py): back to back, a request costs less than that calibration
+    assumes. The median over the chain's steps. Its difference from the steady time per
+    step is what the host adds to a step that no neighbour hides. The chain ends as a timed
+    chain does (the candidate's is validated)."""
     contestant.begin_chain(0)
-    for first, count in block_starts(steps, block_steps):
-        contestant.block(first, count)
+    samples = []
+    for first in range(steps):
+        interlude()
+        samples.append(contestant.block(first, 1))
+    contestant.end_chain(0)
+    return float(np.median(samples))
+
+
+# A candidate's block runs at least this long where its chain allows: each request to the
+# solution's process costs a fixed overhead that calibration takes off only on average, and
+# its rest (about a tenth of a millisecond either way on an H200) must stay small beside the
+# block. A host-bound candidate of several milliseconds a step keeps the run's block size,
+# as the baseline does, so that an A/A run pairs blocks alike.
+MIN_CANDIDATE_BLOCK_MS = 5.0
+
+
+def candidate_block_steps(step_ms: float, steps: int, block_steps: int) -> int:
+    """Steps per block for a candidate that took ``step_ms`` a step when warming up: the
+    chain split into as many equal blocks as last ``MIN_CANDIDATE_BLOCK_MS`` each (a whole
+    chain where even one would not), but never fewer steps a block than the run's
+    ``block_steps``."""
+    blocks = max(1, math.floor(steps * step_ms / MIN_CANDIDATE_BLOCK_MS)) if step_ms > 0 else steps
+    return min(steps, max(block_steps, math.ceil(steps / blocks)))
+
+
+def run_untimed(contestant: Contestant, steps: int, block_steps: int) -> float:
+    """A warm-up: one chain of ``steps`` of ``contestant``, neither timed nor validated;
+    returns its milliseconds per step as the blocks reported them (a rough figure)."""
+    contestant.begin_chain(0)
+    total_ms = 0.0
+    for first, count in block_starts(steps, contestant.block_steps or block_steps):
+        total_ms += contestant.block(first, count)
+    return total_ms / max(steps, 1)
 
 
 # Physics: no step can beat the bytes floor; 10% slack covers bandwidth measurement noise.
