@@ -107,6 +107,13 @@ def result_view(result: EvalResult, result_path: str | None = None) -> Group:
         lines.append(_determinism_line(result.determinism))
     if result.launches:
         lines.append(f"launches: {_launch_line(result)}")
+    device_time = result.device_time_check()
+    if device_time:
+        lines.append(f"device time: {device_time}")
+    for t in result.timings:
+        if t.candidate_host_overhead_ms is not None:
+            lines.append(f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms (host overhead "
+                         f"{t.candidate_host_overhead_ms:.3g} ms over the steady time)")
     if result.bandwidth:
         source = "cached" if result.bandwidth.cached else "measured now"
         lines.append(f"copy bandwidth: {result.bandwidth.bytes_per_s / 1e12:.3f} TB/s ({source})")

@@ -62,8 +62,11 @@ class ShapeTiming(Model):
     context_len: Optional[int] = None
     steps: int = Field(description="Steps per timed chain")
     rounds: int = Field(description="Chains timed per contestant")
-    block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block (contestants "
-                                                         "alternate block by block)")
+    block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the baseline "
+                                                         "(contestants alternate block by block)")
+    candidate_block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the "
+                                                                   "solution: a whole chain per request to its "
+                                                                   "process")
     baseline: Stats
     candidate: Stats
     speedup: float = Field(description="Median over back-to-back block pairs of baseline / candidate time")
@@ -71,6 +74,9 @@ class ShapeTiming(Model):
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
     ci_high: float
     within_noise: bool = Field(description="True when the interval contains 1.0")
+    candidate_isolated_ms: Optional[float] = Field(
+        None, description="Median latency of one step of the solution timed on its own (synchronized around, "
+                          "one step per request): what a caller that waits for every token sees")
     candidate_self_timed_ms: Optional[float] = Field(
         None, description="Median per step as the solution's own process timed its blocks with CUDA events: "
                           "information only, the referee's clock gives every figure above")
@@ -79,6 +85,14 @@ class ShapeTiming(Model):
     @property
     def tokens_per_s(self) -> float:
         return 1e3 / self.candidate.median_ms
+
+    @property
+    def candidate_host_overhead_ms(self) -> Optional[float]:
+        """What a step on its own costs beyond a step among others: the host's launch work
+        and the device's wake-up that consecutive steps hide."""
+        if self.candidate_isolated_ms is None:
+            return None
+        return self.candidate_isolated_ms - self.candidate.median_ms
 
 
 class LaunchReport(Model):
@@ -93,6 +107,8 @@ class LaunchReport(Model):
     note: str = ""
     cached: bool = Field(False, description="Read from the cache (results of kagent before the solution had a "
                                             "process of its own; counts are measured every time now)")
+    device_ms: Optional[float] = Field(None, description="The profiler's device time of the step: its kernels', "
+                                                         "copies' and sets' durations summed")
     reported_by: str = Field("the referee", description="Which process profiled the step: the candidate's "
                                                         "count comes from its own process, so it decides nothing")
 
@@ -137,6 +153,11 @@ class Determinism(Model):
     largest_in: Optional[str] = Field(None, description="The output tensor it is in: hidden, or L<layer>.<name>")
 
 
+# Steady time per step and the profiler's device time of a step may differ by this much before
+# an evaluation says so (issue 10: two of kagent's own tools must not contradict each other).
+DEVICE_TIME_TOLERANCE = 0.10
+
+
 class EvalResult(Model):
     """One evaluation of one solution on one task. Stored as JSON; ``version`` says the schema."""
 
@@ -176,6 +197,27 @@ class EvalResult(Model):
 
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)
+
+    def device_time_check(self) -> Optional[str]:
+        """The solution's steady time per step beside the profiler's device time of one of its
+        steps (at the context the launches were counted at), and a warning where they differ
+        by more than DEVICE_TIME_TOLERANCE: then the step spends time off the device (host
+        work between launches, synchronizations) or the profiler missed work."""
+        report = self.launches_of("candidate")
+        if report is None or report.device_ms is None or report.device_ms <= 0:
+            return None
+        timing = next((t for t in self.timings if t.context_len == report.context_len), None)
+        if timing is None:
+            return None
+        steady = timing.candidate.median_ms
+        line = (f"{timing.label}: steady {steady:.4g} ms/step, profiler device time {report.device_ms:.4g} ms/step "
+                f"(from the solution's own process)")
+        gap = steady / report.device_ms - 1
+        if abs(gap) > DEVICE_TIME_TOLERANCE:
+            line += (f": they differ by {gap:+.0%}, more than {DEVICE_TIME_TOLERANCE:.0%}; "
+                     + ("the step waits on the host or idles between launches" if gap > 0
+                        else "the profiler saw more device time than the steps took (overlapping streams?)"))
+        return line
 
 
 def check_verdict(check: CheckResult) -> Verdict:
