@@ -75,6 +75,9 @@ class EvalOptions(BaseModel):
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
     block_steps: Optional[int] = Field(None, ge=1, description="Consecutive steps per timed block; the "
                                                                "contestants alternate block by block (default 8)")
+    min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to the solution's "
+                                            "process should last: a faster candidate runs its whole chain several "
+                                            "times per request (default 20 ms; 0: blocks as the baseline's)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
     home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
@@ -245,6 +248,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "rounds": options.rounds,
         "warmup": options.warmup,
         "block_steps": options.block_steps,
+        "min_request_ms": options.min_request_ms,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.

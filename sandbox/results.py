@@ -65,10 +65,17 @@ class ShapeTiming(Model):
     block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the baseline "
                                                          "(contestants alternate block by block)")
     candidate_block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the "
-                                                                   "solution: a whole chain per request to its "
-                                                                   "process")
+                                                                   "solution, one request to its process each: "
+                                                                   "up to a whole chain for a fast one")
+    candidate_chains_per_request: Optional[int] = Field(None, description="Times a whole chain ran, each from "
+                                                        "fresh inputs, in one request to the solution's process "
+                                                        "(a fast one's request must outlast its fixed cost)")
     baseline: Stats
     candidate: Stats
+    baseline_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's, in "
+                                             "timing order; paired with candidate_samples_ms")
+    candidate_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's (a "
+                                              "block repeated beside each baseline block of its round)")
     speedup: float = Field(description="Median over back-to-back block pairs of baseline / candidate time")
     ratio_of_medians: float = Field(description="baseline median / candidate median, for comparison")
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")

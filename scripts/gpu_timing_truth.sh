@@ -34,7 +34,9 @@ for label, extra in json.loads(os.environ.get("AA_RUNS", '[["aa_1", {}], ["aa_2"
           f"(process {time.monotonic() - started:.1f}s) phases={result.phases}")
     for t in result.timings:
         print(f"   ctx {t.context_len}: {t.speedup:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}] base {t.baseline.median_ms:.3f} "
-              f"cand {t.candidate.median_ms:.3f} isolated {t.candidate_isolated_ms} blocks of {t.block_steps} n={t.candidate.n}")
+              f"cand {t.candidate.median_ms:.3f} isolated {t.candidate_isolated_ms} blocks of {t.block_steps}/"
+              f"{t.candidate_block_steps}x{t.candidate_chains_per_request} n={t.candidate.n} base p10-p90 {t.baseline.p10_ms:.2f}-{t.baseline.p90_ms:.2f} "
+              f"cand p10-p90 {t.candidate.p10_ms:.2f}-{t.candidate.p90_ms:.2f}")
 PY
 fi
 if [[ " $PARTS " == *" verdicts "* ]]; then

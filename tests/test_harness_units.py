@@ -110,17 +110,18 @@ def test_a_warm_up_chain_is_neither_timed_nor_validated_and_says_its_pace():
 
 
 @pytest.mark.parametrize("step_ms, steps, expected", [
-    (0.23, 32, 32),   # a fast kernel: 7.4 ms a chain, one block
-    (0.1, 16, 16),    # shorter than a block even as a whole chain
-    (0.08, 256, 64),  # 20 ms a chain: 4 blocks of 5 ms
-    (10.0, 32, 8),    # host-bound (the baseline in an A/A run): the run's blocks, paired alike
-    (0.0, 32, 8),     # no pace known
+    (0.23, 32, (32, 3)),   # a fast kernel: 7.4 ms a chain, three in one request
+    (0.23, 16, (16, 6)),
+    (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
+    (1.0, 32, (32, 1)),    # a whole chain outlasts a request's cost
+    (10.0, 32, (8, 1)),    # host-bound (the baseline in an A/A run): the run's blocks, paired alike
+    (0.0, 32, (8, 1)),     # no pace known
 ])
-def test_a_candidate_block_lasts_long_enough_for_the_request_overhead(step_ms, steps, expected):
-    assert timing.candidate_block_steps(step_ms, steps, block_steps=8) == expected
+def test_a_candidate_request_lasts_long_enough_for_its_fixed_cost(step_ms, steps, expected):
+    assert timing.candidate_blocks(step_ms, steps, block_steps=8) == expected
 
 
-def test_cpus_of_their_own_pins_both_and_puts_them_back():
+def test_one_cpu_for_both_while_timing_and_each_put_back_after():
     import os
     import subprocess
     import sys
@@ -128,13 +129,9 @@ def test_cpus_of_their_own_pins_both_and_puts_them_back():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         theirs = os.sched_getaffinity(child.pid)
-        with timing.cpus_of_their_own(child.pid):
-            if len(allowed) >= 2:
-                ordered = sorted(allowed)
-                assert os.sched_getaffinity(0) == {ordered[-1]}
-                assert os.sched_getaffinity(child.pid) == {ordered[-2]}
-            else:
-                assert os.sched_getaffinity(0) == allowed
+        with timing.one_cpu_for_both(child.pid):
+            last = {max(allowed)}
+            assert os.sched_getaffinity(0) == last and os.sched_getaffinity(child.pid) == last
         assert os.sched_getaffinity(0) == allowed
         assert os.sched_getaffinity(child.pid) == theirs
     finally:

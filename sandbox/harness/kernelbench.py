@@ -169,7 +169,7 @@ class KernelBenchEvaluation(EvaluationBase):
         cand = SolutionCalls(self, inputs, expected)
         timing.freeze_heap()
         clocks_before = self.clocks()
-        with timing.cpus_of_their_own(self.solution.proc.pid):
+        with timing.one_cpu_for_both(self.solution.proc.pid):
             timing.run_untimed(base, 3, steps)
             timing.run_untimed(cand, 3, steps)
             samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps, block_steps=steps)
@@ -179,6 +179,7 @@ class KernelBenchEvaluation(EvaluationBase):
         stats = {"baseline": timing.summarize(samples["baseline"]), "candidate": timing.summarize(samples["candidate"])}
         result = {"label": "default", "context_len": None, "steps": steps, "rounds": rounds, "block_steps": steps,
                   **stats, **timing.speedup_with_noise(samples["baseline"], samples["candidate"]),
+                  "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"],
                   "candidate_isolated_ms": isolated_ms}
         bw = self.bw
         # The least a forward can move: read every input and parameter once, write the output once.

@@ -515,7 +515,8 @@ class MegaEvaluation(EvaluationBase):
         longest = max(self.timing_shapes + [{"context_len": c, "steps": 1} for c in self.task.check_contexts],
                       key=lambda s: s["context_len"] + s["steps"])
         ctx, steps = longest["context_len"], max(s["steps"] for s in self.task.shapes)
-        record = TensorLayout((steps, *self.hidden_layout.shape), self.hidden_layout.dtype)
+        record = TensorLayout((steps * timing.MAX_CHAINS_PER_REQUEST, *self.hidden_layout.shape),
+                              self.hidden_layout.dtype)
         return arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 0)],
                                [self.hidden_layout, self.state_layout(ctx, steps)], record)
 
@@ -681,6 +682,8 @@ class MegaEvaluation(EvaluationBase):
         rounds = int(self.job.get("rounds") or 4)
         warmup = int(self.job.get("warmup") or 2)
         block_steps = int(self.job.get("block_steps") or timing.DEFAULT_BLOCK_STEPS)
+        min_request_ms = self.job.get("min_request_ms")
+        min_request_ms = timing.MIN_REQUEST_MS if min_request_ms is None else float(min_request_ms)
         per_shape = []
         bw = self.bw
         timing.freeze_heap()
@@ -691,11 +694,11 @@ class MegaEvaluation(EvaluationBase):
             base = BaselineChain(self, ctx, steps)
             cand = SolutionChain(self, ctx, steps, self.first_chains[ctx])
             try:
-                with timing.cpus_of_their_own(self.solution.proc.pid):
+                with timing.one_cpu_for_both(self.solution.proc.pid):
                     timing.run_untimed(base, warmup, block_steps)
                     cand.block_steps = steps  # the warm-up as one request: its overhead is taken off once
-                    cand.block_steps = timing.candidate_block_steps(timing.run_untimed(cand, warmup, block_steps),
-                                                                    steps, block_steps)
+                    cand.block_steps, cand.chains_per_request = timing.candidate_blocks(
+                        timing.run_untimed(cand, warmup, block_steps), steps, block_steps, min_request_ms)
                     samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps,
                                                 block_steps=block_steps)
                     self_timed_ms = list(cand.self_timed_ms)  # of the steady blocks only
@@ -708,8 +711,10 @@ class MegaEvaluation(EvaluationBase):
             stats = {"baseline": timing.summarize(samples["baseline"]),
                      "candidate": timing.summarize(samples["candidate"])}
             result = {"label": f"ctx {ctx}", "context_len": ctx, "steps": steps, "rounds": rounds,
-                      "block_steps": min(block_steps, steps), "candidate_block_steps": cand.block_steps, **stats,
-                      **timing.speedup_with_noise(samples["baseline"], samples["candidate"])}
+                      "block_steps": min(block_steps, steps), "candidate_block_steps": cand.block_steps,
+                      "candidate_chains_per_request": cand.chains_per_request, **stats,
+                      **timing.speedup_with_noise(samples["baseline"], samples["candidate"]),
+                      "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"]}
             result["candidate_isolated_ms"] = isolated_ms
             if self_timed_ms:
                 result["candidate_self_timed_ms"] = float(np.median(self_timed_ms))
@@ -837,7 +842,10 @@ class SolutionChain:
         self.evaluation = evaluation
         self.solution = evaluation.solution
         self.context_len, self.steps = context_len, steps
-        self.block_steps: int | None = steps  # set from its warm-up (timing.candidate_block_steps)
+        # Both set from its warm-up (timing.candidate_blocks); a block of a whole chain runs
+        # the chain chains_per_request times in one request, each from fresh inputs.
+        self.block_steps: int | None = steps
+        self.chains_per_request = 1
         self.validated = validated
         self.near_tie = validated.first_near_tie()
         self.threshold = evaluation.task.threshold
@@ -846,12 +854,14 @@ class SolutionChain:
         self.begin_node = self.solution.put(self.template)
         self.inputs = _tensors_of(self.begin_node, self.solution)
         hidden = evaluation.hidden_layout
-        self.record_slot = self.solution.slots.slot((steps, *hidden.shape), hidden.dtype)
+        self.record_slot = self.solution.slots.slot((steps * timing.MAX_CHAINS_PER_REQUEST, *hidden.shape),
+                                                    hidden.dtype)
         self.record = self.solution.arena.view(self.record_slot)
         self.failures: list[str] = []
         self.validated_chains = 0
         self.departures: list[int] = []  # the first step departing, of each chain that departed after a near-tie
         self.worst = 1.0
+        self.chains_in_record = 1  # runs of the chain recorded since it began
         # Milliseconds per step as the solution's own process timed its blocks (CUDA events):
         # reported beside the referee's figure, never used for it.
         self.self_timed_ms: list[float] = []
@@ -867,18 +877,29 @@ class SolutionChain:
                                "record_from": 0}, "copying a timed chain's inputs")
 
     def block(self, first_step: int, steps: int) -> float:
+        """The block's milliseconds; for a whole chain run several times in one request,
+        those of one run of it."""
+        chains = self.chains_per_request if steps == self.steps else 1
+        self.chains_in_record = chains
         reply = self.solution.request(
-            {"op": "chain", "begin": None, "steps": steps, "record": self.record_slot,
-             "record_from": first_step % self.steps},
-            f"running steps {first_step + 1}-{first_step + steps} of a timed chain")
+            {"op": "chain", "begin": self.begin_node if chains > 1 else None, "chains": chains, "steps": steps,
+             "record": self.record_slot, "record_from": first_step % self.steps},
+            f"running steps {first_step + 1}-{first_step + steps} of a timed chain"
+            + (f", {chains} times from its inputs" if chains > 1 else ""))
         if "bad_return" in reply:
             raise CandidateError(str(reply["bad_return"])[:500])
         if isinstance(reply.get("device_ms"), (int, float)):
-            self.self_timed_ms.append(float(reply["device_ms"]) / steps)
-        return float(reply["block_ms"])
+            self.self_timed_ms.append(float(reply["device_ms"]) / (steps * chains))
+        return float(reply["block_ms"]) / chains
 
     def end_chain(self, round_index: int) -> None:
-        outputs = self.record.clone()
+        """Every run of the chain since it began must repeat the validated chain."""
+        recorded = self.record[: self.steps * self.chains_in_record].clone()
+        for run in range(self.chains_in_record):
+            self._judge_run(recorded[run * self.steps:(run + 1) * self.steps])
+        self.chains_in_record = 1
+
+    def _judge_run(self, outputs: torch.Tensor) -> None:
         departed = False
         for i, first in enumerate(self.validated.outputs):
             finite = compare.is_finite(outputs[i])

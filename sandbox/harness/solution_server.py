@@ -152,21 +152,24 @@ class Session:
 
     def op_chain(self, request: dict) -> dict:
         """``steps`` chained steps, each output fed back in, each step's hidden recorded into
-        the arena. The referee times this whole request with its own clock; the events here
-        are the solution process's own view, reported for information only."""
-        if request.get("begin") is not None:
-            self.chain = list(decode(request["begin"], self._fresh))
+        the arena; ``chains`` times over, each from fresh copies of ``begin`` (recorded one
+        chain after another). The referee times this whole request with its own clock; the
+        events here are the solution process's own view, reported for information only."""
         record = self.arena.view(request["record"])
         first = int(request["record_from"])
+        steps, chains = int(request["steps"]), int(request.get("chains", 1))
         step = self.model.step
         events = self._events()
-        for i in range(int(request["steps"])):
-            returned = solution_call("step", step, *self.chain)
-            if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
-                return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
-                                      f"{type(returned).__name__}"}
-            record[first + i].copy_(returned[0])
-            self.chain = returned
+        for run in range(chains):
+            if request.get("begin") is not None:
+                self.chain = list(decode(request["begin"], self._fresh))
+            for i in range(steps):
+                returned = solution_call("step", step, *self.chain)
+                if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
+                    return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
+                                          f"{type(returned).__name__}"}
+                record[first + run * steps + i].copy_(returned[0])
+                self.chain = returned
         return {"device_ms": events()}
 
     def op_repeat(self, request: dict) -> dict:

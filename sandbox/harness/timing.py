@@ -39,7 +39,7 @@ class Contestant(Protocol):
     # Steps per block of this contestant's own, or None for the run's. A fast candidate runs
     # longer blocks, up to a whole chain per request: each request to the solution's process
     # costs a fixed overhead (pipes, waking the process, the device's switch between two
-    # contexts) that is taken off only on average (see candidate_block_steps).
+    # contexts) that is taken off only on average (see candidate_blocks).
     block_steps: Optional[int]
 
     def begin_chain(self, round_index: int) -> None:
@@ -66,19 +66,19 @@ def freeze_heap() -> None:
 
 
 @contextmanager
-def cpus_of_their_own(solution_pid: int) -> Iterator[None]:
-    """While timing, this process's thread and the solution process's main thread each on
-    one CPU of its own (the last two this process may use: the first ones take most of the
-    system's interrupts). A host-bound step's time depends on the core it runs on and on how
-    warm that core's caches are; a process woken from a stop lands wherever the scheduler
-    puts it. Where fewer than two CPUs are allowed, nothing changes."""
+def one_cpu_for_both(solution_pid: int) -> Iterator[None]:
+    """While timing, this process's thread and the solution process's main thread on one and
+    the same CPU (the last this process may use: the first ones take most of the system's
+    interrupts). They never run at once: the solution's process is stopped while the
+    baseline runs, and this one sleeps in a read while the solution runs. A host-bound
+    step's time depends on the core it runs on, its clock and how warm its caches are: on
+    one core both contestants see the same. (Each on a core of its own, an H200 machine's
+    A/A read one process 10-40% slower than the other for seconds at a time, 2026-12-01.)
+    Where the CPUs cannot be set, nothing changes."""
     allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        yield
-        return
-    own_before, theirs_before = os.sched_getaffinity(0), os.sched_getaffinity(solution_pid)
+    own_before, theirs_before = set(allowed), os.sched_getaffinity(solution_pid)
     os.sched_setaffinity(0, {allowed[-1]})
-    os.sched_setaffinity(solution_pid, {allowed[-2]})
+    os.sched_setaffinity(solution_pid, {allowed[-1]})
     try:
         yield
     finally:
@@ -163,21 +163,26 @@ def isolated_step_ms(contestant: Contestant, steps: int, interlude: Callable[[],
     return float(np.median(samples))
 
 
-# A candidate's block runs at least this long where its chain allows: each request to the
-# solution's process costs a fixed overhead that calibration takes off only on average, and
-# its rest (about a tenth of a millisecond either way on an H200) must stay small beside the
-# block. A host-bound candidate of several milliseconds a step keeps the run's block size,
-# as the baseline does, so that an A/A run pairs blocks alike.
-MIN_CANDIDATE_BLOCK_MS = 5.0
+# A request to the solution's process lasts at least this long where the candidate allows:
+# each request costs a fixed overhead (pipes, waking the process, the device's switch between
+# two contexts, the first step's launch that no earlier step hides) that calibration takes
+# off only on average, and its rest, about 0.2 ms either way on an H200, must stay small
+# beside the request. A fast candidate runs whole chains per request, several of them; a
+# host-bound one of several milliseconds a step keeps the run's blocks, as the baseline
+# does, so that an A/A run pairs blocks alike.
+MIN_REQUEST_MS = 20.0
+MAX_CHAINS_PER_REQUEST = 16
 
 
-def candidate_block_steps(step_ms: float, steps: int, block_steps: int) -> int:
-    """Steps per block for a candidate that took ``step_ms`` a step when warming up: the
-    chain split into as many equal blocks as last ``MIN_CANDIDATE_BLOCK_MS`` each (a whole
-    chain where even one would not), but never fewer steps a block than the run's
-    ``block_steps``."""
-    blocks = max(1, math.floor(steps * step_ms / MIN_CANDIDATE_BLOCK_MS)) if step_ms > 0 else steps
-    return min(steps, max(block_steps, math.ceil(steps / blocks)))
+def candidate_blocks(step_ms: float, steps: int, block_steps: int,
+                     min_request_ms: float = MIN_REQUEST_MS) -> tuple[int, int]:
+    """(steps per block, chains per request) for a candidate that took ``step_ms`` a step
+    when warming up: the run's blocks where one lasts ``min_request_ms``; else a whole chain
+    per block, run as many times in one request as it takes to last that long."""
+    run_block = min(block_steps, steps)
+    if step_ms <= 0 or run_block * step_ms >= min_request_ms:
+        return run_block, 1
+    return steps, min(MAX_CHAINS_PER_REQUEST, math.ceil(min_request_ms / (steps * step_ms)))
 
 
 def run_untimed(contestant: Contestant, steps: int, block_steps: int) -> float:
