@@ -88,6 +88,9 @@ def eval_command(
                                                      "CI. Default: full on CUDA, smoke on the CPU."),
     contexts: Optional[str] = typer.Option(None, help="Context lengths to time, e.g. 2048,8192 (default: all)."),
     rounds: Optional[int] = typer.Option(None, min=1, help="Timed chains per contestant and context."),
+    min_request_ms: Optional[float] = typer.Option(None, min=0, help="The least a timed request to the solution's "
+                                                   "process should last: a faster solution runs its whole chain "
+                                                   "several times a request (default 20; 0: blocks of 8 steps)."),
     timeout: Optional[float] = typer.Option(None, min=1, help="Seconds before the run is killed "
                                                               "(default 900 full, 300 smoke)."),
     atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
@@ -128,7 +131,7 @@ def eval_command(
     # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
         mode="aa" if aa else "check" if check_only else "eval", device=resolved_device, scale=chosen_scale,
-        contexts=_parse_contexts(contexts), rounds=rounds,
+        contexts=_parse_contexts(contexts), rounds=rounds, min_request_ms=min_request_ms,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
         cache_dir=kagent_home(), atol=atol, rtol=rtol,
     )

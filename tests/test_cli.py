@@ -94,8 +94,11 @@ def test_cuda_asked_for_on_a_machine_without_it(kimi, tmp_path):
 def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
     out = tmp_path / "r.json"
     proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(reference_solution(kimi, tmp_path)),
-                  "--device", "cpu", "--rounds", "2", "--contexts", "16,32", "--out", str(out))
+                  "--device", "cpu", "--rounds", "2", "--contexts", "16,32", "--min-request-ms", "1e6",
+                  "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # A request asked to last that long runs each whole chain as often as allowed.
+    assert {t["candidate_chains_per_request"] for t in json.loads(out.read_text())["timings"]} == {16}
     for text in ("PASS", "Checks", "overwrite_in_place", "ctx 16", "ctx 32", "speedup", "score (geomean speedup)",
                  "copy bandwidth", f"result written to {out}"):
         assert text in proc.stdout, text
