@@ -17,50 +17,9 @@ if [[ " $PARTS " == *" truth "* ]]; then
 fi
 if [[ " $PARTS " == *" aa "* ]]; then
   echo "== A/A per context, and the warm evaluation's wall time"
-  timeout 330 python3 - <<'PY'
-import json, os, pathlib, time
-from kagent.sandbox.evaluate import EvalOptions, evaluate
-from kagent.tasks import resolve_task
-
-OUT = pathlib.Path(os.environ["OUT"])
-home = pathlib.Path(os.environ["KAGENT_HOME"])
-kimi = resolve_task("02_kimi_linear_decode")
-for label, extra in json.loads(os.environ.get("AA_RUNS", '[["aa_1", {}], ["aa_2", {}], ["aa_3", {}]]')):
-    started = time.monotonic()
-    result = evaluate(kimi, None, EvalOptions(device="cuda", scale="full", cache_dir=home, timeout_s=600.0,
-                                              mode="aa", **extra))
-    (OUT / f"{label}.json").write_text(result.model_dump_json(indent=1))
-    print(f"== {label} {extra}: {result.verdict.value} score={result.score} wall={result.wall_seconds:.1f}s "
-          f"(process {time.monotonic() - started:.1f}s) phases={result.phases}")
-    for t in result.timings:
-        print(f"   ctx {t.context_len}: {t.speedup:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}] base {t.baseline.median_ms:.3f} "
-              f"cand {t.candidate.median_ms:.3f} isolated {t.candidate_isolated_ms} blocks of {t.block_steps}/"
-              f"{t.candidate_block_steps}x{t.candidate_chains_per_request} n={t.candidate.n} base p10-p90 {t.baseline.p10_ms:.2f}-{t.baseline.p90_ms:.2f} "
-              f"cand p10-p90 {t.candidate.p10_ms:.2f}-{t.candidate.p90_ms:.2f}")
-PY
+  timeout 330 python3 scripts/gpu_evaluations.py aa "${AA_RUNS:-[[\"aa_1\", {}], [\"aa_2\", {}], [\"aa_3\", {}]]}"
 fi
 if [[ " $PARTS " == *" verdicts "* ]]; then
   echo "== verdicts that repeat: the reference as a solution, and one wrong on 1 input in 10"
-  timeout 400 python3 - <<'PY'
-import os, pathlib, re, time
-from kagent.sandbox.evaluate import EvalOptions, evaluate
-from kagent.tasks import resolve_task
-
-OUT = pathlib.Path(os.environ["OUT"])
-home = pathlib.Path(os.environ["KAGENT_HOME"])
-kimi = resolve_task("02_kimi_linear_decode")
-source = (kimi.path / "reference.py").read_text()
-quotes = "'" * 3
-test = pathlib.Path("tests/test_eval_kimi.py").read_text()
-rarely_wrong = re.search(rf"^RARELY_WRONG = {quotes}(.*?){quotes}", test, re.S | re.M).group(1)
-for label, text in (("reference", source), ("rarely_wrong", source + "\n" + rarely_wrong)):
-    folder = pathlib.Path(f"/tmp/verdicts/{label}")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "solution.py").write_text(text)
-    for i in range(int(os.environ.get("REPEATS", "4"))):
-        started = time.monotonic()
-        result = evaluate(kimi, folder / "solution.py", EvalOptions(device="cuda", scale="full", cache_dir=home,
-                                                                    timeout_s=600.0, mode="check"))
-        print(f"== {label} #{i + 1}: {result.verdict.value} in {time.monotonic() - started:.1f}s: {result.reason[:200]}")
-PY
+  timeout 400 python3 scripts/gpu_evaluations.py verdicts "${REPEATS:-4}"
 fi
