@@ -2,7 +2,7 @@
 (per context, with their wall time and phases) and verdicts repeated on unchanged files.
 
     python3 scripts/gpu_evaluations.py aa '[["aa_1", {}], ["aa_r12", {"rounds": 12}]]'
-    python3 scripts/gpu_evaluations.py verdicts 4
+    python3 scripts/gpu_evaluations.py verdicts 4 10   # the reference 4 times, the rarely wrong one 10
 
 Results go to $OUT (each A/A run's EvalResult as JSON); the reference weights' cache is
 $KAGENT_HOME, so every evaluation after the first is warm."""
@@ -42,14 +42,15 @@ def aa_runs(runs: list[tuple[str, dict]]) -> None:
                   f"{t.baseline.p90_ms:.2f} cand p10-p90 {t.candidate.p10_ms:.2f}-{t.candidate.p90_ms:.2f}")
 
 
-def repeated_verdicts(repeats: int) -> None:
+def repeated_verdicts(honest_repeats: int, wrong_repeats: int) -> None:
     """The reference as a solution, and the test suite's solution wrong on 1 input in 10,
-    each checked ``repeats`` times."""
+    checked ``honest_repeats`` and ``wrong_repeats`` times."""
     source = (KIMI.path / "reference.py").read_text()
     quotes = "'" * 3
     test = Path("tests/test_eval_kimi.py").read_text()
     rarely_wrong = re.search(rf"^RARELY_WRONG = {quotes}(.*?){quotes}", test, re.S | re.M).group(1)
-    for label, text in (("reference", source), ("rarely_wrong", source + "\n" + rarely_wrong)):
+    for label, text, repeats in (("reference", source, honest_repeats),
+                                 ("rarely_wrong", source + "\n" + rarely_wrong, wrong_repeats)):
         folder = Path(f"/tmp/verdicts/{label}")
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "solution.py").write_text(text)
@@ -64,4 +65,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "aa":
         aa_runs(json.loads(sys.argv[2]))
     else:
-        repeated_verdicts(int(sys.argv[2]))
+        repeated_verdicts(int(sys.argv[2]), int(sys.argv[3] if len(sys.argv) > 3 else sys.argv[2]))

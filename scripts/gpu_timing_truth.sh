@@ -4,7 +4,7 @@
 # then A/A runs per context and the warm evaluation's wall time. Needs the wheels in .whl/
 # (kagent's own, built with `pip wheel --no-deps -w .whl .`, plus pydantic's). Results in $OUT.
 # PARTS picks what runs: truth, aa, verdicts (default all): verdicts evaluates the reference as a
-# solution and one wrong on 1 input in 10 (the CPU test's) REPEATS times each, checks only.
+# solution REPEATS times and one wrong on 1 input in 10 (the CPU test's) WRONG_REPEATS times, checks only.
 set -uo pipefail
 source scripts/gpu_setup.sh
 PARTS=${PARTS:-truth aa verdicts}
@@ -21,5 +21,5 @@ if [[ " $PARTS " == *" aa "* ]]; then
 fi
 if [[ " $PARTS " == *" verdicts "* ]]; then
   echo "== verdicts that repeat: the reference as a solution, and one wrong on 1 input in 10"
-  timeout 400 python3 scripts/gpu_evaluations.py verdicts "${REPEATS:-4}"
+  timeout 400 python3 scripts/gpu_evaluations.py verdicts "${REPEATS:-4}" "${WRONG_REPEATS:-${REPEATS:-4}}"
 fi
