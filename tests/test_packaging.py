@@ -108,3 +108,22 @@ def test_every_dependency_has_a_lower_and_an_upper_bound_and_the_tested_version_
         assert ">=" in operators and "<" in operators, f"{line}: needs both a lower (>=) and an upper (<) bound"
         installed = metadata.version(requirement.name)
         assert requirement.specifier.contains(installed, prereleases=True), f"{line}: {installed} is installed"
+
+
+def test_the_lower_bound_pins_are_generated_from_pyproject():
+    """scripts/check_lower_bounds.sh installs these pins: one per dependency, at the lower bound
+    pyproject.toml declares, so that the check tests the bounds as declared, not a copy."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [Requirement(line) for line in [*project["dependencies"], *project["optional-dependencies"]["test"]]]
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "torch",
+                          "--extra", "test"], capture_output=True, text=True, check=True)
+    pins = [Requirement(line) for line in out.stdout.splitlines()]
+    expected = {r.name.lower(): next(s.version for s in r.specifier if s.operator == ">=")
+                for r in declared if r.name != "torch"}
+    assert {pin.name: str(pin.specifier) for pin in pins} == {name: f"=={low}" for name, low in expected.items()}
+    unknown = subprocess.run([sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "nosuch"],
+                               capture_output=True, text=True)
+    assert unknown.returncode != 0 and "--except names no dependency: nosuch" in unknown.stderr

@@ -280,6 +280,28 @@ def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
     assert report.turns == 1
 
 
+class OverloadedModel:
+    """A provider that answers every request with an overload, asking to be retried later."""
+
+    name = "scripted"
+
+    def complete(self, *args, **kwargs):
+        from kagent.agent.errors import TransientModelError
+
+        raise TransientModelError("529 overloaded", retry_after=50, status=529)
+
+
+def test_a_run_whose_model_stays_unavailable_ends_interrupted(tmp_path):
+    """A 1-minute budget explores for 30 s; the provider asks for 50 s before a retry, which
+    would come too late: the run ends interrupted (not finished, not failed), for resume."""
+    run_dir, report = start_run(run_options(tmp_path, tmp_path / "unused", wall_s=60), model=OverloadedModel())
+    assert report.status == "interrupted" and report.reason == "the model stayed unavailable: 529 overloaded"
+    assert report.best_attempt is None and report.turns == 1
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+    (ended,) = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "run_ended"]
+    assert ended.status == "interrupted"
+
+
 def call_turn(name: str, **arguments) -> dict:
     return {"tool_calls": [call(name, **arguments)]}
 

@@ -78,3 +78,16 @@ def test_an_aa_score_within_noise_is_marked_and_a_noisy_one_said_plainly():
     faster = aa_result(timing("ctx 2048", 1.50, 1.40, 1.60), score=1.5)
     text = rendered(result_view(faster), width=200)
     assert "score (geomean speedup): 1.500x\n" in text and "too noisy" not in text
+
+
+def test_the_model_reads_the_same_noise_marks_as_a_person():
+    """The benchmark tool's result tells the model what `kagent eval` tells a person, with what
+    to do about it."""
+    from kagent.tools.evaluation import summarize
+
+    noisy = aa_result(timing("ctx 2048", 1.408, 0.71, 2.10), timing("ctx 8192", 1.054, 1.01, 1.10), score=1.218)
+    text = summarize(noisy)
+    assert "score (geomean speedup): 1.218x ≈ (within noise: interval 0.85–1.52)" in text
+    assert ("too noisy to mean anything (the score, ctx 2048): a 95% interval wider than ±25%; "
+            "benchmark again before acting on it") in text
+    assert "too noisy" not in summarize(aa_result(timing("ctx 2048", 1.50, 1.40, 1.60), score=1.5))
