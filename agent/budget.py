@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 Phase = Literal["explore", "final", "over"]
 

@@ -15,9 +15,9 @@ from typing import Iterator, Optional
 import typer
 from rich.console import Console
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
-from kagent.agent.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 
 app = typer.Typer(
     name="kagent",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 DEVICE_FORM = re.compile(r"cpu|cuda(:\d+)?")
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 LOCK_NAME = "lock"
 

@@ -17,9 +17,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kagent.agent import pricing, progress
 from kagent.agent.budget import Budget, BudgetTracker
-from kagent.agent.errors import KagentError, TransientModelError
+from kagent.core.errors import KagentError, TransientModelError
 from kagent.agent.ledger import Attempt, Design, Ledger
-from kagent.agent.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
+from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
 from kagent.agent.models import REQUEST_TIMEOUT_S
 from kagent.agent.outcome import REPEATED_FAILURE_LIMIT, Cause, EndState, end_state
 from kagent.agent.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt

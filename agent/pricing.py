@@ -15,9 +15,9 @@ from typing import Optional, Union
 
 import yaml
 
-from kagent.agent.errors import KagentError
-from kagent.agent.messages import Usage
-from kagent.agent.paths import kagent_home
+from kagent.core.errors import KagentError
+from kagent.core.messages import Usage
+from kagent.core.paths import kagent_home
 
 
 @dataclass(frozen=True)

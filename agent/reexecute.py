@@ -15,9 +15,9 @@ from typing import Optional
 from pydantic import BaseModel, Field
 
 from kagent.agent.budget import Budget
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.loop import RunConfig
-from kagent.agent.messages import ModelResponse
+from kagent.core.messages import ModelResponse
 from kagent.agent.models.scripted import ScriptedModel
 from kagent.agent.runs import RunOptions, find_run, start_run
 from kagent.agent.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace

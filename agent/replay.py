@@ -21,7 +21,7 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.outcome import ENDINGS
 from kagent.agent.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kagent.agent.ledger import Attempt, Design, Ledger
-from kagent.agent.messages import Message, TextBlock, ToolCall, ToolResult, Usage
+from kagent.core.messages import Message, TextBlock, ToolCall, ToolResult, Usage
 from kagent.agent.trace import (
     AttemptRecorded, Compacted, ModelResponded, RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted,
     UserNotice,

@@ -15,14 +15,14 @@ from pydantic import BaseModel, Field
 from kagent import prompts
 from kagent.agent.budget import Budget, BudgetTracker, Clock, SystemClock
 from kagent.agent.device import resolve_device
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.lock import RunLock
 from kagent.agent.loop import Agent, RunConfig, RunReport, ViewUpdate
-from kagent.agent.messages import ChatModel
+from kagent.core.messages import ChatModel
 from kagent.agent.models import REQUEST_TIMEOUT_S, make_model
 from kagent.agent.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
-from kagent.agent.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 from kagent.agent.resume import rebuild
 from kagent.agent.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.workspace import Workspace

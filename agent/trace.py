@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.outcome import EndState
 
 TRACE_VERSION = 1

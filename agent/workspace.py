@@ -30,7 +30,7 @@ from typing import TypeVar, cast
 
 import git
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 TASK_DIR = "task"
 STATE_DIR = ".kagent"

@@ -57,7 +57,7 @@ from typing import Callable, Optional, Sequence
 
 from pydantic import BaseModel, Field
 
-from kagent.agent.paths import kagent_home, runs_dir
+from kagent.core.paths import kagent_home, runs_dir
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # Each command gets an empty /tmp, /var/tmp and /dev/shm of its own, and a /dev with only these.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev", "/dev/shm")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidia-caps", "dri")
-KAGENT_PACKAGES = ("kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
+KAGENT_PACKAGES = ("kagent.core", "kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
 DEV_LINKS = {"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
              "/dev/stderr": "/proc/self/fd/2"}
 PR_SET_PDEATHSIG = 1

@@ -29,7 +29,7 @@ from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature

@@ -20,7 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 MEGA_REQUIRED_FILES = ("reference.py", "shapes.py")

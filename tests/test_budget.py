@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from kagent.agent.budget import Budget, BudgetTracker, FakeClock, SystemClock, format_duration, parse_duration
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 
 @pytest.mark.parametrize("text, seconds", [

@@ -392,7 +392,7 @@ def test_contexts_can_be_chosen(kimi, kagent_home, tmp_path):
 
 
 def test_unknown_context_is_a_clear_error(kimi, kagent_home, tmp_path):
-    from kagent.agent.errors import KagentError
+    from kagent.core.errors import KagentError
 
     with pytest.raises(KagentError, match="no shape with context in \\[999\\]"):
         run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[999])

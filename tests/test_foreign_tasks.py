@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WAIT_S, check_named, run_eval, write_solution
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
 

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_llm_server import (BAD_KEY, UNKNOWN_MODEL, FakeLLMServer,  # noqa: E402
                              anthropic_violations, openai_violations)
 
-from kagent.agent.errors import ModelError, TransientModelError
-from kagent.agent.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
+from kagent.core.errors import ModelError, TransientModelError
+from kagent.core.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
                                    ToolResult, ToolSpec, Usage)
 from kagent.agent.models import make_model
 from kagent.agent.models.anthropic import to_anthropic_messages

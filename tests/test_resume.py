@@ -17,7 +17,7 @@ import pytest
 
 from conftest import WAIT_S
 from kagent.agent.budget import Budget
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.lock import RunLock
 from kagent.agent.runs import RunOptions, resume_run, start_run
 from kagent.agent.trace import read_trace

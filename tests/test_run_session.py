@@ -267,7 +267,7 @@ def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
     """`--max-cost 0.01` and a priced model whose first turn costs $0.03."""
     from kagent.agent.budget import FakeClock
     from kagent.agent.pricing import cost
-    from kagent.agent.messages import Usage
+    from kagent.core.messages import Usage
 
     name, usage = "anthropic:claude-sonnet-4-5", {"input_tokens": 10_000}
     assert cost(name, Usage(**usage)) > 0.01
@@ -286,7 +286,7 @@ class OverloadedModel:
     name = "scripted"
 
     def complete(self, *args, **kwargs):
-        from kagent.agent.errors import TransientModelError
+        from kagent.core.errors import TransientModelError
 
         raise TransientModelError("529 overloaded", retry_after=50, status=529)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.agent.workspace import Workspace
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, runtim
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kagent.agent.messages import ToolSpec
+from kagent.core.messages import ToolSpec
 from kagent.sandbox import containment
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import EvalResult

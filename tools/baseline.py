@@ -1,7 +1,7 @@
 """The baseline tool: what the task's own baseline costs, and the floor that the bytes set."""
 from __future__ import annotations
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome
 

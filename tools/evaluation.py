@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict

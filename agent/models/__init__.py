@@ -10,8 +10,8 @@ import importlib
 import os
 from typing import Optional
 
-from kagent.agent.errors import ModelError
-from kagent.agent.messages import ChatModel
+from kagent.core.errors import ModelError
+from kagent.core.messages import ChatModel
 
 # provider -> (module under kagent.agent.models, the pip package it needs)
 PROVIDERS: dict[str, tuple[str, str]] = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Optional
 
-from kagent.agent.errors import TransientModelError
-from kagent.agent.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
+from kagent.core.errors import TransientModelError
+from kagent.core.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
                                    ToolCall, ToolResult, ToolSpec, Usage)
 from kagent.agent.models.retry import parse_retry_after, status_error
 

@@ -7,8 +7,8 @@ from typing import Any, Iterable, Optional
 import httpx2  # the SDK's HTTP client: a dropped stream may surface as its TransportError
 import openai
 
-from kagent.agent.errors import TransientModelError
-from kagent.agent.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
+from kagent.core.errors import TransientModelError
+from kagent.core.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
                                    ToolCall, ToolResult, ToolSpec, Usage)
 from kagent.agent.models.retry import parse_retry_after, status_error
 

@@ -11,8 +11,8 @@ import random
 import time
 from typing import Callable, Optional
 
-from kagent.agent.errors import ModelError, TransientModelError
-from kagent.agent.messages import Message, ModelResponse, ToolSpec
+from kagent.core.errors import ModelError, TransientModelError
+from kagent.core.messages import Message, ModelResponse, ToolSpec
 
 # Statuses worth another attempt: request timeout, conflict (a concurrent request), rate
 # limits, server errors and Anthropic's 529 "overloaded" (covered by >= 500).

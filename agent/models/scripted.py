@@ -7,8 +7,8 @@ from typing import Any, Union
 
 import yaml
 
-from kagent.agent.errors import ModelError
-from kagent.agent.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
+from kagent.core.errors import ModelError
+from kagent.core.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
                                    ToolSpec, Usage)
 
 _SHORT_KEYS = {"text", "thinking", "tool_calls", "usage", "stop_reason"}
