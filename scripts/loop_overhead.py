@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from kagent.agent.budget import Budget
-from kagent.agent.runs import RunOptions, start_run
-from kagent.agent.trace import TraceWriter, UserNotice
-from kagent.agent.workspace import Workspace
+from kagent.agent.loop.budget import Budget
+from kagent.agent.lifecycle.runs import RunOptions, start_run
+from kagent.agent.storage.trace import TraceWriter, UserNotice
+from kagent.agent.storage.workspace import Workspace
 from kagent.tasks import resolve_task
 
 

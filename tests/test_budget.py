@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kagent.agent.budget import Budget, BudgetTracker, FakeClock, SystemClock, format_duration, parse_duration
+from kagent.agent.loop.budget import Budget, BudgetTracker, FakeClock, SystemClock, format_duration, parse_duration
 from kagent.core.errors import KagentError
 
 

@@ -35,7 +35,7 @@ def test_help_reads_well(args):
 def test_every_command_is_one_whole_sentence_in_the_list():
     """`kagent --help` lists each command by the first line of its docstring: a sentence cut at
     a line break there (replay's was) shows as half a sentence."""
-    from kagent.agent.cli import app
+    from kagent.agent.cli.app import app
 
     names = [command.name for command in app.registered_commands]
     lines = kagent("--help").stdout.splitlines()

@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 
 from conftest import check_named, reference_solution, run_eval, write_solution
-from kagent.agent.views import print_result
+from kagent.agent.cli.views import print_result
 from kagent.sandbox import containment, evaluate
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict

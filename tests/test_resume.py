@@ -16,11 +16,11 @@ import git
 import pytest
 
 from conftest import WAIT_S
-from kagent.agent.budget import Budget
+from kagent.agent.loop.budget import Budget
 from kagent.core.errors import KagentError
-from kagent.agent.lock import RunLock
-from kagent.agent.runs import RunOptions, resume_run, start_run
-from kagent.agent.trace import read_trace
+from kagent.agent.storage.lock import RunLock
+from kagent.agent.lifecycle.runs import RunOptions, resume_run, start_run
+from kagent.agent.storage.trace import read_trace
 from test_run_session import session_turns, write_script
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
@@ -246,7 +246,7 @@ def test_resume_of_an_unknown_run(tmp_path):
 
 
 def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
-    from kagent.agent.reexecute import execute_replay
+    from kagent.agent.lifecycle.reexecute import execute_replay
 
     _, reference_dir, _ = uninterrupted
     # Minutes apart on a loaded two-core CPU, smoke-scale speedups drift by more than the 10%
@@ -280,8 +280,8 @@ def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
 
 
 def test_a_speedup_far_from_the_record_diverges():
-    from kagent.agent.reexecute import REPRODUCE_TOLERANCE, _compare
-    from kagent.agent.trace import AttemptRecorded
+    from kagent.agent.lifecycle.reexecute import REPRODUCE_TOLERANCE, _compare
+    from kagent.agent.storage.trace import AttemptRecorded
 
     def recorded(speedup: float, low: float, high: float) -> AttemptRecorded:
         timing = {"label": "ctx 16", "speedup": speedup, "ci_low": low, "ci_high": high}
@@ -301,7 +301,7 @@ def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path,
     """The trace is lost (empty) but the workspace holds the run's work, a `final` commit on main
     and an attempt among it: resuming starts over from turn 1, says so, and every one of those
     commits stays on a ref."""
-    from kagent.agent.workspace import Workspace
+    from kagent.agent.storage.workspace import Workspace
 
     turns = [{"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "first"}}]},
              {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}]

@@ -169,7 +169,7 @@ def test_exit_codes_are_documented_in_help_and_readme():
 ])
 def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):
     """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it."""
-    probe = ("import sys\nfrom kagent.agent.cli import main\n"
+    probe = ("import sys\nfrom kagent.agent.cli.app import main\n"
              "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", probe, "run", "02_kimi_linear_decode", *args], capture_output=True,
                           text=True, timeout=WAIT_S, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})

@@ -11,10 +11,10 @@ import git
 import pytest
 
 from conftest import WAIT_S
-from kagent.agent.budget import Budget
-from kagent.agent.loop import FINAL_HIDDEN_SEEDS_FACTOR
-from kagent.agent.runs import RunOptions, start_run
-from kagent.agent.trace import read_trace
+from kagent.agent.loop.budget import Budget
+from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
+from kagent.agent.lifecycle.runs import RunOptions, start_run
+from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
 
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
@@ -160,7 +160,7 @@ def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, m
     completes, no tool runs twice, no orphaned tool call reaches the server, usage counted once."""
     from fake_llm_server import FakeLLMServer
 
-    from kagent.agent.models import make_model
+    from kagent.agent.loop.models import make_model
 
     turns = []
     for number, turn in enumerate(session_turns(reference_text)):
@@ -192,7 +192,7 @@ def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     the provider sees still pairs each tool call with its result."""
     from fake_llm_server import FakeLLMServer
 
-    from kagent.agent.models import make_model
+    from kagent.agent.loop.models import make_model
 
     reads = [{"tool_calls": [{"id": f"read_{i}", "name": "read_file",
                               "arguments": {"path": "task/reference.py", "max_lines": 200}}]} for i in range(8)]
@@ -241,7 +241,7 @@ class ClockedModel:
     """A scripted model whose every answer takes ``seconds`` of a fake clock."""
 
     def __init__(self, turns: list[dict], clock, seconds: float, name: str = "scripted"):
-        from kagent.agent.models.scripted import ScriptedModel, parse_script
+        from kagent.agent.loop.models.scripted import ScriptedModel, parse_script
 
         self._inner = ScriptedModel(parse_script(turns), name=name)
         self.name, self._clock, self._seconds = name, clock, seconds
@@ -254,7 +254,7 @@ class ClockedModel:
 def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     """`--budget 1m` and a model that takes 40 s a turn: the final slice (the last 30 s)
     comes before anything was measured."""
-    from kagent.agent.budget import FakeClock
+    from kagent.agent.loop.budget import FakeClock
 
     clock = FakeClock()
     model = ClockedModel([call_turn("list_files"), call_turn("finish", summary="never reached")], clock, 40)
@@ -265,8 +265,8 @@ def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
 
 def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
     """`--max-cost 0.01` and a priced model whose first turn costs $0.03."""
-    from kagent.agent.budget import FakeClock
-    from kagent.agent.pricing import cost
+    from kagent.agent.loop.budget import FakeClock
+    from kagent.agent.loop.pricing import cost
     from kagent.core.messages import Usage
 
     name, usage = "anthropic:claude-sonnet-4-5", {"input_tokens": 10_000}
@@ -327,7 +327,7 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
 def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, reference_text, monkeypatch):
     """The benchmark passed, the final re-verification does not (say a hidden seed fails): no
     verified result, and the report says which attempt failed and how."""
-    import kagent.agent.loop as loop_module
+    import kagent.agent.loop.agent as loop_module
     from kagent.sandbox.results import EvalResult, Verdict
 
     def refuting(task, solution, options, progress=None):

@@ -18,11 +18,11 @@ import pytest
 from rich.console import Console
 
 from conftest import WAIT_S
-from kagent.agent.budget import Budget
-from kagent.agent.replay import follow, render_trace, replay
-from kagent.agent.run_list import list_runs
-from kagent.agent.runs import RunOptions, RunStatus, start_run
-from kagent.agent.trace import RunEnded, read_trace
+from kagent.agent.loop.budget import Budget
+from kagent.agent.cli.replay import follow, render_trace, replay
+from kagent.agent.cli.run_list import list_runs
+from kagent.agent.lifecycle.runs import RunOptions, RunStatus, start_run
+from kagent.agent.storage.trace import RunEnded, read_trace
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kagent.core.errors import KagentError
-from kagent.agent.workspace import Workspace
+from kagent.agent.storage.workspace import Workspace
 
 
 def git(root: Path, *args: str) -> str:

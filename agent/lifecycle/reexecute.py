@@ -14,13 +14,13 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from kagent.agent.budget import Budget
+from kagent.agent.loop.budget import Budget
 from kagent.core.errors import KagentError
-from kagent.agent.loop import RunConfig
+from kagent.agent.loop.agent import RunConfig
 from kagent.core.messages import ModelResponse
-from kagent.agent.models.scripted import ScriptedModel
-from kagent.agent.runs import RunOptions, find_run, start_run
-from kagent.agent.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace
+from kagent.agent.loop.models.scripted import ScriptedModel
+from kagent.agent.lifecycle.runs import RunOptions, find_run, start_run
+from kagent.agent.storage.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace
 
 # Relative difference between two runs' speedups that still counts as reproducing.
 REPRODUCE_TOLERANCE = 0.10

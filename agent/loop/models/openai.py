@@ -10,7 +10,7 @@ import openai
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
                                    ToolCall, ToolResult, ToolSpec, Usage)
-from kagent.agent.models.retry import parse_retry_after, status_error
+from kagent.agent.loop.models.retry import parse_retry_after, status_error
 
 _KEY_ENV = "OPENAI_API_KEY"
 _STOP_REASONS: dict[str, StopReason] = {

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from kagent.agent.ledger import Attempt, Design, Ledger
+from kagent.agent.loop.ledger import Attempt, Design, Ledger
 from kagent.core.messages import Message, TextBlock, ToolCall, ToolResult, Usage
-from kagent.agent.trace import (
+from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ModelResponded, RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted,
     UserNotice,
 )

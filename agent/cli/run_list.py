@@ -21,7 +21,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.lock import LOCK_NAME, lock_holder
+from kagent.agent.storage.lock import LOCK_NAME, lock_holder
 from kagent.agent.outcome import ENDINGS, RunState
 
 STATUS_NAME = "status.json"

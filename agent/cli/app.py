@@ -61,7 +61,7 @@ EXIT_INTERNAL = 3  # a bug in kagent or in the task
 @app.command("tasks")
 def tasks_command() -> None:
     """List the built-in tasks."""
-    from kagent.agent.views import tasks_table
+    from kagent.agent.cli.views import tasks_table
     from kagent.tasks import builtin_tasks
 
     console.print(tasks_table(builtin_tasks()))
@@ -105,8 +105,8 @@ def eval_command(
     """
     from rich.live import Live
 
-    from kagent.agent.device import check_device_name, resolve_device
-    from kagent.agent.views import EvalProgressView, print_result
+    from kagent.agent.lifecycle.device import check_device_name, resolve_device
+    from kagent.agent.cli.views import EvalProgressView, print_result
     from kagent.sandbox.evaluate import EvalOptions, evaluate
     from kagent.sandbox.results import Verdict
     from kagent.tasks import resolve_task
@@ -195,7 +195,7 @@ def _budget(wall: str, max_cost: Optional[float], max_tokens: Optional[int]):
     """The run's Budget from options and settings, every mistake one clear line."""
     from pydantic import ValidationError
 
-    from kagent.agent.budget import Budget, parse_duration
+    from kagent.agent.loop.budget import Budget, parse_duration
 
     try:
         return Budget(wall_s=parse_duration(wall), max_cost_usd=max_cost, max_tokens=max_tokens)
@@ -236,8 +236,8 @@ def run_command(
     trace.jsonl, config.json, status.json and the final report. API keys come from
     ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
     """
-    from kagent.agent.device import check_device_name, resolve_device
-    from kagent.agent.models import make_model
+    from kagent.agent.lifecycle.device import check_device_name, resolve_device
+    from kagent.agent.loop.models import make_model
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
     settings = _run_config_file(config)
@@ -259,7 +259,7 @@ def run_command(
     chosen_scale = scale_value or ("full" if resolved_device.startswith("cuda") else "smoke")
     _warn_full_scale_on_cpu(resolved_device, chosen_scale)
 
-    from kagent.agent.runs import RunOptions, start_run
+    from kagent.agent.lifecycle.runs import RunOptions, start_run
 
     options = RunOptions(task=task, model=model, device=resolved_device, scale=chosen_scale, budget=run_budget,
                          thinking_budget=thinking_budget,
@@ -284,8 +284,8 @@ def resume_command(
     checkpoint, with later changes kept on a side ref. The budget counts the time of all
     segments.
     """
-    from kagent.agent.budget import parse_duration
-    from kagent.agent.runs import resume_run
+    from kagent.agent.loop.budget import parse_duration
+    from kagent.agent.lifecycle.runs import resume_run
 
     extra = parse_duration(budget) if budget else None
 
@@ -320,8 +320,8 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
     """Drive a run (new or resumed) with or without the live view, then show its report."""
     from rich.live import Live
 
-    from kagent.agent.runs import RunInterrupted
-    from kagent.agent.views import LiveRunView
+    from kagent.agent.lifecycle.runs import RunInterrupted
+    from kagent.agent.cli.views import LiveRunView
 
     try:
         if quiet:
@@ -357,7 +357,7 @@ def runs_command(
 
     A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
     """
-    from kagent.agent.run_list import list_runs, runs_view, summaries_json
+    from kagent.agent.cli.run_list import list_runs, runs_view, summaries_json
 
     folder, origin = runs_folder(root)
     summaries = list_runs(folder)
@@ -397,13 +397,13 @@ def replay_command(
     ended. With --execute the recorded session is re-run on a fresh workspace and re-measured.
 
     Exit code with --execute: 0 everything reproduces, 1 something diverges."""
-    from kagent.agent.replay import follow, replay
-    from kagent.agent.runs import find_run
+    from kagent.agent.cli.replay import follow, replay
+    from kagent.agent.lifecycle.runs import find_run
 
     if execute:
-        from kagent.agent.device import resolve_device
-        from kagent.agent.reexecute import execute_replay
-        from kagent.agent.views import audit_table
+        from kagent.agent.lifecycle.device import resolve_device
+        from kagent.agent.lifecycle.reexecute import execute_replay
+        from kagent.agent.cli.views import audit_table
 
         audit = execute_replay(run, root, resolve_device(device) if device else None,
                                scale.value if scale else None, tolerance)

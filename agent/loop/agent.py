@@ -15,19 +15,20 @@ from typing import Any, Callable, Iterator, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
-from kagent.agent import pricing, progress
-from kagent.agent.budget import Budget, BudgetTracker
+from kagent.agent.loop import pricing
+from kagent.sandbox import progress
+from kagent.agent.loop.budget import Budget, BudgetTracker
 from kagent.core.errors import KagentError, TransientModelError
-from kagent.agent.ledger import Attempt, Design, Ledger
+from kagent.agent.loop.ledger import Attempt, Design, Ledger
 from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
-from kagent.agent.models import REQUEST_TIMEOUT_S
+from kagent.agent.loop.models import REQUEST_TIMEOUT_S
 from kagent.agent.outcome import REPEATED_FAILURE_LIMIT, Cause, EndState, end_state
-from kagent.agent.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt
-from kagent.agent.trace import (
+from kagent.agent.lifecycle.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt
+from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
     RunResumed, RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice, INLINE_LIMIT,
 )
-from kagent.agent.workspace import Workspace
+from kagent.agent.storage.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef

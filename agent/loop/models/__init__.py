@@ -13,12 +13,12 @@ from typing import Optional
 from kagent.core.errors import ModelError
 from kagent.core.messages import ChatModel
 
-# provider -> (module under kagent.agent.models, the pip package it needs)
+# provider -> (module under kagent.agent.loop.models, the pip package it needs)
 PROVIDERS: dict[str, tuple[str, str]] = {
-    "anthropic": ("kagent.agent.models.anthropic", "anthropic"),
-    "openai": ("kagent.agent.models.openai", "openai"),
-    "openai-compatible": ("kagent.agent.models.openai", "openai"),
-    "scripted": ("kagent.agent.models.scripted", "pyyaml"),
+    "anthropic": ("kagent.agent.loop.models.anthropic", "anthropic"),
+    "openai": ("kagent.agent.loop.models.openai", "openai"),
+    "openai-compatible": ("kagent.agent.loop.models.openai", "openai"),
+    "scripted": ("kagent.agent.loop.models.scripted", "pyyaml"),
 }
 SPEC_FORMS = ("anthropic:<model>", "openai:<model>", "openai-compatible:<url>#<model>", "scripted:<path>")
 # How long one model request may take, unless a run says otherwise.

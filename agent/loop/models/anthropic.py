@@ -7,7 +7,7 @@ from typing import Any, Iterable, Optional
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
                                    ToolCall, ToolResult, ToolSpec, Usage)
-from kagent.agent.models.retry import parse_retry_after, status_error
+from kagent.agent.loop.models.retry import parse_retry_after, status_error
 
 import anthropic
 import httpx2  # the SDK's HTTP client: a dropped stream surfaces as its TransportError

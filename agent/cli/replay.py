@@ -23,7 +23,7 @@ from rich.text import Text
 
 from kagent.core.errors import KagentError
 from kagent.agent.outcome import ENDINGS
-from kagent.agent.trace import (
+from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
     RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
 )

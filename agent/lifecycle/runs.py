@@ -13,19 +13,19 @@ from typing import Callable, Literal, Optional
 from pydantic import BaseModel, Field
 
 from kagent import prompts
-from kagent.agent.budget import Budget, BudgetTracker, Clock, SystemClock
-from kagent.agent.device import resolve_device
+from kagent.agent.loop.budget import Budget, BudgetTracker, Clock, SystemClock
+from kagent.agent.lifecycle.device import resolve_device
 from kagent.core.errors import KagentError
-from kagent.agent.lock import RunLock
-from kagent.agent.loop import Agent, RunConfig, RunReport, ViewUpdate
+from kagent.agent.storage.lock import RunLock
+from kagent.agent.loop.agent import Agent, RunConfig, RunReport, ViewUpdate
 from kagent.core.messages import ChatModel
-from kagent.agent.models import REQUEST_TIMEOUT_S, make_model
-from kagent.agent.models.retry import RetryingModel
+from kagent.agent.loop.models import REQUEST_TIMEOUT_S, make_model
+from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
 from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
-from kagent.agent.resume import rebuild
-from kagent.agent.trace import RunResumed, TraceWriter, read_trace
-from kagent.agent.workspace import Workspace
+from kagent.agent.lifecycle.resume import rebuild
+from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
+from kagent.agent.storage.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import default_tools

@@ -86,7 +86,7 @@ class ToolFinished(_Event):
 
 class AttemptRecorded(_Event):
     type: Literal["attempt_recorded"] = "attempt_recorded"
-    attempt: dict[str, Any] = Field(description="The ledger entry (kagent.agent.ledger.Attempt)")
+    attempt: dict[str, Any] = Field(description="The ledger entry (kagent.agent.loop.ledger.Attempt)")
     evaluation: dict[str, Any] = Field(description="The measurement: the whole EvalResult")
     commit: str
     reverted_to: Optional[str] = Field(None, description="Commit the workspace was reverted to, if it was")

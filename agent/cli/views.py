@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent import progress
+from kagent.sandbox import progress
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import Determinism, EvalResult, Verdict
 from kagent.tasks import TaskRef
@@ -146,7 +146,7 @@ def _minutes(seconds: float) -> str:
 
 
 def run_panel(update, since_s: float = 0.0) -> Panel:
-    """The live view of a run (``update`` is a kagent.agent.loop.ViewUpdate), ``since_s``
+    """The live view of a run (``update`` is a kagent.agent.loop.agent.ViewUpdate), ``since_s``
     seconds after the update was made: until the run has ended, its clocks move on by that."""
     moved = 0.0 if update.ended else since_s
     elapsed = update.elapsed_s + moved
@@ -217,7 +217,7 @@ class EvalProgressView:
 
 
 def audit_table(audit) -> Table:
-    """Per attempt: recorded against re-measured (``audit`` is a kagent.agent.reexecute.ReplayAudit)."""
+    """Per attempt: recorded against re-measured (``audit`` is a kagent.agent.lifecycle.reexecute.ReplayAudit)."""
     verdict = "[green]everything reproduces[/]" if audit.reproduces else "[red]divergences found[/]"
     table = Table(title=f"Replay of {audit.run_id} on {audit.device} ({audit.scale}): {verdict}")
     for column in ("#", "kind", "verdict then → now", "score then → now", "reproduces", "why"):
