@@ -11,7 +11,7 @@ from typing import Any, Optional
 from pydantic import Field
 
 from kagent.tools.base import (
-    Args, BaseTool, Completed, ToolContext, ToolError, ToolOutcome, relative_name, resolve_in_workspace,
+    Args, BaseTool, Completed, ToolContext, ToolError, ToolFacts, ToolOutcome, relative_name, resolve_in_workspace,
     run_command,
 )
 
@@ -119,6 +119,8 @@ class Compile(BaseTool):
                    "verbose=True to see resources). Returns per-kernel registers, spills, shared/stack/constant "
                    "memory, then compiler warnings and errors.")
     Arguments = CompileArgs
+    # Importing a .py file runs its code, in the workspace.
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: CompileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path)

@@ -19,7 +19,7 @@ from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, run_command
+from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolFacts, ToolOutcome, run_command
 
 PROFILE_TIMEOUT_S = 300.0
 NCU_TIMEOUT_S = 300.0
@@ -112,6 +112,8 @@ class Check(BaseTool):
     description = ("Check the workspace's solution for correctness against the reference (no timing): fixed "
                    "and secret seeds, in-place overwrite, a chain of steps. Returns the verdict and why.")
     Arguments = CheckArgs
+    # Its attempt is a commit of the workspace.
+    facts = ToolFacts(changes_files=True, records_attempt=True)
 
     def execute(self, args: CheckArgs, ctx: ToolContext) -> ToolOutcome:
         return _evaluate(ctx, "check", None)
@@ -128,6 +130,7 @@ class Benchmark(BaseTool):
                    "speedup with a 95% interval, tokens/s, fraction of the memory-bandwidth floor, launches "
                    "per step, and the score (geomean speedup).")
     Arguments = BenchmarkArgs
+    facts = ToolFacts(changes_files=True, records_attempt=True, scores_attempt=True)
 
     def execute(self, args: BenchmarkArgs, ctx: ToolContext) -> ToolOutcome:
         return _evaluate(ctx, "eval", args.contexts)
@@ -149,6 +152,8 @@ class Profile(BaseTool):
                    "kernels by self device time (CPU time on the CPU); on CUDA with Nsight Compute installed, "
                    "also SM and DRAM throughput and duration of the top kernels. Does not check correctness.")
     Arguments = ProfileArgs
+    # It runs the solution's code, in the workspace.
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: ProfileArgs, ctx: ToolContext) -> ToolOutcome:
         solution = _solution(ctx)

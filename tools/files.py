@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, relative_name, resolve_in_workspace
+from kagent.tools.base import (
+    UNTOUCHED, Args, BaseTool, FileChange, Rewrite, ToolContext, ToolError, ToolFacts, ToolOutcome, relative_name,
+    resolve_in_workspace,
+)
 
 # Folders a listing skips: history, caches and build products are noise to the model.
 SKIPPED_DIRS = {".git", "__pycache__", "build", "dist", ".ipynb_checkpoints", ".pytest_cache",
@@ -28,6 +32,10 @@ def _read_text(path: Path, shown: str) -> str:
         raise ToolError(f"{shown} is not UTF-8 text (a binary file?)") from None
     except OSError as err:  # permissions the model changed, say
         raise ToolError(f"cannot read {shown}: {err.strerror}") from None
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
 def _write_text(path: Path, shown: str, text: str) -> None:
@@ -132,6 +140,14 @@ class WriteFile(BaseTool):
     name = "write_file"
     description = "Create or overwrite a file of the workspace (parent folders are created)."
     Arguments = WriteFileArgs
+    facts = ToolFacts(changes_files=True)
+
+    def file_change(self, args: dict) -> FileChange:
+        try:
+            given = WriteFileArgs.model_validate(args)
+        except ValidationError:
+            return UNTOUCHED  # such a call fails, changing nothing
+        return Rewrite(given.path, after=lambda _before: given.content, note=f" ({_line_count(given.content):,} lines)")
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path, for_writing=True)
@@ -140,7 +156,7 @@ class WriteFile(BaseTool):
             raise ToolError(f"{shown} is a folder")
         existed = path.exists()
         _write_text(path, shown, args.content)
-        lines = args.content.count("\n") + (0 if args.content.endswith("\n") or not args.content else 1)
+        lines = _line_count(args.content)
         verb = "overwrote" if existed else "created"
         return ToolOutcome(content=f"{verb} {shown} ({lines} lines, {len(args.content.encode())} bytes)",
                            data={"path": shown, "created": not existed, "bytes": len(args.content.encode())})
@@ -158,6 +174,21 @@ class EditFile(BaseTool):
     description = ("Replace an exact string in a file. Fails, changing nothing, unless `old` occurs exactly "
                    "expect_count times: include enough surrounding lines to make it unique.")
     Arguments = EditFileArgs
+    facts = ToolFacts(changes_files=True)
+
+    def file_change(self, args: dict) -> FileChange:
+        try:
+            given = EditFileArgs.model_validate(args)
+        except ValidationError:
+            return UNTOUCHED
+
+        def after(before: Optional[str]) -> Optional[str]:
+            # As execute: the edit applies only where `old` occurs exactly expect_count times.
+            if before is None or before.count(given.old) != given.expect_count:
+                return None
+            return before.replace(given.old, given.new)
+
+        return Rewrite(given.path, after=after, excerpt=(given.old, given.new))
 
     def execute(self, args: EditFileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path, for_writing=True)

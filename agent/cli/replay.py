@@ -2,9 +2,11 @@
 
 The trace is the whole story of a run; this turns its events into rich renderables: what the
 model said and called, what the tools answered, the attempts and the budget as they went.
-Files are not stored in the trace, but every write_file and edit_file is, so the content of
-each file the model wrote is rebuilt as the events are read; that is what lets a write_file
-show the diff against the previous version instead of the whole new file.
+Files are not stored in the trace, but every call is, and each tool says what its calls do to
+the files (Tool.file_change: write_file and edit_file spell it out, revert goes back to an
+attempt, shell may do anything), so the content of each file the model wrote is rebuilt as the
+events are read; that is what lets a write_file show the diff against the previous version
+instead of the whole new file.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
     RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
 )
+from kagent.tools import all_tools
+from kagent.tools.base import UNTOUCHED, FileChange, Restore, Rewrite, Unknown
 
 TRACE_NAME = "trace.jsonl"
 # Caps that keep one event to a screenful: the trace (and its blobs) hold the full text.
@@ -35,8 +39,6 @@ MAX_RESULT_CHARS = 1_500
 MAX_DIFF_LINES = 60
 MAX_TEXT_CHARS = 4_000
 MAX_ARGUMENT_CHARS = 120
-# Tools that change files in ways the trace does not spell out: after them, rebuilt contents are unknown.
-OPAQUE_WRITERS = {"shell"}
 
 _EVENT = TypeAdapter(Event)
 
@@ -48,10 +50,6 @@ VERDICT_STYLE = {"pass": "bold green", "incorrect": "bold red", "error": "bold r
 def _norm(path: str) -> str:
     """One key per file, however the model spelled it (./solution.py, solution.py)."""
     return posixpath.normpath(path.strip())
-
-
-def _line_count(text: str) -> int:
-    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -85,10 +83,11 @@ def _unified(before: str, after: str, name: str, context: int = 2) -> list[str]:
 class _Files:
     """Contents of the workspace files as far as the trace tells them.
 
-    A path is known after a write_file; edits apply to known contents; attempts snapshot the
-    known contents so that a revert (automatic or asked for) restores them. Anything the
-    trace cannot follow (a shell command, a revert to a commit never snapshotted) forgets
-    everything, so that a diff is never shown against a guess.
+    A path is known after a call that spells out its whole new content (write_file); a
+    change of part of it (edit_file) applies to known contents; attempts snapshot the known
+    contents so that a revert (automatic or asked for) restores them. Anything the trace cannot
+    follow (a shell command, a revert to a commit never snapshotted) forgets everything, so that
+    a diff is never shown against a guess.
     """
 
     def __init__(self) -> None:
@@ -97,13 +96,13 @@ class _Files:
         self.by_attempt: dict[int, dict[str, str]] = {}
         self.best: Optional[int] = None
 
-    def written(self, path: str, content: str) -> None:
-        self.known[_norm(path)] = content
-
-    def edited(self, path: str, old: str, new: str) -> None:
-        key = _norm(path)
-        if key in self.known:
-            self.known[key] = self.known[key].replace(old, new)
+    def rewrite(self, change: Rewrite) -> None:
+        key = _norm(change.path)
+        after = change.after(self.known.get(key))
+        if after is None:
+            self.known.pop(key, None)
+        else:
+            self.known[key] = after
 
     def forget(self) -> None:
         self.known = {}
@@ -138,6 +137,7 @@ class TraceRenderer:
         self.only_errors = only_errors
         self.files = _Files()
         self.calls: dict[str, ToolStarted] = {}
+        self.tools = {tool.spec.name: tool for tool in all_tools()}
 
     @property
     def filtered(self) -> bool:
@@ -225,30 +225,37 @@ class TraceRenderer:
         if "_raw" in args:  # the provider sent arguments that were not JSON
             head.append(f"  (unparsed arguments) {_shorten(str(args['_raw']), MAX_ARGUMENT_CHARS)}", style="red")
             return [head]
-        if event.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
-            path, content = args["path"], args["content"]
-            head.append(f" {path} ({_line_count(content):,} lines)")
-            before = self.files.known.get(_norm(path))
-            if before is None:
-                return [head]
-            lines = _unified(before, content, path)
-            head.append(" — diff against the previous version" if lines else " — unchanged", style="dim")
-            return [head, _diff_text(lines)] if lines else [head]
-        if event.name == "edit_file" and isinstance(args.get("path"), str) \
-                and isinstance(args.get("old"), str) and isinstance(args.get("new"), str):
-            path, old, new = args["path"], args["old"], args["new"]
-            head.append(f" {path}")
-            before = self.files.known.get(_norm(path))
-            if before is not None and old and before.count(old) == int(args.get("expect_count") or 1):
-                return [head, _diff_text(_unified(before, before.replace(old, new), path))]
-            # The file is not known (or the edit will not apply): the replacement itself, old → new.
-            snippet = [line for line in _unified(old, new, path, context=1) if not line.startswith(("---", "+++"))]
-            return [head, _diff_text(snippet)]
+        change = self._change(event.name, args)
+        if isinstance(change, Rewrite):
+            return self._rewrite_view(head, change)
         shown = ", ".join(f"{key}={_shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
                           for key, value in args.items())
         if shown:
             head.append(f"({shown})")
         return [head]
+
+    def _change(self, name: str, arguments: dict[str, Any]) -> FileChange:
+        """What the call did to the files, as its tool tells from its arguments; a tool this
+        version does not know is taken to have changed nothing."""
+        tool = self.tools.get(name)
+        return tool.file_change(arguments) if tool is not None else UNTOUCHED
+
+    def _rewrite_view(self, head: Text, change: Rewrite) -> list[RenderableType]:
+        """A file's change as a diff against its content before, when that is known."""
+        head.append(f" {change.path}{change.note}")
+        before = self.files.known.get(_norm(change.path))
+        after = change.after(before) if before is not None else None
+        if before is not None and after is not None:
+            lines = _unified(before, after, change.path)
+            if change.excerpt is None:  # the call gave the whole new file: say what the diff is against
+                head.append(" — diff against the previous version" if lines else " — unchanged", style="dim")
+            return [head, _diff_text(lines)] if lines else [head]
+        if change.excerpt is None:
+            return [head]
+        # The file is not known (or the change will not apply): the changed text itself, old → new.
+        old, new = change.excerpt
+        snippet = [line for line in _unified(old, new, change.path, context=1) if not line.startswith(("---", "+++"))]
+        return [head, _diff_text(snippet)]
 
     def _on_tool_finished(self, event: ToolFinished) -> list[RenderableType]:
         started = self.calls.pop(event.call_id, None)
@@ -262,20 +269,17 @@ class TraceRenderer:
         return parts
 
     def _apply(self, event: ToolFinished, started: Optional[ToolStarted]) -> None:
-        """Replay the call's effect on the rebuilt file contents."""
-        if event.name in OPAQUE_WRITERS:
+        """Replay the call's effect on the rebuilt file contents. A call that failed changed
+        nothing, unless what it does cannot be told (a failed command may have written files)."""
+        change = self._change(event.name, started.arguments if started is not None else {})
+        if isinstance(change, Unknown):
             self.files.forget()
+        elif event.is_error or started is None:
             return
-        if event.is_error or started is None:
-            return
-        args = started.arguments
-        if event.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
-            self.files.written(args["path"], args["content"])
-        elif event.name == "edit_file" and all(isinstance(args.get(k), str) for k in ("path", "old", "new")):
-            self.files.edited(args["path"], args["old"], args["new"])
-        elif event.name == "revert":
-            number = args.get("attempt")
-            self.files.revert_to_attempt(number if isinstance(number, int) else None)
+        elif isinstance(change, Rewrite):
+            self.files.rewrite(change)
+        elif isinstance(change, Restore):
+            self.files.revert_to_attempt(change.attempt)
 
     @staticmethod
     def _result_view(event: ToolFinished) -> RenderableType:

@@ -1,58 +1,23 @@
 """Rebuilding a run from its trace alone, so that it can go on where it stopped.
 
-The conversation is replayed from the events; a turn that was cut short is settled: a tool
-call that never got its result is re-run when that is safe (it only reads or records), and
-otherwise answered as interrupted, so the provider never sees a call without its result.
+The conversation is replayed from the events; the loop then settles the turn that was cut
+short (Agent.resume): the workspace goes back to where it was after the last tool call that
+finished, so a call that never got its result runs again there, unless its tool says it may
+not (ToolFacts.rerun_after_crash: a shell command may have acted outside the workspace), and
+is then answered as interrupted; a check or benchmark whose attempt was recorded is answered
+from that record. So the provider never sees a call without its result.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from kagent.agent.loop.ledger import Attempt, Design, Ledger
-from kagent.core.messages import Message, TextBlock, ToolCall, ToolResult, Usage
+from kagent.agent.loop.ledger import Attempt, Design
+from kagent.agent.loop.state import Rebuilt
+from kagent.core.messages import Message, TextBlock, ToolResult, Usage
 from kagent.agent.storage.trace import (
-    AttemptRecorded, Compacted, ModelResponded, RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted,
-    UserNotice,
+    AttemptRecorded, Compacted, ModelResponded, RunEnded, RunResumed, RunStarted, ToolFinished, UserNotice,
 )
-
-# Tools that only read, measure the baseline or record a note: running one again after an
-# interruption changes nothing. Everything else (shell, edits, checks that commit an attempt
-# on a workspace that was just put back) is answered as interrupted instead.
-# A resumed run puts the workspace back as it was after the last tool call that finished, so
-# every tool that only touches the workspace can simply run again. A shell command may have
-# done anything anywhere: it is answered as interrupted instead.
-UNSAFE_TO_RERUN = frozenset({"shell"})
-# Tools after which the workspace is not snapshot: they change nothing in it.
-READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "design", "baseline"})
-
-INTERRUPTED = ("interrupted: kagent stopped while this shell command was running, and it was not run again "
-               "because it may have had side effects. The workspace is back as it was before the command; "
-               "check what you need before you go on.")
-
-
-@dataclass
-class Rebuilt:
-    """Everything the agent needs to go on, derived from the trace."""
-
-    started: Optional[RunStarted]
-    messages: list[Message]
-    pending_calls: list[ToolCall] = field(default_factory=list)  # the last turn's calls, not all answered
-    results: dict[str, ToolResult] = field(default_factory=dict)  # answers already traced for those calls
-    attempt_messages: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
-    ledger: Ledger = field(default_factory=Ledger)
-    pending_design: Optional[Design] = None
-    usage: Usage = field(default_factory=Usage)
-    cost: float = 0.0
-    turn: int = 0
-    responses: int = 0
-    elapsed_s: float = 0.0
-    ended: Optional[RunEnded] = None
-    segments: int = 0
-    finished_summary: Optional[str] = None  # the model called finish; the run had not ended yet
-    snapshot: Optional[str] = None  # the workspace after the last tool call that finished
-    head: Optional[str] = None  # where main pointed then
 
 
 def _tool_result(event: ToolFinished, run_dir: Path) -> ToolResult:
@@ -79,17 +44,15 @@ def rebuild(events: list[Any], run_dir: Path) -> Rebuilt:
             state.usage = state.usage + Usage(**event.response["usage"])
             state.cost += event.cost_usd
             state.turn, state.responses = event.turn, state.responses + 1
-        elif isinstance(event, ToolStarted) and event.name == "design":
-            state.pending_design = Design(**{k: str(v) for k, v in event.arguments.items()
-                                             if k in ("hypothesis", "predicted")}) \
-                if {"hypothesis", "predicted"} <= set(event.arguments) else state.pending_design
         elif isinstance(event, ToolFinished):
             state.results[event.call_id] = _tool_result(event, run_dir)
             if "snapshot" in event.data:
                 state.snapshot, state.head = event.data["snapshot"], event.data["head"]
-            if event.name == "finish" and not event.is_error:
-                call = next((c for c in state.pending_calls if c.id == event.call_id), None)
-                state.finished_summary = str(call.arguments.get("summary", "")) if call else ""
+            # What a loop-control tool changed in the loop's books, as its result says (tools/control.py).
+            if "design" in event.data:
+                state.pending_design = Design.model_validate(event.data["design"])
+            if "finished" in event.data:
+                state.finished_summary = str(event.data["finished"])
         elif isinstance(event, AttemptRecorded):
             attempt = Attempt(**event.attempt)
             state.ledger.attempts.append(attempt)

@@ -28,7 +28,7 @@ from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.storage.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import TaskRef, resolve_task
-from kagent.tools import default_tools
+from kagent.tools import all_tools
 
 RUN_FILES = {"config": "config.json", "status": "status.json", "report": "report.json"}
 
@@ -166,7 +166,7 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
         if view:
             view(update)
 
-    agent = Agent(config, task, retrying, default_tools(), workspace, trace, tracker, eval_options, view=on_update,
+    agent = Agent(config, task, retrying, all_tools(), workspace, trace, tracker, eval_options, view=on_update,
                   system_prompt=prompts.load("system.md"), versions=versions())
     agent_box.append(agent)
     try:

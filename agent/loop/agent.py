@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Optional
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from kagent.agent.loop import pricing
 from kagent.sandbox import progress
@@ -23,7 +23,7 @@ from kagent.agent.loop.ledger import Attempt, Design, Ledger
 from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
 from kagent.agent.loop.models import REQUEST_TIMEOUT_S
 from kagent.agent.outcome import REPEATED_FAILURE_LIMIT, Cause, EndState, end_state
-from kagent.agent.lifecycle.resume import INTERRUPTED, READ_ONLY_TOOLS, UNSAFE_TO_RERUN, Rebuilt
+from kagent.agent.loop.state import Rebuilt
 from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
     RunResumed, RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice, INLINE_LIMIT,
@@ -32,7 +32,7 @@ from kagent.agent.storage.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
-from kagent.tools.base import Tool, ToolContext, ToolOutcome, cap
+from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap
 from kagent.tools.evaluation import summarize
 
 # A benchmark this much slower than the best counts as a regression (beyond timing noise).
@@ -135,27 +135,6 @@ class Activity:
     detail: str = ""
 
 
-@dataclass
-class LoopTool:
-    """A tool the loop answers itself, because it changes the loop's own state."""
-
-    spec: ToolSpec
-    handler: Callable[[dict], str]
-
-
-class DesignArgs(BaseModel):
-    hypothesis: str = Field(description="What you will change and why it should help")
-    predicted: str = Field(description="The predicted effect, with numbers")
-
-
-class RevertArgs(BaseModel):
-    attempt: Optional[int] = Field(None, description="Attempt number to go back to (default: the best)")
-
-
-class FinishArgs(BaseModel):
-    summary: str = Field(description="What was achieved and what you would try next")
-
-
 class RepeatedFailures:
     """Identical failing tool calls in a row. A model that sends the same failing call again
     gets the same error again (one did 860 times): from the second time it is told so in the
@@ -189,11 +168,10 @@ class RepeatedFailures:
         return outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
 
 
-def _spec(name: str, description: str, args: type[BaseModel]) -> ToolSpec:
-    return ToolSpec(name=name, description=description, parameters=args.model_json_schema())
-
-
 class Agent:
+    """The loop. It is also the handle (kagent.tools.base.LoopControl) through which the
+    loop-control tools (design, revert, finish) act on it."""
+
     def __init__(self, config: RunConfig, task: TaskRef, model: ChatModel, tools: list[Tool], workspace: Workspace,
                  trace: TraceWriter, tracker: BudgetTracker, eval_options: EvalOptions,
                  view: Optional[Callable[[ViewUpdate], None]] = None, system_prompt: str = "",
@@ -205,7 +183,6 @@ class Agent:
         self.system = system_prompt
         self.versions = versions or {}
         self.tools: dict[str, Tool] = {t.spec.name: t for t in tools}
-        self.loop_tools = {t.spec.name: t for t in self._loop_tools()}
         self.ledger = Ledger()
         self.messages: list[Message] = []
         self.turn = 0
@@ -220,18 +197,8 @@ class Agent:
         self.last_event = ""
 
     # -- set-up ------------------------------------------------------------------------------
-    def _loop_tools(self) -> list[LoopTool]:
-        return [
-            LoopTool(_spec("design", "Record a hypothesis and its predicted effect before a change; the next "
-                                     "attempt carries it in the ledger.", DesignArgs), self._design),
-            LoopTool(_spec("revert", "Put the workspace back to an earlier attempt (default: the best).",
-                           RevertArgs), self._revert),
-            LoopTool(_spec("finish", "End the session: the best verified attempt becomes the final solution.",
-                           FinishArgs), self._finish),
-        ]
-
     def tool_specs(self) -> list[ToolSpec]:
-        return [t.spec for t in self.tools.values()] + [t.spec for t in self.loop_tools.values()]
+        return [t.spec for t in self.tools.values()]
 
     def first_message(self) -> Message:
         text = (f"{self.task.prompt.strip()}\n\n"
@@ -284,13 +251,14 @@ class Agent:
     def _settlement(self, call: ToolCall, state: Rebuilt) -> str:
         if call.id in state.attempt_messages:
             return "answered from its recorded attempt"
-        return "answered as interrupted" if call.name in UNSAFE_TO_RERUN else "run again"
+        tool = self.tools.get(call.name)
+        return "answered as interrupted" if tool is not None and not tool.facts.rerun_after_crash else "run again"
 
     def _settle(self, call: ToolCall, action: str, state: Rebuilt) -> ToolResult:
         if action == "run again":
             return self._call_tool(call)
         if action == "answered as interrupted":
-            content, is_error = INTERRUPTED, True
+            content, is_error = self.tools[call.name].facts.interrupted_answer, True
         else:
             message, evaluation = state.attempt_messages[call.id]
             content, is_error = f"{summarize(EvalResult.model_validate(evaluation))}\n\n{message}", False
@@ -395,18 +363,19 @@ class Agent:
         monotonic_deadline = time.monotonic() + (deadline - self.tracker.clock.now())
         return ToolContext(workspace=self.workspace.root, task=self.task, eval_options=self.eval_options,
                            solution_name=self.config.solution_name, deadline=monotonic_deadline,
-                           progress=self._on_progress)
+                           progress=self._on_progress, loop=self)
 
     def _call_tool(self, call: ToolCall) -> ToolResult:
         self.trace.append(ToolStarted(turn=self.turn, call_id=call.id, name=call.name, arguments=call.arguments))
         started = self.tracker.clock.now()
+        tool = self.tools.get(call.name)
         with self._busy(f"tool {call.name}"):
-            outcome = self._dispatch(call)
-        if outcome.evaluation is not None and call.name in ("check", "benchmark"):
-            note = self._record_attempt(call.name, outcome.evaluation, call.id)
+            outcome = self._dispatch(call, tool)
+        if tool is not None and tool.facts.records_attempt and outcome.evaluation is not None:
+            note = self._record_attempt(call.name, outcome.evaluation, call.id, scored=tool.facts.scores_attempt)
             outcome = outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
         outcome = self.repetition.watch(call, outcome)
-        if call.name not in READ_ONLY_TOOLS:
+        if tool is not None and tool.facts.changes_files:
             # The state a resumed run goes back to, should the process die before the next one.
             outcome.data = {**outcome.data, "snapshot": self.workspace.snapshot(), "head": self.workspace.head()}
         blob = self.trace.blob(outcome.content) if len(outcome.content) > INLINE_LIMIT else None
@@ -416,53 +385,43 @@ class Agent:
                                        blob=blob))
         return ToolResult(tool_call_id=call.id, content=outcome.content, is_error=outcome.is_error)
 
-    def _dispatch(self, call: ToolCall) -> ToolOutcome:
+    def _dispatch(self, call: ToolCall, tool: Optional[Tool]) -> ToolOutcome:
         if "_raw" in call.arguments:
             return ToolOutcome(content=f"the arguments of {call.name} were not valid JSON: "
                                        f"{str(call.arguments['_raw'])[:300]}", is_error=True)
-        if call.name in self.loop_tools:
-            try:
-                return ToolOutcome(content=self.loop_tools[call.name].handler(call.arguments))
-            except ValidationError as err:
-                return ToolOutcome(content=f"invalid arguments for {call.name}: {err}", is_error=True)
-            except KagentError as err:
-                return ToolOutcome(content=err.message, is_error=True)
-        tool = self.tools.get(call.name)
         if tool is None:
-            names = ", ".join(sorted([*self.tools, *self.loop_tools]))
+            names = ", ".join(sorted(self.tools))
             return ToolOutcome(content=f"there is no tool named {call.name!r}; the tools are: {names}",
                                is_error=True)
         return tool.run(call.arguments, self.tool_context(self.tracker.final_slice_starts()))
 
-    def _design(self, arguments: dict) -> str:
-        self.pending_design = Design(**DesignArgs(**arguments).model_dump())
-        return "Recorded. The next check or benchmark attempt carries this design in the ledger."
+    # -- what the loop-control tools do (LoopControl) -----------------------------------------
+    def record_design(self, hypothesis: str, predicted: str) -> None:
+        self.pending_design = Design(hypothesis=hypothesis, predicted=predicted)
 
-    def _revert(self, arguments: dict) -> str:
-        args = RevertArgs(**arguments)
-        number = args.attempt if args.attempt is not None else self.ledger.best
+    def revert_to(self, attempt: Optional[int]) -> tuple[int, list[str]]:
+        number = attempt if attempt is not None else self.ledger.best
         if number is None:
-            raise KagentError("there is no best attempt yet; give the attempt number to go back to")
+            raise ToolError("there is no best attempt yet; give the attempt number to go back to")
         target = self.workspace.attempts().get(number)
         if target is None:
-            raise KagentError(f"there is no attempt {number}; attempts: {sorted(self.workspace.attempts())}")
+            raise ToolError(f"there is no attempt {number}; attempts: {sorted(self.workspace.attempts())}")
         changed = self.workspace.restore(target)
         self.workspace.commit(f"revert to attempt {number} (asked by the model)")
-        return f"The workspace is back at attempt {number}; changed: {', '.join(changed) or 'nothing'}."
+        return number, changed
 
-    def _finish(self, arguments: dict) -> str:
-        self.finished_summary = FinishArgs(**arguments).summary
-        return "Finishing: kagent re-verifies the best attempt and makes it the final solution."
+    def finish(self, summary: str) -> None:
+        self.finished_summary = summary
 
     # -- attempts ----------------------------------------------------------------------------
-    def _record_attempt(self, kind: str, result: EvalResult, call_id: str) -> str:
+    def _record_attempt(self, kind: str, result: EvalResult, call_id: str, scored: bool) -> str:
         """Commit the measured change, judge it against the best, revert it if it lost."""
         # Past every attempt ref too: a run killed between a commit and its trace event left one.
         number = max(self.ledger.next_number(), max(self.workspace.attempts(), default=0) + 1)
         previous = self.workspace.attempts().get(number - 1) or self.workspace.head()
         files = self.workspace.changed_files(previous)
         passed = result.verdict is Verdict.PASS
-        score = result.score if kind == "benchmark" and passed else None
+        score = result.score if scored and passed else None
         best = self.ledger.best_attempt()
         trailers = {"Kagent-Attempt": str(number), "Kagent-Kind": kind, "Kagent-Verdict": result.verdict.value,
                     "Kagent-Speedup": f"{score:.4f}" if score is not None else "-",

@@ -18,14 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from kagent.core.errors import KagentError
 from kagent.agent.outcome import EndState
 
-TRACE_VERSION = 1
+# The format of the events written now. 2: a loop-control tool's result says in its data what
+# it changed (design, finish); format 1 said it in the call's arguments only. Older events are
+# read in today's terms (_upgrade), so a trace written before stays readable and resumable.
+TRACE_VERSION = 2
 # Tool outputs longer than this go to a blob; the event keeps a capped copy and the blob's name.
 INLINE_LIMIT = 16_000
 
 
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    v: Literal[1] = TRACE_VERSION
+    v: Literal[1, 2] = TRACE_VERSION
     seq: int = Field(0, description="Position in the trace, from 0; set by the writer")
     at: float = Field(0.0, description="Unix time when the event was written; set by the writer")
     elapsed_s: float = Field(0.0, description="Budgeted run time when the event happened")
@@ -232,7 +235,24 @@ def read_trace(path: Path) -> TraceRead:
                 continue
             raise KagentError(f"{path}:{index + 1} is not a valid trace event ({_first_problem(err)}): the trace "
                               "is corrupted before its last line") from err
-    return TraceRead(events=events, torn_tail=torn)
+    return TraceRead(events=_upgrade(events), torn_tail=torn)
+
+
+def _upgrade(events: list[Any]) -> list[Any]:
+    """Events of format 1 in today's terms. There, the design and finish calls said what they
+    changed in their arguments alone; today their result's data says it (tools/control.py)."""
+    started: dict[str, ToolStarted] = {}
+    for event in events:
+        if isinstance(event, ToolStarted):
+            started[event.call_id] = event
+        elif isinstance(event, ToolFinished) and event.v == 1 and not event.is_error and event.call_id in started:
+            arguments = started[event.call_id].arguments
+            if event.name == "design" and {"hypothesis", "predicted"} <= set(arguments):
+                event.data = {**event.data, "design": {"hypothesis": str(arguments["hypothesis"]),
+                                                       "predicted": str(arguments["predicted"])}}
+            elif event.name == "finish":
+                event.data = {**event.data, "finished": str(arguments.get("summary", ""))}
+    return events
 
 
 def _first_problem(err: Exception) -> str:
