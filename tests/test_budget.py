@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kagent.agent.loop.budget import Budget, BudgetTracker, FakeClock, SystemClock, format_duration, parse_duration
+from kagent.agent.loop.budget import BudgetTracker, FakeClock, SystemClock
+from kagent.agent.settings import Budget, format_duration, parse_duration
 from kagent.core.errors import KagentError
 
 

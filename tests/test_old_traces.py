@@ -10,6 +10,7 @@ from rich.console import Console
 from kagent.agent.cli.replay import replay
 from kagent.agent.lifecycle.runs import resume_run
 from kagent.agent.loop.models.scripted import ScriptedModel, load_script
+from kagent.agent.settings import RunConfig
 from kagent.agent.storage.trace import AttemptRecorded, RunStarted, read_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -39,7 +40,9 @@ def test_its_trace_reads_in_todays_terms(tmp_path):
     events = read_trace(run_dir / "trace.jsonl").events
     assert {event.v for event in events} == {1}
     started = next(e for e in events if isinstance(e, RunStarted))
-    assert started.config["scale"] == "smoke" and started.config["budget"]["wall_s"] == 1800
+    assert isinstance(started.config, RunConfig)  # the free dict of format 1, read typed
+    assert started.config.scale == "smoke" and started.config.budget.wall_s == 1800
+    assert started.config.max_repeated_failures == 5 and started.config.runs_root is None
     designs = [e.data["design"] for e in events if e.type == "tool_finished" and e.name == "design"]
     assert designs == [{"hypothesis": "a straight port of the reference", "predicted": "about 1x"},
                        {"hypothesis": "the port, timed", "predicted": "1.0x at ctx 16"}]

@@ -16,10 +16,10 @@ import git
 import pytest
 
 from conftest import WAIT_S
-from kagent.agent.loop.budget import Budget
+from kagent.agent.settings import Budget, RunSettings
 from kagent.core.errors import KagentError
 from kagent.agent.storage.lock import RunLock
-from kagent.agent.lifecycle.runs import RunOptions, resume_run, start_run
+from kagent.agent.lifecycle.runs import resume_run, start_run
 from kagent.agent.storage.trace import read_trace
 from test_run_session import session_turns, write_script
 
@@ -110,7 +110,7 @@ def ledger_of(run_dir: Path) -> list[tuple]:
 def uninterrupted(tmp_path_factory, kimi):
     tmp = tmp_path_factory.mktemp("uninterrupted")
     script = write_script(tmp / "script.json", session_turns((kimi.path / "reference.py").read_text()))
-    options = RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
+    options = RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
                          device="cpu", scale="smoke", runs_root=tmp / "runs", eval_timeout_s=WAIT_S)
     run_dir, report = start_run(options)
     return script, run_dir, report
@@ -306,7 +306,7 @@ def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path,
     turns = [{"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "first"}}]},
              {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}]
     script = write_script(tmp_path / "script.json", turns)
-    run_dir, _ = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
+    run_dir, _ = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
                                       budget=Budget(wall_s=900), device="cpu", scale="smoke",
                                       runs_root=tmp_path / "runs"))
     workspace = Workspace.open(run_dir / "workspace")

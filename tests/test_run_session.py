@@ -11,9 +11,9 @@ import git
 import pytest
 
 from conftest import WAIT_S
-from kagent.agent.loop.budget import Budget
+from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
-from kagent.agent.lifecycle.runs import RunOptions, start_run
+from kagent.agent.lifecycle.runs import start_run
 from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
 
@@ -51,8 +51,8 @@ def reference_text(kimi) -> str:
     return (kimi.path / "reference.py").read_text()
 
 
-def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunOptions:
-    return RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
+def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunSettings:
+    return RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
                       device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S)
 
 

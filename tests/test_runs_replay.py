@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 
 from conftest import WAIT_S
-from kagent.agent.loop.budget import Budget
+from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.cli.replay import follow, render_trace, replay
 from kagent.agent.cli.run_list import list_runs
-from kagent.agent.lifecycle.runs import RunOptions, RunStatus, start_run
+from kagent.agent.lifecycle.runs import RunStatus, start_run
 from kagent.agent.storage.trace import RunEnded, read_trace
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
@@ -72,7 +72,7 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     # Module-scoped, so it runs before conftest's per-test environment: point KAGENT_HOME at the shared cache here.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KAGENT_HOME", str(kagent_home))
-        run_dir, report = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
+        run_dir, report = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
                                                budget=Budget(wall_s=900), device="cpu", scale="smoke",
                                                runs_root=folder / "runs", eval_timeout_s=WAIT_S))
     assert report.status == "no_result" and report.attempts == 2  # checks only: nothing was benchmarked

@@ -107,6 +107,7 @@ def eval_command(
 
     from kagent.agent.lifecycle.device import check_device_name, resolve_device
     from kagent.agent.cli.views import EvalProgressView, print_result
+    from kagent.agent.settings import default_scale
     from kagent.sandbox.evaluate import EvalOptions, evaluate
     from kagent.sandbox.results import Verdict
     from kagent.tasks import resolve_task
@@ -125,7 +126,7 @@ def eval_command(
         raise KagentError(f"no solution file at {solution}")
     check_device_name(device)
     resolved_device = resolve_device(device)
-    chosen_scale = scale.value if scale else ("full" if resolved_device.startswith("cuda") else "smoke")
+    chosen_scale = scale.value if scale else default_scale(resolved_device)
     _warn_full_scale_on_cpu(resolved_device, chosen_scale)
     # No home: each evaluation builds in a fresh HOME of its own, so that nothing one solution
     # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
@@ -166,43 +167,10 @@ def eval_command(
     raise typer.Exit(EXIT_PASS if result.verdict is Verdict.PASS else EXIT_SOLUTION_FAILED)
 
 
-RUN_CONFIG_KEYS = {"model", "budget", "max_cost", "max_tokens", "device", "scale", "thinking", "revert"}
-
-
-def _run_config_file(path: Optional[Path]) -> dict:
-    """Settings from a YAML file (keys as the options' names); the command line overrides them."""
-    if path is None:
-        return {}
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise KagentError(f"cannot read the config file {path}: {err}")
-    if not isinstance(data, dict) or set(data) - RUN_CONFIG_KEYS:
-        unknown = sorted(set(data) - RUN_CONFIG_KEYS) if isinstance(data, dict) else data
-        raise KagentError(f"{path}: unknown settings {unknown}", hint=f"known: {', '.join(sorted(RUN_CONFIG_KEYS))}")
-    return data
-
-
 def _documents_exit_codes(command):
     """Ends a command's help with the exit codes of a run's end states (kagent.agent.outcome)."""
     command.__doc__ = f"{inspect.cleandoc(command.__doc__)}\n\nExit codes:\n{exit_codes_text()}"
     return command
-
-
-def _budget(wall: str, max_cost: Optional[float], max_tokens: Optional[int]):
-    """The run's Budget from options and settings, every mistake one clear line."""
-    from pydantic import ValidationError
-
-    from kagent.agent.loop.budget import Budget, parse_duration
-
-    try:
-        return Budget(wall_s=parse_duration(wall), max_cost_usd=max_cost, max_tokens=max_tokens)
-    except ValidationError as err:
-        first = err.errors()[0]
-        option = {"max_cost_usd": "--max-cost", "max_tokens": "--max-tokens"}.get(str(first["loc"][0]), "--budget")
-        raise KagentError(f"{option}: {first['msg'].lower()}; got {first['input']!r}")
 
 
 def _warn_full_scale_on_cpu(device: str, scale: str) -> None:
@@ -225,8 +193,9 @@ def run_command(
     scale: Optional[Scale] = typer.Option(None, help="Default: full on CUDA, smoke on the CPU."),
     thinking: Optional[int] = typer.Option(None, help="Anthropic extended thinking: budget in tokens per turn."),
     no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file with any of: model, budget, max_cost, "
-                                          "max_tokens, device, scale, thinking, revert."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file of settings by name: any of the run's "
+                                          "settings (the README lists them) or the flags' names (budget, max_cost, "
+                                          "max_tokens, thinking, revert); the flags given override it."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -238,33 +207,23 @@ def run_command(
     """
     from kagent.agent.lifecycle.device import check_device_name, resolve_device
     from kagent.agent.loop.models import make_model
+    from kagent.agent.settings import default_scale, load_settings
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
-    settings = _run_config_file(config)
-    model = model or settings.get("model")
-    if not model:
-        raise KagentError("give --model (or model: in a --config file)",
-                          hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml")
-    run_budget = _budget(str(budget or settings.get("budget", "3h")),
-                         max_cost if max_cost is not None else settings.get("max_cost"),
-                         max_tokens if max_tokens is not None else settings.get("max_tokens"))
-    device = device or str(settings.get("device", "auto"))
-    check_device_name(device)
-    scale_value = scale.value if scale else settings.get("scale")
-    if scale_value not in (None, "smoke", "full"):
-        raise KagentError(f"scale must be smoke or full, not {scale_value!r}")
-    thinking_budget = thinking if thinking is not None else settings.get("thinking")
-    chat_model = make_model(model, thinking_budget=thinking_budget)
-    resolved_device = resolve_device(device)
-    chosen_scale = scale_value or ("full" if resolved_device.startswith("cuda") else "smoke")
-    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
+    settings = load_settings(task, config, {
+        "model": model, "budget": budget, "max_cost": max_cost, "max_tokens": max_tokens, "device": device,
+        "scale": scale.value if scale else None, "thinking": thinking, "revert": False if no_revert else None})
+    check_device_name(settings.device)
+    chat_model = make_model(settings.model, timeout_s=settings.model_timeout_s,
+                            thinking_budget=settings.thinking_budget)
+    resolved_device = resolve_device(settings.device)
+    settings = settings.model_copy(update={"device": resolved_device,
+                                           "scale": settings.scale or default_scale(resolved_device)})
+    _warn_full_scale_on_cpu(settings.device, settings.scale)
 
-    from kagent.agent.lifecycle.runs import RunOptions, start_run
+    from kagent.agent.lifecycle.runs import start_run
 
-    options = RunOptions(task=task, model=model, device=resolved_device, scale=chosen_scale, budget=run_budget,
-                         thinking_budget=thinking_budget,
-                         auto_revert=not no_revert and bool(settings.get("revert", True)))
-    _show_run(lambda view: start_run(options, view=view, model=chat_model), quiet or json_output, json_output)
+    _show_run(lambda view: start_run(settings, view=view, model=chat_model), quiet or json_output, json_output)
 
 
 @app.command("resume")
@@ -284,8 +243,8 @@ def resume_command(
     checkpoint, with later changes kept on a side ref. The budget counts the time of all
     segments.
     """
-    from kagent.agent.loop.budget import parse_duration
     from kagent.agent.lifecycle.runs import resume_run
+    from kagent.agent.settings import parse_duration
 
     extra = parse_duration(budget) if budget else None
 

@@ -154,15 +154,13 @@ class TraceRenderer:
 
     # -- events ------------------------------------------------------------------------------
     def _on_run_started(self, event: RunStarted) -> list[RenderableType]:
-        config = event.config
-        budget = config.get("budget") or {}
-        limits = [f"wall {_minutes(budget['wall_s'])}" if budget.get("wall_s") else "",
-                  f"max ${budget['max_cost_usd']:.2f}" if budget.get("max_cost_usd") is not None else "",
-                  f"max {budget['max_tokens']:,} tokens" if budget.get("max_tokens") is not None else ""]
+        config, budget = event.config, event.config.budget
+        limits = [f"wall {_minutes(budget.wall_s)}",
+                  f"max ${budget.max_cost_usd:.2f}" if budget.max_cost_usd is not None else "",
+                  f"max {budget.max_tokens:,} tokens" if budget.max_tokens is not None else ""]
         head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
-                             f"  task {config.get('task', '?')} · model {config.get('model', '?')} · "
-                             f"{config.get('device', '?')} {config.get('scale', '?')} · budget "
-                             f"{', '.join(p for p in limits if p) or '?'}")
+                             f"  task {config.task} · model {config.model} · {config.device} {config.scale} · "
+                             f"budget {', '.join(p for p in limits if p)}")
         return [head]
 
     def _on_run_resumed(self, event: RunResumed) -> list[RenderableType]:

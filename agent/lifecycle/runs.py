@@ -13,15 +13,16 @@ from typing import Callable, Literal, Optional
 from pydantic import BaseModel, Field
 
 from kagent import prompts
-from kagent.agent.loop.budget import Budget, BudgetTracker, Clock, SystemClock
+from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
 from kagent.agent.lifecycle.device import resolve_device
 from kagent.core.errors import KagentError
 from kagent.agent.storage.lock import RunLock
-from kagent.agent.loop.agent import Agent, RunConfig, RunReport, ViewUpdate
+from kagent.agent.loop.agent import Agent, RunReport, ViewUpdate
 from kagent.core.messages import ChatModel
-from kagent.agent.loop.models import REQUEST_TIMEOUT_S, make_model
+from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
+from kagent.agent.settings import RunConfig, RunSettings
 from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
@@ -122,22 +123,6 @@ def _result_line(report: RunReport) -> str:
     return f"{report.result_score:.3f}x, attempt {report.best_attempt} as measured while exploring ({why})"
 
 
-class RunOptions(BaseModel):
-    task: str
-    model: str
-    budget: Budget
-    device: str
-    scale: Literal["smoke", "full"]
-    runs_root: Optional[Path] = Field(None, description="Default: ./runs (KAGENT_RUNS)")
-    auto_revert: bool = True
-    max_output_tokens: int = 16_000
-    eval_timeout_s: float = 900.0
-    model_timeout_s: float = REQUEST_TIMEOUT_S
-    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
-    context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
-    keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
-
-
 def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, workspace: Workspace,
            tracker: BudgetTracker, view: Optional[Callable[[ViewUpdate], None]],
            go: Callable[[Agent], RunReport]) -> RunReport:
@@ -195,24 +180,20 @@ def _figures(agent: Agent) -> dict[str, object]:
             "cost_usd": agent.cost}
 
 
-def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] = None,
+def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]] = None,
               clock: Optional[Clock] = None, model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
     """Create the run folder and drive the agent until it ends; returns the folder and report."""
-    task: TaskRef = resolve_task(options.task)
-    inner = model or make_model(options.model, timeout_s=options.model_timeout_s,
-                               thinking_budget=options.thinking_budget)
+    task: TaskRef = resolve_task(settings.task)
+    inner = model or make_model(settings.model, timeout_s=settings.model_timeout_s,
+                                thinking_budget=settings.thinking_budget)
+    device = resolve_device(settings.device)
     run_id = new_run_id(task.name)
-    run_dir = Path(options.runs_root or runs_dir()) / run_id
+    run_dir = Path(settings.runs_root or runs_dir()) / run_id
     run_dir.mkdir(parents=True)
-    config = RunConfig(run_id=run_id, task=options.task, model=options.model, budget=options.budget,
-                       device=options.device, scale=options.scale, auto_revert=options.auto_revert,
-                       max_output_tokens=options.max_output_tokens, eval_timeout_s=options.eval_timeout_s,
-                       context_limit_tokens=options.context_limit_tokens,
-                       keep_recent_messages=options.keep_recent_messages, thinking_budget=options.thinking_budget,
-                       model_timeout_s=options.model_timeout_s)
+    config = settings.for_run(run_id, device)
     write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
     with RunLock(run_dir):
-        tracker = BudgetTracker(options.budget, clock or SystemClock())
+        tracker = BudgetTracker(config.budget, clock or SystemClock())
         workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
         report = _drive(run_dir, config, task, inner, workspace, tracker, view, lambda agent: agent.run())
     return run_dir, report

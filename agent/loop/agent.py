@@ -17,12 +17,12 @@ from pydantic import BaseModel, Field
 
 from kagent.agent.loop import pricing
 from kagent.sandbox import progress
-from kagent.agent.loop.budget import Budget, BudgetTracker
+from kagent.agent.loop.budget import BudgetTracker
 from kagent.core.errors import KagentError, TransientModelError
 from kagent.agent.loop.ledger import Attempt, Design, Ledger
 from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
-from kagent.agent.loop.models import REQUEST_TIMEOUT_S
-from kagent.agent.outcome import REPEATED_FAILURE_LIMIT, Cause, EndState, end_state
+from kagent.agent.outcome import Cause, EndState, end_state
+from kagent.agent.settings import RunConfig
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
@@ -43,28 +43,6 @@ REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR
 # The final re-verification, the verdict a run ends on, draws this many times the secret
 # inputs of an evaluation: a solution wrong on rare inputs must not slip through at the end.
 FINAL_HIDDEN_SEEDS_FACTOR = 2
-
-
-class RunConfig(BaseModel):
-    """Everything that defines a run; stored as config.json in the run folder."""
-
-    version: Literal[1] = 1
-    run_id: str
-    task: str = Field(description="The task as given: a built-in name or a path")
-    model: str = Field(description="provider:model")
-    budget: Budget
-    device: str
-    scale: Literal["smoke", "full"]
-    solution_name: str = "solution.py"
-    max_output_tokens: int = Field(16_000, description="Per model call")
-    context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
-    keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
-    auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
-    eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
-    model_timeout_s: float = Field(REQUEST_TIMEOUT_S, description="Limit of one model request")
-    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
-    max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
-                                       "same tool call, with the same arguments, fails this many times in a row")
 
 
 class Stop(Exception):
@@ -214,7 +192,7 @@ class Agent:
         self.messages = [self.first_message()]
         specs = [s.model_dump() for s in self.tool_specs()]
         self.trace.append(RunStarted(
-            run_id=self.config.run_id, config=self.config.model_dump(mode="json"), versions=self.versions,
+            run_id=self.config.run_id, config=self.config, versions=self.versions,
             prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]), tools_sha256=_sha256(specs),
             system=self.system, first_message=self.messages[0].model_dump(), tools=specs))
         if restart is not None:

@@ -1,4 +1,5 @@
-"""The run's budget: wall time, money and tokens, and which phase of the run we are in.
+"""Keeping a run to its budget (kagent.agent.settings.Budget: wall time, money and tokens), and
+which phase of the run we are in.
 
 A run explores (the model tries ideas) until the final slice of its wall time, which is
 kept back for re-verifying the best attempt; after the deadline it is over. Time is read
@@ -7,57 +8,12 @@ earlier segments spent, so pauses between segments never count against the budge
 """
 from __future__ import annotations
 
-import re
 import time
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from kagent.core.errors import KagentError
+from kagent.agent.settings import Budget, format_duration
 
 Phase = Literal["explore", "final", "over"]
-
-# The final slice is never shorter than this (re-verifying takes a few benchmark rounds,
-# whatever the budget), unless the budget is so short that it would leave no exploring.
-MIN_FINAL_SLICE_S = 60.0
-
-# The longest budget taken: beyond it a duration is most likely a typo (3000m for 300m), and a
-# huge one overflows the waits it times (a thread's join raised OverflowError at 1e20 s).
-MAX_BUDGET_S = 7 * 24 * 3600.0
-
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_UNITS = re.compile(rf"(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")
-_PLAIN = re.compile(_NUMBER)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a duration such as "3h", "90m", "2h30m", "1.5h", "45s" or "600" (plain seconds)."""
-    compact = re.sub(r"\s+", "", text).lower()
-    seconds = 0.0
-    if _PLAIN.fullmatch(compact):
-        seconds = float(compact)
-    elif compact and (match := _UNITS.fullmatch(compact)):
-        scale = {"h": 3600.0, "m": 60.0, "s": 1.0}
-        seconds = sum(float(value) * scale[unit] for unit, value in match.groupdict().items() if value)
-    # A zero budget would end the run before it starts: treat it as a typo, like garbage.
-    if seconds <= 0:
-        raise KagentError(f"--budget takes a duration such as 3h, 90m or 2h30m; got '{text}'")
-    if seconds > MAX_BUDGET_S:
-        raise KagentError(f"--budget is at most {format_duration(MAX_BUDGET_S)} (7 days); got '{text}'",
-                          hint="a longer run is a series of runs: `kagent resume RUN --budget ...` extends one")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """A short human form of a duration ("2h05m", "4m30s", "12s"), for budget lines and messages."""
-    total = max(0, round(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
 
 
 class Clock(Protocol):
@@ -86,31 +42,6 @@ class FakeClock:
         if seconds < 0:
             raise ValueError("a monotonic clock cannot go back")
         self._now += seconds
-
-
-class Budget(BaseModel):
-    """What one run may spend. Limits left as None are not enforced."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    wall_s: float = Field(gt=0, description="Wall-clock seconds the run may take, summed over resumed segments")
-    max_cost_usd: float | None = Field(None, gt=0, description="Model spend in US dollars after which exploring stops")
-    max_tokens: int | None = Field(None, gt=0, description="Model tokens (input + output) after which exploring stops")
-    final_slice: float = Field(
-        0.1, ge=0, lt=1,
-        description="Fraction of the wall time kept at the end for re-verifying the best attempt "
-                    "(at least 60 s, or half the budget when that is shorter; see final_slice_s)",
-    )
-
-    @property
-    def final_slice_s(self) -> float:
-        """Seconds reserved at the end: ``final_slice`` of the wall time, but at least 60 s.
-
-        The 60 s floor gives re-verification time to run even on short budgets; it is capped
-        at half the budget so that a budget of a minute or two still leaves time to explore.
-        A fraction above one half is honoured as given.
-        """
-        return max(self.final_slice * self.wall_s, min(MIN_FINAL_SLICE_S, self.wall_s / 2))
 
 
 class BudgetTracker:

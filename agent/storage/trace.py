@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from kagent.core.errors import KagentError
 from kagent.agent.outcome import EndState
+from kagent.agent.settings import RunConfig
 
 # The format of the events written now. 2: a loop-control tool's result says in its data what
 # it changed (design, finish); format 1 said it in the call's arguments only. Older events are
@@ -37,7 +38,7 @@ class _Event(BaseModel):
 class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
     run_id: str
-    config: dict[str, Any]
+    config: RunConfig = Field(description="The run's settings (config.json holds the same)")
     versions: dict[str, Optional[str]]
     prompt_sha256: str = Field(description="Hash of the system prompt and the first user message")
     tools_sha256: str = Field(description="Hash of the tool schemas offered to the model")

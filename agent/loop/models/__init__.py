@@ -10,6 +10,7 @@ import importlib
 import os
 from typing import Optional
 
+from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import ModelError
 from kagent.core.messages import ChatModel
 
@@ -21,8 +22,6 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "scripted": ("kagent.agent.loop.models.scripted", "pyyaml"),
 }
 SPEC_FORMS = ("anthropic:<model>", "openai:<model>", "openai-compatible:<url>#<model>", "scripted:<path>")
-# How long one model request may take, unless a run says otherwise.
-REQUEST_TIMEOUT_S = 600.0
 
 
 def _bad_spec(spec: str, why: str) -> ModelError:

@@ -1,0 +1,233 @@
+"""A run's settings: one model (RunSettings), filled from its defaults, then a --config YAML
+file, then the command line's flags, in that order, and kept typed as the run's RunConfig in
+config.json and at the start of its trace. Everything else of a run reads its settings here.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kagent.agent.outcome import REPEATED_FAILURE_LIMIT
+from kagent.core.errors import KagentError
+
+DEFAULT_WALL_S = 3 * 3600.0
+# How long one model request may take, unless the settings say otherwise.
+REQUEST_TIMEOUT_S = 600.0
+
+# The final slice is never shorter than this (re-verifying takes a few benchmark rounds,
+# whatever the budget), unless the budget is so short that it would leave no exploring.
+MIN_FINAL_SLICE_S = 60.0
+
+# The longest budget taken: beyond it a duration is most likely a typo (3000m for 300m), and a
+# huge one overflows the waits it times (a thread's join raised OverflowError at 1e20 s).
+MAX_BUDGET_S = 7 * 24 * 3600.0
+
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_UNITS = re.compile(rf"(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m)?(?:(?P<s>{_NUMBER})s)?")
+_PLAIN = re.compile(_NUMBER)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as "3h", "90m", "2h30m", "1.5h", "45s" or "600" (plain seconds)."""
+    compact = re.sub(r"\s+", "", text).lower()
+    seconds = 0.0
+    if _PLAIN.fullmatch(compact):
+        seconds = float(compact)
+    elif compact and (match := _UNITS.fullmatch(compact)):
+        scale = {"h": 3600.0, "m": 60.0, "s": 1.0}
+        seconds = sum(float(value) * scale[unit] for unit, value in match.groupdict().items() if value)
+    # A zero budget would end the run before it starts: treat it as a typo, like garbage.
+    if seconds <= 0:
+        raise KagentError(f"--budget takes a duration such as 3h, 90m or 2h30m; got '{text}'")
+    if seconds > MAX_BUDGET_S:
+        raise KagentError(f"--budget is at most {format_duration(MAX_BUDGET_S)} (7 days); got '{text}'",
+                          hint="a longer run is a series of runs: `kagent resume RUN --budget ...` extends one")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form of a duration ("2h05m", "4m30s", "12s"), for budget lines and messages."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+class Budget(BaseModel):
+    """What one run may spend. Limits left as None are not enforced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wall_s: float = Field(DEFAULT_WALL_S, gt=0, description="Wall-clock seconds the run may take, summed over "
+                          "resumed segments; a duration such as 3h or 90m is taken too")
+    max_cost_usd: float | None = Field(None, gt=0, description="Model spend in US dollars after which exploring stops")
+    max_tokens: int | None = Field(None, gt=0, description="Model tokens (input + output) after which exploring stops")
+    final_slice: float = Field(
+        0.1, ge=0, lt=1,
+        description="Fraction of the wall time kept at the end for re-verifying the best attempt "
+                    "(at least 60 s, or half the budget when that is shorter; see final_slice_s)",
+    )
+
+    @field_validator("wall_s", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @property
+    def final_slice_s(self) -> float:
+        """Seconds reserved at the end: ``final_slice`` of the wall time, but at least 60 s.
+
+        The 60 s floor gives re-verification time to run even on short budgets; it is capped
+        at half the budget so that a budget of a minute or two still leaves time to explore.
+        A fraction above one half is honoured as given.
+        """
+        return max(self.final_slice * self.wall_s, min(MIN_FINAL_SLICE_S, self.wall_s / 2))
+
+
+Scale = Literal["smoke", "full"]
+
+
+def default_scale(device: str) -> Scale:
+    """The real sizes on a GPU; a tiny config on the CPU, where the real ones would take hours."""
+    return "full" if device.startswith("cuda") else "smoke"
+
+
+class RunSettings(BaseModel):
+    """How a run goes. Each field is a setting a --config file may give by its name (the
+    command line's flags set some of them too); RunConfig is what a started run keeps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(description="The task as given: a built-in name, a problem folder or a KernelBench .py file")
+    model: str = Field(description="provider:model (anthropic:<model>, openai:<model>, "
+                                   "openai-compatible:<url>#<model>, scripted:<file>)")
+    budget: Budget = Field(default_factory=Budget, description="What the run may spend: wall time, money, tokens")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N; a run keeps the device auto resolved to")
+    scale: Optional[Scale] = Field(None, description="full: the real sizes; smoke: a tiny config for CPUs and CI; "
+                                                     "none: full on CUDA, smoke on the CPU")
+    auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
+    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn "
+                                                             "(none: no extended thinking)")
+    max_output_tokens: int = Field(16_000, gt=0, description="Tokens one model call may answer with")
+    context_limit_tokens: int = Field(150_000, gt=0, description="Compact older turns once the conversation is "
+                                                                 "estimated to hold more tokens than this")
+    keep_recent_messages: int = Field(12, ge=1, description="Messages kept verbatim when compacting")
+    eval_timeout_s: float = Field(900.0, gt=0, description="Seconds one check or benchmark may take")
+    model_timeout_s: float = Field(REQUEST_TIMEOUT_S, gt=0, description="Seconds one model request may take")
+    max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
+                                       "same tool call, with the same arguments, fails this many times in a row")
+    solution_name: str = Field("solution.py", description="The solution's file in the workspace")
+    runs_root: Optional[Path] = Field(None, exclude=True, description="The folder the run's folder goes in "
+                                      "(default ./runs, or $KAGENT_RUNS); not kept with the run")
+
+    def for_run(self, run_id: str, device: str) -> RunConfig:
+        """The settings as the run ``run_id`` keeps them, on the ``device`` that "auto" (or the
+        device given) resolved to, with the scale that goes with it when none was given."""
+        return RunConfig.model_validate({**self.model_dump(), "run_id": run_id, "device": device,
+                                         "scale": self.scale or default_scale(device)})
+
+
+class RunConfig(RunSettings):
+    """What a started run keeps of its settings (config.json, the trace's run_started event):
+    its id, and the device and scale made concrete."""
+
+    version: Literal[1] = 1
+    run_id: str
+    device: str = Field(description="The device the run evaluates on: cpu, cuda or cuda:N")
+    scale: Scale = Field(description="full: the real sizes; smoke: a tiny config for CPUs and CI")
+
+    def settings(self) -> RunSettings:
+        """The settings again, as a new run would take them."""
+        return RunSettings.model_validate(self.model_dump(exclude={"version", "run_id"}))
+
+
+# What a --config file and the command line may call a setting besides its own name: the
+# flags' names (budget as a duration is the wall time; max_cost and max_tokens are the budget's).
+BUDGET_SHORTHANDS = {"max_cost": "max_cost_usd", "max_tokens": "max_tokens"}
+SHORTHANDS = {"thinking": "thinking_budget", "revert": "auto_revert"}
+# The flag that sets a setting, to name it in a message.
+FLAGS = {("model",): "--model", ("budget", "wall_s"): "--budget", ("budget", "max_cost_usd"): "--max-cost",
+         ("budget", "max_tokens"): "--max-tokens", ("device",): "--device", ("scale",): "--scale",
+         ("thinking_budget",): "--thinking", ("auto_revert",): "--no-revert"}
+
+
+def _in_settings_terms(given: dict[str, Any], source: str) -> dict[str, Any]:
+    """``given`` with the flags' names turned into the settings' own (see SHORTHANDS)."""
+    layer = dict(given)
+    budget = layer.pop("budget", {})
+    budget = dict(budget) if isinstance(budget, dict) else {"wall_s": budget}
+    for names, into in ((BUDGET_SHORTHANDS, budget), (SHORTHANDS, layer)):
+        for short, name in names.items():
+            if short in layer:
+                if name in into:
+                    raise KagentError(f"{source}: {short} and {name} are the same setting: give one of them")
+                into[name] = layer.pop(short)
+    return {**layer, "budget": budget} if budget else layer
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` on top, key by key, into nested settings (the budget) too."""
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = _merged(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+            else value
+    return merged
+
+
+def _config_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise KagentError(f"cannot read the config file {path}: {err}") from err
+    if not isinstance(data, dict):
+        raise KagentError(f"{path}: a config file holds settings by name, not {type(data).__name__}",
+                          hint=f"known: {', '.join(known_names())}")
+    return data
+
+
+def known_names() -> list[str]:
+    """Every name a --config file may give a setting by."""
+    return sorted({*RunSettings.model_fields, *SHORTHANDS, *BUDGET_SHORTHANDS} - {"task"})
+
+
+def load_settings(task: str, config_file: Optional[Path], flags: dict[str, Any]) -> RunSettings:
+    """The settings of a new run on ``task``: the defaults, then ``config_file`` (YAML), then
+    ``flags`` (the command line's, by the flags' names; None: not given), in that order."""
+    from_file = _in_settings_terms(_config_file(config_file), str(config_file)) if config_file else {}
+    from_flags = _in_settings_terms({k: v for k, v in flags.items() if v is not None}, "the command line")
+    merged = _merged(_merged({"task": task}, from_file), from_flags)
+    if not merged.get("model"):
+        raise KagentError("give --model (or model: in a --config file)",
+                          hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml")
+    try:
+        return RunSettings.model_validate(merged)
+    except ValidationError as err:
+        raise _said(err, from_flags, config_file) from None
+
+
+def _said(err: ValidationError, from_flags: dict[str, Any], config_file: Optional[Path]) -> KagentError:
+    """The first problem, in the terms of whoever gave the setting: the flag, or the file."""
+    unknown = [".".join(map(str, e["loc"])) for e in err.errors() if e["type"] == "extra_forbidden"]
+    if unknown:
+        return KagentError(f"{config_file}: unknown settings {unknown}", hint=f"known: {', '.join(known_names())}")
+    first = err.errors()[0]
+    loc = tuple(str(part) for part in first["loc"])
+    by_flag = _given(from_flags, loc) and loc in FLAGS
+    who = FLAGS[loc] if by_flag else f"{config_file}: {'.'.join(loc)}"
+    return KagentError(f"{who}: {first['msg'].lower()}; got {first['input']!r}")
+
+
+def _given(layer: dict[str, Any], loc: tuple[str, ...]) -> bool:
+    for key in loc:
+        if not isinstance(layer, dict) or key not in layer:
+            return False
+        layer = layer[key]
+    return True
