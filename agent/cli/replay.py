@@ -24,11 +24,13 @@ from rich.rule import Rule
 from rich.text import Text
 
 from kagent.core.errors import KagentError
+from kagent.agent.loop.ledger import Attempt
 from kagent.agent.outcome import ENDINGS
 from kagent.agent.storage.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
     RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
 )
+from kagent.core.messages import ModelResponse, TextBlock, ThinkingBlock
 from kagent.tools import all_tools
 from kagent.tools.base import UNTOUCHED, FileChange, Restore, Rewrite, Unknown
 
@@ -190,24 +192,22 @@ class TraceRenderer:
     def _on_model_responded(self, event: ModelResponded) -> list[RenderableType]:
         if self.filtered:
             return []
-        usage = event.response.get("usage") or {}
-        tokens = sum(int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                                       "cache_write_tokens"))
-        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {_minutes(event.elapsed_s)} · {tokens:,} tokens · "
-                                            f"${event.cost_usd:.2f}", align="left", style="dim")]
-        for block in (event.response.get("message") or {}).get("content") or []:
-            kind = block.get("type")
-            if kind == "text" and block.get("text", "").strip():
-                parts.append(Text(_shorten(block["text"].strip(), MAX_TEXT_CHARS)))
-            elif kind == "thinking":
+        response = ModelResponse.model_validate(event.response)
+        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {_minutes(event.elapsed_s)} · "
+                                            f"{response.usage.total_tokens:,} tokens · ${event.cost_usd:.2f}",
+                                            align="left", style="dim")]
+        for block in response.message.content:
+            if isinstance(block, TextBlock) and block.text.strip():
+                parts.append(Text(_shorten(block.text.strip(), MAX_TEXT_CHARS)))
+            elif isinstance(block, ThinkingBlock):
                 parts.append(self._thinking(block))
         return parts
 
     @staticmethod
-    def _thinking(block: dict[str, Any]) -> Text:
-        if block.get("redacted_data"):
+    def _thinking(block: ThinkingBlock) -> Text:
+        if block.redacted_data:
             return Text("thinking (redacted by the provider)", style="dim italic")
-        thought = block.get("thinking") or ""
+        thought = block.thinking
         first = next((line.strip() for line in thought.splitlines() if line.strip()), "")
         return Text(f"thinking ({len(thought):,} chars): {_shorten(first, 100)}", style="dim italic")
 
@@ -298,28 +298,25 @@ class TraceRenderer:
         return Padding(Text.assemble(label, text), (0, 0, 0, 4), expand=False)
 
     def _on_attempt_recorded(self, event: AttemptRecorded) -> list[RenderableType]:
-        attempt = event.attempt
-        number = int(attempt.get("number", 0))
-        verdict = str(attempt.get("verdict", "?"))
-        note = str(attempt.get("note") or attempt.get("reason") or "")
-        self.files.attempt(number, event.commit, is_best=note.startswith("new best"))
+        attempt = Attempt.model_validate(event.attempt)
+        note = attempt.note or attempt.reason
+        self.files.attempt(attempt.number, event.commit, is_best=note.startswith("new best"))
         if event.reverted_to:
             self.files.revert_to_commit(event.reverted_to)
-        failed = verdict != "pass"  # a regression passed: it was slower, not an error
+        failed = attempt.verdict != "pass"  # a regression passed: it was slower, not an error
         if self.filtered and not (self.only_attempts or failed):
             return []
-        score = attempt.get("score")
-        reverted = bool(event.reverted_to) or attempt.get("kept") is False
-        head = Text.assemble(("■ attempt ", "bold"), (str(number), "bold"), f" {attempt.get('kind', '?')} ",
-                             (verdict.upper(), VERDICT_STYLE.get(verdict, "bold")),
-                             f"  score {score:.3f}x" if isinstance(score, (int, float)) else "  score –",
+        reverted = bool(event.reverted_to) or not attempt.kept
+        head = Text.assemble(("■ attempt ", "bold"), (str(attempt.number), "bold"), f" {attempt.kind} ",
+                             (attempt.verdict.upper(), VERDICT_STYLE.get(attempt.verdict, "bold")),
+                             f"  score {attempt.score:.3f}x" if attempt.score is not None else "  score –",
                              ("  reverted", "yellow") if reverted else ("  kept", "green"))
         parts: list[RenderableType] = [Padding(head, (0, 0, 0, 2), expand=False)]
         if note:
             parts.append(Padding(Text(_shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
-        if attempt.get("hypothesis"):
-            predicted = f" (predicted: {attempt['predicted']})" if attempt.get("predicted") else ""
-            parts.append(Padding(Text(f"design: {_shorten(attempt['hypothesis'] + predicted, 300)}", style="dim"),
+        if attempt.hypothesis:
+            predicted = f" (predicted: {attempt.predicted})" if attempt.predicted else ""
+            parts.append(Padding(Text(f"design: {_shorten(attempt.hypothesis + predicted, 300)}", style="dim"),
                                  (0, 0, 0, 4), expand=False))
         return parts
 
