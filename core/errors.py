@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 
+# The exit code of bad usage (nothing was started): a KagentError's, unless it says otherwise, and
+# click's for a mistake on the command line.
+EXIT_USAGE = 2
+
+
 class KagentError(Exception):
     """Something the user can fix (a bad path, a missing GPU, a task that does not load).
 
@@ -9,7 +14,7 @@ class KagentError(Exception):
     KAGENT_DEBUG=1 it re-raises so the traceback is there for a bug report.
     """
 
-    def __init__(self, message: str, hint: str = "", exit_code: int = 2):
+    def __init__(self, message: str, hint: str = "", exit_code: int = EXIT_USAGE):
         super().__init__(message)
         self.message = message
         self.hint = hint

@@ -76,6 +76,19 @@ def test_a_removed_task_folder_is_detected(ws):
     assert ws.task_files_changed() == ["task/data/shapes.json", "task/reference.py", "task/task.yaml"]
 
 
+def test_changed_task_files_are_put_back_as_the_task_gave_them(ws):
+    reference = ws.root / "task" / "reference.py"
+    original = reference.read_text()
+    reference.chmod(0o644)
+    reference.write_text("def ref():\n    return 2\n")
+    shutil.rmtree(ws.root / "task" / "data")
+    (ws.root / "task" / "extra.py").write_text("x = 1\n")
+    assert ws.put_back_task_files() == ["task/data/shapes.json", "task/extra.py", "task/reference.py"]
+    assert reference.read_text() == original and not (ws.root / "task" / "extra.py").exists()
+    assert ws.task_files_changed() == [] and ws.put_back_task_files() == []
+    assert not reference.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
 def test_create_refuses_bad_input(tmp_path, task_files):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "file").write_text("x")

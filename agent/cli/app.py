@@ -51,10 +51,10 @@ class Scale(str, Enum):
     full = "full"
 
 
-# Exit codes of `kagent eval`, for scripts.
+# Exit codes of `kagent eval`, for scripts; bad usage (bad arguments, unknown task, missing file)
+# is kagent.core.errors.EXIT_USAGE, every command's.
 EXIT_PASS = 0
 EXIT_SOLUTION_FAILED = 1  # incorrect, error, crash, timeout, forbidden, tampered
-EXIT_USAGE = 2  # bad arguments, unknown task, missing file
 EXIT_INTERNAL = 3  # a bug in kagent or in the task
 
 
@@ -173,11 +173,14 @@ def _documents_exit_codes(command):
     return command
 
 
+def _warn(text: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
+
+
 def _warn_full_scale_on_cpu(device: str, scale: str) -> None:
     if scale == "full" and device == "cpu":
-        err_console.print("[yellow]warning:[/] --scale full on the CPU: the full-size task is sized for a GPU, so "
-                          "every evaluation is far slower and may run into its time limit (smoke is the CPU's "
-                          "default)")
+        _warn("--scale full on the CPU: the full-size task is sized for a GPU, so every evaluation is far slower "
+              "and may run into its time limit (smoke is the CPU's default)")
 
 
 @app.command("run")
@@ -223,7 +226,8 @@ def run_command(
 
     from kagent.agent.lifecycle.runs import start_run
 
-    _show_run(lambda view: start_run(settings, view=view, model=chat_model), quiet or json_output, json_output)
+    _show_run(lambda view: start_run(settings, view=view, model=chat_model, warn=_warn), quiet or json_output,
+              json_output)
 
 
 @app.command("resume")
@@ -238,10 +242,10 @@ def resume_command(
 ) -> None:
     """Go on with a run that was interrupted (killed, rebooted, an outage), or extend a finished one.
 
-    The conversation is rebuilt from the trace alone; a tool call cut short is re-run when it
-    only reads, otherwise answered as interrupted; the workspace goes back to its last
-    checkpoint, with later changes kept on a side ref. The budget counts the time of all
-    segments.
+    The conversation is rebuilt from the trace alone; the workspace goes back to where it was
+    after the last tool call that finished, with later changes kept on a side ref; a tool call
+    cut short runs again there, except a shell command (it may have acted outside the
+    workspace), which is answered as interrupted. The budget counts the time of all segments.
     """
     from kagent.agent.lifecycle.runs import resume_run
     from kagent.agent.settings import parse_duration
@@ -251,7 +255,7 @@ def resume_command(
     def notice(text: str) -> None:
         err_console.print(f"[yellow]note:[/] {text}", highlight=False)
 
-    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root, notice=notice),
+    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root, notice=notice, warn=_warn),
               quiet or json_output, json_output)
 
 

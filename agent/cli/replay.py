@@ -163,7 +163,7 @@ class TraceRenderer:
         head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
                              f"  task {config.task} · model {config.model} · {config.device} {config.scale} · "
                              f"budget {', '.join(p for p in limits if p)}")
-        return [head]
+        return [head, *(Text(f"warning: {text}", style="yellow") for text in event.warnings)]
 
     def _on_run_resumed(self, event: RunResumed) -> list[RenderableType]:
         # Calls cut short by the interruption were settled by the resume: none awaits a result now.

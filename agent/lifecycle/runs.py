@@ -90,7 +90,8 @@ def versions() -> dict[str, Optional[str]]:
 
 def _report_markdown(report: RunReport) -> str:
     lines = [f"# kagent run {report.run_id}", "",
-             f"- task: {report.task}", f"- model: {report.model}", f"- status: {report.status} ({report.reason})",
+             f"- task: {report.task}", f"- model: {report.model}", *(f"- warning: {text}" for text in report.warnings),
+             f"- status: {report.status} ({report.reason})",
              f"- result: {_result_line(report)}",
              f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
              + (f", {report.best_score:.3f}x" if report.best_score is not None else ""),
@@ -125,8 +126,9 @@ def _result_line(report: RunReport) -> str:
 
 def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, workspace: Workspace,
            tracker: BudgetTracker, view: Optional[Callable[[ViewUpdate], None]],
-           go: Callable[[Agent], RunReport]) -> RunReport:
-    """What a new and a resumed run share: trace, status file, model wrapper, agent, report."""
+           go: Callable[[Agent], RunReport], warn: Callable[[str], None]) -> RunReport:
+    """What a new and a resumed run share: trace, status file, model wrapper, agent, report.
+    ``warn`` is told, before the run goes on, what the user should beware of in its figures."""
     trace = TraceWriter(run_dir, elapsed=tracker.elapsed)
     eval_options = EvalOptions(device=config.device, scale=config.scale, cache_dir=kagent_home(),
                                home=run_dir / "home",
@@ -154,6 +156,8 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
     agent = Agent(config, task, retrying, all_tools(), workspace, trace, tracker, eval_options, view=on_update,
                   system_prompt=prompts.load("system.md"), versions=versions())
     agent_box.append(agent)
+    for text in agent.warnings:
+        warn(text)
     try:
         report = go(agent)
     except KeyboardInterrupt as interrupt:
@@ -181,7 +185,8 @@ def _figures(agent: Agent) -> dict[str, object]:
 
 
 def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]] = None,
-              clock: Optional[Clock] = None, model: Optional[ChatModel] = None) -> tuple[Path, RunReport]:
+              clock: Optional[Clock] = None, model: Optional[ChatModel] = None,
+              warn: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
     """Create the run folder and drive the agent until it ends; returns the folder and report."""
     task: TaskRef = resolve_task(settings.task)
     inner = model or make_model(settings.model, timeout_s=settings.model_timeout_s,
@@ -195,7 +200,7 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
     with RunLock(run_dir):
         tracker = BudgetTracker(config.budget, clock or SystemClock())
         workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
-        report = _drive(run_dir, config, task, inner, workspace, tracker, view, lambda agent: agent.run())
+        report = _drive(run_dir, config, task, inner, workspace, tracker, view, lambda agent: agent.run(), warn)
     return run_dir, report
 
 
@@ -214,9 +219,11 @@ def find_run(run: str, root: Optional[Path] = None) -> Path:
 
 def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,
                root: Optional[Path] = None, clock: Optional[Clock] = None, model: Optional[ChatModel] = None,
-               notice: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
+               notice: Callable[[str], None] = lambda text: None,
+               warn: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
     """Go on with a run from its trace: after any interruption, or to extend a finished run.
-    ``notice`` is told, in a sentence, what the user should know before it goes on."""
+    ``notice`` is told, in a sentence, what the user should know before it goes on; ``warn``,
+    what to beware of in its figures."""
     run_dir = find_run(run, root)
     with RunLock(run_dir) as lock:
         try:
@@ -261,7 +268,7 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         def go(agent: Agent) -> RunReport:
             return agent.resume(state, resumed) if state.started is not None else agent.run(restart=resumed)
 
-        report = _drive(run_dir, config, task, inner, workspace, tracker, view, go)
+        report = _drive(run_dir, config, task, inner, workspace, tracker, view, go, warn)
     return run_dir, report
 
 

@@ -98,6 +98,8 @@ class RunReport(BaseModel):
     usage: Usage
     cost_usd: float
     elapsed_s: float
+    warnings: list[str] = Field(default_factory=list, description="What to beware of in these figures, such as a "
+                                "model without a price (its cost reads $0)")
 
 
 def _sha256(value: Any) -> str:
@@ -173,6 +175,8 @@ class Agent:
         self.repetition = RepeatedFailures(config.max_repeated_failures)
         self.activity: Optional[Activity] = None
         self.last_event = ""
+        # What the user should beware of in this run's figures, said at its start and in its report.
+        self.warnings = [text for text in [pricing.price_warning(model.name)] if text]
 
     # -- set-up ------------------------------------------------------------------------------
     def tool_specs(self) -> list[ToolSpec]:
@@ -194,7 +198,7 @@ class Agent:
         self.trace.append(RunStarted(
             run_id=self.config.run_id, config=self.config, versions=self.versions,
             prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]), tools_sha256=_sha256(specs),
-            system=self.system, first_message=self.messages[0].model_dump(), tools=specs))
+            system=self.system, first_message=self.messages[0].model_dump(), tools=specs, warnings=self.warnings))
         if restart is not None:
             self.trace.append(restart.model_copy(update={"restarted": True}))
         return self.drive()
@@ -206,6 +210,7 @@ class Agent:
         self.pending_design, self.usage, self.cost, self.turn = state.pending_design, state.usage, state.cost, state.turn
         plan = [(call, self._settlement(call, state)) for call in state.pending_calls if call.id not in state.results]
         resumed.settled_calls = [{"call_id": c.id, "name": c.name, "action": action} for c, action in plan]
+        resumed.warnings = self.warnings
         self.trace.append(resumed)
         for call, action in plan:
             state.results[call.id] = self._settle(call, action, state)
@@ -349,6 +354,8 @@ class Agent:
         tool = self.tools.get(call.name)
         with self._busy(f"tool {call.name}"):
             outcome = self._dispatch(call, tool)
+        if tool is not None and tool.facts.changes_files:
+            outcome = self._with_the_task_put_back(outcome)
         if tool is not None and tool.facts.records_attempt and outcome.evaluation is not None:
             note = self._record_attempt(call.name, outcome.evaluation, call.id, scored=tool.facts.scores_attempt)
             outcome = outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
@@ -362,6 +369,16 @@ class Agent:
                                        seconds=round(self.tracker.clock.now() - started, 3), data=outcome.data,
                                        blob=blob))
         return ToolResult(tool_call_id=call.id, content=outcome.content, is_error=outcome.is_error)
+
+    def _with_the_task_put_back(self, outcome: ToolOutcome) -> ToolOutcome:
+        """The task's files stay as the task gave them: whatever a call changed there is put
+        back, and the model is told."""
+        put_back = self.workspace.put_back_task_files()
+        if not put_back:
+            return outcome
+        note = f"[kagent] The task's files are read-only; put back as the task gave them: {', '.join(put_back)}."
+        return outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}",
+                                          "data": {**outcome.data, "task_files_put_back": put_back}})
 
     def _dispatch(self, call: ToolCall, tool: Optional[Tool]) -> ToolOutcome:
         if "_raw" in call.arguments:
@@ -547,7 +564,7 @@ class Agent:
                          result_score=self.result_score(),
                          result_from=None if not verified else "final re-verification" if reverified else "exploration",
                          attempts=len(self.ledger.attempts), turns=self.turn, usage=self.usage, cost_usd=self.cost,
-                         elapsed_s=round(self.tracker.elapsed(), 1))
+                         elapsed_s=round(self.tracker.elapsed(), 1), warnings=self.warnings)
 
     @contextmanager
     def _busy(self, what: str) -> Iterator[None]:

@@ -116,6 +116,15 @@ def price_known(spec_or_model: str, prices: Optional[dict[str, Price]] = None) -
     return _model_of(spec_or_model) is None or price_of(spec_or_model, prices) is not None
 
 
+def price_warning(spec_or_model: str, prices: Optional[dict[str, Price]] = None) -> Optional[str]:
+    """What to tell the user of a hosted model missing from the price table, whose cost then
+    reads $0 however much it spends (so --max-cost cannot stop it); None when its price is known."""
+    if price_known(spec_or_model, prices):
+        return None
+    return (f"{spec_or_model} has no price in kagent's table: its tokens are counted, but its cost reads $0 and "
+            f"--max-cost cannot stop the run (give its price in {kagent_home() / 'prices.yaml'})")
+
+
 def cost(spec_or_model: str, usage: Usage, prices: Optional[dict[str, Price]] = None) -> float:
     """USD for ``usage``. Reasoning tokens are already inside ``output_tokens``: not added again."""
     price = price_of(spec_or_model, prices)

@@ -45,6 +45,8 @@ class RunStarted(_Event):
     system: str
     first_message: dict[str, Any]
     tools: list[dict[str, Any]]
+    warnings: list[str] = Field(default_factory=list, description="What the user was told to beware of, such as a "
+                                "model without a price")
 
 
 class ModelRequested(_Event):
@@ -127,6 +129,8 @@ class RunResumed(_Event):
                                              "left commits behind")
     restarted: bool = Field(False, description="The trace held no run start, so the run began again from turn 1 "
                                                "(this event follows that new start)")
+    warnings: list[str] = Field(default_factory=list, description="What the user was told to beware of, such as a "
+                                "model without a price")
 
 
 class Compacted(_Event):
@@ -177,7 +181,9 @@ class TraceWriter:
         self.blobs = self.run_dir / "blobs"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._elapsed = elapsed or (lambda: 0.0)
-        self.repaired = self.path.exists() and repair_tail(self.path)
+        # A torn last line (what read_trace reports and RunResumed records) is cut before appending.
+        if self.path.exists():
+            repair_tail(self.path)
         existing = read_trace(self.path).events if self.path.exists() else []
         self._seq = existing[-1].seq + 1 if existing else 0
         self._file = open(self.path, "ab")
@@ -264,12 +270,12 @@ def _first_problem(err: Exception) -> str:
     return str(err)[:120]
 
 
-def repair_tail(path: Path) -> bool:
+def repair_tail(path: Path) -> None:
     """Make the file end at a complete line: cut a torn tail, or end a complete but
-    unterminated last line. Returns whether anything was cut."""
+    unterminated last line."""
     data = Path(path).read_bytes()
     if not data or data.endswith(b"\n"):
-        return False
+        return
     last_newline = data.rfind(b"\n")
     tail = data[last_newline + 1:]
     try:
@@ -277,7 +283,6 @@ def repair_tail(path: Path) -> bool:
     except (ValueError, ValidationError):
         with open(path, "r+b") as f:
             f.truncate(last_newline + 1)
-        return True
+        return
     with open(path, "ab") as f:
         f.write(b"\n")
-    return False

@@ -158,7 +158,8 @@ class Workspace:
                 for p in self._task_files()}
 
     def _protect_task_files(self) -> None:
-        # A hint to tools and to non-root users; root ignores it, hence task_files_changed().
+        # A hint to tools and to non-root users; root ignores it, hence task_files_changed(), which
+        # the loop checks after every call that may change files (put_back_task_files).
         for path in self._task_files():
             path.chmod(stat.S_IMODE(path.stat().st_mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
@@ -171,6 +172,23 @@ class Workspace:
                               hint="the workspace's task can no longer be trusted; start a new run") from error
         current = self._hash_task_files()
         return sorted(path for path in recorded.keys() | current.keys() if recorded.get(path) != current.get(path))
+
+    def put_back_task_files(self) -> list[str]:
+        """Task files edited, removed or added since creation, put back as the task gave them
+        (from attempt 0, the starting point): the paths. Where the jail cannot mount task/
+        read-only, a command (or one run as root) can still write there."""
+        changed = self.task_files_changed()
+        if not changed:
+            return []
+        start = self.attempts()[0]
+        given = set(self._git("ls-tree", "-r", "--name-only", start, "--", TASK_DIR).splitlines())
+        for path in changed:
+            if path in given:
+                self._git("checkout", start, "--", path)
+            else:
+                (self._root / path).unlink()
+        self._protect_task_files()
+        return changed
 
     # -------------------------------------------------------------------- commits, refs
 
