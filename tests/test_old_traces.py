@@ -5,6 +5,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from kagent.agent.cli.replay import replay
@@ -50,6 +51,7 @@ def test_its_trace_reads_in_todays_terms(tmp_path):
         "the port, measured"]
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_a_design_resumes_and_its_next_attempt_carries_that_design(tmp_path):
     run_dir = unpack("v1_run_killed_after_a_design.tar.gz", tmp_path)
     _, report = resume_run(str(run_dir), model=the_scripted_model())
@@ -59,6 +61,7 @@ def test_a_run_killed_after_a_design_resumes_and_its_next_attempt_carries_that_d
         (1, "check", "a straight port of the reference"), (2, "benchmark", "the port, timed")]
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_finish_finishes_without_asking_the_model_again(tmp_path):
     run_dir = unpack("v1_run_killed_after_finish.tar.gz", tmp_path)
     model = the_scripted_model()

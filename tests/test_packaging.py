@@ -54,6 +54,7 @@ def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
     assert not any("__pycache__" in n or n.startswith("kagent/tests") for n in names)
 
 
+@pytest.mark.slow
 def test_normal_install_runs_from_its_own_copy(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],

@@ -147,6 +147,7 @@ def _live_fork_bomb_children() -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", corpus_cases(), ids=lambda c: c.name)
 def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-redteam-secret")
@@ -214,6 +215,7 @@ def test_physics_leaves_ten_percent_for_noise():
     assert timing.physics_violation(0.0, 243_000_000, 4.2e12) is not None
 
 
+@pytest.mark.slow
 def test_a_task_claiming_enormous_bytes_fails_physics(kagent_home, tmp_path):
     folder = tmp_path / "kimi_huge_roofline"
     shutil.copytree(resolve_task("02_kimi_linear_decode").path, folder)
@@ -228,6 +230,7 @@ def test_a_task_claiming_enormous_bytes_fails_physics(kagent_home, tmp_path):
     assert result.reason.endswith("rejected") and result.score is None
 
 
+@pytest.mark.slow
 def test_an_honest_task_never_trips_physics(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[16], rounds=1)
     assert result.verdict is Verdict.PASS, result.reason

@@ -124,6 +124,7 @@ KILL_POINTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KILL_POINTS))
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted, tmp_path):
     script, reference_dir, reference = uninterrupted
@@ -157,6 +158,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted
     assert events[-1].type == "run_ended"
 
 
+@pytest.mark.slow
 def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi):
     """Through the real Anthropic SDK: the loopback server checks every request it gets."""
     from fake_llm_server import FakeLLMServer
@@ -183,6 +185,7 @@ def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi
     assert [a[2] for a in ledger_of(run_dir)] == ["pass", "pass", "incorrect"]
 
 
+@pytest.mark.slow
 def test_torn_trace_tail_is_dropped_and_reported(uninterrupted, tmp_path):
     import shutil
 
@@ -198,6 +201,7 @@ def test_torn_trace_tail_is_dropped_and_reported(uninterrupted, tmp_path):
     assert read_trace(run_dir / "trace.jsonl").torn_tail  # refused before touching anything
 
 
+@pytest.mark.slow
 def test_missing_workspace_is_a_clear_error(uninterrupted, tmp_path):
     import shutil
 
@@ -209,6 +213,7 @@ def test_missing_workspace_is_a_clear_error(uninterrupted, tmp_path):
         resume_run(str(run_dir), extra_budget_s=60)
 
 
+@pytest.mark.slow
 def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
     import shutil
 
@@ -222,6 +227,7 @@ def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
     assert f"is being driven by process {os.getpid()}" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_stale_lock_of_a_dead_process_is_taken_over(uninterrupted, tmp_path):
     import shutil
     import socket
@@ -245,6 +251,7 @@ def test_resume_of_an_unknown_run(tmp_path):
     assert proc.returncode == 2 and "no run 'no-such-run'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
     from kagent.agent.lifecycle.reexecute import execute_replay
 
@@ -259,6 +266,7 @@ def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
     assert audit.attempts[1].shapes and all(s.reproduces for s in audit.attempts[1].shapes)
 
 
+@pytest.mark.slow
 def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
     """Someone edits the recorded write_file so the benchmarked solution is not what was
     written: the re-executed attempts diverge from the recorded verdicts."""
@@ -297,6 +305,7 @@ def test_a_speedup_far_from_the_record_diverges():
     assert not claimed_vs_real.reproduces and "ctx 16" in claimed_vs_real.why
 
 
+@pytest.mark.slow
 def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path, kimi):
     """The trace is lost (empty) but the workspace holds the run's work, a `final` commit on main
     and an attempt among it: resuming starts over from turn 1, says so, and every one of those

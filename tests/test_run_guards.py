@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kagent.agent.lifecycle import runs
 from kagent.agent.lifecycle.runs import start_run
 from kagent.agent.loop.models.scripted import ScriptedModel, parse_script
@@ -26,6 +28,7 @@ def run_with(tmp_path, spec: str, *turns: dict):
     return run_dir, report, warned
 
 
+@pytest.mark.slow
 def test_a_model_without_a_price_is_said_at_the_start_and_in_the_result(tmp_path):
     run_dir, report, warned = run_with(tmp_path, "openai:brand-new-model")
     (warning,) = warned
@@ -37,6 +40,7 @@ def test_a_model_without_a_price_is_said_at_the_start_and_in_the_result(tmp_path
     assert started.warnings == [warning]
 
 
+@pytest.mark.slow
 def test_a_priced_or_free_model_gets_no_warning(tmp_path):
     for spec in ("openai:gpt-5", "scripted:session.yaml"):
         _, report, warned = run_with(tmp_path / spec.split(":")[0], spec)
@@ -59,6 +63,7 @@ class Scribble(BaseTool):
         return ToolOutcome(content="scribbled")
 
 
+@pytest.mark.slow
 def test_a_call_that_changes_the_task_files_has_them_put_back(tmp_path, monkeypatch, kimi):
     monkeypatch.setattr(runs, "all_tools", lambda: [*all_tools(), Scribble()])
     run_dir, _, _ = run_with(tmp_path, "scripted:s.yaml", {"tool_calls": [{"name": "scribble", "arguments": {}}]})

@@ -56,6 +56,7 @@ def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunSettings:
                       device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S)
 
 
+@pytest.mark.slow
 def test_scripted_session_end_to_end(tmp_path, reference_text):
     script = write_script(tmp_path / "script.json", session_turns(reference_text))
     updates = []
@@ -131,6 +132,7 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert status["result_score"] == report.final_score
 
 
+@pytest.mark.slow
 def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
     turns = [
         {"tool_calls": [call("write_file", path="solution.py", content=reference_text)]},
@@ -154,6 +156,7 @@ def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
 FAULTS = {1: "429", 3: "529", 5: "500", 7: "cut", 9: "error_event", 11: "slow"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, monkeypatch):
     """The real SDK against a loopback server that fails every other request: the session
@@ -187,6 +190,7 @@ def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, m
     assert report.usage.cache_read_tokens == 500 * len(turns)
 
 
+@pytest.mark.slow
 def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     """Older turns are summarized once the context estimate passes the limit; every request
     the provider sees still pairs each tool call with its result."""
@@ -212,6 +216,7 @@ def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     assert len(last) <= 4 + 2
 
 
+@pytest.mark.slow
 def test_attempt_judgement_new_best_within_noise_and_regression(tmp_path, reference_text, monkeypatch):
     """Three benchmarks of the same code whose scores read 1.0x, 0.99x and 0.5x: the first is
     the best, the second is kept (within 2%), the third is a regression and is reverted."""
@@ -251,6 +256,7 @@ class ClockedModel:
         return self._inner.complete(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     """`--budget 1m` and a model that takes 40 s a turn: the final slice (the last 30 s)
     comes before anything was measured."""
@@ -263,6 +269,7 @@ def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
 
 
+@pytest.mark.slow
 def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
     """`--max-cost 0.01` and a priced model whose first turn costs $0.03."""
     from kagent.agent.loop.budget import FakeClock
@@ -291,6 +298,7 @@ class OverloadedModel:
         raise TransientModelError("529 overloaded", retry_after=50, status=529)
 
 
+@pytest.mark.slow
 def test_a_run_whose_model_stays_unavailable_ends_interrupted(tmp_path):
     """A 1-minute budget explores for 30 s; the provider asks for 50 s before a retry, which
     would come too late: the run ends interrupted (not finished, not failed), for resume."""
@@ -306,6 +314,7 @@ def call_turn(name: str, **arguments) -> dict:
     return {"tool_calls": [call(name, **arguments)]}
 
 
+@pytest.mark.slow
 def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     """The same failing read, again and again: from the second failure the model is told so in
     the result; at the fifth in a row the run ends, stuck. A success in between starts over."""
@@ -324,6 +333,7 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
 
 
+@pytest.mark.slow
 def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, reference_text, monkeypatch):
     """The benchmark passed, the final re-verification does not (say a hidden seed fails): no
     verified result, and the report says which attempt failed and how."""

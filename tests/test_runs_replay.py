@@ -79,6 +79,7 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_replay_tells_the_session_turn_by_turn(session_run):
     text = as_text(replay(session_run))
     lines = text.splitlines()
@@ -106,6 +107,7 @@ def test_replay_tells_the_session_turn_by_turn(session_run):
     assert lines[-1].startswith("run ended: no_result — the model finished: the port stays")
 
 
+@pytest.mark.slow
 def test_replay_filters(session_run):
     attempts = as_text(replay(session_run, only_attempts=True))
     assert "attempt 1 check PASS" in attempts and "attempt 2 check INCORRECT" in attempts
@@ -122,6 +124,7 @@ def test_replay_filters(session_run):
         assert noise not in errors
 
 
+@pytest.mark.slow
 def test_follow_prints_events_as_they_are_appended(session_run, tmp_path):
     data = (session_run / "trace.jsonl").read_bytes()
     lines = data.splitlines(keepends=True)
@@ -154,6 +157,7 @@ def test_follow_prints_events_as_they_are_appended(session_run, tmp_path):
     assert console.export_text() == as_text(render_trace(read_trace(session_run / "trace.jsonl").events))
 
 
+@pytest.mark.slow
 def test_follow_stops_when_asked_and_waits_for_a_trace(tmp_path, session_run):
     polls: list[int] = []
 
@@ -172,6 +176,7 @@ def test_follow_stops_when_asked_and_waits_for_a_trace(tmp_path, session_run):
     assert "▶ list_files" in console.export_text() and len(polls) == 3
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_noted_not_shown(tmp_path, session_run):
     lines = (session_run / "trace.jsonl").read_bytes().splitlines(keepends=True)
     (tmp_path / "trace.jsonl").write_bytes(b"".join(lines[:-1]) + lines[-1][:30])
@@ -179,6 +184,7 @@ def test_a_torn_last_line_is_noted_not_shown(tmp_path, session_run):
     assert "run ended" not in text and "cut short" in text and "final: no attempt" in text
 
 
+@pytest.mark.slow
 def test_replay_command(session_run):
     proc = kagent("replay", session_run.name, "--attempts", runs=session_run.parent)
     assert proc.returncode == 0, proc.stderr

@@ -280,6 +280,7 @@ def test_compile_python_imports_in_a_fresh_process(ctx: ToolContext, workspace: 
 
 
 # -- check, benchmark, profile ---------------------------------------------------------------
+@pytest.mark.slow
 def test_check_and_benchmark_pass_with_the_reference(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace)
     checked = call("check", ctx)
@@ -296,6 +297,7 @@ def test_check_and_benchmark_pass_with_the_reference(ctx: ToolContext, kimi, wor
     assert timed.data["verdict"] == "pass"
 
 
+@pytest.mark.slow
 def test_wrong_solution_is_a_measurement_not_an_error(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace, patch=WRONG_STEP)
     out = call("check", ctx)
@@ -303,6 +305,7 @@ def test_wrong_solution_is_a_measurement_not_an_error(ctx: ToolContext, kimi, wo
     assert out.content.startswith("verdict: INCORRECT") and "cosine" in out.content
 
 
+@pytest.mark.slow
 def test_evaluation_errors_the_model_can_cause(ctx: ToolContext, kimi, workspace: Path):
     missing = call("check", ctx)
     assert missing.is_error and "solution.py" in missing.content and missing.evaluation is None
@@ -311,6 +314,7 @@ def test_evaluation_errors_the_model_can_cause(ctx: ToolContext, kimi, workspace
     assert unknown.is_error and "cannot be evaluated" in unknown.content and "12345" in unknown.content
 
 
+@pytest.mark.slow
 def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace)
     ctx.env = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}  # no ncu there
@@ -323,6 +327,7 @@ def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
     assert len(table) - 3 <= 15  # title, header and footer around at most 15 ops
 
 
+@pytest.mark.slow
 def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: ToolContext, kimi, workspace: Path,
                                                                          tmp_path: Path):
     # The cache is read-only to the profiler's child (inside the jail): weights it builds
@@ -336,6 +341,7 @@ def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: To
     assert not [p for p in cold.rglob("*") if p.is_file()]
 
 
+@pytest.mark.slow
 def test_profile_reports_a_raising_solution(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace, patch=RAISING_STEP)
     out = call("profile", ctx, ncu=False)
@@ -367,6 +373,7 @@ def test_parse_ncu_csv():
     assert parse_ncu_csv("no csv here") == []
 
 
+@pytest.mark.slow
 def test_baseline_reports_time_per_token_and_the_floor(tmp_path, kimi, kagent_home):
     from kagent.sandbox.evaluate import EvalOptions
     from kagent.tools.base import ToolContext
