@@ -26,4 +26,5 @@ def runs_folder(root: Optional[Path] = None) -> tuple[Path, str]:
     return runs_dir().absolute(), "./runs here, the default"
 
 
-RUNS_ELSEWHERE = "runs go to ./runs under the folder kagent was started in, or to $KAGENT_RUNS; --root FOLDER looks in another"
+RUNS_ELSEWHERE = ("runs go to ./runs under the folder kagent was started in, or to $KAGENT_RUNS; --root FOLDER "
+                  "looks in another")

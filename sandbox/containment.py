@@ -51,9 +51,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from pydantic import BaseModel, Field
 
@@ -518,7 +519,7 @@ class Contained:
         if self.cgroup is not None:
             self.cgroup.remove()
 
-    def __enter__(self) -> "Contained":
+    def __enter__(self) -> Contained:
         return self
 
     def __exit__(self, *exc: object) -> None:

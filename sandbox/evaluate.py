@@ -23,20 +23,29 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
 from kagent.core.errors import KagentError
 from kagent.sandbox import containment, static_checks
-from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
-    Bandwidth, CheckResult, Determinism, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
+    Bandwidth,
+    CheckResult,
+    Determinism,
+    Environment,
+    EvalResult,
+    LaunchReport,
+    ShapeTiming,
+    StaticFinding,
+    Verdict,
     check_verdict,
 )
+from kagent.sandbox.scrub import scrubbed_env
 from kagent.tasks import TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import TraceWriter, UserNotice
 from kagent.agent.storage.workspace import Workspace
 from kagent.tasks import resolve_task

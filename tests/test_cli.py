@@ -13,7 +13,6 @@ import pytest
 from conftest import WAIT_S, reference_solution
 from terminal import Terminal
 
-
 # The console script the install put next to this interpreter: what a user types.
 KAGENT = str(Path(sys.executable).parent / "kagent")
 

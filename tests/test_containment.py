@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import ctypes
 import json
-import shutil
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -251,7 +251,8 @@ def test_contained_wraps_only_what_works(monkeypatch):
 def test_describe_names_each_mechanism(monkeypatch):
     monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
     text = containment.describe()
-    for words in ("network namespace", "IPC namespace", "pid namespace", "mount namespace", "pids cgroup", "memory cgroup",
+    for words in ("network namespace", "IPC namespace", "pid namespace", "mount namespace", "pids cgroup",
+                  "memory cgroup",
                   "rlimits"):
         assert words in text
     assert "NOT" not in text

@@ -12,11 +12,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from conftest import check_named, reference_solution, run_eval, write_solution
 from kagent.agent.cli.views import print_result
 from kagent.sandbox import containment, evaluate
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
+
+from conftest import check_named, reference_solution, run_eval, write_solution
 
 REDTEAM = Path(__file__).resolve().parent / "redteam"
 
@@ -245,8 +246,9 @@ def test_salient_state_scales_the_kda_states_and_plants_rows_the_query_attends_t
     hidden, drawn = reference.init_token(cfg, 0, device="cpu"), reference.init_state(cfg, 32, 0, device="cpu")
     kept = _copy(drawn)
     salient = reference.salient_state(model, hidden, drawn)
-    assert all(torch.equal(a, b) for layer, copy in zip(drawn, kept) for a, b in zip(layer.values(), copy.values()))
-    for layer, original in zip(salient[:3], drawn[:3]):
+    assert all(torch.equal(a, b) for layer, copy in zip(drawn, kept, strict=True)
+               for a, b in zip(layer.values(), copy.values(), strict=True))
+    for layer, original in zip(salient[:3], drawn[:3], strict=True):
         # Each KDA state scaled as a whole (so that the step's write weighs as much as what it
         # keeps); the convolution windows as drawn.
         ratio = layer["S"] / original["S"]

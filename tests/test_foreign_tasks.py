@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S, check_named, run_eval, write_solution
 from kagent.core.errors import KagentError
 from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
+
+from conftest import WAIT_S, check_named, run_eval, write_solution
 
 KERNELBENCH_PROBLEM = '''
 import torch
@@ -256,7 +257,8 @@ def test_cli_grades_a_folder_with_json_output(mega_task, tmp_path):
     assert json.loads(out.read_text()) == printed
     wrong = write_solution(tmp_path / "w", MEGA_SOLUTION.replace("{activation}", "torch.sigmoid"))
     proc = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", str(mega_task.path), "--solution",
-                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True, timeout=WAIT_S)
+                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True,
+                          timeout=WAIT_S)
     assert proc.returncode == 1
     assert "INCORRECT" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
@@ -573,7 +575,8 @@ def test_board_folder_wrong_solution_is_incorrect(kagent_home, tmp_path):
     result = run_eval(task, board_solution(tmp_path / "s", activation="torch.sigmoid"), kagent_home,
                       scale="full", mode="check")
     assert result.verdict is Verdict.INCORRECT
-    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.98 ", result.reason), \
+    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.98 ",
+                    result.reason), \
         result.reason
 
 
@@ -588,7 +591,8 @@ def test_board_folder_tolerance_is_its_own(kagent_home, tmp_path):
     strict = run_eval(board_folder(tmp_path / "strict", cos_sim=0.99), solution, kagent_home, scale="full",
                       mode="check")
     assert strict.verdict is Verdict.INCORRECT
-    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.99 ", strict.reason), \
+    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.99 ",
+                    strict.reason), \
         strict.reason
 
 

@@ -4,8 +4,9 @@ one of them: at the top of a module, inside a function, under TYPE_CHECKING."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 

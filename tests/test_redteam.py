@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import WAIT_S, check_named, reference_solution, run_eval
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
 from kagent.sandbox.results import CheckResult, Verdict, check_verdict
 from kagent.tasks import TaskRef, resolve_task
+
+from conftest import WAIT_S, check_named, reference_solution, run_eval
 
 CORPUS = Path(__file__).parent / "redteam"
 # Hangs are killed here; everything else finishes in a few seconds at smoke scale.
@@ -255,7 +256,8 @@ def _rules(tmp_path: Path, source: str) -> list[str]:
     ("import torch\ntorch._inductor.config.x = 1\n", "torch_compile"),
     ("import torch\nname = 'CUDA' + 'Graph'\nG = getattr(torch.cuda, name)\n", "computed_getattr"),
     ("import torch as t\nG = getattr(t, ''.join(['comp', 'ile']))\n", "computed_getattr"),
-    ("from torch.utils.cpp_extension import load_inline\nSRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
+    ("from torch.utils.cpp_extension import load_inline\n"
+     "SRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
      "cuda_graph"),
 ])
 def test_static_tripwire(source, rule, tmp_path):

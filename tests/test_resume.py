@@ -9,18 +9,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import git
 import pytest
 
-from conftest import WAIT_S
-from kagent.agent.settings import Budget, RunSettings
-from kagent.core.errors import KagentError
-from kagent.agent.storage.lock import RunLock
 from kagent.agent.lifecycle.runs import resume_run, start_run
+from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.lock import RunLock
 from kagent.agent.storage.trace import read_trace
+from kagent.core.errors import KagentError
+
+from conftest import WAIT_S
 from test_run_session import session_turns, write_script
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
@@ -42,7 +44,8 @@ def events_of(trace: Path) -> list[dict]:
     return events
 
 
-def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate], timeout: float = WAIT_S) -> Optional[int]:
+def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate],
+                   timeout: float = WAIT_S) -> Optional[int]:
     """Run the kagent command; SIGKILL it as soon as ``kill_when`` holds for its trace so far.
     Returns its exit code, or None when it was killed."""
     env = {**os.environ, "KAGENT_RUNS": str(runs)}
@@ -71,7 +74,8 @@ def inside(name: str, nth: int = 1) -> Predicate:
     """The nth call of tool ``name`` has started and not finished."""
     def match(events: list[dict]) -> bool:
         starts = [e for e in events if e["type"] == "tool_started" and e["name"] == name]
-        return len(starts) >= nth and not any(e["type"] == "tool_finished" and e["call_id"] == starts[nth - 1]["call_id"]
+        return len(starts) >= nth and not any(e["type"] == "tool_finished"
+                                              and e["call_id"] == starts[nth - 1]["call_id"]
                                               for e in events)
     return match
 
@@ -145,7 +149,8 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted
     report = json.loads((run_dir / "report.json").read_text())
     assert report["best_attempt"] == reference.best_attempt and report["final_verdict"] == "pass"
     assert report["usage"] == reference.usage.model_dump()
-    assert (run_dir / "workspace" / "solution.py").read_text() == (reference_dir / "workspace" / "solution.py").read_text()
+    assert ((run_dir / "workspace" / "solution.py").read_text()
+            == (reference_dir / "workspace" / "solution.py").read_text())
     repo, reference_repo = git.Repo(run_dir / "workspace"), git.Repo(reference_dir / "workspace")
     attempt_refs = sorted(r.path for r in repo.refs if r.path.startswith("refs/kagent/attempts/"))
     assert attempt_refs == sorted(r.path for r in reference_repo.refs if r.path.startswith("refs/kagent/attempts/"))

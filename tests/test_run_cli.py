@@ -6,13 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S
 from kagent.agent.outcome import ENDINGS, exit_codes_text
+
+from conftest import WAIT_S
 from terminal import CTRL_C, Terminal
 
 REPO = Path(__file__).resolve().parents[1]

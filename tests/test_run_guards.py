@@ -15,7 +15,6 @@ from kagent.agent.storage.trace import RunStarted, ToolFinished, read_trace
 from kagent.tools import all_tools
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolFacts, ToolOutcome
 
-
 FINISH = {"tool_calls": [{"name": "finish", "arguments": {"summary": "-"}}], "usage": {"input_tokens": 1000}}
 
 

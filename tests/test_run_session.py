@@ -10,12 +10,13 @@ from pathlib import Path
 import git
 import pytest
 
-from conftest import WAIT_S
-from kagent.agent.settings import Budget, RunSettings
-from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
 from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
+from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
+
+from conftest import WAIT_S
 
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
 
@@ -89,7 +90,8 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert {f"refs/kagent/attempts/{n}" for n in range(4)} <= set(refs)
     assert repo.tags["best"].commit.hexsha == refs["refs/kagent/attempts/2"]
     bad = repo.commit(refs["refs/kagent/attempts/3"])
-    assert "Kagent-Verdict: incorrect" in bad.message and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode()
+    assert ("Kagent-Verdict: incorrect" in bad.message
+            and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode())
     log = [c.summary for c in repo.iter_commits("main")]
     assert any(s.startswith("revert to attempt 2 after attempt 3") for s in log)
     assert log[0].startswith("final: attempt 2")
@@ -161,9 +163,9 @@ FAULTS = {1: "429", 3: "529", 5: "500", 7: "cut", 9: "error_event", 11: "slow"}
 def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, monkeypatch):
     """The real SDK against a loopback server that fails every other request: the session
     completes, no tool runs twice, no orphaned tool call reaches the server, usage counted once."""
-    from fake_llm_server import FakeLLMServer
-
     from kagent.agent.loop.models import make_model
+
+    from fake_llm_server import FakeLLMServer
 
     turns = []
     for number, turn in enumerate(session_turns(reference_text)):
@@ -194,9 +196,9 @@ def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, m
 def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     """Older turns are summarized once the context estimate passes the limit; every request
     the provider sees still pairs each tool call with its result."""
-    from fake_llm_server import FakeLLMServer
-
     from kagent.agent.loop.models import make_model
+
+    from fake_llm_server import FakeLLMServer
 
     reads = [{"tool_calls": [{"id": f"read_{i}", "name": "read_file",
                               "arguments": {"path": "task/reference.py", "max_lines": 200}}]} for i in range(8)]
@@ -352,4 +354,5 @@ def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, refer
     assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
     assert "the best attempt (1) failed its final re-verification: incorrect: hidden_seeds" in report.reason
     assert report.final_score is None and report.result_score is None and report.result_from is None
-    assert "- result: none: attempt 1 failed its final re-verification (incorrect)" in (run_dir / "report.md").read_text()
+    assert ("- result: none: attempt 1 failed its final re-verification (incorrect)"
+            in (run_dir / "report.md").read_text())

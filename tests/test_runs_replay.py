@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import WAIT_S
-from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.cli.replay import follow, render_trace, replay
 from kagent.agent.cli.run_list import list_runs
 from kagent.agent.lifecycle.runs import RunStatus, start_run
+from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import RunEnded, read_trace
+
+from conftest import WAIT_S
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
@@ -59,7 +60,8 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
         {"tool_calls": [call("design", hypothesis="a straight port", predicted="about 1x"),
                         call("write_file", path="solution.py", content=reference)]},
         {"tool_calls": [call("check")]},
-        {"text": "Dropping the routed scaling.", "tool_calls": [call("write_file", path="solution.py", content=broken)]},
+        {"text": "Dropping the routed scaling.",
+         "tool_calls": [call("write_file", path="solution.py", content=broken)]},
         {"tool_calls": [call("check")]},
         # Applies only to the reverted file (the port): its diff proves the revert was followed.
         {"tool_calls": [call("edit_file", path="solution.py", old=BAD_LINE, new=BAD_LINE + "  # needed")]},

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kagent.core.errors import KagentError
 from kagent.agent.storage.workspace import Workspace
+from kagent.core.errors import KagentError
 
 
 def git(root: Path, *args: str) -> str:

@@ -18,7 +18,8 @@ class Baseline(BaseTool):
     Arguments = BaselineArgs
 
     def execute(self, args: BaselineArgs, ctx: ToolContext) -> ToolOutcome:
-        options = ctx.eval_options.model_copy(update={"mode": "aa", "timeout_s": ctx.timeout(ctx.eval_options.timeout_s)})
+        options = ctx.eval_options.model_copy(update={"mode": "aa",
+                                                      "timeout_s": ctx.timeout(ctx.eval_options.timeout_s)})
         try:
             result = evaluate(ctx.task, None, options, progress=ctx.progress)
         except KagentError as err:

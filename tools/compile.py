@@ -11,7 +11,15 @@ from typing import Any, Optional
 from pydantic import Field
 
 from kagent.tools.base import (
-    Args, BaseTool, Completed, ToolContext, ToolError, ToolFacts, ToolOutcome, relative_name, resolve_in_workspace,
+    Args,
+    BaseTool,
+    Completed,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    relative_name,
+    resolve_in_workspace,
     run_command,
 )
 
@@ -85,7 +93,7 @@ def demangle(names: list[str], ctx: ToolContext) -> dict[str, str]:
     readable = done.output.splitlines()
     if done.exit_code != 0 or len(readable) != len(names):
         return {n: n for n in names}
-    return dict(zip(names, readable))
+    return dict(zip(names, readable, strict=True))
 
 
 def resource_table(kernels: list[dict[str, Any]]) -> str:

@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, ValidationError
 
-from kagent.tools.base import Args, BaseTool, FileChange, Restore, ToolContext, ToolFacts, ToolOutcome, UNTOUCHED
+from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileChange, Restore, ToolContext, ToolFacts, ToolOutcome
 
 
 class DesignArgs(Args):

@@ -75,8 +75,9 @@ def summarize(result: EvalResult) -> str:
                      f"ms/token → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
                      f"{t.tokens_per_s:.0f} tok/s{fraction}")
         if t.candidate_host_overhead_ms is not None:
-            lines.append(f"{t.label}: one step on its own (synchronized around) takes {t.candidate_isolated_ms:.4g} ms: "
-                         f"host overhead {t.candidate_host_overhead_ms:.3g} ms over the steady time")
+            lines.append(f"{t.label}: one step on its own (synchronized around) takes "
+                         f"{t.candidate_isolated_ms:.4g} ms: host overhead {t.candidate_host_overhead_ms:.3g} ms over "
+                         "the steady time")
     reports = [r for r in (result.launches_of("baseline"), result.launches_of("candidate")) if r is not None]
     if reports and all(r.launches is None for r in reports):
         lines.append(f"launches per step: not counted ({reports[0].note or 'no count'})")

@@ -7,7 +7,16 @@ from typing import Optional
 from pydantic import Field, ValidationError
 
 from kagent.tools.base import (
-    UNTOUCHED, Args, BaseTool, FileChange, Rewrite, ToolContext, ToolError, ToolFacts, ToolOutcome, relative_name,
+    UNTOUCHED,
+    Args,
+    BaseTool,
+    FileChange,
+    Rewrite,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    relative_name,
     resolve_in_workspace,
 )
 

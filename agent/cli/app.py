@@ -6,18 +6,22 @@ import os
 import re
 import sys
 import termios
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 from rich.console import Console
 
-from kagent.core.errors import KagentError
 from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
+from kagent.core.errors import KagentError
 from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+
+if TYPE_CHECKING:  # imported where used: a mistake in the options is said before torch is imported
+    from kagent.sandbox.results import Verdict
 
 app = typer.Typer(
     name="kagent",
@@ -73,7 +77,8 @@ def _parse_contexts(text: Optional[str]) -> Optional[list[int]]:
     try:
         return [int(part) for part in re.split(r"[,\s]+", text.strip()) if part]
     except ValueError:
-        raise KagentError(f"--contexts takes context lengths separated by commas, such as 2048,8192; got {text!r}")
+        raise KagentError(f"--contexts takes context lengths separated by commas, such as 2048,8192; "
+                          f"got {text!r}") from None
 
 
 @app.command("eval")
@@ -105,25 +110,16 @@ def eval_command(
     """
     from rich.live import Live
 
-    from kagent.agent.lifecycle.device import check_device_name, resolve_device
     from kagent.agent.cli.views import EvalProgressView, print_result
+    from kagent.agent.lifecycle.device import check_device_name, resolve_device
     from kagent.agent.settings import default_scale
     from kagent.sandbox.evaluate import EvalOptions, evaluate
-    from kagent.sandbox.results import Verdict
     from kagent.tasks import resolve_task
 
-    if aa and solution is not None:
-        raise KagentError("--aa times the baseline against itself: leave out --solution")
-    if not aa and solution is None:
-        raise KagentError("give --solution FILE, or --aa for an A/A run of the baseline")
-    if aa and check_only:
-        raise KagentError("--aa and --check-only do not go together: an A/A run is about timing")
+    mode = _eval_mode(aa, check_only, solution)
     task_ref = resolve_task(task)
-    if solution is not None and solution.is_dir():
-        raise KagentError(f"{solution} is a directory: --solution takes the solution's file",
-                          hint=f"e.g. --solution {solution / 'solution.py'}; the files beside it are copied with it")
-    if solution is not None and not solution.is_file():
-        raise KagentError(f"no solution file at {solution}")
+    if solution is not None:
+        _check_solution_file(solution)
     check_device_name(device)
     resolved_device = resolve_device(device)
     chosen_scale = scale.value if scale else default_scale(resolved_device)
@@ -131,7 +127,7 @@ def eval_command(
     # No home: each evaluation builds in a fresh HOME of its own, so that nothing one solution
     # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
-        mode="aa" if aa else "check" if check_only else "eval", device=resolved_device, scale=chosen_scale,
+        mode=mode, device=resolved_device, scale=chosen_scale,
         contexts=_parse_contexts(contexts), rounds=rounds, min_request_ms=min_request_ms,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
         cache_dir=kagent_home(), atol=atol, rtol=rtol,
@@ -148,7 +144,7 @@ def eval_command(
             result = evaluate(task_ref, solution, options)
     except KeyboardInterrupt:
         err_console.print("interrupted: the evaluation was stopped, nothing was written")
-        raise typer.Exit(EXIT_CTRL_C)
+        raise typer.Exit(EXIT_CTRL_C) from None
     path = out or runs_dir() / "evals" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}_{task_ref.name}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,14 +153,39 @@ def eval_command(
         # The evaluation is done: show it anyway, then say what went wrong with the file.
         print_result(console, result)
         raise KagentError(f"could not write the result to {path}: {err.strerror}", hint="choose another --out",
-                          exit_code=EXIT_INTERNAL)
+                          exit_code=EXIT_INTERNAL) from err
     if json_output:
         sys.stdout.write(result.model_dump_json(indent=1) + "\n")
     else:
         print_result(console, result, str(path))
-    if result.verdict is Verdict.INTERNAL_ERROR:
-        raise typer.Exit(EXIT_INTERNAL)
-    raise typer.Exit(EXIT_PASS if result.verdict is Verdict.PASS else EXIT_SOLUTION_FAILED)
+    raise typer.Exit(_exit_code(result.verdict))
+
+
+def _eval_mode(aa: bool, check_only: bool, solution: Optional[Path]) -> Literal["aa", "check", "eval"]:
+    """What `kagent eval` is asked to do, once its options are known to go together."""
+    if aa and solution is not None:
+        raise KagentError("--aa times the baseline against itself: leave out --solution")
+    if not aa and solution is None:
+        raise KagentError("give --solution FILE, or --aa for an A/A run of the baseline")
+    if aa and check_only:
+        raise KagentError("--aa and --check-only do not go together: an A/A run is about timing")
+    return "aa" if aa else "check" if check_only else "eval"
+
+
+def _check_solution_file(solution: Path) -> None:
+    if solution.is_dir():
+        raise KagentError(f"{solution} is a directory: --solution takes the solution's file",
+                          hint=f"e.g. --solution {solution / 'solution.py'}; the files beside it are copied with it")
+    if not solution.is_file():
+        raise KagentError(f"no solution file at {solution}")
+
+
+def _exit_code(verdict: Verdict) -> int:
+    from kagent.sandbox.results import Verdict
+
+    if verdict is Verdict.INTERNAL_ERROR:
+        return EXIT_INTERNAL
+    return EXIT_PASS if verdict is Verdict.PASS else EXIT_SOLUTION_FAILED
 
 
 def _documents_exit_codes(command):
@@ -283,8 +304,8 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
     """Drive a run (new or resumed) with or without the live view, then show its report."""
     from rich.live import Live
 
-    from kagent.agent.lifecycle.runs import RunInterrupted
     from kagent.agent.cli.views import LiveRunView
+    from kagent.agent.lifecycle.runs import RunInterrupted
 
     try:
         if quiet:
@@ -298,10 +319,10 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
         err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept",
                           highlight=False)
         err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False)
-        raise typer.Exit(EXIT_CTRL_C)
+        raise typer.Exit(EXIT_CTRL_C) from None
     except KeyboardInterrupt:
         err_console.print("interrupted before the run started")
-        raise typer.Exit(EXIT_CTRL_C)
+        raise typer.Exit(EXIT_CTRL_C) from None
     if json_output:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     else:
@@ -364,9 +385,9 @@ def replay_command(
     from kagent.agent.lifecycle.runs import find_run
 
     if execute:
+        from kagent.agent.cli.views import audit_table
         from kagent.agent.lifecycle.device import resolve_device
         from kagent.agent.lifecycle.reexecute import execute_replay
-        from kagent.agent.cli.views import audit_table
 
         audit = execute_replay(run, root, resolve_device(device) if device else None,
                                scale.value if scale else None, tolerance)

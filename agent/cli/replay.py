@@ -14,8 +14,9 @@ import difflib
 import json
 import posixpath
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console, Group, RenderableType
@@ -23,13 +24,27 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
-from kagent.core.errors import KagentError
+from kagent.agent.cli.views import clock
 from kagent.agent.loop.ledger import Attempt
 from kagent.agent.outcome import ENDINGS
 from kagent.agent.storage.trace import (
-    AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
-    RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
+    AttemptRecorded,
+    Compacted,
+    ErrorRecorded,
+    Event,
+    Finalized,
+    ModelRequested,
+    ModelResponded,
+    ModelRetried,
+    RunEnded,
+    RunResumed,
+    RunStarted,
+    ToolFinished,
+    ToolStarted,
+    UserNotice,
+    read_trace,
 )
+from kagent.core.errors import KagentError
 from kagent.core.messages import ModelResponse, TextBlock, ThinkingBlock
 from kagent.tools import all_tools
 from kagent.tools.base import UNTOUCHED, FileChange, Restore, Rewrite, Unknown
@@ -56,11 +71,6 @@ def _norm(path: str) -> str:
 
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _minutes(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
@@ -157,7 +167,7 @@ class TraceRenderer:
     # -- events ------------------------------------------------------------------------------
     def _on_run_started(self, event: RunStarted) -> list[RenderableType]:
         config, budget = event.config, event.config.budget
-        limits = [f"wall {_minutes(budget.wall_s)}",
+        limits = [f"wall {clock(budget.wall_s)}",
                   f"max ${budget.max_cost_usd:.2f}" if budget.max_cost_usd is not None else "",
                   f"max {budget.max_tokens:,} tokens" if budget.max_tokens is not None else ""]
         head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
@@ -170,8 +180,8 @@ class TraceRenderer:
         self.calls.clear()
         if event.workspace_side_ref:  # changes after the last commit were moved aside: contents unknown
             self.files.forget()
-        text = Text.assemble(("resumed", "bold cyan"), f" (segment {event.segment}): {_minutes(event.spent_before_s)} "
-                             f"spent before, wall budget now {_minutes(event.budget_wall_s)}")
+        text = Text.assemble(("resumed", "bold cyan"), f" (segment {event.segment}): {clock(event.spent_before_s)} "
+                             f"spent before, wall budget now {clock(event.budget_wall_s)}")
         if event.restarted:
             text.append("; the trace held no recorded step, so the run started over from turn 1")
         if event.settled_calls:
@@ -193,7 +203,7 @@ class TraceRenderer:
         if self.filtered:
             return []
         response = ModelResponse.model_validate(event.response)
-        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {_minutes(event.elapsed_s)} · "
+        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {clock(event.elapsed_s)} · "
                                             f"{response.usage.total_tokens:,} tokens · ${event.cost_usd:.2f}",
                                             align="left", style="dim")]
         for block in response.message.content:
@@ -327,7 +337,7 @@ class TraceRenderer:
         parts: list[RenderableType] = []
         if b:
             spent = [f"phase {b.get('phase', '?')}",
-                     f"elapsed {_minutes(float(b.get('elapsed') or 0))} of {_minutes(float(b.get('wall') or 0))}",
+                     f"elapsed {clock(float(b.get('elapsed') or 0))} of {clock(float(b.get('wall') or 0))}",
                      f"tokens {int(b.get('tokens') or 0):,}" + (f" of {int(b['max_tokens']):,}"
                                                                 if b.get("max_tokens") else ""),
                      f"cost ${float(b.get('cost') or 0):.2f}" + (f" of ${float(b['max_cost']):.2f}"
@@ -376,7 +386,7 @@ class TraceRenderer:
                 if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
         return [Text.assemble(("run ended: ", "bold"), (event.status, f"bold {ENDINGS[event.status].style}"),
                               f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
-                              f"{_minutes(event.elapsed_s)}")]
+                              f"{clock(event.elapsed_s)}")]
 
 
 def render_trace(events: list[Any], only_attempts: bool = False, only_errors: bool = False,

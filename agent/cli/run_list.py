@@ -21,8 +21,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.storage.lock import LOCK_NAME, lock_holder
+from kagent.agent.cli.views import clock
 from kagent.agent.outcome import ENDINGS, RunState
+from kagent.agent.storage.lock import LOCK_NAME, lock_holder
 
 STATUS_NAME = "status.json"
 UNBOUNDED_WIDTH = 1 << 20
@@ -143,11 +144,6 @@ def summaries_json(summaries: list[RunSummary]) -> str:
     return _SUMMARIES.dump_json(summaries, indent=1).decode()
 
 
-def _elapsed(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 def _tokens(count: int) -> str:
     """Short forms (12.3k, 4.56M): the table has to fit a terminal; the JSON has the exact count."""
     return f"{count / 1e6:.2f}M" if count >= 1_000_000 else f"{count / 1e3:.1f}k" if count >= 10_000 else f"{count:,}"
@@ -156,7 +152,7 @@ def _tokens(count: int) -> str:
 def _figures(s: RunSummary) -> dict[str, str]:
     """The right-hand columns of one run, as both layouts show them."""
     return {"result": f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–",
-            "elapsed": _elapsed(s.elapsed_s), "tokens": _tokens(s.tokens), "cost": f"${s.cost_usd:.2f}"}
+            "elapsed": clock(s.elapsed_s), "tokens": _tokens(s.tokens), "cost": f"${s.cost_usd:.2f}"}
 
 
 def _state(s: RunSummary) -> Text:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
@@ -88,20 +89,34 @@ def _determinism_line(determinism: Determinism) -> str:
 
 
 def result_view(result: EvalResult, result_path: str | None = None) -> Group:
-    parts = []
     head = Text.assemble((f"{result.verdict.value.upper()}", VERDICT_STYLE[result.verdict]), "  ", result.reason)
-    parts.append(head)
+    parts: list[RenderableType] = [head, *_result_tables(result),
+                                   Text("\n".join(_result_lines(result, result_path)))]
+    if result.verdict in (Verdict.CRASH, Verdict.ERROR, Verdict.INTERNAL_ERROR):
+        evidence = next((c.details for c in result.checks if c.details), "") or result.stderr_tail
+        if evidence.strip():
+            parts.append(Panel(evidence.strip()[-2000:], title="evidence (tail)", border_style="red"))
+    return Group(*parts)
+
+
+def _result_tables(result: EvalResult) -> list[Table]:
+    tables = []
     if result.static_findings:
         table = Table(title="Static findings")
         for col in ("file", "line", "rule", "code"):
             table.add_column(col)
         for f in result.static_findings:
             table.add_row(f.file, str(f.line), f.rule, f.evidence)
-        parts.append(table)
+        tables.append(table)
     if result.checks:
-        parts.append(checks_table(result))
+        tables.append(checks_table(result))
     if result.timings:
-        parts.append(timing_table(result))
+        tables.append(timing_table(result))
+    return tables
+
+
+def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
+    """The score, then what the result says of the solution, the machine and the time it took."""
     lines = score_lines(result)
     if result.determinism:
         lines.append(_determinism_line(result.determinism))
@@ -111,7 +126,7 @@ def result_view(result: EvalResult, result_path: str | None = None) -> Group:
     if device_time:
         lines.append(f"device time: {device_time}")
     for t in result.timings:
-        if t.candidate_host_overhead_ms is not None:
+        if t.candidate_host_overhead_ms is not None and t.candidate_isolated_ms is not None:
             lines.append(f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms (host overhead "
                          f"{t.candidate_host_overhead_ms:.3g} ms over the steady time)")
     if result.bandwidth:
@@ -121,28 +136,23 @@ def result_view(result: EvalResult, result_path: str | None = None) -> Group:
     if env:
         where = env.gpu_name or f"CPU ({env.platform})"
         lines.append(f"on {where}, torch {env.torch}, CUDA {env.cuda or '–'}, driver {env.driver or '–'}")
-    if result.phases:
-        phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
-        lines.append(f"wall time {result.wall_seconds:.1f} s ({phases})")
-    else:
-        lines.append(f"wall time {result.wall_seconds:.1f} s")
+    phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
+    lines.append(f"wall time {result.wall_seconds:.1f} s" + (f" ({phases})" if phases else ""))
     if result_path:
         lines.append(f"result written to {result_path}")
-    parts.append(Text("\n".join(lines)))
-    if result.verdict in (Verdict.CRASH, Verdict.ERROR, Verdict.INTERNAL_ERROR):
-        evidence = next((c.details for c in result.checks if c.details), "") or result.stderr_tail
-        if evidence.strip():
-            parts.append(Panel(evidence.strip()[-2000:], title="evidence (tail)", border_style="red"))
-    return Group(*parts)
+    return lines
 
 
 def print_result(console: Console, result: EvalResult, result_path: str | None = None) -> None:
     console.print(result_view(result, result_path))
 
 
-def _minutes(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """A duration as the clocks of the views show it: 0m12s, 59m59s, 1h05m."""
     seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def run_panel(update, since_s: float = 0.0) -> Panel:
@@ -155,13 +165,13 @@ def run_panel(update, since_s: float = 0.0) -> Panel:
         best += f" · re-verified {update.final_score:.3f}x: the result"
     head = _label_grid()
     head.add_row("phase", update.phase, "turn", str(update.turn))
-    head.add_row("elapsed", _minutes(elapsed), "remaining", _minutes(update.remaining_s - moved))
+    head.add_row("elapsed", clock(elapsed), "remaining", clock(update.remaining_s - moved))
     head.add_row("tokens", f"{update.tokens:,}", "cost", f"${update.cost_usd:.2f}")
     # A grid of its own, so that a long line here does not widen the columns above.
     now = _label_grid()
     now.add_row("best", best)
     if update.activity:
-        doing = f"{update.activity} for {_minutes(elapsed - update.activity_since_s)}"
+        doing = f"{update.activity} for {clock(elapsed - update.activity_since_s)}"
         now.add_row("now", Text(doing + (f" · {update.detail}" if update.detail else ""), style="bold"))
     attempts = Table(box=None, show_header=True, header_style="dim")
     for column in ("#", "kind", "verdict", "score", "note"):
@@ -212,7 +222,7 @@ class EvalProgressView:
         self._latest = progress.describe(event) or self._latest
 
     def __rich__(self) -> RenderableType:
-        return Text.assemble(("evaluating for ", "dim"), (_minutes(self._clock() - self._started), "bold"),
+        return Text.assemble(("evaluating for ", "dim"), (clock(self._clock() - self._started), "bold"),
                              (f" · {self._latest}", "dim"))
 
 

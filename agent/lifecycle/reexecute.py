@@ -14,12 +14,12 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
+from kagent.agent.lifecycle.runs import find_run, start_run
+from kagent.agent.loop.models.scripted import ScriptedModel
 from kagent.agent.settings import Budget
+from kagent.agent.storage.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace
 from kagent.core.errors import KagentError
 from kagent.core.messages import ModelResponse
-from kagent.agent.loop.models.scripted import ScriptedModel
-from kagent.agent.lifecycle.runs import find_run, start_run
-from kagent.agent.storage.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace
 
 # Relative difference between two runs' speedups that still counts as reproducing.
 REPRODUCE_TOLERANCE = 0.10

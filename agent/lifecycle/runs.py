@@ -5,28 +5,29 @@ import os
 import platform
 import secrets
 import shutil
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
 from kagent import prompts
-from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
 from kagent.agent.lifecycle.device import resolve_device
-from kagent.core.errors import KagentError
-from kagent.agent.storage.lock import RunLock
+from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.loop.agent import Agent, RunReport, ViewUpdate
-from kagent.core.messages import ChatModel
+from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
 from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
 from kagent.agent.settings import RunConfig, RunSettings
-from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
-from kagent.agent.lifecycle.resume import rebuild
+from kagent.agent.storage.lock import RunLock
 from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.storage.workspace import Workspace
+from kagent.core.errors import KagentError
+from kagent.core.messages import ChatModel
+from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import all_tools

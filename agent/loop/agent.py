@@ -9,26 +9,40 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
 from kagent.agent.loop import pricing
-from kagent.sandbox import progress
 from kagent.agent.loop.budget import BudgetTracker
-from kagent.core.errors import KagentError, TransientModelError
 from kagent.agent.loop.ledger import Attempt, Design, Ledger
-from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
+from kagent.agent.loop.state import Rebuilt
 from kagent.agent.outcome import Cause, EndState, end_state
 from kagent.agent.settings import RunConfig
-from kagent.agent.loop.state import Rebuilt
 from kagent.agent.storage.trace import (
-    AttemptRecorded, Compacted, ErrorRecorded, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
-    RunResumed, RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice, INLINE_LIMIT,
+    INLINE_LIMIT,
+    AttemptRecorded,
+    Compacted,
+    ErrorRecorded,
+    Finalized,
+    ModelRequested,
+    ModelResponded,
+    ModelRetried,
+    RunEnded,
+    RunResumed,
+    RunStarted,
+    ToolFinished,
+    ToolStarted,
+    TraceWriter,
+    UserNotice,
 )
 from kagent.agent.storage.workspace import Workspace
+from kagent.core.errors import KagentError, TransientModelError
+from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
+from kagent.sandbox import progress
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
@@ -207,7 +221,8 @@ class Agent:
         """Go on from a rebuilt state: settle the cut turn, tell the model, then drive."""
         self.messages, self.ledger = state.messages, state.ledger
         self.finished_summary = state.finished_summary
-        self.pending_design, self.usage, self.cost, self.turn = state.pending_design, state.usage, state.cost, state.turn
+        self.pending_design, self.usage, self.cost = state.pending_design, state.usage, state.cost
+        self.turn = state.turn
         plan = [(call, self._settlement(call, state)) for call in state.pending_calls if call.id not in state.results]
         resumed.settled_calls = [{"call_id": c.id, "name": c.name, "action": action} for c, action in plan]
         resumed.warnings = self.warnings
@@ -218,7 +233,7 @@ class Agent:
                  + (f"; what the interrupted process changed after it is kept on {resumed.workspace_side_ref}"
                     if resumed.workspace_side_ref else ""))
         notice = (f"[resumed] The run was interrupted and has been resumed (segment {resumed.segment}); {where}. "
-                  + (f"Calls of the interrupted turn: "
+                  + ("Calls of the interrupted turn: "
                      + ", ".join(f"{c.name} {action}" for c, action in plan) + ". " if plan else "")
                   + "\n" + self._status_text())
         self.trace.append(UserNotice(turn=self.turn, text=notice, budget=self.tracker.summary()))
@@ -437,7 +452,8 @@ class Agent:
             self.workspace.tag_best(sha)
             note = f"new best: {score:.3f}x" + (f" (was {best.score:.3f}x)" if best else "")
         elif score is not None:
-            note = f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x (attempt {best.number})"
+            note = (f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x "
+                    f"(attempt {best.number})")
         if lost and self.config.auto_revert:
             target = self._revert_target()
             if target is not None:

@@ -45,7 +45,7 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_NAME
         self.took_over: Optional[dict] = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
         for _ in range(2):
             try:
@@ -54,7 +54,7 @@ class RunLock:
                 holder = lock_holder(self.path.parent)
                 if holder is not None:
                     raise KagentError(f"run {self.path.parent.name} is being driven by process {holder.get('pid')} "
-                                      f"on {holder.get('host')}", hint="wait for it to end, or stop it first")
+                                      f"on {holder.get('host')}", hint="wait for it to end, or stop it first") from None
                 try:
                     self.took_over = json.loads(self.path.read_text())
                 except (OSError, ValueError):

@@ -10,14 +10,15 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from kagent.core.errors import KagentError
 from kagent.agent.outcome import EndState
 from kagent.agent.settings import RunConfig
+from kagent.core.errors import KagentError
 
 # The format of the events written now. 2: a loop-control tool's result says in its data what
 # it changed (design, finish); format 1 said it in the call's arguments only. Older events are

@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -97,7 +98,8 @@ class EvaluationBase:
         facts = {"solution_pid": solution.proc.pid, "arena_bytes": solution.arena.nbytes,
                  "pid_namespace": solution.pid_namespace, "request_floor_ms": round(solution.request_floor_ms, 4)}
         if solution.probe is not None:
-            facts.update(probe_idle_ms=round(solution.probe.idle_ms, 4), probe_limit_ms=round(solution.probe.limit_ms, 4))
+            facts.update(probe_idle_ms=round(solution.probe.idle_ms, 4),
+                         probe_limit_ms=round(solution.probe.limit_ms, 4))
         return facts
 
     def close_solution(self) -> None:

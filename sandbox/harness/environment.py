@@ -29,7 +29,7 @@ def gpu_clocks(index: int) -> dict:
     if len(values) != 6:
         return {}
     keys = ["driver", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "temperature_c", "power_w"]
-    return dict(zip(keys, values))
+    return dict(zip(keys, values, strict=True))
 
 
 def describe(device: torch.device) -> dict:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 

@@ -182,7 +182,7 @@ class Task:
             configs = [self.reference.build_config(shape) for shape in self.shapes]
         except Exception as err:
             raise TaskError(f"the task's reference.build_config failed: {type(err).__name__}: {err}") from err
-        differ = [shape for shape, cfg in zip(self.shapes, configs) if repr(cfg) != repr(configs[0])]
+        differ = [shape for shape, cfg in zip(self.shapes, configs, strict=True) if repr(cfg) != repr(configs[0])]
         if differ:
             raise TaskError(f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
                             "kagent grades one model across the shapes of a scale")
@@ -281,8 +281,9 @@ def layout_of(state: State) -> Layout:
 
 def grown(layout: Layout, growth: list[dict[str, tuple[int, ...]]], steps: int) -> Layout:
     """The layout after ``steps`` more steps, each adding ``growth`` (the MLA cache's row)."""
-    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name])), want.dtype)
-             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth)]
+    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name], strict=False)),
+                                want.dtype)
+             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth, strict=False)]
 
 
 # How far a step's contribution must stand above the rounding of the hidden it is added to
@@ -319,7 +320,8 @@ class StepChecker:
         metrics: dict[str, float] = {}
         nonfinite = []
         tensors = [("hidden", hidden, expected_hidden)]
-        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in)):
+        # The same layers in all three: the exchange takes only the layout the reference returns.
+        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in, strict=False)):
             for name, ref in ref_layer.items():
                 tensors.append((f"L{i}.{name}", layer[name], ref))
                 rows_in = in_layer[name].shape[0] if in_layer[name].dim() else 0
@@ -436,7 +438,7 @@ class MegaEvaluation(EvaluationBase):
         first = self.cases[0]
         before = layout_of(task.init_state(first.context_len, first.seed))
         after = layout_of(first.expected_state)
-        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape))
+        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape, strict=False))
                         for name, want in layer.items()} for i, layer in enumerate(before)]
         self.hidden_layout = TensorLayout.of(first.expected_hidden)
         self.checker = StepChecker(task, self.reference)
@@ -452,8 +454,9 @@ class MegaEvaluation(EvaluationBase):
                 for salient in kinds:
                     key = digest(task.cache_identity, "case", context_len, seed, *(["salient"] if salient else []))
                     inputs = self.case_inputs(context_len, seed, True) if salient else None
+                    # get_or_build calls it at once, in this turn of the loop.
                     out = self.cache.get_or_build("outputs", key, self.device, lambda: reference_case(
-                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))
+                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))  # noqa: B023
                     cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed, *out,
                                       salient=salient, inputs=inputs))
         # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
@@ -830,7 +833,8 @@ class BaselineChain:
 class SolutionChain:
     """The solution as a timed contestant: its steps run in its own process, chained there,
     each step's hidden recorded into the arena; each block (of as many steps as its warm-up
-    asked for, its inputs copied before the chain) is timed by the referee up to the device probe after the answer (remote.py).
+    asked for, its inputs copied before the chain) is timed by the referee up to the device
+    probe after the answer (remote.py).
     Every timed chain must repeat the validated chain step for step, up to a near-tie of the
     reference's routing: there an honest kernel whose rounding varies from run to run may
     pick the other expert, and every later step follows from that state, so from there on
@@ -870,7 +874,7 @@ class SolutionChain:
         """Fresh copies of the chain's inputs in the solution's process, before any block is
         timed (the baseline's are cloned untimed too)."""
         self.record.fill_(float("nan"))  # nothing of an earlier chain can pass for this one's
-        for target, source in zip(self.inputs, _flatten(self.template)):
+        for target, source in zip(self.inputs, _flatten(self.template), strict=False):
             target.copy_(source)
         timing.synchronize(self.evaluation.device)
         self.solution.request({"op": "chain", "begin": self.begin_node, "steps": 0, "record": self.record_slot,

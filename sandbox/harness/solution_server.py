@@ -28,7 +28,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-
 from kagent_harness import launches  # noqa: E402
 from kagent_harness.exchange import Arena, BadReturn, ExchangeError, decode, fill  # noqa: E402
 
@@ -165,7 +164,8 @@ class Session:
                 self.chain = list(decode(request["begin"], self._fresh))
             for i in range(steps):
                 returned = solution_call("step", step, *self.chain)
-                if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
+                if (not isinstance(returned, (tuple, list)) or len(returned) != 2
+                        or type(returned[0]) is not torch.Tensor):
                     return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
                                           f"{type(returned).__name__}"}
                 record[first + run * steps + i].copy_(returned[0])
@@ -252,7 +252,7 @@ def _copy_into(target: Any, source: Any) -> None:
         for key, value in target.items():
             _copy_into(value, source[key])
     elif isinstance(target, (list, tuple)):
-        for mine, theirs in zip(target, source):
+        for mine, theirs in zip(target, source, strict=False):
             _copy_into(mine, theirs)
 
 

@@ -20,8 +20,9 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional, Protocol, Sequence
+from typing import Optional, Protocol
 
 import numpy as np
 import torch

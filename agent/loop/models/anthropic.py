@@ -2,15 +2,25 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional
-
-from kagent.core.errors import TransientModelError
-from kagent.core.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
-                                   ToolCall, ToolResult, ToolSpec, Usage)
-from kagent.agent.loop.models.retry import parse_retry_after, status_error
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import anthropic
 import httpx2  # the SDK's HTTP client: a dropped stream surfaces as its TransportError
+
+from kagent.agent.loop.models.retry import parse_retry_after, status_error
+from kagent.core.errors import TransientModelError
+from kagent.core.messages import (
+    Message,
+    ModelResponse,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
 
 _SERVICE = "the Anthropic API"
 _KEY_ENV = "ANTHROPIC_API_KEY"
@@ -200,7 +210,7 @@ class AnthropicModel:
                              usage=_usage(raw.get("usage") or {}), model=raw.get("model") or self.model,
                              request_id=request_id or raw.get("id"), raw=raw)
 
-    def _status_error(self, exc: "anthropic.APIStatusError") -> Exception:
+    def _status_error(self, exc: anthropic.APIStatusError) -> Exception:
         detail = exc.api_message or exc.message
         if exc.status_code < 400:
             # An `error` event in the middle of a 200 stream: overloaded or an internal error.

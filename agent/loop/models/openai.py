@@ -2,15 +2,25 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import httpx2  # the SDK's HTTP client: a dropped stream may surface as its TransportError
 import openai
 
-from kagent.core.errors import TransientModelError
-from kagent.core.messages import (Message, ModelResponse, StopReason, TextBlock, ThinkingBlock,
-                                   ToolCall, ToolResult, ToolSpec, Usage)
 from kagent.agent.loop.models.retry import parse_retry_after, status_error
+from kagent.core.errors import TransientModelError
+from kagent.core.messages import (
+    Message,
+    ModelResponse,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
 
 _KEY_ENV = "OPENAI_API_KEY"
 _STOP_REASONS: dict[str, StopReason] = {

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from kagent.core.errors import ModelError, TransientModelError
 from kagent.core.messages import Message, ModelResponse, ToolSpec

@@ -8,8 +8,7 @@ from typing import Any, Union
 import yaml
 
 from kagent.core.errors import ModelError
-from kagent.core.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
-                                   ToolSpec, Usage)
+from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, ToolSpec, Usage
 
 _SHORT_KEYS = {"text", "thinking", "tool_calls", "usage", "stop_reason"}
 
