@@ -256,7 +256,7 @@ def _cgroup_support() -> Optional[CgroupSupport]:
 
 def _remove_stale_cgroups(support: CgroupSupport) -> None:
     """Remove cgroups left by kagent processes that are gone (a crash skips the cleanup)."""
-    for root in {support.pids_root, support.memory_root} - {None}:
+    for root in {path for path in (support.pids_root, support.memory_root) if path is not None}:
         for folder in root.glob(f"{_CGROUP_PREFIX}*"):
             owner = folder.name[len(_CGROUP_PREFIX):].split("-")[0]
             if owner.isdigit() and not Path(f"/proc/{owner}").exists():

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -210,7 +210,7 @@ class Bundle:
         self.task_file = None if task.kind == "mega" else self.task_dir / task.path.name
         if solution is not None:
             _copy_solution(solution, self.work)
-            self.solution = self.work / solution.name
+            self.solution: Optional[Path] = self.work / solution.name
         else:
             self.work.mkdir()
             self.solution = None
@@ -356,7 +356,9 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     os.close(write_fd)
     os.close(key_read)
     deadline = time.monotonic() + options.timeout_s
-    events, forged, buffer, timed_out, exited_at = [], [], b"", False, None
+    events: list[dict] = []
+    forged: list[str] = []
+    buffer, timed_out, exited_at = b"", False, None
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ)
     try:
@@ -436,7 +438,7 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     kept: whatever the solution wrote into the staging folder (a poisoned weight file, a
     bandwidth that would switch the physics check off) never reaches a later evaluation.
     """
-    sealed = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
+    sealed: dict[str, Any] = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
     promoted = []
     for name, digest in sealed.items():
         source, target = staging / name, cache_dir / name

@@ -23,6 +23,9 @@ def lay_out() -> Path:
     shutil.rmtree(TREE, ignore_errors=True)
     root = TREE / "kagent"
     root.mkdir(parents=True)
+    # kagent is a namespace package when installed; here a package, so that mypy names its
+    # modules from it (kagent.agent..., not agent...).
+    (root / "__init__.py").touch()
     for name, folder in package_dirs.items():
         parts = name.split(".")
         if len(parts) == 2:  # kagent.<name>: its subpackages lie in its folder already

@@ -187,7 +187,7 @@ class Profile(BaseTool):
         job_file = Path(tmp) / f"{job['mode']}_job.json"
         job_file.write_text(json.dumps(job))
         done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
-                           **self._files(ctx, tmp))
+                           writable=[Path(tmp)], show=self._shown(ctx))
         result_file = Path(job["result"])
         if done.timed_out:
             raise ToolError(f"profiling timed out after {done.seconds:.0f} s (process group killed)\n{done.output}")
@@ -196,11 +196,11 @@ class Profile(BaseTool):
         return json.loads(result_file.read_text())
 
     @staticmethod
-    def _files(ctx: ToolContext, tmp: str) -> dict[str, list[Path]]:
-        """The profiler's child reads its job and writes its result in ``tmp``, and reads the
-        task and the weights cached by evaluations."""
+    def _shown(ctx: ToolContext) -> list[Path]:
+        """The profiler's child reads its job and writes its result in its temporary folder
+        (writable), and reads the task and the weights cached by evaluations (these)."""
         cache = [ctx.eval_options.cache_dir] if ctx.eval_options.cache_dir else []
-        return {"writable": [Path(tmp)], "show": [ctx.task.path, *cache]}
+        return [ctx.task.path, *cache]
 
     def _ncu(self, ctx: ToolContext, ncu: str, job: dict, tmp: str) -> tuple[list[dict], str]:
         """Kernels of one step under ncu, or a note saying why there are none."""
@@ -208,7 +208,7 @@ class Profile(BaseTool):
         job_file.write_text(json.dumps(job))
         argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
                 "--metrics", ",".join(NCU_METRICS), ctx.eval_options.python, "-c", _CHILD, str(job_file)]
-        done = run_command(argv, ctx, NCU_TIMEOUT_S, **self._files(ctx, tmp))
+        done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=[Path(tmp)], show=self._shown(ctx))
         kernels = parse_ncu_csv(done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""

@@ -89,7 +89,7 @@ class ListFilesArgs(Args):
     depth: int = Field(2, ge=1, le=6, description="How many folder levels to descend")
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB"):
         if n < 1024:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -241,9 +241,9 @@ def run_command(
     chat_model = make_model(settings.model, timeout_s=settings.model_timeout_s,
                             thinking_budget=settings.thinking_budget)
     resolved_device = resolve_device(settings.device)
-    settings = settings.model_copy(update={"device": resolved_device,
-                                           "scale": settings.scale or default_scale(resolved_device)})
-    _warn_full_scale_on_cpu(settings.device, settings.scale)
+    chosen_scale = settings.scale or default_scale(resolved_device)
+    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
+    settings = settings.model_copy(update={"device": resolved_device, "scale": chosen_scale})
 
     from kagent.agent.lifecycle.runs import start_run
 

@@ -16,7 +16,7 @@ import posixpath
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console, Group, RenderableType
@@ -25,6 +25,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from kagent.agent.cli.views import clock
+from kagent.agent.loop.budget import BudgetSummary
 from kagent.agent.loop.ledger import Attempt
 from kagent.agent.outcome import ENDINGS
 from kagent.agent.storage.trace import (
@@ -333,15 +334,12 @@ class TraceRenderer:
     def _on_user_notice(self, event: UserNotice) -> list[RenderableType]:
         if self.filtered:
             return []
-        b = event.budget
         parts: list[RenderableType] = []
-        if b:
-            spent = [f"phase {b.get('phase', '?')}",
-                     f"elapsed {clock(float(b.get('elapsed') or 0))} of {clock(float(b.get('wall') or 0))}",
-                     f"tokens {int(b.get('tokens') or 0):,}" + (f" of {int(b['max_tokens']):,}"
-                                                                if b.get("max_tokens") else ""),
-                     f"cost ${float(b.get('cost') or 0):.2f}" + (f" of ${float(b['max_cost']):.2f}"
-                                                                 if b.get("max_cost") else "")]
+        if event.budget:
+            b = cast(BudgetSummary, event.budget)  # as BudgetTracker.summary() made it
+            spent = [f"phase {b['phase']}", f"elapsed {clock(b['elapsed'])} of {clock(b['wall'])}",
+                     f"tokens {b['tokens']:,}" + (f" of {b['max_tokens']:,}" if b["max_tokens"] else ""),
+                     f"cost ${b['cost']:.2f}" + (f" of ${b['max_cost']:.2f}" if b["max_cost"] else "")]
             parts.append(Text("  budget: " + " · ".join(spent), style="dim"))
         if not event.text.startswith("[budget]"):  # a nudge or a notice, not the usual status line
             first = event.text.strip().splitlines()[0] if event.text.strip() else ""

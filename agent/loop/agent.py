@@ -49,8 +49,6 @@ from kagent.tasks import TaskRef
 from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap
 from kagent.tools.evaluation import summarize
 
-# A benchmark this much slower than the best counts as a regression (beyond timing noise).
-REGRESSION_TOLERANCE = 0.02
 # A final re-verification that could not finish says nothing against the best attempt: the
 # benchmark that made it the best stands.
 REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
@@ -236,7 +234,7 @@ class Agent:
                   + ("Calls of the interrupted turn: "
                      + ", ".join(f"{c.name} {action}" for c, action in plan) + ". " if plan else "")
                   + "\n" + self._status_text())
-        self.trace.append(UserNotice(turn=self.turn, text=notice, budget=self.tracker.summary()))
+        self.trace.append(UserNotice(turn=self.turn, text=notice, budget=dict(self.tracker.summary())))
         if state.pending_calls:
             results = [state.results[c.id] for c in state.pending_calls]
             self.messages.append(Message(role="user", content=[*results, TextBlock(text=notice)]))
@@ -313,7 +311,7 @@ class Agent:
             return
         results: list[ToolResult | TextBlock] = [self._call_tool(call) for call in calls]
         status = self._status_text()
-        self.trace.append(UserNotice(turn=self.turn, text=status, budget=self.tracker.summary()))
+        self.trace.append(UserNotice(turn=self.turn, text=status, budget=dict(self.tracker.summary())))
         self.messages.append(Message(role="user", content=[*results, TextBlock(text=status)]))
         if self.finished_summary is not None:
             raise Stop(self._finished_reason(), "model")
@@ -327,7 +325,7 @@ class Agent:
         self.nudged = True
         text = ("No tool was called. Keep working with the tools (design, write_file, check, benchmark, ...), "
                 "or call finish if you are done.\n\n" + self._status_text())
-        self.trace.append(UserNotice(turn=self.turn, text=text, budget=self.tracker.summary()))
+        self.trace.append(UserNotice(turn=self.turn, text=text, budget=dict(self.tracker.summary())))
         self.messages.append(Message(role="user", content=[TextBlock(text=text)]))
 
     def _call_model(self) -> ModelResponse:
@@ -430,9 +428,7 @@ class Agent:
         number = max(self.ledger.next_number(), max(self.workspace.attempts(), default=0) + 1)
         previous = self.workspace.attempts().get(number - 1) or self.workspace.head()
         files = self.workspace.changed_files(previous)
-        passed = result.verdict is Verdict.PASS
-        score = result.score if scored and passed else None
-        best = self.ledger.best_attempt()
+        score = result.score if scored and result.verdict is Verdict.PASS else None
         trailers = {"Kagent-Attempt": str(number), "Kagent-Kind": kind, "Kagent-Verdict": result.verdict.value,
                     "Kagent-Speedup": f"{score:.4f}" if score is not None else "-",
                     "Kagent-Tokens": str(self.usage.total_tokens), "Kagent-Elapsed": f"{self.tracker.elapsed():.0f}s"}
@@ -441,19 +437,11 @@ class Agent:
         sha = self.workspace.commit(f"attempt {number}: {kind} {result.verdict.value}\n\n"
                                     f"{design.hypothesis if design else 'no design recorded'}", trailers)
         self.workspace.mark_attempt(number, sha)
-        kept, reverted_to, note, lost = True, None, "passed", False
-        if not passed:
-            note, lost = f"{result.verdict.value}: {result.reason}", True
-        elif score is not None and best is not None and score < best.score * (1 - REGRESSION_TOLERANCE):
-            note = f"regression: {score:.3f}x against the best {best.score:.3f}x (attempt {best.number})"
-            lost = True
-        elif score is not None and (best is None or score > best.score):
+        kept, reverted_to = True, None
+        note, lost, new_best = self.ledger.judge(result, score)
+        if new_best:
             self.ledger.best = number
             self.workspace.tag_best(sha)
-            note = f"new best: {score:.3f}x" + (f" (was {best.score:.3f}x)" if best else "")
-        elif score is not None:
-            note = (f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x "
-                    f"(attempt {best.number})")
         if lost and self.config.auto_revert:
             target = self._revert_target()
             if target is not None:
@@ -549,7 +537,7 @@ class Agent:
     def result_score(self) -> Optional[float]:
         """The run's result so far: the re-verified score once there is one, the best attempt's before."""
         best, final = self.ledger.best_attempt(), self.final_evaluation
-        if not self._verified():
+        if best is None or not self._verified():
             return None
         return final.score if final is not None and final.verdict is Verdict.PASS else best.score
 
@@ -570,13 +558,13 @@ class Agent:
                                    best_speedup=best.score if best else None, tokens=self.usage.total_tokens,
                                    cost_usd=self.cost))
         self._show(f"run ended: {reason}", ended=True)
-        reverified = final is not None and final.verdict is Verdict.PASS
+        reverified = final if final is not None and final.verdict is Verdict.PASS else None
         return RunReport(run_id=self.config.run_id, task=self.task.name, model=self.model.name, status=status,
                          reason=reason, best_attempt=best.number if best else None,
                          best_score=best.score if best else None, best_speedups=best.speedups if best else {},
                          final_verdict=final.verdict.value if final else None,
-                         final_score=final.score if reverified else None,
-                         final_speedups={t.label: t.speedup for t in final.timings} if reverified else {},
+                         final_score=reverified.score if reverified else None,
+                         final_speedups={t.label: t.speedup for t in reverified.timings} if reverified else {},
                          result_score=self.result_score(),
                          result_from=None if not verified else "final re-verification" if reverified else "exploration",
                          attempts=len(self.ledger.attempts), turns=self.turn, usage=self.usage, cost_usd=self.cost,

@@ -9,11 +9,25 @@ earlier segments spent, so pauses between segments never count against the budge
 from __future__ import annotations
 
 import time
-from typing import Literal, Protocol
+from typing import Literal, Optional, Protocol, TypedDict
 
 from kagent.agent.settings import Budget, format_duration
 
 Phase = Literal["explore", "final", "over"]
+
+
+class BudgetSummary(TypedDict):
+    """What the run has spent and may still spend, at one moment: the budget line the model
+    reads each turn, the live view, and the trace's user notices (a plain mapping there)."""
+
+    elapsed: float  # seconds, the earlier segments' included
+    remaining: float  # seconds of wall time left
+    wall: float  # the wall budget, in seconds
+    tokens: int
+    max_tokens: Optional[int]
+    cost: float  # USD
+    max_cost: Optional[float]
+    phase: Phase
 
 
 class Clock(Protocol):
@@ -125,7 +139,7 @@ class BudgetTracker:
             return "final"
         return "explore"
 
-    def summary(self) -> dict[str, float | int | str | None]:
+    def summary(self) -> BudgetSummary:
         """The numbers behind the per-turn budget line shown to the model."""
         return {
             "elapsed": self.elapsed(),

@@ -4,9 +4,14 @@ The model sees it on every turn, whatever else has been compacted away.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import NamedTuple, Optional
 
 from pydantic import BaseModel, Field
+
+from kagent.sandbox.results import EvalResult, Verdict
+
+# A benchmark this much slower than the best counts as a regression (beyond timing noise).
+REGRESSION_TOLERANCE = 0.02
 
 
 class Design(BaseModel):
@@ -18,7 +23,7 @@ class Design(BaseModel):
 
 class Attempt(BaseModel):
     number: int
-    kind: Literal["check", "benchmark"]
+    kind: str = Field(description="The tool that measured it (check, benchmark)")
     hypothesis: Optional[str] = None
     predicted: Optional[str] = None
     verdict: str
@@ -33,6 +38,14 @@ class Attempt(BaseModel):
     tokens: int = 0
 
 
+class Judgement(NamedTuple):
+    """What an attempt's measurement says against the best attempt."""
+
+    note: str
+    lost: bool  # it failed, or it is a regression: the workspace goes back to the best
+    new_best: bool
+
+
 class Ledger(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     best: Optional[int] = Field(None, description="Number of the best verified attempt")
@@ -42,6 +55,24 @@ class Ledger(BaseModel):
 
     def next_number(self) -> int:
         return len(self.attempts) + 1
+
+    def judge(self, result: EvalResult, score: Optional[float]) -> Judgement:
+        """An attempt that measured ``result`` (``score`` where it was timed and passed)
+        against the best one so far."""
+        if result.verdict is not Verdict.PASS:
+            return Judgement(f"{result.verdict.value}: {result.reason}", lost=True, new_best=False)
+        if score is None:
+            return Judgement("passed", lost=False, new_best=False)
+        best = self.best_attempt()
+        if best is None or best.score is None:
+            return Judgement(f"new best: {score:.3f}x", lost=False, new_best=True)
+        if score < best.score * (1 - REGRESSION_TOLERANCE):
+            return Judgement(f"regression: {score:.3f}x against the best {best.score:.3f}x (attempt {best.number})",
+                             lost=True, new_best=False)
+        if score > best.score:
+            return Judgement(f"new best: {score:.3f}x (was {best.score:.3f}x)", lost=False, new_best=True)
+        return Judgement(f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x "
+                         f"(attempt {best.number})", lost=False, new_best=False)
 
     def render(self, last: int = 25) -> str:
         """A compact table for the model."""

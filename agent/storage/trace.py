@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Final, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -23,7 +23,7 @@ from kagent.core.errors import KagentError
 # The format of the events written now. 2: a loop-control tool's result says in its data what
 # it changed (design, finish); format 1 said it in the call's arguments only. Older events are
 # read in today's terms (_upgrade), so a trace written before stays readable and resumable.
-TRACE_VERSION = 2
+TRACE_VERSION: Final = 2
 # Tool outputs longer than this go to a blob; the event keeps a capped copy and the blob's name.
 INLINE_LIMIT = 16_000
 

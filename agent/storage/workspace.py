@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import git
 
@@ -385,7 +385,7 @@ class Workspace:
 
     def _git(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
         def run() -> str:
-            return cast(str, self._repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=strip))
+            return self._repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=strip)
         return _git_call(run)
 
 

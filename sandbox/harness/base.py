@@ -95,7 +95,7 @@ class EvaluationBase:
     def solution_facts(self) -> dict:
         """How the solution's process is held, for the record of its load check."""
         solution = self.solution
-        facts = {"solution_pid": solution.proc.pid, "arena_bytes": solution.arena.nbytes,
+        facts = {"solution_pid": solution.process.pid, "arena_bytes": solution.arena.nbytes,
                  "pid_namespace": solution.pid_namespace, "request_floor_ms": round(solution.request_floor_ms, 4)}
         if solution.probe is not None:
             facts.update(probe_idle_ms=round(solution.probe.idle_ms, 4),
@@ -134,7 +134,9 @@ class EvaluationBase:
         try:
             reply = solution.request({"op": "launches", "method": method, "what": f"{who} {method}",
                                       "args": solution.put(args)}, "profiling its launches")
-            report = reply.get("report") if isinstance(reply.get("report"), dict) else {}
+            report = reply.get("report")
+            if not isinstance(report, dict):
+                report = {}
         except CandidateError as err:
             report = {"launches": None, "note": err.message}
         allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 import subprocess
 from importlib import metadata
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ def gpu_clocks(index: int) -> dict:
 
 def describe(device: torch.device) -> dict:
     """A plain-JSON record of the device and the software stack."""
-    record = {
+    record: dict[str, Any] = {
         "device": str(device),
         "hostname": platform.node(),
         "platform": platform.platform(),

@@ -170,7 +170,7 @@ class KernelBenchEvaluation(EvaluationBase):
         cand = SolutionCalls(self, inputs, expected)
         timing.freeze_heap()
         clocks_before = self.clocks()
-        with timing.one_cpu_for_both(self.solution.proc.pid):
+        with timing.one_cpu_for_both(self.solution.process.pid):
             timing.run_untimed(base, 3, steps)
             timing.run_untimed(cand, 3, steps)
             samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps, block_steps=steps)
@@ -182,13 +182,14 @@ class KernelBenchEvaluation(EvaluationBase):
                   **stats, **timing.speedup_with_noise(samples["baseline"], samples["candidate"]),
                   "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"],
                   "candidate_isolated_ms": isolated_ms}
-        bw = self.bw
-        # The least a forward can move: read every input and parameter once, write the output once.
-        nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
-        floor_ms = nbytes / bw["bytes_per_s"] * 1e3
-        result["roofline"] = {"bytes_per_step": nbytes, "floor_ms": floor_ms,
-                              "candidate_fraction": floor_ms / stats["candidate"]["median_ms"],
-                              "baseline_fraction": floor_ms / stats["baseline"]["median_ms"]}
+        bw = self.bw  # measured in every mode that times (run)
+        if bw is not None:
+            # The least a forward can move: read every input and parameter once, write the output once.
+            nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
+            floor_ms = nbytes / bw["bytes_per_s"] * 1e3
+            result["roofline"] = {"bytes_per_step": nbytes, "floor_ms": floor_ms,
+                                  "candidate_fraction": floor_ms / stats["candidate"]["median_ms"],
+                                  "baseline_fraction": floor_ms / stats["baseline"]["median_ms"]}
         # No physics check here: a KernelBench problem's inputs and weights can be small enough
         # to stay in the device's cache between calls, where beating the DRAM floor is honest.
         self.channel.send("timing", **result)
@@ -204,7 +205,7 @@ class ReferenceCalls:
     """The task's Model as a timed contestant: ``model(*inputs)`` per step, in the referee."""
 
     name = "baseline"
-    block_steps = None
+    block_steps: int | None = None
 
     def __init__(self, device: torch.device, model: torch.nn.Module, inputs: list):
         self.device, self.model, self.inputs = device, model, inputs
@@ -227,7 +228,7 @@ class SolutionCalls:
     process per block, the last output copied to the arena and checked after each round."""
 
     name = "candidate"
-    block_steps = None
+    block_steps: int | None = None
 
     def __init__(self, evaluation: KernelBenchEvaluation, inputs: list, expected: list[torch.Tensor]):
         self.evaluation, self.expected = evaluation, expected

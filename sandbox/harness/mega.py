@@ -147,7 +147,10 @@ class Task:
         # The public board's check.py and benchmark.py compare cosines with tolerance.cos_sim.
         board_tolerance = self.problem.get("tolerance")
         board_cosine = board_tolerance.get("cos_sim") if isinstance(board_tolerance, dict) else None
-        self.threshold = float(correctness.get("threshold", board_cosine if board_cosine is not None else 0.98))
+        threshold = correctness.get("threshold")
+        if threshold is None:
+            threshold = board_cosine if board_cosine is not None else 0.98
+        self.threshold = float(threshold)
         board_seeds = getattr(shapes, "GRADING_SEEDS", None)  # the public board keeps its seeds there
         self.check_seeds = list(correctness.get("seeds", board_seeds if board_seeds is not None else [0, 1, 2]))
         key = "smoke_contexts" if scale == "smoke" else "contexts"
@@ -259,12 +262,14 @@ def build_reference(task: Task, cache: DiskCache) -> tuple[torch.nn.Module, Path
     return model.eval(), cache.find(entry)
 
 
-def reference_step(model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State]:
-    """The reference's step on copies, so the inputs stay as they were."""
+def reference_step(model: Any, hidden: Hidden, state: State) -> tuple[Hidden, State]:
+    """The reference's step on copies, so the inputs stay as they were. (``model`` is the task's
+    Model: its step is the task's own method, which torch's Module type does not know.)"""
     return model.step(hidden.clone(), clone_state(state))
 
 
-def reference_case(task: Task, model: torch.nn.Module, hidden: Hidden, state: State) -> tuple:
+def reference_case(task: Task, model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State,
+                                                                                              float | None]:
     """(hidden, state, decision margin) of one reference step."""
     out_hidden, out_state = reference_step(model, hidden, state)
     margin = float(task.decision_margin(model)) if task.decision_margin else None
@@ -336,7 +341,7 @@ class StepChecker:
         rounding = expected_hidden.float().norm() * (_precision(expected_hidden.dtype) / 2)
         if expected_delta.norm() >= DELTA_SIGNAL_OVER_ROUNDING * rounding:
             metrics["delta"] = compare.cosine(hidden.float() - base, expected_delta)
-        worst = min(metrics, key=metrics.get)
+        worst = min(metrics, key=lambda name: metrics[name])
         below = sorted(n for n, v in metrics.items() if v < self.task.threshold)
         return {"min_cosine": metrics[worst], "worst": worst, "below_threshold": below,
                 "nonfinite": nonfinite, "cosines": {k: round(v, 6) for k, v in metrics.items()},
@@ -457,8 +462,9 @@ class MegaEvaluation(EvaluationBase):
                     # get_or_build calls it at once, in this turn of the loop.
                     out = self.cache.get_or_build("outputs", key, self.device, lambda: reference_case(
                         task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))  # noqa: B023
-                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed, *out,
-                                      salient=salient, inputs=inputs))
+                    expected_hidden, expected_state, margin = out
+                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed,
+                                      expected_hidden, expected_state, margin, salient=salient, inputs=inputs))
         # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
         # routing sits on a near-tie is drawn again: there an honest kernel's rounding could
         # swap an expert, and a secret seed must not fail a correct solution by bad luck.
@@ -480,8 +486,10 @@ class MegaEvaluation(EvaluationBase):
                                     f"{self.redrawn_seeds} draws: lower correctness.min_decision_margin")
                 continue
             self.hidden_seeds.append(seed)
+            expected_hidden, expected_state, margin = out
             cases.append(Case(_case_label(f"hidden seed #{len(self.hidden_seeds)}", context_len, salient),
-                              context_len, seed, *out, salient=salient, inputs=inputs if salient else None))
+                              context_len, seed, expected_hidden, expected_state, margin, salient=salient,
+                              inputs=inputs if salient else None))
         return cases
 
     def inputs_of(self, case: Case) -> list:
@@ -494,6 +502,8 @@ class MegaEvaluation(EvaluationBase):
         task = self.task
         hidden, state = task.init_token(seed), task.init_state(context_len, seed)
         if salient:
+            if task.salient_state is None:
+                raise TaskError("a salient case was asked of a task whose reference defines no salient_state")
             try:
                 drawn, state = state, task.salient_state(self.reference, hidden, state)
             except Exception as err:
@@ -508,7 +518,7 @@ class MegaEvaluation(EvaluationBase):
         start = layout_of(self.task.init_state(context_len, self.task.timing_seed))
         return grown(start, self.growth, steps)
 
-    def load_baseline(self) -> torch.nn.Module:
+    def load_baseline(self) -> Any:  # the task's Model: a torch Module with the task's own step
         model = self.task.baseline_model()
         model.load_state_dict(self.weights, strict=True)
         return model.eval()
@@ -697,7 +707,7 @@ class MegaEvaluation(EvaluationBase):
             base = BaselineChain(self, ctx, steps)
             cand = SolutionChain(self, ctx, steps, self.first_chains[ctx])
             try:
-                with timing.one_cpu_for_both(self.solution.proc.pid):
+                with timing.one_cpu_for_both(self.solution.process.pid):
                     timing.run_untimed(base, warmup, block_steps)
                     cand.block_steps = steps  # the warm-up as one request: its overhead is taken off once
                     cand.block_steps, cand.chains_per_request = timing.candidate_blocks(
@@ -721,7 +731,7 @@ class MegaEvaluation(EvaluationBase):
             result["candidate_isolated_ms"] = isolated_ms
             if self_timed_ms:
                 result["candidate_self_timed_ms"] = float(np.median(self_timed_ms))
-            if bw:
+            if bw and self.task.roofline is not None:
                 nbytes = int(self.task.roofline.bytes_per_step(self.task.cfg, ctx))
                 floor_ms = nbytes / bw["bytes_per_s"] * 1e3
                 result["roofline"] = {
@@ -805,7 +815,7 @@ class BaselineChain:
     """The baseline as a timed contestant: steps in the referee, timed by the referee's clock."""
 
     name = "baseline"
-    block_steps = None
+    block_steps: int | None = None
 
     def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
         self.device = evaluation.device
@@ -925,7 +935,7 @@ class SolutionChain:
         if self.failures:
             return "fail", self.failures[0]
         note = ""
-        if self.departures:
+        if self.departures and self.near_tie is not None:  # a chain departs only after a near-tie
             note = (f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
                     f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there")
         return "pass", (f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "

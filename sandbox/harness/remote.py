@@ -111,6 +111,13 @@ class SolutionProcess:
         self.proc: Optional[subprocess.Popen] = None
         self.request_floor_ms = 0.0
 
+    @property
+    def process(self) -> subprocess.Popen:
+        """The solution's process, once launched."""
+        if self.proc is None:
+            raise RuntimeError("the solution's process was used before it was launched")
+        return self.proc
+
     def launch(self) -> None:
         """Start the process: it imports torch and waits for its first request, so its start
         overlaps with the referee's own preparations."""
@@ -202,7 +209,7 @@ class SolutionProcess:
         try:
             while b"\n" not in self._buffer:
                 if not selector.select(timeout=POLL_S):
-                    if self.proc.poll() is not None:
+                    if self.process.poll() is not None:
                         raise self._died(what)
                     continue
                 chunk = os.read(self._replies, 1 << 16)
@@ -226,7 +233,7 @@ class SolutionProcess:
 
     def _died(self, what: str) -> SolutionFailed:
         try:
-            code = self.proc.wait(timeout=5)
+            code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
         how = ("still running, but it closed its reply pipe" if code is None
@@ -235,13 +242,13 @@ class SolutionProcess:
 
     def _signal(self, sig: int) -> None:
         try:
-            os.kill(self.proc.pid, sig)
+            os.kill(self.process.pid, sig)
         except ProcessLookupError:
             pass  # dead: the next read says so
 
     def _wait_stopped(self, what: str) -> None:
         deadline = time.monotonic() + 5
-        while _state(self.proc.pid) not in ("T", "t", "Z", None):
+        while _state(self.process.pid) not in ("T", "t", "Z", None):
             if time.monotonic() > deadline:
                 raise SolutionFailed(f"the solution's process could not be stopped after {what}")
             time.sleep(0.0002)
@@ -260,14 +267,14 @@ class SolutionProcess:
         """Live processes of the evaluation other than the jail, the referee and the solution's
         process: in a pid namespace of its own every process there; without one, what
         descends from the solution's process or shares its session."""
-        known = {1, os.getpid(), self.proc.pid} if self.pid_namespace else {os.getpid(), self.proc.pid}
-        session = _session(self.proc.pid)
+        known = {1, os.getpid(), self.process.pid} if self.pid_namespace else {os.getpid(), self.process.pid}
+        session = _session(self.process.pid)
         table = _processes()
         found = []
         for pid, (state, _, sid, name) in table.items():
             if pid in known or state in ("Z", "X"):
                 continue
-            if self.pid_namespace or sid == session or _descends(table, pid, self.proc.pid):
+            if self.pid_namespace or sid == session or _descends(table, pid, self.process.pid):
                 found.append(f"{pid} ({name})")
         return found
 

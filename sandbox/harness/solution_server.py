@@ -154,7 +154,7 @@ class Session:
         the arena; ``chains`` times over, each from fresh copies of ``begin`` (recorded one
         chain after another). The referee times this whole request with its own clock; the
         events here are the solution process's own view, reported for information only."""
-        record = self.arena.view(request["record"])
+        record = self._attached().view(request["record"])
         first = int(request["record_from"])
         steps, chains = int(request["steps"]), int(request.get("chains", 1))
         step = self.model.step
@@ -175,13 +175,14 @@ class Session:
     def op_repeat(self, request: dict) -> dict:
         """``steps`` calls of the method on the same inputs (KernelBench's timed calls); the
         last output is copied to the arena."""
-        if request.get("begin") is not None:
-            self.args = self._materialize(request["begin"])
+        args = self._materialize(request["begin"]) if request.get("begin") is not None else self.args
+        if args is None:
+            raise ExchangeError("repeated calls were asked for before a first one")
         method = getattr(self.model, request["method"])
         events = self._events()
         returned = None
         for _ in range(int(request["steps"])):
-            returned = solution_call(request["what"], method, *self.args)
+            returned = solution_call(request["what"], method, *args)
         reported = events()
         try:
             fill(request["out"], returned, self.arena, request["returns"])
@@ -200,8 +201,13 @@ class Session:
             return {"report": {"launches": None, "note": f"profiling failed: {type(exc).__name__}: {exc}"}}
 
     # -- arguments ---------------------------------------------------------------------------
+    def _attached(self) -> Arena:
+        if self.arena is None:
+            raise ExchangeError("a request came before the arena was attached")
+        return self.arena
+
     def _fresh(self, slot: dict) -> torch.Tensor:
-        return self.arena.view(slot).clone()
+        return self._attached().view(slot).clone()
 
     def _materialize(self, node: dict) -> list:
         args = list(decode(node, self._fresh))
@@ -227,7 +233,7 @@ class Session:
                 container.update(items)
             else:
                 container[:] = items
-        fresh = decode(node, lambda slot: self.arena.view(slot))
+        fresh = decode(node, self._attached().view)
         _copy_into(self.args, fresh)
         return self.args
 

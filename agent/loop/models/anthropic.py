@@ -64,9 +64,9 @@ def to_anthropic_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
             merged[-1]["content"].extend(blocks)
         else:
             merged.append({"role": message.role, "content": blocks})
-    for message in merged:
-        if message["role"] == "user":
-            message["content"].sort(key=lambda b: b["type"] != "tool_result")  # stable sort
+    for param in merged:
+        if param["role"] == "user":
+            param["content"].sort(key=lambda b: b["type"] != "tool_result")  # stable sort
     for message in reversed(merged):
         if message["role"] == "user" and message["content"]:
             message["content"][-1] = {**message["content"][-1], "cache_control": _CACHE}
