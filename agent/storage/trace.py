@@ -26,6 +26,8 @@ from kagent.core.errors import KagentError
 TRACE_VERSION: Final = 2
 # Tool outputs longer than this go to a blob; the event keeps a capped copy and the blob's name.
 INLINE_LIMIT = 16_000
+# A segment's start says what the user was told there to beware of in the run's figures.
+WARNINGS = "What the user was told to beware of, such as a model without a price"
 
 
 class _Event(BaseModel):
@@ -46,8 +48,7 @@ class RunStarted(_Event):
     system: str
     first_message: dict[str, Any]
     tools: list[dict[str, Any]]
-    warnings: list[str] = Field(default_factory=list, description="What the user was told to beware of, such as a "
-                                "model without a price")
+    warnings: list[str] = Field(default_factory=list, description=WARNINGS)
 
 
 class ModelRequested(_Event):
@@ -130,8 +131,7 @@ class RunResumed(_Event):
                                              "left commits behind")
     restarted: bool = Field(False, description="The trace held no run start, so the run began again from turn 1 "
                                                "(this event follows that new start)")
-    warnings: list[str] = Field(default_factory=list, description="What the user was told to beware of, such as a "
-                                "model without a price")
+    warnings: list[str] = Field(default_factory=list, description=WARNINGS)
 
 
 class Compacted(_Event):
