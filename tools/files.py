@@ -154,12 +154,15 @@ class ListFiles(BaseTool):
 
 class WriteFileArgs(Args):
     path: str = Field(description="File path, relative to the workspace (not under task/)")
-    content: str = Field(description="The whole new content of the file")
+    content: str = Field(description="The whole new content of the file, or the part to append")
+    append: bool = Field(False, description="Add content at the end of the file instead of replacing it: "
+                                            "how a file too large for one answer is written, in parts")
 
 
 class WriteFile(BaseTool):
     name = "write_file"
-    description = "Create or overwrite a file of the workspace (parent folders are created)."
+    description = ("Create or overwrite a file of the workspace (parent folders are created), or with append=true "
+                   "add to its end: write a large file in parts, one call each.")
     Arguments = WriteFileArgs
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> ToolOutcome:
@@ -168,11 +171,14 @@ class WriteFile(BaseTool):
         if path.is_dir():
             raise ToolError(f"{shown} is a folder")
         existed = path.exists()
-        _write_text(path, shown, args.content)
-        lines = args.content.count("\n") + (0 if args.content.endswith("\n") or not args.content else 1)
-        verb = "overwrote" if existed else "created"
-        return ToolOutcome(content=f"{verb} {shown} ({lines} lines, {len(args.content.encode())} bytes)",
-                           data={"path": shown, "created": not existed, "bytes": len(args.content.encode())})
+        text = _read_text(path, shown) + args.content if args.append and existed else args.content
+        _write_text(path, shown, text)
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        verb = "appended to" if args.append and existed else "overwrote" if existed else "created"
+        added = f"{len(args.content.encode())} bytes added; now " if args.append and existed else ""
+        return ToolOutcome(content=f"{verb} {shown} ({added}{lines} lines, {len(text.encode())} bytes)",
+                           data={"path": shown, "created": not existed, "bytes": len(text.encode()),
+                                 "appended": bool(args.append and existed)})
 
 
 class EditFileArgs(Args):
