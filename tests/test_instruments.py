@@ -14,6 +14,7 @@ from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext, scrubbed_env
+from kagent.tools.ncu import details_text, parse_ncu_details
 from kagent.tools.stages import declared_stages, resolve_bytes, stage_table, stamp_times, sweep_points
 
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
@@ -187,3 +188,129 @@ def test_stages_tool_without_stages_says_how_to_declare_them(kimi_ctx: ToolConte
     assert out.is_error and "declares no stages" in out.content and "kagent_stages" in out.content
     (kimi_ctx.workspace / "solution.py").unlink()
     assert "write it first" in TOOLS["stages"].run({}, kimi_ctx).content
+
+
+# -- the reference's intermediates ------------------------------------------------------------------
+def test_reference_dump_records_every_layer_and_stage(kimi_ctx: ToolContext):
+    out = TOOLS["reference_dump"].run({"seed": 1}, kimi_ctx)
+    assert not out.is_error, out.content
+    saved = torch.load(kimi_ctx.workspace / "build" / "reference_intermediates.pt", weights_only=True)
+    for name in ("model.step.in0", "model.step.in1.L0.S", "model.step.out0", "model.step.out1.L3.c_kv",
+                 "blocks.0.norm.out", "blocks.0.attn.q_proj.out", "blocks.0.attn.short_conv#2.out0",
+                 "blocks.0.attn.o_proj.in0", "blocks.3.attn.kv_a.out", "blocks.3.attn.step.out", "blocks.2.moe.ffn.in4",
+                 "blocks.3.moe.step.out", "blocks.3.step.out"):
+        assert name in saved, name
+    # The state as the step received it, not as the step left it (it is changed in place).
+    assert not torch.equal(saved["model.step.in1.L0.S"], saved["model.step.out1.L0.S"])
+    assert saved["model.step.out1.L3.c_kv"].shape[0] == saved["model.step.in1.L3.c_kv"].shape[0] + 1
+    assert torch.equal(saved["blocks.3.step.out"], saved["model.step.out0"])
+    assert out.content.startswith(f"the reference's intermediates for seed 1 (context 16, cpu): {len(saved)} values, "
+                                  "saved to build/reference_intermediates.pt")
+    assert "more rows: narrow them with names" in out.content
+    narrowed = TOOLS["reference_dump"].run({"seed": 1, "names": "blocks.3.attn.kv_a.*"}, kimi_ctx)
+    assert narrowed.content.splitlines()[2:] == [
+        line for line in narrowed.content.splitlines()[2:] if line.startswith("blocks.3.attn.kv_a.")]
+    assert len(narrowed.content.splitlines()) == 4  # title, header, in0 and out
+
+
+def test_reference_dump_compares_a_solutions_values(kimi_ctx: ToolContext):
+    assert not TOOLS["reference_dump"].run({"save_as": "build/ref.pt"}, kimi_ctx).is_error
+    values = torch.load(kimi_ctx.workspace / "build" / "ref.pt", weights_only=True)
+    mine = {name: values[name].clone() for name in ("blocks.0.attn.q_proj.out", "blocks.0.attn.k_proj.out",
+                                                    "blocks.0.moe.ffn#1.in4")}
+    mine["blocks.0.attn.k_proj.out"] = -mine["blocks.0.attn.k_proj.out"]  # wrong from here on
+    mine["my.own.value"] = torch.zeros(3)
+    torch.save(mine, kimi_ctx.workspace / "mine.pt")
+    out = TOOLS["reference_dump"].run({"save_as": "build/ref.pt", "compare": "mine.pt"}, kimi_ctx)
+    assert not out.is_error, out.content
+    lines = out.content.splitlines()
+    assert lines[1].startswith(f"compared 3 values by name; {len(values) - 3} of the reference's are not in your "
+                               "file; yours only: my.own.value")
+    assert lines[2] == "first that differs (cosine below 0.999): blocks.0.attn.k_proj.out"
+    rows = {line.split(" | ")[0]: line for line in lines[4:]}
+    assert " | 1.000000 | 0 | " in rows["blocks.0.attn.q_proj.out"]
+    assert " | -1.000000 | " in rows["blocks.0.attn.k_proj.out"] and rows["blocks.0.attn.k_proj.out"].endswith("<- differs")
+    assert "| integers" in rows["blocks.0.moe.ffn#1.in4"]
+    missing = TOOLS["reference_dump"].run({"compare": "nothing.pt"}, kimi_ctx)
+    assert missing.is_error and "no file nothing.pt" in missing.content
+    torch.save([1, 2], kimi_ctx.workspace / "list.pt")
+    wrong = TOOLS["reference_dump"].run({"compare": "list.pt"}, kimi_ctx)
+    assert wrong.is_error and "not a dict of tensors by name" in wrong.content
+    assert TOOLS["reference_dump"].run({"save_as": "task/x.pt"}, kimi_ctx).is_error  # task/ is read-only
+
+
+# -- Nsight Compute on a standalone kernel file ----------------------------------------------------
+NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+              '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value","Rule Name",'
+              '"Rule Type","Rule Description","Estimated Speedup Type","Estimated Speedup"')
+
+
+def ncu_row(section: str, metric: str = "", unit: str = "", value: str = "", rule: str = "", kind: str = "",
+            description: str = "", speedup: str = "", launch: int = 0) -> str:
+    cells = [str(launch), "4242", "python3", "127.0.0.1", "two_stage_kernel", "1", "7", "(128, 1, 1)",
+             "(132, 1, 1)", "0", "9.0", section, metric, unit, value, rule, kind, description,
+             "global" if speedup else "", speedup]
+    return ",".join(f'"{c}"' for c in cells)
+
+
+NCU_CSV = "\n".join(["==PROF== Connected to process 4242", NCU_HEADER,
+                     ncu_row("GPU Speed Of Light Throughput", "Duration", "usecond", "61.50"),
+                     ncu_row("GPU Speed Of Light Throughput", "DRAM Throughput", "%", "88.10"),
+                     ncu_row("Occupancy", "Achieved Occupancy", "%", "12.40"),
+                     ncu_row("Source Counters", "Branch Instructions", "inst", "1,024"),
+                     ncu_row("Occupancy", rule="AchievedOccupancy", kind="OPT",
+                             description="The difference between  calculated and achieved occupancy...",
+                             speedup="37.5"),
+                     ncu_row("GPU Speed Of Light Throughput", "Duration", "usecond", "60.90", launch=1),
+                     "==PROF== Disconnected from process 4242"])
+
+
+def test_parse_ncu_details_and_the_text():
+    launches = parse_ncu_details(NCU_CSV)
+    assert [launch["id"] for launch in launches] == ["0", "1"]
+    first = launches[0]
+    assert first["kernel"] == "two_stage_kernel" and first["grid"] == "(132, 1, 1)"
+    assert first["sections"]["GPU Speed Of Light Throughput"] == [("Duration", "61.50", "usecond"),
+                                                                  ("DRAM Throughput", "88.10", "%")]
+    assert first["rules"] == [{"type": "OPT", "name": "AchievedOccupancy", "section": "Occupancy",
+                               "description": "The difference between calculated and achieved occupancy...",
+                               "speedup": "37.5"}]
+    text = details_text(launches, None, "build/ncu_k.csv").splitlines()
+    assert text[0] == "Nsight Compute, 2 launch(es); the whole report is in build/ncu_k.csv"
+    assert "[OPT] AchievedOccupancy (estimated speedup 37.5%): The difference between calculated" in text[3]
+    assert "   DRAM Throughput: 88.10 %" in text and "   Achieved Occupancy: 12.40 %" in text
+    assert "other sections (metrics; ask for them with sections=...): Source Counters (1)" in text
+    picked = details_text(launches, "source", "x")
+    assert "   Branch Instructions: 1,024 inst" in picked and "DRAM Throughput" not in picked
+
+
+def test_ncu_kernel_tool(kimi_ctx: ToolContext):
+    (kimi_ctx.workspace / "probe.py").write_text("print('launching')\n")
+    no_ncu = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}
+    kimi_ctx.env = no_ncu
+    out = TOOLS["ncu_kernel"].run({"path": "probe.py"}, kimi_ctx)
+    assert out.is_error and "ncu not on PATH" in out.content
+    # A stand-in ncu, where the jail lets the command see it: records how it was called, prints a report.
+    bin_dir = kimi_ctx.workspace / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "report.csv").write_text(NCU_CSV + "\n")
+    fake = bin_dir / "ncu"
+    fake.write_text(f'#!/bin/sh\necho "$@" > "{kimi_ctx.workspace}/ncu_argv.txt"\ncat "{bin_dir}/report.csv"\n')
+    fake.chmod(0o755)
+    kimi_ctx.env = {**no_ncu, "PATH": f"{bin_dir}:{no_ncu['PATH']}:/usr/bin:/bin"}
+    on_cpu = TOOLS["ncu_kernel"].run({"path": "probe.py"}, kimi_ctx)
+    assert on_cpu.is_error and "needs a CUDA device" in on_cpu.content
+    kimi_ctx.eval_options = kimi_ctx.eval_options.model_copy(update={"device": "cuda"})
+    out = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "two_stage", "launch_skip": 2,
+                                   "arguments": ["--size", "big"]}, kimi_ctx)
+    assert not out.is_error, out.content
+    argv = (kimi_ctx.workspace / "ncu_argv.txt").read_text().split()
+    assert argv[:12] == ["--set", "full", "--csv", "--page", "details", "--clock-control", "none", "--launch-skip",
+                         "2", "--launch-count", "1", "--kernel-name"]
+    assert argv[12] == "regex:two_stage" and argv[-3].endswith("probe.py") and argv[-2:] == ["--size", "big"]
+    assert "the whole report is in build/ncu_probe.csv" in out.content
+    assert (kimi_ctx.workspace / "build" / "ncu_probe.csv").read_text().startswith('"ID"')
+    for bad, message in (({"path": "probe.py", "section_set": "everything"}, "section_set must be one of"),
+                         ({"path": "missing.py"}, "no file missing.py"), ({"path": "task"}, "not a .py or .cu")):
+        refused = TOOLS["ncu_kernel"].run(bad, kimi_ctx)
+        assert refused.is_error and message in refused.content, refused.content

@@ -67,7 +67,7 @@ def call(name: str, ctx: ToolContext, **args):
 # -- base ------------------------------------------------------------------------------------
 def test_default_tools_have_schemas():
     assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "compile", "baseline",
-                           "check", "benchmark", "profile", "stages"]
+                           "check", "benchmark", "profile", "stages", "reference_dump", "ncu_kernel"]
     schema = TOOLS["edit_file"].spec.parameters
     assert schema["required"] == ["path", "old", "new"] and schema["additionalProperties"] is False
     assert "title" not in schema["properties"]["old"]

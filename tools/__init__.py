@@ -7,6 +7,8 @@ from kagent.tools.baseline import Baseline
 from kagent.tools.compile import Compile
 from kagent.tools.evaluation import Benchmark, Check, Profile
 from kagent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
+from kagent.tools.intermediates import ReferenceDump
+from kagent.tools.ncu import NcuKernel
 from kagent.tools.shell import Shell
 from kagent.tools.stages import Stages
 
@@ -16,4 +18,4 @@ __all__ = ["Tool", "ToolContext", "ToolError", "ToolOutcome", "default_tools"]
 def default_tools() -> list[Tool]:
     """The tools the model gets in every run (the loop adds design, revert and finish itself)."""
     return [ReadFile(), ListFiles(), WriteFile(), EditFile(), Shell(), Compile(), Baseline(), Check(), Benchmark(),
-            Profile(), Stages()]
+            Profile(), Stages(), ReferenceDump(), NcuKernel()]
