@@ -156,15 +156,16 @@ def stage_table(result: dict) -> str:
                      f"{cell(r['share'], '.1%')} | {cell(r['floor_fraction'], '.0%')}")
     total = sum(r["us"] for r in rows)
     step_us = result["steady_us"]
+    clock = "device time" if result["device"].startswith("cuda") else "time"
     agreed = abs(total + base - step_us) <= AGREEMENT * step_us
     lines.append(f"sum of the stages {total:.1f} µs + launch and barriers alone {base:.1f} µs = {total + base:.1f} µs; "
-                 f"the whole step: {result['full_us']:.1f} µs of device time, {step_us:.1f} µs per step back to back "
+                 f"the whole step: {result['full_us']:.1f} µs of {clock}, {step_us:.1f} µs per step back to back "
                  f"({(total + base) / step_us:.0%} of it" + ("" if agreed else
                                                                f": more than {AGREEMENT:.0%} apart, see below") + ")")
     if result.get("stamps"):
         stamped = sum(s["us"] for s in result["stamps"])
         share = stamped / result["full_us"]
-        lines.append(f"stamped stages add up to {stamped:.1f} µs ({share:.0%} of the step's device time"
+        lines.append(f"stamped stages add up to {stamped:.1f} µs ({share:.0%} of the step's {clock}"
                      + ("; the rest is the launch and the time before the first stamp)" if share < 1 else ")"))
     elif result.get("stamps_note"):
         lines.append(f"stamps: {result['stamps_note']}")
@@ -292,15 +293,15 @@ def stages_child(job_file: str) -> None:
     cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
     with torch.no_grad():
         model, step, context_len = build_solution(job, device)
+        clock = _Clock(device)
+        step()  # the first step builds and compiles; the stages are read after it (they may be sized by it)
+        clock.sync()
         try:
             stages = declared_stages(model, context_len)
             parts, floor_bytes, floor_from = _floor(job, model, context_len)
             stage_bytes = resolve_bytes(stages, parts)
         except ValueError as err:
             return fail(str(err))
-        clock = _Clock(device)
-        step()
-        clock.sync()
         points = sweep_points(len(stages))
         samples: dict[int, list[float]] = {p: [] for p in points}
         try:
