@@ -265,6 +265,20 @@ NCU_CSV = "\n".join(["==PROF== Connected to process 4242", NCU_HEADER,
                      "==PROF== Disconnected from process 4242"])
 
 
+def test_parse_a_report_of_the_h200():
+    # Rows of a real report (the two-stage kernel on the H200, 2026-12-01; see MEASUREMENTS.md),
+    # with a line break inside a quoted field, and ncu's own lines around the CSV.
+    text = (Path(__file__).parent / "ncu_details_h200.csv").read_text()
+    (launch,) = parse_ncu_details("==PROF== Connected to process 26\n" + text + "==PROF== Disconnected\n")
+    assert launch["kernel"] == "_two_stages" and launch["grid"] == "(264, 1, 1)" and launch["block"] == "(256, 1, 1)"
+    assert ("Duration", "236,448", "ns") in launch["sections"]["GPU Speed Of Light Throughput"]
+    assert [r["name"] for r in launch["rules"]] == ["SOLBottleneck", "SOLFPRoofline", "TheoreticalOccupancy",
+                                                     "UncoalescedGlobalAccess"]
+    assert "line break" in launch["rules"][0]["description"]
+    text = details_text([launch], None, "build/ncu_probe.csv")
+    assert "[OPT] UncoalescedGlobalAccess (estimated speedup 69.67%)" in text and "[INF]" not in text
+
+
 def test_parse_ncu_details_and_the_text():
     launches = parse_ncu_details(NCU_CSV)
     assert [launch["id"] for launch in launches] == ["0", "1"]
@@ -295,7 +309,10 @@ def test_ncu_kernel_tool(kimi_ctx: ToolContext):
     bin_dir.mkdir()
     (bin_dir / "report.csv").write_text(NCU_CSV + "\n")
     fake = bin_dir / "ncu"
-    fake.write_text(f'#!/bin/sh\necho "$@" > "{kimi_ctx.workspace}/ncu_argv.txt"\ncat "{bin_dir}/report.csv"\n')
+    fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
+                    f"open('{kimi_ctx.workspace}/ncu_argv.txt', 'w').write(' '.join(args))\n"
+                    f"print('==PROF== the report goes to the log file; only this on stdout')\n"
+                    f"shutil.copy('{bin_dir}/report.csv', args[args.index('--log-file') + 1])\n")
     fake.chmod(0o755)
     kimi_ctx.env = {**no_ncu, "PATH": f"{bin_dir}:{no_ncu['PATH']}:/usr/bin:/bin"}
     on_cpu = TOOLS["ncu_kernel"].run({"path": "probe.py"}, kimi_ctx)
@@ -305,9 +322,10 @@ def test_ncu_kernel_tool(kimi_ctx: ToolContext):
                                    "arguments": ["--size", "big"]}, kimi_ctx)
     assert not out.is_error, out.content
     argv = (kimi_ctx.workspace / "ncu_argv.txt").read_text().split()
-    assert argv[:12] == ["--set", "full", "--csv", "--page", "details", "--clock-control", "none", "--launch-skip",
-                         "2", "--launch-count", "1", "--kernel-name"]
-    assert argv[12] == "regex:two_stage" and argv[-3].endswith("probe.py") and argv[-2:] == ["--size", "big"]
+    assert argv[:14] == ["--set", "full", "--csv", "--page", "details", "--print-details", "all", "--clock-control",
+                         "none", "--launch-skip", "2", "--launch-count", "1", "--log-file"]
+    assert argv[15:17] == ["--kernel-name", "regex:two_stage"]
+    assert argv[-3].endswith("probe.py") and argv[-2:] == ["--size", "big"]
     assert "the whole report is in build/ncu_probe.csv" in out.content
     assert (kimi_ctx.workspace / "build" / "ncu_probe.csv").read_text().startswith('"ID"')
     for bad, message in (({"path": "probe.py", "section_set": "everything"}, "section_set must be one of"),

@@ -200,10 +200,14 @@ class Profile(BaseTool):
         """Kernels of one step under ncu, or a note saying why there are none."""
         job_file = Path(tmp) / "ncu_job.json"
         job_file.write_text(json.dumps(job))
+        # The report goes to a file: on stdout it is capped like any command's output, and 300
+        # launches of 3 metrics each would lose their middle.
+        report = Path(tmp) / "ncu.csv"
         argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
-                "--metrics", ",".join(NCU_METRICS), ctx.eval_options.python, "-c", _CHILD, str(job_file)]
+                "--metrics", ",".join(NCU_METRICS), "--log-file", str(report), ctx.eval_options.python, "-c",
+                _CHILD, str(job_file)]
         done = run_command(argv, ctx, NCU_TIMEOUT_S, **self._files(ctx, tmp))
-        kernels = parse_ncu_csv(done.output)
+        kernels = parse_ncu_csv(report.read_text(errors="replace") if report.exists() else done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""
         why = "timed out" if done.timed_out else f"exit code {done.exit_code}"

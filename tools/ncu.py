@@ -11,6 +11,7 @@ own advice (its rules) first.
 from __future__ import annotations
 
 import csv
+import io
 import re
 import shutil
 import tempfile
@@ -34,10 +35,14 @@ MAX_RULE_CHARS = 400
 def parse_ncu_details(output: str) -> list[dict[str, Any]]:
     """``ncu --csv --page details`` output as launches in order: each with its kernel name,
     grid and block, its sections (name -> [(metric, value, unit)]) and its rules (type,
-    name, description), whichever of those columns the version of ncu prints."""
-    quoted = [line for line in output.splitlines() if line.startswith('"')]
+    name, description), whichever of those columns the version of ncu prints. Read as one
+    CSV from its header on (a field may hold a line break); the tool's own ``==PROF==`` lines
+    before and after are no rows."""
+    start = output.find('"ID",')
+    if start < 0:
+        return []
     launches: dict[str, dict[str, Any]] = {}
-    for row in csv.DictReader(quoted):
+    for row in csv.DictReader(io.StringIO(output[start:])):
         launch_id = row.get("ID")
         if launch_id is None or not row.get("Kernel Name"):
             continue
@@ -120,20 +125,25 @@ class NcuKernel(BaseTool):
             raise ToolError(f"Nsight Compute needs a CUDA device; this run evaluates on {ctx.eval_options.device}")
         with tempfile.TemporaryDirectory(prefix="kagent-ncu-") as tmp:
             target = self._target(ctx, path, args, Path(tmp), tool_path)
-            argv = [ncu, "--set", args.section_set, "--csv", "--page", "details", "--clock-control", "none",
-                    "--launch-skip", str(args.launch_skip), "--launch-count", str(args.launch_count)]
+            # The report goes to a file: on stdout it would be capped like any command's output,
+            # and a full set runs to hundreds of rows a launch.
+            report = Path(tmp) / "report.csv"
+            argv = [ncu, "--set", args.section_set, "--csv", "--page", "details", "--print-details", "all",
+                    "--clock-control", "none", "--launch-skip", str(args.launch_skip), "--launch-count",
+                    str(args.launch_count), "--log-file", str(report)]
             if args.kernel:
                 argv += ["--kernel-name", f"regex:{args.kernel}"]
             done = run_command([*argv, *target, *args.arguments], ctx, NCU_TIMEOUT_S, cwd=path.parent,
                                writable=[Path(tmp)])
-        launches = parse_ncu_details(done.output)
+            text = report.read_text(errors="replace") if report.exists() else ""
+        launches = parse_ncu_details(text)
         if not launches:
             why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
             raise ToolError(f"Nsight Compute profiled no kernel ({why}; check kernel, launch_skip and that the "
-                            f"file launches something):\n{done.output[-3000:]}")
+                            f"file launches something):\n{done.output[-3000:]}\n{text[-2000:]}".rstrip())
         saved = resolve_in_workspace(ctx, f"build/ncu_{path.stem}.csv", for_writing=True)
         saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text("\n".join(line for line in done.output.splitlines() if line.startswith('"')) + "\n")
+        saved.write_text(text[text.find('"ID",'):])
         saved_as = relative_name(ctx, saved)
         return ToolOutcome(content=details_text(launches, args.sections, saved_as),
                            data={"saved_as": saved_as, "launches": [{k: launch[k] for k in ("id", "kernel", "grid",
