@@ -170,7 +170,7 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
             view(update)
 
     agent = Agent(config, task, retrying, default_tools(), workspace, trace, tracker, eval_options, view=on_update,
-                  system_prompt=prompts.load("system.md"), versions=versions())
+                  system_prompt=prompts.system_prompt(task), versions=versions())
     agent_box.append(agent)
     try:
         report = go(agent)
