@@ -166,7 +166,8 @@ def eval_command(
     raise typer.Exit(EXIT_PASS if result.verdict is Verdict.PASS else EXIT_SOLUTION_FAILED)
 
 
-RUN_CONFIG_KEYS = {"model", "budget", "max_cost", "max_tokens", "device", "scale", "thinking", "revert"}
+RUN_CONFIG_KEYS = {"model", "budget", "max_cost", "max_tokens", "device", "scale", "thinking", "reasoning_effort",
+                   "max_output_tokens", "revert"}
 
 
 def _run_config_file(path: Optional[Path]) -> dict:
@@ -223,10 +224,20 @@ def run_command(
     max_tokens: Optional[int] = typer.Option(None, help="Stop exploring after this many tokens in all."),
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda or cuda:N (default auto)."),
     scale: Optional[Scale] = typer.Option(None, help="Default: full on CUDA, smoke on the CPU."),
-    thinking: Optional[int] = typer.Option(None, help="Anthropic extended thinking: budget in tokens per turn."),
+    thinking: Optional[str] = typer.Option(None, help="on (the default where the model thinks), off, or a "
+                                           "budget in tokens per turn for a model that takes one (Anthropic "
+                                           "extended thinking; by default half the output cap)."),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="For a model that takes an "
+                                                   "effort (OpenAI reasoning models, Anthropic adaptive "
+                                                   "thinking): none, minimal, low, medium, high (the default), "
+                                                   "xhigh or max, as far as the model knows them."),
+    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", help="Output cap per model "
+                                                    "call, thinking included (default: the most the model "
+                                                    "allows; $KAGENT_HOME/models.yaml extends the table)."),
     no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with any of: model, budget, max_cost, "
-                                          "max_tokens, device, scale, thinking, revert."),
+                                          "max_tokens, device, scale, thinking, reasoning_effort, "
+                                          "max_output_tokens, revert."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -238,6 +249,7 @@ def run_command(
     """
     from kagent.agent.device import check_device_name, resolve_device
     from kagent.agent.models import make_model
+    from kagent.agent.models.limits import output_settings
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
     settings = _run_config_file(config)
@@ -253,8 +265,10 @@ def run_command(
     scale_value = scale.value if scale else settings.get("scale")
     if scale_value not in (None, "smoke", "full"):
         raise KagentError(f"scale must be smoke or full, not {scale_value!r}")
-    thinking_budget = thinking if thinking is not None else settings.get("thinking")
-    chat_model = make_model(model, thinking_budget=thinking_budget)
+    output = output_settings(model, thinking if thinking is not None else settings.get("thinking"),
+                             reasoning_effort or settings.get("reasoning_effort"),
+                             max_output_tokens or settings.get("max_output_tokens"))
+    chat_model = make_model(model, thinking_budget=output.thinking_budget, reasoning_effort=output.reasoning_effort)
     resolved_device = resolve_device(device)
     chosen_scale = scale_value or ("full" if resolved_device.startswith("cuda") else "smoke")
     _warn_full_scale_on_cpu(resolved_device, chosen_scale)
@@ -262,7 +276,8 @@ def run_command(
     from kagent.agent.runs import RunOptions, start_run
 
     options = RunOptions(task=task, model=model, device=resolved_device, scale=chosen_scale, budget=run_budget,
-                         thinking_budget=thinking_budget,
+                         max_output_tokens=output.max_output_tokens, thinking_budget=output.thinking_budget,
+                         reasoning_effort=output.reasoning_effort,
                          auto_revert=not no_revert and bool(settings.get("revert", True)))
     _show_run(lambda view: start_run(options, view=view, model=chat_model), quiet or json_output, json_output)
 

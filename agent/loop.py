@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kagent.agent import pricing, progress
 from kagent.agent.budget import Budget, BudgetTracker
+from kagent.agent.cut_answers import CutAnswers, cut_call_result
 from kagent.agent.errors import KagentError, TransientModelError
 from kagent.agent.ledger import Attempt, Design, Ledger
 from kagent.agent.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
@@ -55,13 +56,15 @@ class RunConfig(BaseModel):
     device: str
     scale: Literal["smoke", "full"]
     solution_name: str = "solution.py"
-    max_output_tokens: int = Field(16_000, description="Per model call")
+    max_output_tokens: int = Field(16_000, description="Per model call, thinking included")
     context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
     keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
     auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
     eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
     model_timeout_s: float = Field(REQUEST_TIMEOUT_S, description="Limit of one model request")
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
+    reasoning_effort: Optional[str] = Field(None, description="Anthropic adaptive thinking or an OpenAI "
+                                                              "reasoning model: the effort asked for")
     max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
                                        "same tool call, with the same arguments, fails this many times in a row")
 
@@ -215,6 +218,10 @@ class Agent:
         self.nudged = False
         self.final_evaluation: Optional[EvalResult] = None
         self.repetition = RepeatedFailures(config.max_repeated_failures)
+        # Answers the output cap cut; cut_cap is set while the calls of such an answer run.
+        answer_room = config.max_output_tokens - (config.thinking_budget or 0)
+        self.cut_answers = CutAnswers(config.max_output_tokens, answer_room)
+        self.cut_cap: Optional[int] = None
         self.activity: Optional[Activity] = None
         self.last_event = ""
 
@@ -341,9 +348,11 @@ class Agent:
         self.messages.append(response.message)
         self._show("model answered")
         calls = response.message.tool_calls()
+        self.cut_cap = self.config.max_output_tokens if response.stop_reason == "max_tokens" else None
         if not calls:
             self._no_tool_calls(response)
             return
+        self.cut_answers.watch(response)
         results: list[ToolResult | TextBlock] = [self._call_tool(call) for call in calls]
         status = self._status_text()
         self.trace.append(UserNotice(turn=self.turn, text=status, budget=self.tracker.summary()))
@@ -355,11 +364,15 @@ class Agent:
                        f"{self.repetition.count} times in a row", "stuck")
 
     def _no_tool_calls(self, response: ModelResponse) -> None:
-        if self.nudged or response.stop_reason == "refusal":
+        cut = self.cut_answers.watch(response)
+        if self.cut_answers.exhausted:
+            raise Stop(self.cut_answers.reason(), "model")
+        if cut is None and (self.nudged or response.stop_reason == "refusal"):
             raise Stop("the model stopped calling tools", "model")
-        self.nudged = True
-        text = ("No tool was called. Keep working with the tools (design, write_file, check, benchmark, ...), "
-                "or call finish if you are done.\n\n" + self._status_text())
+        if cut is None:
+            self.nudged = True
+        text = (cut or "No tool was called. Keep working with the tools (design, write_file, check, benchmark, "
+                       "...), or call finish if you are done.") + "\n\n" + self._status_text()
         self.trace.append(UserNotice(turn=self.turn, text=text, budget=self.tracker.summary()))
         self.messages.append(Message(role="user", content=[TextBlock(text=text)]))
 
@@ -417,8 +430,8 @@ class Agent:
 
     def _dispatch(self, call: ToolCall) -> ToolOutcome:
         if "_raw" in call.arguments:
-            return ToolOutcome(content=f"the arguments of {call.name} were not valid JSON: "
-                                       f"{str(call.arguments['_raw'])[:300]}", is_error=True)
+            return ToolOutcome(content=cut_call_result(call, self.cut_cap, self.cut_answers.room_tokens),
+                               is_error=True)
         if call.name in self.loop_tools:
             try:
                 return ToolOutcome(content=self.loop_tools[call.name].handler(call.arguments))

@@ -130,10 +130,13 @@ class RunOptions(BaseModel):
     scale: Literal["smoke", "full"]
     runs_root: Optional[Path] = Field(None, description="Default: ./runs (KAGENT_RUNS)")
     auto_revert: bool = True
-    max_output_tokens: int = 16_000
+    max_output_tokens: int = Field(16_000, description="Per model call, thinking included (the CLI takes the "
+                                                       "model's own cap: kagent.agent.models.limits)")
     eval_timeout_s: float = 900.0
     model_timeout_s: float = REQUEST_TIMEOUT_S
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
+    reasoning_effort: Optional[str] = Field(None, description="Anthropic adaptive thinking or an OpenAI "
+                                                              "reasoning model: the effort asked for")
     context_limit_tokens: int = Field(150_000, description="Compact older turns beyond this estimate")
     keep_recent_messages: int = Field(12, description="Messages kept verbatim when compacting")
 
@@ -167,7 +170,7 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
             view(update)
 
     agent = Agent(config, task, retrying, default_tools(), workspace, trace, tracker, eval_options, view=on_update,
-                  system_prompt=prompts.load("system.md"), versions=versions())
+                  system_prompt=prompts.system_prompt(task), versions=versions())
     agent_box.append(agent)
     try:
         report = go(agent)
@@ -200,7 +203,7 @@ def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] 
     """Create the run folder and drive the agent until it ends; returns the folder and report."""
     task: TaskRef = resolve_task(options.task)
     inner = model or make_model(options.model, timeout_s=options.model_timeout_s,
-                               thinking_budget=options.thinking_budget)
+                               thinking_budget=options.thinking_budget, reasoning_effort=options.reasoning_effort)
     run_id = new_run_id(task.name)
     run_dir = Path(options.runs_root or runs_dir()) / run_id
     run_dir.mkdir(parents=True)
@@ -209,7 +212,7 @@ def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] 
                        max_output_tokens=options.max_output_tokens, eval_timeout_s=options.eval_timeout_s,
                        context_limit_tokens=options.context_limit_tokens,
                        keep_recent_messages=options.keep_recent_messages, thinking_budget=options.thinking_budget,
-                       model_timeout_s=options.model_timeout_s)
+                       reasoning_effort=options.reasoning_effort, model_timeout_s=options.model_timeout_s)
     write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
     with RunLock(run_dir):
         tracker = BudgetTracker(options.budget, clock or SystemClock())
@@ -258,7 +261,7 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         tracker = BudgetTracker(config.budget, clock or SystemClock(), spent_before_s=state.elapsed_s,
                                 tokens_before=state.usage.total_tokens, cost_before_usd=state.cost)
         inner = model or make_model(config.model, timeout_s=config.model_timeout_s,
-                                    thinking_budget=config.thinking_budget)
+                                    thinking_budget=config.thinking_budget, reasoning_effort=config.reasoning_effort)
         if hasattr(inner, "start_at"):  # a scripted model goes on with the turn after the last answered one
             inner.start_at = state.responses
         segment = state.segments + 1

@@ -1,4 +1,5 @@
-"""What the model can call during a run: file, shell, compile, baseline, check, benchmark, profile tools."""
+"""What the model can call during a run: file, shell, compile, baseline, check, benchmark, profile tools, and
+the stage instruments."""
 from __future__ import annotations
 
 from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome
@@ -6,7 +7,10 @@ from kagent.tools.baseline import Baseline
 from kagent.tools.compile import Compile
 from kagent.tools.evaluation import Benchmark, Check, Profile
 from kagent.tools.files import EditFile, ListFiles, ReadFile, WriteFile
+from kagent.tools.intermediates import ReferenceDump
+from kagent.tools.ncu import NcuKernel
 from kagent.tools.shell import Shell
+from kagent.tools.stages import Stages
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolOutcome", "default_tools"]
 
@@ -14,4 +18,4 @@ __all__ = ["Tool", "ToolContext", "ToolError", "ToolOutcome", "default_tools"]
 def default_tools() -> list[Tool]:
     """The tools the model gets in every run (the loop adds design, revert and finish itself)."""
     return [ReadFile(), ListFiles(), WriteFile(), EditFile(), Shell(), Compile(), Baseline(), Check(), Benchmark(),
-            Profile()]
+            Profile(), Stages(), ReferenceDump(), NcuKernel()]
