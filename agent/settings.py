@@ -1,6 +1,7 @@
 """A run's settings: one model (RunSettings), filled from its defaults, then a --config YAML
-file, then the command line's flags, in that order, and kept typed as the run's RunConfig in
-config.json and at the start of its trace. Everything else of a run reads its settings here.
+file, then the command line's flags, in that order (kagent.agent.cli.config), and kept typed as
+the run's RunConfig in config.json and at the start of its trace. Everything else of a run
+reads its settings here.
 """
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kagent.agent.outcome import REPEATED_FAILURE_LIMIT
 from kagent.core.errors import KagentError
@@ -114,9 +114,12 @@ class RunSettings(BaseModel):
     scale: Optional[Scale] = Field(None, description="full: the real sizes; smoke: a tiny config for CPUs and CI; "
                                                      "none: full on CUDA, smoke on the CPU")
     auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
-    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn "
-                                                             "(none: no extended thinking)")
-    max_output_tokens: int = Field(16_000, gt=0, description="Tokens one model call may answer with")
+    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn, "
+                                                             "carved out of max_output_tokens (none: no budget)")
+    reasoning_effort: Optional[str] = Field(None, description="Anthropic adaptive thinking or an OpenAI reasoning "
+                                                              "model: the effort asked for")
+    max_output_tokens: int = Field(16_000, gt=0, description="Tokens one model call may answer with, thinking "
+                                   "included (kagent run: the model's own cap, kagent.agent.loop.models.limits)")
     context_limit_tokens: int = Field(150_000, gt=0, description="Compact older turns once the conversation is "
                                                                  "estimated to hold more tokens than this")
     keep_recent_messages: int = Field(12, ge=1, description="Messages kept verbatim when compacting")
@@ -147,87 +150,3 @@ class RunConfig(RunSettings):
     def settings(self) -> RunSettings:
         """The settings again, as a new run would take them."""
         return RunSettings.model_validate(self.model_dump(exclude={"version", "run_id"}))
-
-
-# What a --config file and the command line may call a setting besides its own name: the
-# flags' names (budget as a duration is the wall time; max_cost and max_tokens are the budget's).
-BUDGET_SHORTHANDS = {"max_cost": "max_cost_usd", "max_tokens": "max_tokens"}
-SHORTHANDS = {"thinking": "thinking_budget", "revert": "auto_revert"}
-# The flag that sets a setting, to name it in a message.
-FLAGS = {("model",): "--model", ("budget", "wall_s"): "--budget", ("budget", "max_cost_usd"): "--max-cost",
-         ("budget", "max_tokens"): "--max-tokens", ("device",): "--device", ("scale",): "--scale",
-         ("thinking_budget",): "--thinking", ("auto_revert",): "--no-revert"}
-
-
-def _in_settings_terms(given: dict[str, Any], source: str) -> dict[str, Any]:
-    """``given`` with the flags' names turned into the settings' own (see SHORTHANDS)."""
-    layer = dict(given)
-    budget = layer.pop("budget", {})
-    budget = dict(budget) if isinstance(budget, dict) else {"wall_s": budget}
-    for names, into in ((BUDGET_SHORTHANDS, budget), (SHORTHANDS, layer)):
-        for short, name in names.items():
-            if short in layer:
-                if name in into:
-                    raise KagentError(f"{source}: {short} and {name} are the same setting: give one of them")
-                into[name] = layer.pop(short)
-    return {**layer, "budget": budget} if budget else layer
-
-
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` on top, key by key, into nested settings (the budget) too."""
-    merged = dict(base)
-    for key, value in over.items():
-        merged[key] = _merged(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-            else value
-    return merged
-
-
-def _config_file(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise KagentError(f"cannot read the config file {path}: {err}") from err
-    if not isinstance(data, dict):
-        raise KagentError(f"{path}: a config file holds settings by name, not {type(data).__name__}",
-                          hint=f"known: {', '.join(known_names())}")
-    return data
-
-
-def known_names() -> list[str]:
-    """Every name a --config file may give a setting by."""
-    return sorted({*RunSettings.model_fields, *SHORTHANDS, *BUDGET_SHORTHANDS} - {"task"})
-
-
-def load_settings(task: str, config_file: Optional[Path], flags: dict[str, Any]) -> RunSettings:
-    """The settings of a new run on ``task``: the defaults, then ``config_file`` (YAML), then
-    ``flags`` (the command line's, by the flags' names; None: not given), in that order."""
-    from_file = _in_settings_terms(_config_file(config_file), str(config_file)) if config_file else {}
-    from_flags = _in_settings_terms({k: v for k, v in flags.items() if v is not None}, "the command line")
-    merged = _merged(_merged({"task": task}, from_file), from_flags)
-    if not merged.get("model"):
-        raise KagentError("give --model (or model: in a --config file)",
-                          hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml")
-    try:
-        return RunSettings.model_validate(merged)
-    except ValidationError as err:
-        raise _said(err, from_flags, config_file) from None
-
-
-def _said(err: ValidationError, from_flags: dict[str, Any], config_file: Optional[Path]) -> KagentError:
-    """The first problem, in the terms of whoever gave the setting: the flag, or the file."""
-    unknown = [".".join(map(str, e["loc"])) for e in err.errors() if e["type"] == "extra_forbidden"]
-    if unknown:
-        return KagentError(f"{config_file}: unknown settings {unknown}", hint=f"known: {', '.join(known_names())}")
-    first = err.errors()[0]
-    loc = tuple(str(part) for part in first["loc"])
-    by_flag = _given(from_flags, loc) and loc in FLAGS
-    who = FLAGS[loc] if by_flag else f"{config_file}: {'.'.join(loc)}"
-    return KagentError(f"{who}: {first['msg'].lower()}; got {first['input']!r}")
-
-
-def _given(layer: dict[str, Any], loc: tuple[str, ...]) -> bool:
-    for key in loc:
-        if not isinstance(layer, dict) or key not in layer:
-            return False
-        layer = layer[key]
-    return True

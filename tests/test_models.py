@@ -103,14 +103,15 @@ def test_anthropic_thinking_is_sent_back_exactly():
              {"text": "ok"}]
     with FakeLLMServer(turns) as server:
         model = model_for("anthropic", server, thinking_budget=2048)
-        first = model.complete("sys", [user("go")], TOOLS, 1000)
+        first = model.complete("sys", [user("go")], TOOLS, 8000)
         assert first.message.content[:2] == [
             ThinkingBlock(thinking="The loop is memory bound.", signature="EqQBCkYIARgCKkD+/=="),
             ThinkingBlock(redacted_data="opaque-redacted-bytes")]
         results = Message(role="user", content=[ToolResult(tool_call_id="tu_1", content="ran")])
-        model.complete("sys", [user("go"), first.message, results], TOOLS, 1000)
+        model.complete("sys", [user("go"), first.message, results], TOOLS, 8000)
+    # The output cap holds the thinking: the budget is carved out of it, not added to it.
     assert server.requests[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
-    assert server.requests[0]["max_tokens"] == 1000 + 2048
+    assert server.requests[0]["max_tokens"] == 8000
     assert server.requests[1]["messages"][1]["content"][:2] == [
         {"type": "thinking", "thinking": "The loop is memory bound.", "signature": "EqQBCkYIARgCKkD+/=="},
         {"type": "redacted_thinking", "data": "opaque-redacted-bytes"}]

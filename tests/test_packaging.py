@@ -49,7 +49,8 @@ def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
     for needed in ("kagent/agent/cli/app.py", "kagent/sandbox/harness/mega.py",
                    "kagent/tasks/02_kimi_linear_decode/reference.py",
                    "kagent/tasks/02_kimi_linear_decode/problem.yaml",
-                   "kagent/tasks/02_kimi_linear_decode/PROMPT.txt"):
+                   "kagent/tasks/02_kimi_linear_decode/PROMPT.txt", "kagent/prompts/playbook.md",
+                   "kagent/prompts/tasks/02_kimi_linear_decode.md"):
         assert needed in names
     assert not any("__pycache__" in n or n.startswith("kagent/tests") for n in names)
 

@@ -6,12 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from kagent.agent.settings import Budget, RunConfig, RunSettings, known_names, load_settings
+from kagent.agent.cli.config import known_names, load_settings
+from kagent.agent.loop.models.limits import limits_of
+from kagent.agent.settings import Budget, RunConfig, RunSettings
 from kagent.core.errors import KagentError
 
 REPO = Path(__file__).resolve().parents[1]
 NO_FLAGS = {"model": None, "budget": None, "max_cost": None, "max_tokens": None, "device": None, "scale": None,
-            "thinking": None, "revert": None}
+            "thinking": None, "reasoning_effort": None, "max_output_tokens": None, "revert": None}
+SONNET = "anthropic:claude-sonnet-4-5"  # a model that takes a thinking budget
 
 
 def config_file(tmp_path: Path, text: str) -> Path:
@@ -21,19 +24,24 @@ def config_file(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_then_the_file_then_the_flags(tmp_path):
-    path = config_file(tmp_path, "model: scripted:a.yaml\nbudget: 20m\nmax_cost: 5\ndevice: cpu\nthinking: 1024\n"
+    path = config_file(tmp_path, f"model: {SONNET}\nbudget: 20m\nmax_cost: 5\ndevice: cpu\nthinking: 1024\n"
                                  "keep_recent_messages: 6\n")
     settings = load_settings("02_kimi_linear_decode", path, {**NO_FLAGS, "budget": "1h", "revert": False})
-    assert settings.model == "scripted:a.yaml" and settings.device == "cpu"
+    assert settings.model == SONNET and settings.device == "cpu"
     # The flag's wall time over the file's; the file's cost cap kept beside it.
     assert settings.budget == Budget(wall_s=3600, max_cost_usd=5)
     assert settings.thinking_budget == 1024 and settings.keep_recent_messages == 6 and not settings.auto_revert
-    assert settings.max_output_tokens == RunSettings.model_fields["max_output_tokens"].default
-    assert load_settings("t", None, {**NO_FLAGS, "model": "scripted:b.yaml"}).budget.wall_s == 3 * 3600
+    # Not given: the model's own output cap, and (for a model that thinks) its thinking on.
+    assert settings.max_output_tokens == limits_of(SONNET).max_output_tokens
+    default = load_settings("t", None, {**NO_FLAGS, "model": SONNET})
+    assert default.budget.wall_s == 3 * 3600 and default.thinking_budget == default.max_output_tokens // 2
+    effort = load_settings("t", None, {**NO_FLAGS, "model": "openai:gpt-5", "reasoning_effort": "low"})
+    assert effort.reasoning_effort == "low" and effort.thinking_budget is None
+    assert load_settings("t", None, {**NO_FLAGS, "model": SONNET, "thinking": "off"}).thinking_budget is None
 
 
 def test_every_setting_can_be_given_in_a_file_by_its_own_name(tmp_path):
-    path = config_file(tmp_path, "model: scripted:a.yaml\nbudget: {wall_s: 2h, max_tokens: 1000, final_slice: 0.2}\n"
+    path = config_file(tmp_path, f"model: {SONNET}\nbudget: {{wall_s: 2h, max_tokens: 1000, final_slice: 0.2}}\n"
                                  "scale: smoke\nauto_revert: false\nthinking_budget: 2048\nmax_output_tokens: 4000\n"
                                  "context_limit_tokens: 9000\nkeep_recent_messages: 3\neval_timeout_s: 60\n"
                                  "model_timeout_s: 30\nmax_repeated_failures: 3\nsolution_name: kernel.py\n"
@@ -42,7 +50,8 @@ def test_every_setting_can_be_given_in_a_file_by_its_own_name(tmp_path):
     given = settings.model_dump() | {"runs_root": settings.runs_root}
     defaults = RunSettings(task="t", model="m").model_dump() | {"runs_root": None}
     changed = {name for name in given if given[name] != defaults[name]}
-    assert changed == set(RunSettings.model_fields) - {"task", "device"}
+    # (a model takes a thinking budget or an effort, not both: the effort is shown above)
+    assert changed == set(RunSettings.model_fields) - {"task", "device", "reasoning_effort"}
     assert settings.budget == Budget(wall_s=7200, max_tokens=1000, final_slice=0.2)
 
 

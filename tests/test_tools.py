@@ -67,7 +67,7 @@ def call(name: str, ctx: ToolContext, **args):
 # -- base ------------------------------------------------------------------------------------
 def test_default_tools_have_schemas():
     assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "compile", "baseline",
-                           "check", "benchmark", "profile"]
+                           "check", "benchmark", "profile", "stages", "reference_dump", "ncu_kernel"]
     schema = TOOLS["edit_file"].spec.parameters
     assert schema["required"] == ["path", "old", "new"] and schema["additionalProperties"] is False
     assert "title" not in schema["properties"]["old"]
@@ -130,6 +130,37 @@ def test_read_file_numbers_and_pages(ctx: ToolContext):
         out = call("read_file", ctx, path=bad)
         assert out.is_error and why in out.content
     assert "only 10 lines" in call("read_file", ctx, path="notes.txt", offset_line=50).content
+
+
+def test_read_file_pages_whole_lines_within_the_cap(ctx: ToolContext, kimi, workspace: Path):
+    # The flagship's reference is longer than one output cap: with the defaults, each page is
+    # whole lines (none cut, nothing omitted in the middle), and following "read on" from
+    # page to page gives back the file exactly.
+    text = (kimi.path / "reference.py").read_text()
+    (workspace / "reference_copy.py").write_text(text)
+    rows, offset, pages = [], 1, 0
+    while True:
+        out = call("read_file", ctx, path="reference_copy.py", offset_line=offset)
+        assert not out.is_error and len(out.content) <= ctx.max_output_chars and "omitted" not in out.content
+        body, _, note = out.content.partition("\n[lines ")
+        rows += body.splitlines()
+        pages += 1
+        if not note:
+            break
+        offset = int(note.split("offset_line=")[1].rstrip("]"))
+        assert offset == out.data["last"] + 1 and "the page was full" in note
+    assert pages >= 3
+    assert [row.split("| ", 1)[1] if "| " in row else "" for row in rows] == text.splitlines()
+
+
+def test_read_file_cuts_only_a_line_longer_than_the_cap(ctx: ToolContext, workspace: Path):
+    (workspace / "wide.txt").write_text("short\n" + "x" * 20_000 + "\nafter\n")
+    first = call("read_file", ctx, path="wide.txt")
+    assert first.content.splitlines()[0] == "1| short" and "offset_line=2" in first.content
+    wide = call("read_file", ctx, path="wide.txt", offset_line=2)
+    assert len(wide.content) <= ctx.max_output_chars
+    assert "line 2 cut" in wide.content and "cut -c" in wide.content and "offset_line=3" in wide.content
+    assert call("read_file", ctx, path="wide.txt", offset_line=3).content == "3| after"
 
 
 def test_list_files_shows_sizes_and_skips_noise(ctx: ToolContext, workspace: Path):

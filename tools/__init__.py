@@ -1,5 +1,6 @@
 """What the model can call during a run: files, shell, compile, baseline, check, benchmark,
-profile, and the tools that steer the loop (design, revert, finish).
+profile, the stage instruments (stages, reference_dump, ncu_kernel), and the tools that steer
+the loop (design, revert, finish).
 
 A tool is a class in a module of its own (a BaseTool with its arguments, its facts and its
 execute) and one line in REGISTRY below: nothing else names it.
@@ -24,6 +25,9 @@ REGISTRY = (
     "kagent.tools.evaluation:Check",
     "kagent.tools.evaluation:Benchmark",
     "kagent.tools.evaluation:Profile",
+    "kagent.tools.stages:Stages",
+    "kagent.tools.intermediates:ReferenceDump",
+    "kagent.tools.ncu:NcuKernel",
     "kagent.tools.control:Design",
     "kagent.tools.control:Revert",
     "kagent.tools.control:Finish",

@@ -206,10 +206,14 @@ class Profile(BaseTool):
         """Kernels of one step under ncu, or a note saying why there are none."""
         job_file = Path(tmp) / "ncu_job.json"
         job_file.write_text(json.dumps(job))
+        # The report goes to a file: on stdout it is capped like any command's output, and 300
+        # launches of 3 metrics each would lose their middle.
+        report = Path(tmp) / "ncu.csv"
         argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
-                "--metrics", ",".join(NCU_METRICS), ctx.eval_options.python, "-c", _CHILD, str(job_file)]
+                "--metrics", ",".join(NCU_METRICS), "--log-file", str(report), ctx.eval_options.python, "-c",
+                _CHILD, str(job_file)]
         done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=[Path(tmp)], show=self._shown(ctx))
-        kernels = parse_ncu_csv(done.output)
+        kernels = parse_ncu_csv(report.read_text(errors="replace") if report.exists() else done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""
         why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
@@ -282,7 +286,7 @@ def profile_child(job_file: str) -> None:
     job = json.loads(Path(job_file).read_text())
     device = torch.device(job["device"])
     with torch.no_grad():
-        step, context_len = _build_step(job, device)
+        _, step, context_len = build_solution(job, device)
         step()  # warm-up: first-call allocations, JIT builds and autotuning stay out of the table
         _sync(device)
         if job["mode"] == "ncu":
@@ -314,8 +318,9 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _build_step(job: dict, device: Any) -> tuple[Any, Optional[int]]:
-    """A no-argument callable running one step of the solution, and the context it uses."""
+def build_solution(job: dict, device: Any) -> tuple[Any, Any, Optional[int]]:
+    """The solution's model built as the harness builds it, a no-argument callable running one
+    step of it (a forward on its inputs for a KernelBench task) and the context it uses."""
     import torch
 
     from kagent.sandbox.harness.loading import DiskCache, load_module, to_device
@@ -330,7 +335,7 @@ def _build_step(job: dict, device: Any) -> tuple[Any, Optional[int]]:
         model = module.ModelNew(*problem.get_init_inputs()).to(device).eval()
         torch.manual_seed(0)
         inputs = to_device(list(problem.get_inputs()), device)
-        return (lambda: model(*inputs)), None
+        return model, (lambda: model(*inputs)), None
     task = Task(Path(job["task_path"]), job["scale"], device)
     # The reference's weights, from the harness's cache when an evaluation has filled it. The
     # cache is read-only here: weights built anew are staged in the job's own folder and go
@@ -349,4 +354,4 @@ def _build_step(job: dict, device: Any) -> tuple[Any, Optional[int]]:
     def step() -> None:
         carried["hidden"], carried["state"] = model.step(carried["hidden"], carried["state"])
 
-    return step, context_len
+    return model, step, context_len

@@ -61,25 +61,54 @@ class ReadFileArgs(Args):
     max_lines: int = Field(400, ge=1, le=5000, description="How many lines to show at most")
 
 
+# Room kept under the output cap for the note that says where to read on.
+_NOTE_ROOM = 160
+
+
+def line_page(lines: list[str], first: int, max_lines: int, budget: int) -> tuple[list[str], bool]:
+    """Numbered whole lines from ``first`` (1-based): at most ``max_lines`` of them and at most
+    ``budget`` characters in all, so that the output cap never cuts a page in its middle. A
+    single line longer than the budget is shown cut, marked as such; it is the page alone.
+    Returns the page's rows and whether its last line was cut."""
+    width = len(str(len(lines)))  # one width for the whole file, so pages line up
+    rows: list[str] = []
+    used = 0
+    for number in range(first, min(len(lines), first - 1 + max_lines) + 1):
+        row = f"{number:>{width}}| {lines[number - 1]}"
+        if used + len(row) + 1 > budget:
+            if rows:
+                break
+            keep = max(budget - 80, 0)  # the marker below is shorter than 80 characters
+            return [f"{row[:keep]} [… line {number} cut: {len(row) - keep:,} more characters]"], True
+        rows.append(row)
+        used += len(row) + 1
+    return rows, False
+
+
 class ReadFile(BaseTool):
     name = "read_file"
-    description = ("Read a text file of the workspace, with line numbers. Long files: page through with "
-                   "offset_line. The task's files are under task/.")
+    description = ("Read a text file of the workspace, with line numbers, in pages of whole lines (as many as "
+                   "fit the output cap, up to max_lines). Each page ends by saying which offset_line reads on. "
+                   "The task's files are under task/.")
     Arguments = ReadFileArgs
 
     def execute(self, args: ReadFileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path)
         shown = relative_name(ctx, path)
         lines = _read_text(path, shown).splitlines()
-        start = args.offset_line - 1
-        if start >= len(lines) and lines:
+        if args.offset_line > len(lines) and lines:
             raise ToolError(f"{shown} has only {len(lines)} lines; offset_line {args.offset_line} is past its end")
-        chunk = lines[start:start + args.max_lines]
-        width = len(str(len(lines)))  # one width for the whole file, so pages line up
-        body = "\n".join(f"{i:>{width}}| {line}" for i, line in enumerate(chunk, start=args.offset_line))
-        end = start + len(chunk)
-        note = f"\n[lines {args.offset_line}–{end} of {len(lines)}; read on with offset_line={end + 1}]" \
-            if end < len(lines) else ""
+        rows, cut = line_page(lines, args.offset_line, args.max_lines, ctx.max_output_chars - _NOTE_ROOM)
+        end = args.offset_line - 1 + len(rows)
+        body = "\n".join(rows)
+        note = ""
+        if end < len(lines):
+            why = ("that line is longer than the output cap; look at it with the shell (cut -c)" if cut else
+                   "the page was full" if len(rows) < args.max_lines else f"max_lines={args.max_lines}")
+            note = (f"\n[lines {args.offset_line}–{end} of {len(lines)} ({why}); read on with "
+                    f"offset_line={end + 1}]")
+        elif cut:
+            note = "\n[the last line is longer than the output cap; look at it with the shell (cut -c)]"
         return ToolOutcome(content=(body or f"{shown} is empty") + note,
                            data={"path": shown, "lines": len(lines), "first": args.offset_line, "last": end})
 
@@ -142,12 +171,15 @@ class ListFiles(BaseTool):
 
 class WriteFileArgs(Args):
     path: str = Field(description="File path, relative to the workspace (not under task/)")
-    content: str = Field(description="The whole new content of the file")
+    content: str = Field(description="The whole new content of the file, or the part to append")
+    append: bool = Field(False, description="Add content at the end of the file instead of replacing it: "
+                                            "how a file too large for one answer is written, in parts")
 
 
 class WriteFile(BaseTool):
     name = "write_file"
-    description = "Create or overwrite a file of the workspace (parent folders are created)."
+    description = ("Create or overwrite a file of the workspace (parent folders are created), or with append=true "
+                   "add to its end: write a large file in parts, one call each.")
     Arguments = WriteFileArgs
     facts = ToolFacts(changes_files=True)
 
@@ -156,6 +188,9 @@ class WriteFile(BaseTool):
             given = WriteFileArgs.model_validate(args)
         except ValidationError:
             return UNTOUCHED  # such a call fails, changing nothing
+        if given.append:  # the rest of the file is as it was: known only if it was known before
+            return Rewrite(given.path, after=lambda before: None if before is None else before + given.content,
+                           note=f" (appending {_line_count(given.content):,} lines)", excerpt=("", given.content))
         return Rewrite(given.path, after=lambda _before: given.content, note=f" ({_line_count(given.content):,} lines)")
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> ToolOutcome:
@@ -164,11 +199,14 @@ class WriteFile(BaseTool):
         if path.is_dir():
             raise ToolError(f"{shown} is a folder")
         existed = path.exists()
-        _write_text(path, shown, args.content)
-        lines = _line_count(args.content)
-        verb = "overwrote" if existed else "created"
-        return ToolOutcome(content=f"{verb} {shown} ({lines} lines, {len(args.content.encode())} bytes)",
-                           data={"path": shown, "created": not existed, "bytes": len(args.content.encode())})
+        text = _read_text(path, shown) + args.content if args.append and existed else args.content
+        _write_text(path, shown, text)
+        lines = _line_count(text)
+        verb = "appended to" if args.append and existed else "overwrote" if existed else "created"
+        added = f"{len(args.content.encode())} bytes added; now " if args.append and existed else ""
+        return ToolOutcome(content=f"{verb} {shown} ({added}{lines} lines, {len(text.encode())} bytes)",
+                           data={"path": shown, "created": not existed, "bytes": len(text.encode()),
+                                 "appended": bool(args.append and existed)})
 
 
 class EditFileArgs(Args):

@@ -215,11 +215,21 @@ def run_command(
     max_tokens: Optional[int] = typer.Option(None, help="Stop exploring after this many tokens in all."),
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda or cuda:N (default auto)."),
     scale: Optional[Scale] = typer.Option(None, help="Default: full on CUDA, smoke on the CPU."),
-    thinking: Optional[int] = typer.Option(None, help="Anthropic extended thinking: budget in tokens per turn."),
+    thinking: Optional[str] = typer.Option(None, help="on (the default where the model thinks), off, or a "
+                                           "budget in tokens per turn for a model that takes one (Anthropic "
+                                           "extended thinking; by default half the output cap)."),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="For a model that takes an "
+                                                   "effort (OpenAI reasoning models, Anthropic adaptive "
+                                                   "thinking): none, minimal, low, medium, high (the default), "
+                                                   "xhigh or max, as far as the model knows them."),
+    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", help="Output cap per model "
+                                                    "call, thinking included (default: the most the model "
+                                                    "allows; $KAGENT_HOME/models.yaml extends the table)."),
     no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file of settings by name: any of the run's "
                                           "settings (the README lists them) or the flags' names (budget, max_cost, "
-                                          "max_tokens, thinking, revert); the flags given override it."),
+                                          "max_tokens, thinking, reasoning_effort, max_output_tokens, revert); "
+                                          "the flags given override it."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -229,17 +239,19 @@ def run_command(
     trace.jsonl, config.json, status.json and the final report. API keys come from
     ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
     """
+    from kagent.agent.cli.config import load_settings
     from kagent.agent.lifecycle.device import check_device_name, resolve_device
     from kagent.agent.loop.models import make_model
-    from kagent.agent.settings import default_scale, load_settings
+    from kagent.agent.settings import default_scale
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
     settings = load_settings(task, config, {
         "model": model, "budget": budget, "max_cost": max_cost, "max_tokens": max_tokens, "device": device,
-        "scale": scale.value if scale else None, "thinking": thinking, "revert": False if no_revert else None})
+        "scale": scale.value if scale else None, "thinking": thinking, "reasoning_effort": reasoning_effort,
+        "max_output_tokens": max_output_tokens, "revert": False if no_revert else None})
     check_device_name(settings.device)
     chat_model = make_model(settings.model, timeout_s=settings.model_timeout_s,
-                            thinking_budget=settings.thinking_budget)
+                            thinking_budget=settings.thinking_budget, reasoning_effort=settings.reasoning_effort)
     resolved_device = resolve_device(settings.device)
     chosen_scale = settings.scale or default_scale(resolved_device)
     _warn_full_scale_on_cpu(resolved_device, chosen_scale)

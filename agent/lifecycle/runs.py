@@ -155,7 +155,7 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
             view(update)
 
     agent = Agent(config, task, retrying, all_tools(), workspace, trace, tracker, eval_options, view=on_update,
-                  system_prompt=prompts.load("system.md"), versions=versions())
+                  system_prompt=prompts.system_prompt(task), versions=versions())
     agent_box.append(agent)
     for text in agent.warnings:
         warn(text)
@@ -191,7 +191,8 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
     """Create the run folder and drive the agent until it ends; returns the folder and report."""
     task: TaskRef = resolve_task(settings.task)
     inner = model or make_model(settings.model, timeout_s=settings.model_timeout_s,
-                                thinking_budget=settings.thinking_budget)
+                                thinking_budget=settings.thinking_budget,
+                                reasoning_effort=settings.reasoning_effort)
     device = resolve_device(settings.device)
     run_id = new_run_id(task.name)
     run_dir = Path(settings.runs_root or runs_dir()) / run_id
@@ -247,7 +248,7 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         tracker = BudgetTracker(config.budget, clock or SystemClock(), spent_before_s=state.elapsed_s,
                                 tokens_before=state.usage.total_tokens, cost_before_usd=state.cost)
         inner = model or make_model(config.model, timeout_s=config.model_timeout_s,
-                                    thinking_budget=config.thinking_budget)
+                                    thinking_budget=config.thinking_budget, reasoning_effort=config.reasoning_effort)
         if hasattr(inner, "start_at"):  # a scripted model goes on with the turn after the last answered one
             inner.start_at = state.responses
         segment = state.segments + 1

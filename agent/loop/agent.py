@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from kagent.agent.loop import pricing
 from kagent.agent.loop.budget import BudgetTracker
+from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
 from kagent.agent.loop.ledger import Attempt, Design, Ledger
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.outcome import Cause, EndState, end_state
@@ -185,6 +186,10 @@ class Agent:
         self.nudged = False
         self.final_evaluation: Optional[EvalResult] = None
         self.repetition = RepeatedFailures(config.max_repeated_failures)
+        # Answers the output cap cut; cut_cap is set while the calls of such an answer run.
+        answer_room = config.max_output_tokens - (config.thinking_budget or 0)
+        self.cut_answers = CutAnswers(config.max_output_tokens, answer_room)
+        self.cut_cap: Optional[int] = None
         self.activity: Optional[Activity] = None
         self.last_event = ""
         # What the user should beware of in this run's figures, said at its start and in its report.
@@ -306,9 +311,11 @@ class Agent:
         self.messages.append(response.message)
         self._show("model answered")
         calls = response.message.tool_calls()
+        self.cut_cap = self.config.max_output_tokens if response.stop_reason == "max_tokens" else None
         if not calls:
             self._no_tool_calls(response)
             return
+        self.cut_answers.watch(response)
         results: list[ToolResult | TextBlock] = [self._call_tool(call) for call in calls]
         status = self._status_text()
         self.trace.append(UserNotice(turn=self.turn, text=status, budget=dict(self.tracker.summary())))
@@ -320,11 +327,15 @@ class Agent:
                        f"{self.repetition.count} times in a row", "stuck")
 
     def _no_tool_calls(self, response: ModelResponse) -> None:
-        if self.nudged or response.stop_reason == "refusal":
+        cut = self.cut_answers.watch(response)
+        if self.cut_answers.exhausted:
+            raise Stop(self.cut_answers.reason(), "model")
+        if cut is None and (self.nudged or response.stop_reason == "refusal"):
             raise Stop("the model stopped calling tools", "model")
-        self.nudged = True
-        text = ("No tool was called. Keep working with the tools (design, write_file, check, benchmark, ...), "
-                "or call finish if you are done.\n\n" + self._status_text())
+        if cut is None:
+            self.nudged = True
+        text = (cut or "No tool was called. Keep working with the tools (design, write_file, check, benchmark, "
+                       "...), or call finish if you are done.") + "\n\n" + self._status_text()
         self.trace.append(UserNotice(turn=self.turn, text=text, budget=dict(self.tracker.summary())))
         self.messages.append(Message(role="user", content=[TextBlock(text=text)]))
 
@@ -395,8 +406,8 @@ class Agent:
 
     def _dispatch(self, call: ToolCall, tool: Optional[Tool]) -> ToolOutcome:
         if "_raw" in call.arguments:
-            return ToolOutcome(content=f"the arguments of {call.name} were not valid JSON: "
-                                       f"{str(call.arguments['_raw'])[:300]}", is_error=True)
+            return ToolOutcome(content=cut_call_result(call, self.cut_cap, self.cut_answers.room_tokens),
+                               is_error=True)
         if tool is None:
             names = ", ".join(sorted(self.tools))
             return ToolOutcome(content=f"there is no tool named {call.name!r}; the tools are: {names}",

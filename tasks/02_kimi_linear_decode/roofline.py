@@ -16,32 +16,42 @@ def _quant_bytes(in_f: int, out_f: int, group: int) -> int:
     return in_f * out_f // 2 + 2 * (in_f // group) * out_f * BF16
 
 
-def bytes_per_step(cfg, context_len: int) -> int:
+def bytes_by_part(cfg, context_len: int) -> dict:
+    """The bytes of bytes_per_step, part by part, named ``L<layer>.<part>``: what a kernel's
+    stages can be held against (a stage names the parts it moves; kagent's stages tool adds
+    them up). ``L<i>.moe.experts`` counts the n_active routed and n_shared experts touched."""
     g = cfg.group
     d = cfg.hidden
-    total = 0
-    for kind in cfg.pattern:
-        total += 2 * d * BF16                                        # attn_norm, moe_norm
+    parts = {}
+    for i, kind in enumerate(cfg.pattern):
+        layer = f"L{i}"
+        parts[f"{layer}.norms"] = 2 * d * BF16                                   # attn_norm, moe_norm
         if kind == "K":
             inner = cfg.kda_heads * cfg.kda_head_dim
-            total += 4 * _quant_bytes(d, inner, g)                   # q, k, v, g projections
-            total += _quant_bytes(inner, d, g)                       # o_proj
-            total += cfg.kda_heads * d * BF16                        # beta_proj
-            total += 3 * inner * cfg.short_conv * BF16               # conv_w
-            total += 2 * cfg.kda_heads * cfg.kda_head_dim ** 2 * F32   # S read + write
-            total += 2 * 3 * (cfg.short_conv - 1) * inner * BF16     # conv windows read + write
+            for name in ("q_proj", "k_proj", "v_proj", "g_proj"):
+                parts[f"{layer}.attn.{name}"] = _quant_bytes(d, inner, g)
+            parts[f"{layer}.attn.beta_proj"] = cfg.kda_heads * d * BF16
+            parts[f"{layer}.attn.conv"] = (3 * inner * cfg.short_conv * BF16       # conv_w
+                                           + 2 * 3 * (cfg.short_conv - 1) * inner * BF16)  # windows read + write
+            parts[f"{layer}.attn.state"] = 2 * cfg.kda_heads * cfg.kda_head_dim ** 2 * F32   # S read + write
+            parts[f"{layer}.attn.o_proj"] = _quant_bytes(inner, d, g)
         else:
             H = cfg.mla_heads
             row = cfg.kv_lora + cfg.qk_rope
-            total += _quant_bytes(d, H * (cfg.qk_nope + cfg.qk_rope), g)   # q_proj
-            total += _quant_bytes(d, row, g)                                # kv_a
-            total += _quant_bytes(cfg.kv_lora, H * (cfg.qk_nope + cfg.v_head), g)  # kv_b
-            total += _quant_bytes(H * cfg.v_head, d, g)                     # o_proj
-            total += (context_len + 1) * row * BF16                  # cache read + new row written
+            parts[f"{layer}.attn.q_proj"] = _quant_bytes(d, H * (cfg.qk_nope + cfg.qk_rope), g)
+            parts[f"{layer}.attn.kv_a"] = _quant_bytes(d, row, g)
+            parts[f"{layer}.attn.kv_b"] = _quant_bytes(cfg.kv_lora, H * (cfg.qk_nope + cfg.v_head), g)
+            parts[f"{layer}.attn.cache"] = (context_len + 1) * row * BF16         # cache read + new row written
+            parts[f"{layer}.attn.o_proj"] = _quant_bytes(H * cfg.v_head, d, g)
         experts = cfg.n_active + cfg.n_shared
-        total += cfg.n_experts * d * BF16                            # router
-        total += experts * (2 * _quant_bytes(d, cfg.moe_inter, g) + _quant_bytes(cfg.moe_inter, d, g))
-    return total
+        parts[f"{layer}.moe.router"] = cfg.n_experts * d * BF16
+        parts[f"{layer}.moe.experts"] = experts * (2 * _quant_bytes(d, cfg.moe_inter, g)
+                                                   + _quant_bytes(cfg.moe_inter, d, g))
+    return parts
+
+
+def bytes_per_step(cfg, context_len: int) -> int:
+    return sum(bytes_by_part(cfg, context_len).values())
 
 
 if __name__ == "__main__":

@@ -45,11 +45,13 @@ def _key(variable: str) -> str:
 
 
 def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Optional[str] = None,
-               thinking_budget: Optional[int] = None) -> ChatModel:
+               thinking_budget: Optional[int] = None, reasoning_effort: Optional[str] = None) -> ChatModel:
     """The model a spec names; its ``name`` is the spec.
 
     ``base_url`` overrides ANTHROPIC_BASE_URL / OPENAI_BASE_URL (and the URL of an
-    openai-compatible spec). ``thinking_budget`` enables Anthropic extended thinking.
+    openai-compatible spec). ``thinking_budget`` enables Anthropic extended thinking;
+    ``reasoning_effort`` Anthropic adaptive thinking, or an OpenAI model's reasoning effort
+    (``limits.output_settings`` says which a model takes).
     """
     provider, sep, rest = spec.partition(":")
     if not sep or provider not in PROVIDERS:
@@ -60,15 +62,17 @@ def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Opt
     if provider == "anthropic":
         return module.AnthropicModel(rest, api_key=_key("ANTHROPIC_API_KEY"), name=spec, timeout_s=timeout_s,
                                      base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
-                                     thinking_budget=thinking_budget)
+                                     thinking_budget=thinking_budget, reasoning_effort=reasoning_effort)
     if provider == "openai":
         return module.OpenAIModel(rest, api_key=_key("OPENAI_API_KEY"), name=spec, timeout_s=timeout_s,
-                                  base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None)
+                                  base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+                                  reasoning_effort=reasoning_effort)
     if provider == "openai-compatible":
         url, sep, model = rest.rpartition("#")
         if not sep or not url or not model:
             raise _bad_spec(spec, "an openai-compatible spec needs <url>#<model>")
         # Local servers usually ignore the key, but the SDK insists on one.
         return module.OpenAIModel(model, api_key=os.environ.get("OPENAI_API_KEY") or "none", name=spec,
-                                  base_url=base_url or url, timeout_s=timeout_s, compatible=True)
+                                  base_url=base_url or url, timeout_s=timeout_s, compatible=True,
+                                  reasoning_effort=reasoning_effort)
     return module.ScriptedModel(module.load_script(rest), name=spec)

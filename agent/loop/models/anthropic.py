@@ -8,6 +8,7 @@ from typing import Any, Optional
 import anthropic
 import httpx2  # the SDK's HTTP client: a dropped stream surfaces as its TransportError
 
+from kagent.agent.loop.models.limits import MIN_ANSWER_TOKENS, MIN_THINKING_BUDGET
 from kagent.agent.loop.models.retry import parse_retry_after, status_error
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
@@ -121,12 +122,16 @@ class _Assembler:
 
     def final(self) -> dict[str, Any]:
         content = []
+        # The output cap may cut the last tool call before any of its JSON came: that is a
+        # cut call (arguments "_raw"), not a call without arguments.
+        cut = self.message.get("stop_reason") == "max_tokens"
+        last_call = max((i for i, b in self.blocks.items() if b.get("type") == "tool_use"), default=None)
         for index in sorted(self.blocks):
             block = self.blocks[index]
-            if block.get("type") == "tool_use" and index in self.json_parts:
-                text = "".join(self.json_parts[index])
+            if block.get("type") == "tool_use" and (index in self.json_parts or (cut and index == last_call)):
+                text = "".join(self.json_parts.get(index, []))
                 try:
-                    block["input"] = json.loads(text) if text.strip() else {}
+                    block["input"] = json.loads(text) if text.strip() or not cut else {"_raw": text}
                 except json.JSONDecodeError:
                     block["input"] = {"_raw": text}
             content.append(block)
@@ -159,16 +164,19 @@ def _usage(usage: dict[str, Any]) -> Usage:
 class AnthropicModel:
     """A ChatModel on the Anthropic Messages API.
 
-    ``thinking_budget`` enables extended thinking with that many tokens; the turn's
-    ``max_tokens`` is then raised by the budget so that thinking does not eat the answer.
+    A turn's ``max_tokens`` is its whole output, thinking included. ``thinking_budget``
+    enables extended thinking with that many of them (kept below ``max_tokens`` so that some
+    room is left for the answer); ``reasoning_effort`` enables adaptive thinking at that
+    effort instead (kagent.agent.loop.models.limits says which a model takes).
     """
 
     def __init__(self, model: str, *, api_key: str, name: Optional[str] = None,
                  base_url: Optional[str] = None, timeout_s: float = 600,
-                 thinking_budget: Optional[int] = None):
+                 thinking_budget: Optional[int] = None, reasoning_effort: Optional[str] = None):
         self.model = model
         self.name = name or f"anthropic:{model}"
         self.thinking_budget = thinking_budget
+        self.reasoning_effort = reasoning_effort
         # max_retries=0: RetryingModel owns retries, so that waits are traced and budgeted.
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s,
                                            max_retries=0)
@@ -182,9 +190,13 @@ class AnthropicModel:
             params["system"] = [{"type": "text", "text": system, "cache_control": _CACHE}]
         if tools:
             params["tools"] = to_anthropic_tools(tools)
-        if self.thinking_budget:
-            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
-            params["max_tokens"] = max_tokens + self.thinking_budget
+        if self.reasoning_effort:
+            params["thinking"] = {"type": "adaptive"}
+            params["output_config"] = {"effort": self.reasoning_effort}
+        elif self.thinking_budget:
+            budget = min(self.thinking_budget, max_tokens - MIN_ANSWER_TOKENS)
+            if budget >= MIN_THINKING_BUDGET:  # a turn too small to think in goes without
+                params["thinking"] = {"type": "enabled", "budget_tokens": budget}
         return params
 
     def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],

@@ -61,8 +61,12 @@ def to_openai_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
             for t in tools]
 
 
-def _parse_arguments(text: str) -> dict[str, Any]:
-    """Tool-call arguments; invalid JSON is kept raw so the loop can tell the model."""
+def _parse_arguments(text: str, cut: bool = False) -> dict[str, Any]:
+    """Tool-call arguments; invalid JSON is kept raw so the loop can tell the model. A call the
+    output cap cut (``cut``) before any of its JSON came is raw too, not a call without
+    arguments."""
+    if cut and not text.strip():
+        return {"_raw": text}
     try:
         value = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
@@ -127,13 +131,17 @@ class OpenAIModel:
 
     ``compatible`` selects the dialect: the OpenAI API wants ``max_completion_tokens`` (its
     reasoning models refuse ``max_tokens``), while local servers reliably know ``max_tokens``.
+    ``reasoning_effort`` is sent as is to a reasoning model (its reasoning tokens count in the
+    turn's output cap).
     """
 
     def __init__(self, model: str, *, api_key: str, name: Optional[str] = None,
-                 base_url: Optional[str] = None, timeout_s: float = 600, compatible: bool = False):
+                 base_url: Optional[str] = None, timeout_s: float = 600, compatible: bool = False,
+                 reasoning_effort: Optional[str] = None):
         self.model = model
         self.name = name or f"openai:{model}"
         self.compatible = compatible
+        self.reasoning_effort = reasoning_effort
         self._service = f"the OpenAI-compatible server at {base_url}" if compatible else "the OpenAI API"
         self._key_env = "" if compatible else _KEY_ENV
         # max_retries=0: RetryingModel owns retries, so that waits are traced and budgeted.
@@ -147,6 +155,8 @@ class OpenAIModel:
         params["max_tokens" if self.compatible else "max_completion_tokens"] = max_tokens
         if tools:
             params["tools"] = to_openai_tools(tools)
+        if self.reasoning_effort:
+            params["reasoning_effort"] = self.reasoning_effort
         return params
 
     def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
@@ -186,9 +196,11 @@ class OpenAIModel:
             content.append(ThinkingBlock(thinking=message["reasoning_content"]))
         if message.get("content"):
             content.append(TextBlock(text=message["content"]))
+        raw_calls = message.get("tool_calls") or []
+        cut = choice["finish_reason"] == "length"
         calls = [ToolCall(id=c["id"] or f"call_{i}", name=c["function"]["name"],
-                          arguments=_parse_arguments(c["function"]["arguments"]))
-                 for i, c in enumerate(message.get("tool_calls") or [])]
+                          arguments=_parse_arguments(c["function"]["arguments"], cut and i == len(raw_calls) - 1))
+                 for i, c in enumerate(raw_calls)]
         content.extend(calls)
         stop_reason = _STOP_REASONS.get(choice["finish_reason"], "other")
         if calls and stop_reason == "end_turn":

@@ -1,0 +1,113 @@
+"""The stage instruments on a two-stage single-launch kernel of our own (scripts/two_stage/),
+through the jail as a run's model would call them: the stages tool, then the ncu_kernel tool on
+a standalone launch of the kernel. Beside them, the kernel's step timed here too, in this
+process: the stages must add up to it within 10% (issue 13). On the CPU the same runs on the
+solution's torch stand-in (tests/test_megakernel_probes.py); on CUDA scripts/gpu_megakernel.sh.
+
+    python scripts/stage_tools_run.py stages|ncu OUT_FOLDER [WORK_FOLDER, default /tmp/kagent-stage-tools]
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.tasks import resolve_task
+from kagent.tools import default_tools
+from kagent.tools.base import ToolContext
+
+HERE = Path(__file__).resolve().parent / "two_stage"
+TIMED_STEPS = 50
+TOOLS = {tool.spec.name: tool for tool in default_tools()}
+
+
+def own_step_us(device: str) -> dict[str, float]:
+    """The solution's step timed in this process: back to back over many steps, as a decode loop
+    runs it, and each alone by device events."""
+    sys.path.insert(0, str(HERE))
+    from problem import get_inputs
+    from solution import ModelNew
+
+    model, inputs = ModelNew(), get_inputs()
+    for _ in range(3):
+        total = model(*inputs)
+    expected = inputs[0].sum(dtype=torch.int64) + inputs[1].sum(dtype=torch.int64)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    for _ in range(TIMED_STEPS):
+        model(*inputs)
+    sync()
+    back_to_back = (time.perf_counter() - started) / TIMED_STEPS * 1e6
+    alone = []
+    if device.startswith("cuda"):
+        for _ in range(TIMED_STEPS):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            model(*inputs)
+            end.record()
+            torch.cuda.synchronize()
+            alone.append(begin.elapsed_time(end) * 1e3)
+    return {"back_to_back_us": back_to_back, "alone_us": statistics.median(alone) if alone else None,
+            "correct": bool(int(total.reshape(-1)[0]) == int(expected))}
+
+
+def prepare(root: Path) -> ToolContext:
+    """A workspace holding the two-stage solution and its probe, and the problem as the task."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    workspace = root / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    for name in ("solution.py", "problem.py", "probe.py"):
+        shutil.copy(HERE / name, workspace / name)
+    shutil.copy(HERE / "problem.py", root / "problem.py")
+    return ToolContext(workspace=workspace, task=resolve_task(str(root / "problem.py")), eval_options=EvalOptions(
+        device=device, cache_dir=root / "cache", home=root / "home"))
+
+
+def run_stages(ctx: ToolContext, out: Path) -> bool:
+    """The stages tool, and the step timed here: the stages must add up to it within 10%."""
+    report: dict = {"device": ctx.eval_options.device}
+    started = time.monotonic()
+    stages = TOOLS["stages"].run({"steps": 20, "rounds": 3}, ctx)
+    report["stages"] = {"seconds": round(time.monotonic() - started, 1), "is_error": stages.is_error,
+                        "content": stages.content, "data": stages.data}
+    print(f"--- stages tool ({report['stages']['seconds']} s)\n{stages.content}")
+    report["own_step"] = own_step_us(ctx.eval_options.device)
+    if not stages.is_error:
+        total = sum(r["us"] for r in stages.data["stages"])
+        base = float(stages.content.split("launch and barriers alone | ")[1].split(" |")[0])
+        step = report["own_step"]["back_to_back_us"]
+        report["agreement"] = {"stages_us": total, "base_us": base, "step_us": step, "ratio": (total + base) / step}
+        print(f"stages {total:.1f} µs + launch and barriers alone {base:.1f} µs = {total + base:.1f} µs against the "
+              f"step timed here back to back, {step:.1f} µs ({(total + base) / step:.1%}); each alone by events: "
+              f"{report['own_step']['alone_us']} µs; the sum is right: {report['own_step']['correct']}")
+    (out / "stage_tools.json").write_text(json.dumps(report, indent=1))
+    return not stages.is_error
+
+
+def run_ncu(ctx: ToolContext, out: Path) -> bool:
+    """The ncu_kernel tool on a standalone launch of the kernel; its CSV kept for the tests."""
+    started = time.monotonic()
+    ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "_two_stages", "launch_skip": 1}, ctx)
+    report = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error, "content": ncu.content}
+    print(f"--- ncu_kernel tool ({report['seconds']} s)\n{ncu.content[:6000]}")
+    csv_file = ctx.workspace / "build" / "ncu_probe.csv"
+    if csv_file.exists():
+        shutil.copy(csv_file, out / "ncu_probe.csv")
+    (out / "ncu_tool.json").write_text(json.dumps(report, indent=1))
+    return not ncu.is_error
+
+
+def main(part: str, out: Path, root: Path) -> int:
+    ctx = prepare(root)
+    return 0 if (run_stages if part == "stages" else run_ncu)(ctx, out) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/kagent-stage-tools")))
