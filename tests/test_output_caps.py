@@ -11,21 +11,28 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
-
-from conftest import WAIT_S
 from test_models import _keys  # noqa: F401  (autouse: test keys, no base URLs from the environment)
+
+from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.loop.models import make_model
+from kagent.agent.loop.models.limits import (
+    DEFAULT_LIMITS,
+    ModelLimits,
+    OutputSettings,
+    limits_of,
+    load_limits,
+    output_settings,
+)
 from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.trace import read_trace
 from kagent.core.errors import KagentError
 from kagent.core.messages import Message, TextBlock, ToolSpec
-from kagent.agent.loop.models import make_model
-from kagent.agent.loop.models.limits import (DEFAULT_LIMITS, ModelLimits, limits_of, load_limits, output_settings,
-                                        OutputSettings)
-from kagent.agent.lifecycle.runs import start_run
-from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
+
+from conftest import WAIT_S
+from fake_llm_server import FakeLLMServer  # noqa: E402
 
 TOOLS = [ToolSpec(name="write_file", description="Write a file", parameters={"type": "object"})]
 # What the cap leaves of a write_file call: its JSON ends in the middle of the content.

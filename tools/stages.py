@@ -172,7 +172,8 @@ def stage_table(result: dict) -> str:
     declared = [b for b in result["stage_bytes"] if b is not None]
     floor = result["floor_bytes"]
     if floor:
-        lines.append(f"bytes floor {_mb(floor)} ({result['floor_from']}) at {result['bandwidth_bytes_per_s'] / 1e12:.2f}"
+        lines.append(f"bytes floor {_mb(floor)} ({result['floor_from']}) at "
+                     f"{result['bandwidth_bytes_per_s'] / 1e12:.2f}"
                      f" TB/s = {floor / result['bandwidth_bytes_per_s'] * 1e6:.1f} µs; the stages declare "
                      f"{_mb(sum(declared)) if declared else 'no bytes'}")
     if not agreed:
@@ -262,9 +263,9 @@ class _Clock:
 def _floor(job: dict, model: Any, context_len: Optional[int]) -> tuple[dict[str, int], int, str]:
     """The task's parts, its bytes floor and where the floor comes from."""
     if job["task_kind"] == "mega":
-        from kagent.sandbox.harness.mega import Task
-
         import torch
+
+        from kagent.sandbox.harness.mega import Task
 
         task = Task(Path(job["task_path"]), job["scale"], torch.device(job["device"]))
         roofline = task.roofline

@@ -160,6 +160,29 @@ def parse_thinking(value: Union[str, int, None]) -> Union[str, int]:
         raise KagentError(f"--thinking takes on, off or a budget in tokens, not {value!r}") from None
 
 
+def _asked_form(form: ThinkingForm, provider: str, budget_given: bool, effort: Optional[str]) -> ThinkingForm:
+    """How thinking is asked of the model: in its own form; asked explicitly of a model the
+    table does not know (form none), in its provider's natural form."""
+    if form != "none" or not (budget_given or effort):
+        return form
+    if provider == "anthropic":
+        return "budget" if not effort else "adaptive"
+    return "effort"
+
+
+def _thinking_budget(wanted: Union[str, int], cap: int) -> int:
+    """The thinking budget asked for (by default half the output cap), checked to leave room
+    for an answer within the cap."""
+    budget = wanted if isinstance(wanted, int) else cap // 2
+    if budget < MIN_THINKING_BUDGET or budget > cap - MIN_ANSWER_TOKENS:
+        if cap < MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS:
+            raise KagentError(f"an output cap of {cap} tokens leaves no room to think (at least "
+                              f"{MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS} needed)")
+        raise KagentError(f"--thinking {budget}: the budget must lie between {MIN_THINKING_BUDGET} and "
+                          f"{cap - MIN_ANSWER_TOKENS} tokens, within the output cap of {cap}")
+    return budget
+
+
 def output_settings(spec: str, thinking: Union[str, int, None] = None, effort: Optional[str] = None,
                     max_output_tokens: Optional[int] = None,
                     user: Optional[dict[str, ModelLimits]] = None) -> OutputSettings:
@@ -179,12 +202,8 @@ def output_settings(spec: str, thinking: Union[str, int, None] = None, effort: O
     wanted = parse_thinking(thinking)
     if effort is not None and effort not in EFFORTS:
         raise KagentError(f"--reasoning-effort must be one of {', '.join(EFFORTS)}, not {effort!r}")
-    form = limits.thinking
     budget_given = isinstance(wanted, int)
-    if form == "none" and (budget_given or effort):
-        # Asked explicitly of a model the table does not know: its provider's natural form.
-        form = "budget" if provider == "anthropic" and not effort else (
-            "adaptive" if provider == "anthropic" else "effort")
+    form = _asked_form(limits.thinking, provider, budget_given, effort)
     if wanted == "off":
         if effort:
             raise KagentError("--reasoning-effort asks for thinking, which --thinking off turns off")
@@ -192,14 +211,7 @@ def output_settings(spec: str, thinking: Union[str, int, None] = None, effort: O
     if form == "budget":
         if effort:
             raise KagentError(f"{spec} takes a thinking budget (--thinking N), not a reasoning effort")
-        budget = wanted if isinstance(wanted, int) else cap // 2
-        if budget < MIN_THINKING_BUDGET or budget > cap - MIN_ANSWER_TOKENS:
-            if cap < MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS:
-                raise KagentError(f"an output cap of {cap} tokens leaves no room to think (at least "
-                                  f"{MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS} needed)")
-            raise KagentError(f"--thinking {budget}: the budget must lie between {MIN_THINKING_BUDGET} and "
-                              f"{cap - MIN_ANSWER_TOKENS} tokens, within the output cap of {cap}")
-        return OutputSettings(cap, thinking_budget=budget)
+        return OutputSettings(cap, thinking_budget=_thinking_budget(wanted, cap))
     if form in ("adaptive", "effort"):
         if budget_given:
             raise KagentError(f"{spec} takes a reasoning effort (--reasoning-effort {'|'.join(EFFORTS)}), "
