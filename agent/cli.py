@@ -424,8 +424,8 @@ def replay_command(
 
 @app.command("report")
 def report_command(
-    run: Optional[str] = typer.Argument(None, help="A run id (see `kagent runs`) or a run folder; with --runs, a "
-                                                   "filter of the runs instead (see below)."),
+    run: Optional[str] = typer.Argument(None, help="A run id (see `kagent runs`), a run folder or a trace file; "
+                                                   "with --runs, a filter of the runs instead (see below)."),
     runs: bool = typer.Option(False, "--runs", help="A board across the runs instead of one run's page."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default: report.html in "
                                        "the run folder; with --runs, board.html in the runs folder)."),
@@ -459,9 +459,11 @@ def report_command(
         raise KagentError("give a run id or a run folder, or --runs for a board across runs",
                           hint="`kagent runs` lists the runs")
     from kagent.agent.report.page import write_run_page
-    from kagent.agent.runs import find_run
+    from kagent.agent.run_list import find_run
 
-    path = write_run_page(find_run(run, root), out)
+    # A trace on its own (mailed, or left by a run whose folder is gone) makes a page too.
+    trace = Path(run)
+    path = write_run_page(trace if trace.suffix == ".jsonl" and trace.is_file() else find_run(run, root), out)
     console.print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)", highlight=False)
 
 

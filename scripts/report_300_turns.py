@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import statistics
@@ -297,6 +298,8 @@ def main() -> None:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         page = run_dir / "report.html"
+        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+        print(f"machine: {os.cpu_count()} CPUs, load average {load} (1, 5, 15 min) after the runs")
         print(f"`kagent report` (the whole process), {args.repeat} runs: wall {', '.join(f'{w:.2f}' for w in walls)} s "
               f"(median {statistics.median(walls):.2f} s); CPU {', '.join(f'{c:.2f}' for c in cpus)} s")
         print(f"page: {page.stat().st_size / 1e6:.2f} MB ({page})")

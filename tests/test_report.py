@@ -217,6 +217,7 @@ def test_a_run_in_progress_with_a_torn_last_line(session_run, tmp_path):
     assert "the run is still going" in text and "the trace's last line is incomplete" in text
     assert "running" in text and "not re-verified yet: the best while exploring is" in text
     assert "attempt 2" in text and "attempt 3" not in text and "run ended:" not in text
+    assert "benchmark (event " in text and "has no result in the trace yet" in text  # cut by the torn line
 
 
 def test_an_interrupted_run(session_run, tmp_path):
@@ -311,6 +312,16 @@ def test_kagent_report_writes_the_page_and_says_where(session_run):
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
     nothing = kagent("report", runs=session_run.parent)
     assert nothing.returncode == 2 and "give a run id or a run folder, or --runs" in nothing.stderr
+
+
+def test_a_trace_file_on_its_own_makes_a_page(session_run, tmp_path):
+    trace = tmp_path / "mailed" / "trace.jsonl"
+    trace.parent.mkdir()
+    shutil.copy(session_run / "trace.jsonl", trace)
+    done = kagent("report", str(trace), runs=tmp_path / "no-runs")
+    assert done.returncode == 0, done.stderr
+    text = "".join(Elements((trace.parent / "report.html").read_text()).text)
+    assert "attempt 3" in text and "No attempt files: no workspace at" in text and "finished" in text
 
 
 def test_without_the_extra_kagent_report_says_how_to_get_it(session_run, tmp_path):

@@ -115,7 +115,7 @@ def _environment_text(story: RunStory) -> str:
 def _header(story: RunStory) -> str:
     wall = _wall_budget(story)
     budget = story.config.get("budget") or {}
-    used = [f"{minutes(story.elapsed_s)} of {minutes(wall)}" + (f" ({story.elapsed_s / wall:.0%})" if wall else "")]
+    used = [minutes(story.elapsed_s) + (f" of {minutes(wall)} ({story.elapsed_s / wall:.0%})" if wall else "")]
     if budget.get("max_tokens"):
         used.append(f"{story.total_tokens:,} of {int(budget['max_tokens']):,} tokens")
     if budget.get("max_cost_usd") is not None:
@@ -267,6 +267,8 @@ class _Transcript:
             html = handler(event)
             if html:
                 parts.append(html)
+        for call in self.files.calls.values():  # started, never answered: running now, or cut short
+            parts.append(f'<p class="dim">{esc(call.name)} (event {call.seq}) has no result in the trace yet</p>')
         if self.story.torn_tail:
             parts.append('<p class="dim">(the trace\'s last line is incomplete: not shown)</p>')
         if not self.story.events:
