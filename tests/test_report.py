@@ -438,3 +438,9 @@ def test_the_page_in_a_browser_draws_its_charts(session_run, session_page, tmp_p
         for colour in colours:
             rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
             assert colour_share(plot, rgb) > 0.0001, (name, colour)
+
+
+def test_tick_labels_are_plain_numbers():
+    """Tick labels without mathtext, which is off so that text from a run reads as written."""
+    assert [charts._count(v) for v in (0, 0.25, 20, 999, 5000, 15000, 2.5e6)] == [
+        "0", "0.25", "20", "999", "5,000", "15k", "2.5M"]

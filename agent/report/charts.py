@@ -62,9 +62,13 @@ def _empty(ax: Any, text: str, width: int = 48) -> None:
 
 
 def _count(value: float, _position: object = None) -> str:
-    """A tick's number without mathtext (which is off): 0.5, 20, 1.2k, 3.4M."""
+    """A tick's number without mathtext (which is off): 0.5, 20, 5,000, 12k, 3.4M."""
     size = abs(value)
-    return f"{value / 1e6:.3g}M" if size >= 1e6 else f"{value / 1e3:.3g}k" if size >= 1e4 else f"{value:.3g}"
+    if size >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if size >= 1e4:
+        return f"{value / 1e3:.3g}k"
+    return f"{value:,.0f}" if size >= 1e3 else f"{value:.3g}"
 
 
 def _log_axis(axis: Any) -> None:

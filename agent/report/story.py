@@ -16,7 +16,7 @@ from typing import Any, Optional
 from pydantic import TypeAdapter, ValidationError
 
 from kagent.agent.errors import KagentError
-from kagent.agent.pricing import price_of
+from kagent.agent.pricing import Price, price_of
 from kagent.agent.replay import trace_path
 from kagent.agent.run_list import read_summary
 from kagent.agent.trace import (
@@ -188,8 +188,7 @@ def _attempt_row(event: AttemptRecorded) -> AttemptRow:
         launch_note=launches.note if launches else "", flags=() if kept else ("reverted",))
 
 
-def _cost_split(usage: dict[str, Any], cost: float, model: str) -> Optional[dict[str, float]]:
-    price = price_of(model)
+def _cost_split(usage: dict[str, Any], cost: float, price: Optional[Price]) -> Optional[dict[str, float]]:
     if price is None:
         return None
     priced = {kind: int(usage.get(kind) or 0) * getattr(price, name) for kind, name in PRICED_KINDS.items()}
@@ -202,7 +201,10 @@ def read_story(run_dir: Path) -> RunStory:
     path = trace_path(Path(run_dir))
     run_dir = path.parent
     read = read_trace(path)
-    started: Optional[RunStarted] = None
+    started: Optional[RunStarted] = next((e for e in read.events if isinstance(e, RunStarted)), None)
+    config = started.config if started else _config_file(run_dir)
+    model = str(config.get("model") or "")
+    price = price_of(model) if model else None  # once: a user's price file is read at each call
     ended: Optional[RunEnded] = None
     final: Optional[Finalized] = None
     attempts: list[AttemptRow] = []
@@ -214,9 +216,7 @@ def read_story(run_dir: Path) -> RunStory:
     tokens = {kind: 0 for kind in TOKEN_KINDS}
     cost, cost_by_kind, turns = 0.0, {kind: 0.0 for kind in PRICED_KINDS}, 0
     for event in read.events:
-        if isinstance(event, RunStarted) and started is None:
-            started = event
-        elif isinstance(event, RunResumed):
+        if isinstance(event, RunResumed):
             ended = None  # a resumed run goes on: its earlier end no longer stands
         elif isinstance(event, RunEnded):
             ended = event
@@ -232,8 +232,7 @@ def read_story(run_dir: Path) -> RunStory:
             for kind in tokens:
                 tokens[kind] += int(counts.get(kind) or 0)
             cost += event.cost_usd
-            model = str((started.config if started else {}).get("model") or "")
-            split = _cost_split(counts, event.cost_usd, model)
+            split = _cost_split(counts, event.cost_usd, price)
             if split is not None:
                 cost_by_kind = {kind: cost_by_kind[kind] + split[kind] for kind in PRICED_KINDS}
             usage.append(UsageStep(event.elapsed_s, dict(tokens), cost, dict(cost_by_kind) if split else None))
@@ -252,7 +251,6 @@ def read_story(run_dir: Path) -> RunStory:
     final_result = _evaluation(final.evaluation) if final else None
     if final_result is not None and final_result.environment is not None:
         environment = final_result.environment
-    config = started.config if started else _config_file(run_dir)
     summary = read_summary(run_dir)
     if summary is not None:
         state, reason = summary.state, summary.reason
