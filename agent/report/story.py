@@ -167,8 +167,9 @@ def _evaluation(data: Optional[dict[str, Any]]) -> Optional[EvalResult]:
         return None
 
 
-def _attempt_row(event: AttemptRecorded) -> AttemptRow:
-    attempt, result = event.attempt, _evaluation(event.evaluation)
+def _attempt_row(event: AttemptRecorded, result: Optional[EvalResult]) -> AttemptRow:
+    """``result``: the event's evaluation, validated."""
+    attempt = event.attempt
     score = attempt.get("score")
     shapes = [ShapeFigures(t.label, t.speedup, t.ci_low, t.ci_high, t.candidate.median_ms, t.baseline.median_ms,
                            t.roofline.floor_ms if t.roofline else None,
@@ -223,8 +224,8 @@ def read_story(run_dir: Path) -> RunStory:
         elif isinstance(event, Finalized):
             final = event
         elif isinstance(event, AttemptRecorded):
-            attempts.append(_attempt_row(event))
             result = _evaluation(event.evaluation)
+            attempts.append(_attempt_row(event, result))
             environment = result.environment if result and result.environment else environment
         elif isinstance(event, ModelResponded):
             turns = max(turns, event.turn)
