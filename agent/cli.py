@@ -422,6 +422,7 @@ def replay_command(
         err_console.print("[dim]stopped following (the run is not affected)[/]")
 
 
+# In its docstring, \\[ keeps the help's rich markup from taking [report] for a style.
 @app.command("report")
 def report_command(
     run: Optional[str] = typer.Argument(None, help="A run id (see `kagent runs`), a run folder or a trace file; "
@@ -443,7 +444,7 @@ def report_command(
     either text found in a run's id, task, model, GPU or state, or key=text with key one of
     task, model, gpu, state (e.g. "task=kimi model=claude").
 
-    Needs the report extra: pip install 'kagent[report]'. Exit code 0: written; 2: bad usage,
+    Needs the report extra: pip install 'kagent\\[report]'. Exit code 0: written; 2: bad usage,
     no such run, or the extra missing."""
     from kagent.agent.report import require_charts
 

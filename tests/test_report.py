@@ -312,6 +312,7 @@ def test_kagent_report_writes_the_page_and_says_where(session_run):
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr
     nothing = kagent("report", runs=session_run.parent)
     assert nothing.returncode == 2 and "give a run id or a run folder, or --runs" in nothing.stderr
+    assert "pip install 'kagent[report]'" in kagent("report", "--help", runs=session_run.parent).stdout
 
 
 def test_a_trace_file_on_its_own_makes_a_page(session_run, tmp_path):
