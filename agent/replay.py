@@ -2,15 +2,12 @@
 
 The trace is the whole story of a run; this turns its events into rich renderables: what the
 model said and called, what the tools answered, the attempts and the budget as they went.
-Files are not stored in the trace, but every write_file and edit_file is, so the content of
-each file the model wrote is rebuilt as the events are read; that is what lets a write_file
-show the diff against the previous version instead of the whole new file.
+A write_file shows the diff against the previous version of the file, rebuilt from the trace
+as the events are read (kagent.agent.trace_reading), instead of the whole new file.
 """
 from __future__ import annotations
 
-import difflib
 import json
-import posixpath
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -27,6 +24,9 @@ from kagent.agent.trace import (
     AttemptRecorded, Compacted, ErrorRecorded, Event, Finalized, ModelRequested, ModelResponded, ModelRetried,
     RunEnded, RunResumed, RunStarted, ToolFinished, ToolStarted, UserNotice, read_trace,
 )
+from kagent.agent.trace_reading import (
+    TraceFiles, budget_line, line_count, minutes, notice_line, resumed_line, shorten, thinking_line,
+)
 
 TRACE_NAME = "trace.jsonl"
 # Caps that keep one event to a screenful: the trace (and its blobs) hold the full text.
@@ -35,32 +35,12 @@ MAX_RESULT_CHARS = 1_500
 MAX_DIFF_LINES = 60
 MAX_TEXT_CHARS = 4_000
 MAX_ARGUMENT_CHARS = 120
-# Tools that change files in ways the trace does not spell out: after them, rebuilt contents are unknown.
-OPAQUE_WRITERS = {"shell"}
 
 _EVENT = TypeAdapter(Event)
 
 VERDICT_STYLE = {"pass": "bold green", "incorrect": "bold red", "error": "bold red", "forbidden": "bold red",
                  "tampered": "bold magenta", "timeout": "bold yellow", "crash": "bold red",
                  "internal_error": "bold magenta"}
-
-
-def _norm(path: str) -> str:
-    """One key per file, however the model spelled it (./solution.py, solution.py)."""
-    return posixpath.normpath(path.strip())
-
-
-def _line_count(text: str) -> int:
-    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _minutes(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
@@ -77,53 +57,6 @@ def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
     return Padding(text, (0, 0, 0, indent), expand=False)
 
 
-def _unified(before: str, after: str, name: str, context: int = 2) -> list[str]:
-    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), fromfile=f"a/{name}",
-                                     tofile=f"b/{name}", lineterm="", n=context))
-
-
-class _Files:
-    """Contents of the workspace files as far as the trace tells them.
-
-    A path is known after a write_file; edits apply to known contents; attempts snapshot the
-    known contents so that a revert (automatic or asked for) restores them. Anything the
-    trace cannot follow (a shell command, a revert to a commit never snapshotted) forgets
-    everything, so that a diff is never shown against a guess.
-    """
-
-    def __init__(self) -> None:
-        self.known: dict[str, str] = {}
-        self.by_commit: dict[str, dict[str, str]] = {}
-        self.by_attempt: dict[int, dict[str, str]] = {}
-        self.best: Optional[int] = None
-
-    def written(self, path: str, content: str) -> None:
-        self.known[_norm(path)] = content
-
-    def edited(self, path: str, old: str, new: str) -> None:
-        key = _norm(path)
-        if key in self.known:
-            self.known[key] = self.known[key].replace(old, new)
-
-    def forget(self) -> None:
-        self.known = {}
-
-    def attempt(self, number: int, commit: str, is_best: bool) -> None:
-        self.by_commit[commit] = dict(self.known)
-        self.by_attempt[number] = dict(self.known)
-        if is_best:
-            self.best = number
-
-    def revert_to_commit(self, commit: str) -> None:
-        snapshot = self.by_commit.get(commit)
-        self.known = dict(snapshot) if snapshot is not None else {}
-
-    def revert_to_attempt(self, number: Optional[int]) -> None:
-        target = number if number is not None else self.best
-        snapshot = self.by_attempt.get(target) if target is not None else None
-        self.known = dict(snapshot) if snapshot is not None else {}
-
-
 class TraceRenderer:
     """Turns events, in trace order, into renderables. It keeps state across calls (file
     contents, the calls awaiting their result), so ``follow`` feeds it events as they come.
@@ -136,8 +69,7 @@ class TraceRenderer:
     def __init__(self, only_attempts: bool = False, only_errors: bool = False):
         self.only_attempts = only_attempts
         self.only_errors = only_errors
-        self.files = _Files()
-        self.calls: dict[str, ToolStarted] = {}
+        self.files = TraceFiles()
 
     @property
     def filtered(self) -> bool:
@@ -156,7 +88,7 @@ class TraceRenderer:
     def _on_run_started(self, event: RunStarted) -> list[RenderableType]:
         config = event.config
         budget = config.get("budget") or {}
-        limits = [f"wall {_minutes(budget['wall_s'])}" if budget.get("wall_s") else "",
+        limits = [f"wall {minutes(budget['wall_s'])}" if budget.get("wall_s") else "",
                   f"max ${budget['max_cost_usd']:.2f}" if budget.get("max_cost_usd") is not None else "",
                   f"max {budget['max_tokens']:,} tokens" if budget.get("max_tokens") is not None else ""]
         head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
@@ -166,24 +98,8 @@ class TraceRenderer:
         return [head]
 
     def _on_run_resumed(self, event: RunResumed) -> list[RenderableType]:
-        # Calls cut short by the interruption were settled by the resume: none awaits a result now.
-        self.calls.clear()
-        if event.workspace_side_ref:  # changes after the last commit were moved aside: contents unknown
-            self.files.forget()
-        text = Text.assemble(("resumed", "bold cyan"), f" (segment {event.segment}): {_minutes(event.spent_before_s)} "
-                             f"spent before, wall budget now {_minutes(event.budget_wall_s)}")
-        if event.restarted:
-            text.append("; the trace held no recorded step, so the run started over from turn 1")
-        if event.settled_calls:
-            text.append(f"; {len(event.settled_calls)} unfinished tool call(s) settled")
-        if event.workspace_side_ref:
-            text.append(f"; uncommitted changes kept at {event.workspace_side_ref}")
-        if event.previous_main_ref:
-            text.append(f"; main's earlier commits kept at {event.previous_main_ref}")
-        if event.stale_lock:
-            text.append(f"; took over the lock of dead process {event.stale_lock.get('pid')}")
-        if event.torn_tail_dropped:
-            text.append("; a torn last trace line was dropped")
+        self.files.follow(event)
+        text = Text.assemble(("resumed", "bold cyan"), " ", resumed_line(event))
         return [text]
 
     def _on_model_requested(self, event: ModelRequested) -> list[RenderableType]:
@@ -195,26 +111,22 @@ class TraceRenderer:
         usage = event.response.get("usage") or {}
         tokens = sum(int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "cache_read_tokens",
                                                        "cache_write_tokens"))
-        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {_minutes(event.elapsed_s)} · {tokens:,} tokens · "
+        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {minutes(event.elapsed_s)} · {tokens:,} tokens · "
                                             f"${event.cost_usd:.2f}", align="left", style="dim")]
         for block in (event.response.get("message") or {}).get("content") or []:
             kind = block.get("type")
             if kind == "text" and block.get("text", "").strip():
-                parts.append(Text(_shorten(block["text"].strip(), MAX_TEXT_CHARS)))
+                parts.append(Text(shorten(block["text"].strip(), MAX_TEXT_CHARS)))
             elif kind == "thinking":
                 parts.append(self._thinking(block))
         return parts
 
     @staticmethod
     def _thinking(block: dict[str, Any]) -> Text:
-        if block.get("redacted_data"):
-            return Text("thinking (redacted by the provider)", style="dim italic")
-        thought = block.get("thinking") or ""
-        first = next((line.strip() for line in thought.splitlines() if line.strip()), "")
-        return Text(f"thinking ({len(thought):,} chars): {_shorten(first, 100)}", style="dim italic")
+        return Text(thinking_line(block), style="dim italic")
 
     def _on_tool_started(self, event: ToolStarted) -> list[RenderableType]:
-        self.calls[event.call_id] = event
+        self.files.follow(event)
         if self.filtered:
             return []
         return self._call_view(event)
@@ -223,36 +135,26 @@ class TraceRenderer:
         args = event.arguments
         head = Text.assemble(("  ▶ ", "bold blue"), (event.name, "bold blue"))
         if "_raw" in args:  # the provider sent arguments that were not JSON
-            head.append(f"  (unparsed arguments) {_shorten(str(args['_raw']), MAX_ARGUMENT_CHARS)}", style="red")
+            head.append(f"  (unparsed arguments) {shorten(str(args['_raw']), MAX_ARGUMENT_CHARS)}", style="red")
             return [head]
-        if event.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
-            path, content = args["path"], args["content"]
-            head.append(f" {path} ({_line_count(content):,} lines)")
-            before = self.files.known.get(_norm(path))
-            if before is None:
+        change = self.files.change(event)
+        if change is not None and event.name == "write_file":
+            head.append(f" {change.path} ({line_count(args['content']):,} lines)")
+            if change.against == "nothing":
                 return [head]
-            lines = _unified(before, content, path)
-            head.append(" — diff against the previous version" if lines else " — unchanged", style="dim")
-            return [head, _diff_text(lines)] if lines else [head]
-        if event.name == "edit_file" and isinstance(args.get("path"), str) \
-                and isinstance(args.get("old"), str) and isinstance(args.get("new"), str):
-            path, old, new = args["path"], args["old"], args["new"]
-            head.append(f" {path}")
-            before = self.files.known.get(_norm(path))
-            if before is not None and old and before.count(old) == int(args.get("expect_count") or 1):
-                return [head, _diff_text(_unified(before, before.replace(old, new), path))]
-            # The file is not known (or the edit will not apply): the replacement itself, old → new.
-            snippet = [line for line in _unified(old, new, path, context=1) if not line.startswith(("---", "+++"))]
-            return [head, _diff_text(snippet)]
-        shown = ", ".join(f"{key}={_shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
+            head.append(" — diff against the previous version" if change.diff else " — unchanged", style="dim")
+            return [head, _diff_text(change.diff)] if change.diff else [head]
+        if change is not None:  # an edit_file
+            head.append(f" {change.path}")
+            return [head, _diff_text(change.diff)]
+        shown = ", ".join(f"{key}={shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
                           for key, value in args.items())
         if shown:
             head.append(f"({shown})")
         return [head]
 
     def _on_tool_finished(self, event: ToolFinished) -> list[RenderableType]:
-        started = self.calls.pop(event.call_id, None)
-        self._apply(event, started)
+        started = self.files.follow(event)
         if self.filtered and not (self.only_errors and event.is_error):
             return []
         parts: list[RenderableType] = []
@@ -261,26 +163,10 @@ class TraceRenderer:
         parts.append(self._result_view(event))
         return parts
 
-    def _apply(self, event: ToolFinished, started: Optional[ToolStarted]) -> None:
-        """Replay the call's effect on the rebuilt file contents."""
-        if event.name in OPAQUE_WRITERS:
-            self.files.forget()
-            return
-        if event.is_error or started is None:
-            return
-        args = started.arguments
-        if event.name == "write_file" and isinstance(args.get("path"), str) and isinstance(args.get("content"), str):
-            self.files.written(args["path"], args["content"])
-        elif event.name == "edit_file" and all(isinstance(args.get(k), str) for k in ("path", "old", "new")):
-            self.files.edited(args["path"], args["old"], args["new"])
-        elif event.name == "revert":
-            number = args.get("attempt")
-            self.files.revert_to_attempt(number if isinstance(number, int) else None)
-
     @staticmethod
     def _result_view(event: ToolFinished) -> RenderableType:
         lines = event.content.rstrip().splitlines() or ["(no output)"]
-        shown = _shorten("\n".join(lines[:MAX_RESULT_LINES]), MAX_RESULT_CHARS)
+        shown = shorten("\n".join(lines[:MAX_RESULT_LINES]), MAX_RESULT_CHARS)
         more = len(lines) - min(len(lines), MAX_RESULT_LINES)
         text = Text(shown, style="red" if event.is_error else "")
         notes = []
@@ -300,9 +186,7 @@ class TraceRenderer:
         number = int(attempt.get("number", 0))
         verdict = str(attempt.get("verdict", "?"))
         note = str(attempt.get("note") or attempt.get("reason") or "")
-        self.files.attempt(number, event.commit, is_best=note.startswith("new best"))
-        if event.reverted_to:
-            self.files.revert_to_commit(event.reverted_to)
+        self.files.follow(event)
         failed = verdict != "pass"  # a regression passed: it was slower, not an error
         if self.filtered and not (self.only_attempts or failed):
             return []
@@ -314,29 +198,22 @@ class TraceRenderer:
                              ("  reverted", "yellow") if reverted else ("  kept", "green"))
         parts: list[RenderableType] = [Padding(head, (0, 0, 0, 2), expand=False)]
         if note:
-            parts.append(Padding(Text(_shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
+            parts.append(Padding(Text(shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
         if attempt.get("hypothesis"):
             predicted = f" (predicted: {attempt['predicted']})" if attempt.get("predicted") else ""
-            parts.append(Padding(Text(f"design: {_shorten(attempt['hypothesis'] + predicted, 300)}", style="dim"),
+            parts.append(Padding(Text(f"design: {shorten(attempt['hypothesis'] + predicted, 300)}", style="dim"),
                                  (0, 0, 0, 4), expand=False))
         return parts
 
     def _on_user_notice(self, event: UserNotice) -> list[RenderableType]:
         if self.filtered:
             return []
-        b = event.budget
         parts: list[RenderableType] = []
-        if b:
-            spent = [f"phase {b.get('phase', '?')}",
-                     f"elapsed {_minutes(float(b.get('elapsed') or 0))} of {_minutes(float(b.get('wall') or 0))}",
-                     f"tokens {int(b.get('tokens') or 0):,}" + (f" of {int(b['max_tokens']):,}"
-                                                                if b.get("max_tokens") else ""),
-                     f"cost ${float(b.get('cost') or 0):.2f}" + (f" of ${float(b['max_cost']):.2f}"
-                                                                 if b.get("max_cost") else "")]
-            parts.append(Text("  budget: " + " · ".join(spent), style="dim"))
-        if not event.text.startswith("[budget]"):  # a nudge or a notice, not the usual status line
-            first = event.text.strip().splitlines()[0] if event.text.strip() else ""
-            parts.append(Text(f"  kagent: {_shorten(first, 200)}", style="yellow"))
+        if event.budget:
+            parts.append(Text("  budget: " + budget_line(event.budget), style="dim"))
+        notice = notice_line(event)
+        if notice is not None:  # a nudge or a notice, not the usual status line
+            parts.append(Text(f"  kagent: {shorten(notice, 200)}", style="yellow"))
         return parts
 
     def _on_compacted(self, event: Compacted) -> list[RenderableType]:
@@ -349,7 +226,7 @@ class TraceRenderer:
         if self.filtered and not self.only_errors:
             return []
         return [Text(f"  model retry {event.attempt} (turn {event.turn}) in {event.wait_s:.0f} s: "
-                     f"{_shorten(event.error, 300)}", style="yellow")]
+                     f"{shorten(event.error, 300)}", style="yellow")]
 
     def _on_error(self, event: ErrorRecorded) -> list[RenderableType]:
         if self.filtered and not self.only_errors:
@@ -377,7 +254,7 @@ class TraceRenderer:
                 if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
         return [Text.assemble(("run ended: ", "bold"), (event.status, f"bold {ENDINGS[event.status].style}"),
                               f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
-                              f"{_minutes(event.elapsed_s)}")]
+                              f"{minutes(event.elapsed_s)}")]
 
 
 def render_trace(events: list[Any], only_attempts: bool = False, only_errors: bool = False,

@@ -21,8 +21,10 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from kagent.agent.errors import KagentError
 from kagent.agent.lock import LOCK_NAME, lock_holder
 from kagent.agent.outcome import ENDINGS, RunState
+from kagent.agent.paths import RUNS_ELSEWHERE, runs_folder
 
 STATUS_NAME = "status.json"
 UNBOUNDED_WIDTH = 1 << 20
@@ -117,6 +119,19 @@ def read_summary(run_dir: Path) -> Optional[RunSummary]:
             summary.state = "interrupted"
             summary.reason = f"its process (pid {pid}) is gone: killed or crashed before it could record an end"
     return summary
+
+
+def find_run(run: str, root: Optional[Path] = None) -> Path:
+    """A run folder from a run id (under the runs folder) or a path."""
+    path = Path(run)
+    if (path / CONFIG_NAME).is_file():
+        return path
+    folder, origin = runs_folder(root)
+    candidate = folder / run
+    if (candidate / CONFIG_NAME).is_file():
+        return candidate
+    raise KagentError(f"no run {run!r} in {folder} ({origin}), nor a run folder at {path.absolute()}",
+                      hint=f"`kagent runs` lists the runs; {RUNS_ELSEWHERE}")
 
 
 def _sort_key(summary: RunSummary) -> tuple[float, str]:

@@ -22,8 +22,9 @@ from kagent.agent.messages import ChatModel
 from kagent.agent.models import REQUEST_TIMEOUT_S, make_model
 from kagent.agent.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
-from kagent.agent.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+from kagent.agent.paths import kagent_home, runs_dir
 from kagent.agent.resume import rebuild
+from kagent.agent.run_list import find_run
 from kagent.agent.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.workspace import Workspace
 from kagent.sandbox.evaluate import EvalOptions
@@ -219,19 +220,6 @@ def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] 
         workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
         report = _drive(run_dir, config, task, inner, workspace, tracker, view, lambda agent: agent.run())
     return run_dir, report
-
-
-def find_run(run: str, root: Optional[Path] = None) -> Path:
-    """A run folder from a run id (under the runs folder) or a path."""
-    path = Path(run)
-    if (path / RUN_FILES["config"]).is_file():
-        return path
-    folder, origin = runs_folder(root)
-    candidate = folder / run
-    if (candidate / RUN_FILES["config"]).is_file():
-        return candidate
-    raise KagentError(f"no run {run!r} in {folder} ({origin}), nor a run folder at {path.absolute()}",
-                      hint=f"`kagent runs` lists the runs; {RUNS_ELSEWHERE}")
 
 
 def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,
