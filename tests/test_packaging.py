@@ -129,3 +129,15 @@ def test_the_lower_bound_pins_are_generated_from_pyproject():
     unknown = subprocess.run([sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "nosuch"],
                                capture_output=True, text=True)
     assert unknown.returncode != 0 and "--except names no dependency: nosuch" in unknown.stderr
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    """The README promises that its test command is exactly what CI runs first."""
+    readme = (REPO / "README.md").read_text()
+    intro = readme.index("Set up and run the tests")
+    start = readme.index("```bash\n", intro) + len("```bash\n")
+    command = readme[start:readme.index("\n```", start)]
+    assert command.startswith("python3 -m venv .venv") and "pytest" in command
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert command in ci
+    assert "export KAGENT_REQUIRE_CHROMIUM=1" in ci[:ci.index(command)], "the browser test must not skip in CI"

@@ -244,6 +244,28 @@ def test_diff_and_changed_files(ws):
         ws.diff("nonsense")
 
 
+def test_diffs_and_files_of_many_commits_in_one_call(ws):
+    first = ws.attempts()[0]
+    ws.solution_path.write_text("def solve():\n    return 42\n")
+    (ws.root / "kernels").mkdir()
+    (ws.root / "kernels" / "k.cu").write_text("// kernel\n")
+    (ws.root / "k.o").write_bytes(b"ignored")
+    second = ws.commit("attempt 1")
+    third = ws.commit("attempt 2, nothing changed")
+    diffs = ws.diffs([(first, second), (second, third), (third, first)])
+    assert diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second] and "+// kernel" in diffs[second]
+    assert diffs[third] == "" and diffs[first] == ws.diff(third, first) and "-// kernel" in diffs[first]
+    assert ws.files([(first, "solution.py"), (second, "solution.py"), (second, "kernels/k.cu"),
+                     (first, "kernels/k.cu"), (second, "kernels"), (second, "k.o"), (third, "solution.py")]) == [
+        b"def solve():\n    return 0\n", b"def solve():\n    return 42\n", b"// kernel\n", None, None, None,
+        b"def solve():\n    return 42\n"]
+    assert ws.diffs([]) == {} and ws.files([]) == []
+    with pytest.raises(KagentError, match="no commit '0000000000"):
+        ws.diffs([(first, "0" * 40)])
+    with pytest.raises(KagentError, match="no commit 'nonsense'"):
+        ws.diffs([("nonsense", second)])
+
+
 def test_stash_uncommitted_sets_work_aside(ws):
     head = ws.head()
     assert ws.stash_uncommitted("segment-1") is None

@@ -158,7 +158,7 @@ class Restore:
     attempt: Optional[int]
 
 
-FileChange = Union[Untouched, Unknown, Rewrite, Restore]
+FileEffect = Union[Untouched, Unknown, Rewrite, Restore]
 UNTOUCHED = Untouched()
 UNKNOWN = Unknown()
 
@@ -170,7 +170,7 @@ class Tool(Protocol):
 
     def run(self, args: dict, ctx: ToolContext) -> ToolOutcome: ...
 
-    def file_change(self, args: dict) -> FileChange:
+    def file_change(self, args: dict) -> FileEffect:
         """What a call with these arguments does to the files, as far as they tell."""
         ...
 
@@ -211,7 +211,7 @@ class BaseTool(ABC):
     def execute(self, args: Any, ctx: ToolContext) -> ToolOutcome:
         """Run with validated arguments; raise ToolError for the model's mistakes."""
 
-    def file_change(self, args: dict) -> FileChange:
+    def file_change(self, args: dict) -> FileEffect:
         """What a call with ``args`` does to the files the model wrote, as far as the arguments
         tell: by default nothing (a tool that writes files says how, or that it cannot tell)."""
         return UNTOUCHED

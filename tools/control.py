@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, ValidationError
 
-from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileChange, Restore, ToolContext, ToolFacts, ToolOutcome
+from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileEffect, Restore, ToolContext, ToolFacts, ToolOutcome
 
 
 class DesignArgs(Args):
@@ -38,7 +38,7 @@ class Revert(BaseTool):
     Arguments = RevertArgs
     facts = ToolFacts(changes_files=True, needs_loop=True)
 
-    def file_change(self, args: dict) -> FileChange:
+    def file_change(self, args: dict) -> FileEffect:
         try:
             return Restore(RevertArgs.model_validate(args).attempt)
         except ValidationError:

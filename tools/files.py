@@ -10,7 +10,7 @@ from kagent.tools.base import (
     UNTOUCHED,
     Args,
     BaseTool,
-    FileChange,
+    FileEffect,
     Rewrite,
     ToolContext,
     ToolError,
@@ -183,7 +183,7 @@ class WriteFile(BaseTool):
     Arguments = WriteFileArgs
     facts = ToolFacts(changes_files=True)
 
-    def file_change(self, args: dict) -> FileChange:
+    def file_change(self, args: dict) -> FileEffect:
         try:
             given = WriteFileArgs.model_validate(args)
         except ValidationError:
@@ -223,7 +223,7 @@ class EditFile(BaseTool):
     Arguments = EditFileArgs
     facts = ToolFacts(changes_files=True)
 
-    def file_change(self, args: dict) -> FileChange:
+    def file_change(self, args: dict) -> FileEffect:
         try:
             given = EditFileArgs.model_validate(args)
         except ValidationError:

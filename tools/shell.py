@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kagent.tools.base import UNKNOWN, Args, BaseTool, FileChange, ToolContext, ToolFacts, ToolOutcome, run_command
+from kagent.tools.base import UNKNOWN, Args, BaseTool, FileEffect, ToolContext, ToolFacts, ToolOutcome, run_command
 
 
 class ShellArgs(Args):
@@ -26,7 +26,7 @@ class Shell(BaseTool):
         "may have had side effects. The workspace is back as it was before the command; check what you need "
         "before you go on."))
 
-    def file_change(self, args: dict) -> FileChange:
+    def file_change(self, args: dict) -> FileEffect:
         return UNKNOWN
 
     def execute(self, args: ShellArgs, ctx: ToolContext) -> ToolOutcome:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
 from kagent.core.errors import KagentError
@@ -394,7 +395,7 @@ def replay_command(
 
     Exit code with --execute: 0 everything reproduces, 1 something diverges."""
     from kagent.agent.cli.replay import follow, replay
-    from kagent.agent.lifecycle.runs import find_run
+    from kagent.agent.storage.folders import find_run
 
     if execute:
         from kagent.agent.cli.views import audit_table
@@ -417,6 +418,52 @@ def replay_command(
         err_console.print("[dim]stopped following (the run is not affected)[/]")
 
 
+# In its docstring, \\[ keeps the help's rich markup from taking [report] for a style.
+@app.command("report")
+def report_command(
+    run: Optional[str] = typer.Argument(None, help="A run id (see `kagent runs`), a run folder or a trace file; "
+                                                   "with --runs, a filter of the runs instead (see below)."),
+    runs: bool = typer.Option(False, "--runs", help="A board across the runs instead of one run's page."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default: report.html in "
+                                       "the run folder; with --runs, board.html in the runs folder)."),
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+) -> None:
+    """Write a run as one self-contained HTML page, or a board across runs (--runs).
+
+    A run's page: its header, speedup over time, time per token against the bytes floor with
+    launches, tokens and cost over time, the attempts with each one's diff and file, and the
+    transcript. It works for a run in progress or interrupted (what its trace holds so far).
+
+    The board: one row per run (best verified score, ms per token, fraction of the floor,
+    single launch, time and cost to the best), grouped by task, each linked to its page,
+    written beside the board in <board name>-runs/. FILTER: words that must all match, each
+    either text found in a run's id, task, model, GPU or state, or key=text with key one of
+    task, model, gpu, state (e.g. "task=kimi model=claude").
+
+    Needs the report extra: pip install 'kagent\\[report]'. Exit code 0: written; 2: bad usage,
+    no such run, or the extra missing."""
+    from kagent.agent.cli.report import require_charts
+
+    require_charts()
+    if runs:
+        from kagent.agent.cli.report.board import write_board
+
+        folder, _origin = runs_folder(root)
+        path, count = write_board(folder, run or "", out)
+        console.print(f"wrote {path}: {count} run(s)", highlight=False)
+        return
+    if run is None:
+        raise KagentError("give a run id or a run folder, or --runs for a board across runs",
+                          hint="`kagent runs` lists the runs")
+    from kagent.agent.cli.report.page import write_run_page
+    from kagent.agent.storage.folders import find_run
+
+    # A trace on its own (mailed, or left by a run whose folder is gone) makes a page too.
+    trace = Path(run)
+    path = write_run_page(trace if trace.suffix == ".jsonl" and trace.is_file() else find_run(run, root), out)
+    console.print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)", highlight=False)
+
+
 def main() -> None:
     """Console entry point: click reports usage errors; errors users can fix get one clear line.
 
@@ -427,9 +474,11 @@ def main() -> None:
     except KagentError as err:
         if os.environ.get("KAGENT_DEBUG"):
             raise
-        err_console.print(f"[bold red]error:[/] {err.message}")
+        # Escaped: a message is plain text, and rich would take its [brackets] for markup
+        # (`pip install 'kagent[report]'` lost its extra).
+        err_console.print(f"[bold red]error:[/] {escape(err.message)}")
         if err.hint:
-            err_console.print(f"[dim]{err.hint}[/]")
+            err_console.print(f"[dim]{escape(err.hint)}[/]")
         sys.exit(err.exit_code)
 
 

@@ -2,21 +2,16 @@
 
 The trace is the whole story of a run; this turns its events into rich renderables: what the
 model said and called, what the tools answered, the attempts and the budget as they went.
-Files are not stored in the trace, but every call is, and each tool says what its calls do to
-the files (Tool.file_change: write_file and edit_file spell it out, revert goes back to an
-attempt, shell may do anything), so the content of each file the model wrote is rebuilt as the
-events are read; that is what lets a write_file show the diff against the previous version
-instead of the whole new file.
+A call that rewrites a file shows as the diff against its previous version, rebuilt from the
+trace as the events are read (kagent.agent.cli.trace_reading), instead of the whole new file.
 """
 from __future__ import annotations
 
-import difflib
 import json
-import posixpath
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console, Group, RenderableType
@@ -24,8 +19,15 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
-from kagent.agent.cli.views import clock
-from kagent.agent.loop.budget import BudgetSummary
+from kagent.agent.cli.trace_reading import (
+    TraceFiles,
+    budget_line,
+    minutes,
+    notice_line,
+    resumed_line,
+    shorten,
+    thinking_line,
+)
 from kagent.agent.loop.ledger import Attempt
 from kagent.agent.outcome import ENDINGS
 from kagent.agent.storage.trace import (
@@ -47,8 +49,6 @@ from kagent.agent.storage.trace import (
 )
 from kagent.core.errors import KagentError
 from kagent.core.messages import ModelResponse, TextBlock, ThinkingBlock
-from kagent.tools import all_tools
-from kagent.tools.base import UNTOUCHED, FileChange, Restore, Rewrite, Unknown
 
 TRACE_NAME = "trace.jsonl"
 # Caps that keep one event to a screenful: the trace (and its blobs) hold the full text.
@@ -65,15 +65,6 @@ VERDICT_STYLE = {"pass": "bold green", "incorrect": "bold red", "error": "bold r
                  "internal_error": "bold magenta"}
 
 
-def _norm(path: str) -> str:
-    """One key per file, however the model spelled it (./solution.py, solution.py)."""
-    return posixpath.normpath(path.strip())
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
 def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
     """Unified-diff lines, coloured, capped at MAX_DIFF_LINES."""
     shown = lines[:MAX_DIFF_LINES]
@@ -88,54 +79,6 @@ def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
     return Padding(text, (0, 0, 0, indent), expand=False)
 
 
-def _unified(before: str, after: str, name: str, context: int = 2) -> list[str]:
-    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), fromfile=f"a/{name}",
-                                     tofile=f"b/{name}", lineterm="", n=context))
-
-
-class _Files:
-    """Contents of the workspace files as far as the trace tells them.
-
-    A path is known after a call that spells out its whole new content (write_file); a
-    change of part of it (edit_file) applies to known contents; attempts snapshot the known
-    contents so that a revert (automatic or asked for) restores them. Anything the trace cannot
-    follow (a shell command, a revert to a commit never snapshotted) forgets everything, so that
-    a diff is never shown against a guess.
-    """
-
-    def __init__(self) -> None:
-        self.known: dict[str, str] = {}
-        self.by_commit: dict[str, dict[str, str]] = {}
-        self.by_attempt: dict[int, dict[str, str]] = {}
-        self.best: Optional[int] = None
-
-    def rewrite(self, change: Rewrite) -> None:
-        key = _norm(change.path)
-        after = change.after(self.known.get(key))
-        if after is None:
-            self.known.pop(key, None)
-        else:
-            self.known[key] = after
-
-    def forget(self) -> None:
-        self.known = {}
-
-    def attempt(self, number: int, commit: str, is_best: bool) -> None:
-        self.by_commit[commit] = dict(self.known)
-        self.by_attempt[number] = dict(self.known)
-        if is_best:
-            self.best = number
-
-    def revert_to_commit(self, commit: str) -> None:
-        snapshot = self.by_commit.get(commit)
-        self.known = dict(snapshot) if snapshot is not None else {}
-
-    def revert_to_attempt(self, number: Optional[int]) -> None:
-        target = number if number is not None else self.best
-        snapshot = self.by_attempt.get(target) if target is not None else None
-        self.known = dict(snapshot) if snapshot is not None else {}
-
-
 class TraceRenderer:
     """Turns events, in trace order, into renderables. It keeps state across calls (file
     contents, the calls awaiting their result), so ``follow`` feeds it events as they come.
@@ -148,9 +91,7 @@ class TraceRenderer:
     def __init__(self, only_attempts: bool = False, only_errors: bool = False):
         self.only_attempts = only_attempts
         self.only_errors = only_errors
-        self.files = _Files()
-        self.calls: dict[str, ToolStarted] = {}
-        self.tools = {tool.spec.name: tool for tool in all_tools()}
+        self.files = TraceFiles()
 
     @property
     def filtered(self) -> bool:
@@ -168,7 +109,7 @@ class TraceRenderer:
     # -- events ------------------------------------------------------------------------------
     def _on_run_started(self, event: RunStarted) -> list[RenderableType]:
         config, budget = event.config, event.config.budget
-        limits = [f"wall {clock(budget.wall_s)}",
+        limits = [f"wall {minutes(budget.wall_s)}",
                   f"max ${budget.max_cost_usd:.2f}" if budget.max_cost_usd is not None else "",
                   f"max {budget.max_tokens:,} tokens" if budget.max_tokens is not None else ""]
         head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
@@ -177,24 +118,8 @@ class TraceRenderer:
         return [head, *(Text(f"warning: {text}", style="yellow") for text in event.warnings)]
 
     def _on_run_resumed(self, event: RunResumed) -> list[RenderableType]:
-        # Calls cut short by the interruption were settled by the resume: none awaits a result now.
-        self.calls.clear()
-        if event.workspace_side_ref:  # changes after the last commit were moved aside: contents unknown
-            self.files.forget()
-        text = Text.assemble(("resumed", "bold cyan"), f" (segment {event.segment}): {clock(event.spent_before_s)} "
-                             f"spent before, wall budget now {clock(event.budget_wall_s)}")
-        if event.restarted:
-            text.append("; the trace held no recorded step, so the run started over from turn 1")
-        if event.settled_calls:
-            text.append(f"; {len(event.settled_calls)} unfinished tool call(s) settled")
-        if event.workspace_side_ref:
-            text.append(f"; uncommitted changes kept at {event.workspace_side_ref}")
-        if event.previous_main_ref:
-            text.append(f"; main's earlier commits kept at {event.previous_main_ref}")
-        if event.stale_lock:
-            text.append(f"; took over the lock of dead process {event.stale_lock.get('pid')}")
-        if event.torn_tail_dropped:
-            text.append("; a torn last trace line was dropped")
+        self.files.follow(event)
+        text = Text.assemble(("resumed", "bold cyan"), " ", resumed_line(event))
         return [text]
 
     def _on_model_requested(self, event: ModelRequested) -> list[RenderableType]:
@@ -204,26 +129,18 @@ class TraceRenderer:
         if self.filtered:
             return []
         response = ModelResponse.model_validate(event.response)
-        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {clock(event.elapsed_s)} · "
+        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {minutes(event.elapsed_s)} · "
                                             f"{response.usage.total_tokens:,} tokens · ${event.cost_usd:.2f}",
                                             align="left", style="dim")]
         for block in response.message.content:
             if isinstance(block, TextBlock) and block.text.strip():
-                parts.append(Text(_shorten(block.text.strip(), MAX_TEXT_CHARS)))
+                parts.append(Text(shorten(block.text.strip(), MAX_TEXT_CHARS)))
             elif isinstance(block, ThinkingBlock):
-                parts.append(self._thinking(block))
+                parts.append(Text(thinking_line(block.model_dump()), style="dim italic"))
         return parts
 
-    @staticmethod
-    def _thinking(block: ThinkingBlock) -> Text:
-        if block.redacted_data:
-            return Text("thinking (redacted by the provider)", style="dim italic")
-        thought = block.thinking
-        first = next((line.strip() for line in thought.splitlines() if line.strip()), "")
-        return Text(f"thinking ({len(thought):,} chars): {_shorten(first, 100)}", style="dim italic")
-
     def _on_tool_started(self, event: ToolStarted) -> list[RenderableType]:
-        self.calls[event.call_id] = event
+        self.files.follow(event)
         if self.filtered:
             return []
         return self._call_view(event)
@@ -232,43 +149,24 @@ class TraceRenderer:
         args = event.arguments
         head = Text.assemble(("  ▶ ", "bold blue"), (event.name, "bold blue"))
         if "_raw" in args:  # the provider sent arguments that were not JSON
-            head.append(f"  (unparsed arguments) {_shorten(str(args['_raw']), MAX_ARGUMENT_CHARS)}", style="red")
+            head.append(f"  (unparsed arguments) {shorten(str(args['_raw']), MAX_ARGUMENT_CHARS)}", style="red")
             return [head]
-        change = self._change(event.name, args)
-        if isinstance(change, Rewrite):
-            return self._rewrite_view(head, change)
-        shown = ", ".join(f"{key}={_shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
+        change = self.files.change(event)
+        if change is not None:
+            head.append(f" {change.path}{change.note}")
+            if change.against == "nothing":
+                return [head]
+            if change.whole:  # the call gave the whole new file: say what the diff is against
+                head.append(" — diff against the previous version" if change.diff else " — unchanged", style="dim")
+            return [head, _diff_text(change.diff)] if change.diff else [head]
+        shown = ", ".join(f"{key}={shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
                           for key, value in args.items())
         if shown:
             head.append(f"({shown})")
         return [head]
 
-    def _change(self, name: str, arguments: dict[str, Any]) -> FileChange:
-        """What the call did to the files, as its tool tells from its arguments; a tool this
-        version does not know is taken to have changed nothing."""
-        tool = self.tools.get(name)
-        return tool.file_change(arguments) if tool is not None else UNTOUCHED
-
-    def _rewrite_view(self, head: Text, change: Rewrite) -> list[RenderableType]:
-        """A file's change as a diff against its content before, when that is known."""
-        head.append(f" {change.path}{change.note}")
-        before = self.files.known.get(_norm(change.path))
-        after = change.after(before) if before is not None else None
-        if before is not None and after is not None:
-            lines = _unified(before, after, change.path)
-            if change.excerpt is None:  # the call gave the whole new file: say what the diff is against
-                head.append(" — diff against the previous version" if lines else " — unchanged", style="dim")
-            return [head, _diff_text(lines)] if lines else [head]
-        if change.excerpt is None:
-            return [head]
-        # The file is not known (or the change will not apply): the changed text itself, old → new.
-        old, new = change.excerpt
-        snippet = [line for line in _unified(old, new, change.path, context=1) if not line.startswith(("---", "+++"))]
-        return [head, _diff_text(snippet)]
-
     def _on_tool_finished(self, event: ToolFinished) -> list[RenderableType]:
-        started = self.calls.pop(event.call_id, None)
-        self._apply(event, started)
+        started = self.files.follow(event)
         if self.filtered and not (self.only_errors and event.is_error):
             return []
         parts: list[RenderableType] = []
@@ -277,23 +175,10 @@ class TraceRenderer:
         parts.append(self._result_view(event))
         return parts
 
-    def _apply(self, event: ToolFinished, started: Optional[ToolStarted]) -> None:
-        """Replay the call's effect on the rebuilt file contents. A call that failed changed
-        nothing, unless what it does cannot be told (a failed command may have written files)."""
-        change = self._change(event.name, started.arguments if started is not None else {})
-        if isinstance(change, Unknown):
-            self.files.forget()
-        elif event.is_error or started is None:
-            return
-        elif isinstance(change, Rewrite):
-            self.files.rewrite(change)
-        elif isinstance(change, Restore):
-            self.files.revert_to_attempt(change.attempt)
-
     @staticmethod
     def _result_view(event: ToolFinished) -> RenderableType:
         lines = event.content.rstrip().splitlines() or ["(no output)"]
-        shown = _shorten("\n".join(lines[:MAX_RESULT_LINES]), MAX_RESULT_CHARS)
+        shown = shorten("\n".join(lines[:MAX_RESULT_LINES]), MAX_RESULT_CHARS)
         more = len(lines) - min(len(lines), MAX_RESULT_LINES)
         text = Text(shown, style="red" if event.is_error else "")
         notes = []
@@ -311,9 +196,7 @@ class TraceRenderer:
     def _on_attempt_recorded(self, event: AttemptRecorded) -> list[RenderableType]:
         attempt = Attempt.model_validate(event.attempt)
         note = attempt.note or attempt.reason
-        self.files.attempt(attempt.number, event.commit, is_best=note.startswith("new best"))
-        if event.reverted_to:
-            self.files.revert_to_commit(event.reverted_to)
+        self.files.follow(event)
         failed = attempt.verdict != "pass"  # a regression passed: it was slower, not an error
         if self.filtered and not (self.only_attempts or failed):
             return []
@@ -324,10 +207,10 @@ class TraceRenderer:
                              ("  reverted", "yellow") if reverted else ("  kept", "green"))
         parts: list[RenderableType] = [Padding(head, (0, 0, 0, 2), expand=False)]
         if note:
-            parts.append(Padding(Text(_shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
+            parts.append(Padding(Text(shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
         if attempt.hypothesis:
             predicted = f" (predicted: {attempt.predicted})" if attempt.predicted else ""
-            parts.append(Padding(Text(f"design: {_shorten(attempt.hypothesis + predicted, 300)}", style="dim"),
+            parts.append(Padding(Text(f"design: {shorten(attempt.hypothesis + predicted, 300)}", style="dim"),
                                  (0, 0, 0, 4), expand=False))
         return parts
 
@@ -336,14 +219,10 @@ class TraceRenderer:
             return []
         parts: list[RenderableType] = []
         if event.budget:
-            b = cast(BudgetSummary, event.budget)  # as BudgetTracker.summary() made it
-            spent = [f"phase {b['phase']}", f"elapsed {clock(b['elapsed'])} of {clock(b['wall'])}",
-                     f"tokens {b['tokens']:,}" + (f" of {b['max_tokens']:,}" if b["max_tokens"] else ""),
-                     f"cost ${b['cost']:.2f}" + (f" of ${b['max_cost']:.2f}" if b["max_cost"] else "")]
-            parts.append(Text("  budget: " + " · ".join(spent), style="dim"))
-        if not event.text.startswith("[budget]"):  # a nudge or a notice, not the usual status line
-            first = event.text.strip().splitlines()[0] if event.text.strip() else ""
-            parts.append(Text(f"  kagent: {_shorten(first, 200)}", style="yellow"))
+            parts.append(Text("  budget: " + budget_line(event.budget), style="dim"))
+        notice = notice_line(event)
+        if notice is not None:  # a nudge or a notice, not the usual status line
+            parts.append(Text(f"  kagent: {shorten(notice, 200)}", style="yellow"))
         return parts
 
     def _on_compacted(self, event: Compacted) -> list[RenderableType]:
@@ -356,7 +235,7 @@ class TraceRenderer:
         if self.filtered and not self.only_errors:
             return []
         return [Text(f"  model retry {event.attempt} (turn {event.turn}) in {event.wait_s:.0f} s: "
-                     f"{_shorten(event.error, 300)}", style="yellow")]
+                     f"{shorten(event.error, 300)}", style="yellow")]
 
     def _on_error(self, event: ErrorRecorded) -> list[RenderableType]:
         if self.filtered and not self.only_errors:
@@ -384,7 +263,7 @@ class TraceRenderer:
                 if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
         return [Text.assemble(("run ended: ", "bold"), (event.status, f"bold {ENDINGS[event.status].style}"),
                               f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
-                              f"{clock(event.elapsed_s)}")]
+                              f"{minutes(event.elapsed_s)}")]
 
 
 def render_trace(events: list[Any], only_attempts: bool = False, only_errors: bool = False,

@@ -21,13 +21,14 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.cli.views import clock
+from kagent.agent.cli.trace_reading import minutes
 from kagent.agent.outcome import ENDINGS, RunState
+from kagent.agent.storage.folders import RUN_FILES
 from kagent.agent.storage.lock import LOCK_NAME, lock_holder
 
-STATUS_NAME = "status.json"
+STATUS_NAME = RUN_FILES["status"]
 UNBOUNDED_WIDTH = 1 << 20
-CONFIG_NAME = "config.json"
+CONFIG_NAME = RUN_FILES["config"]
 
 State = Literal[RunState, "unknown"]
 
@@ -152,7 +153,7 @@ def _tokens(count: int) -> str:
 def _figures(s: RunSummary) -> dict[str, str]:
     """The right-hand columns of one run, as both layouts show them."""
     return {"result": f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–",
-            "elapsed": clock(s.elapsed_s), "tokens": _tokens(s.tokens), "cost": f"${s.cost_usd:.2f}"}
+            "elapsed": minutes(s.elapsed_s), "tokens": _tokens(s.tokens), "cost": f"${s.cost_usd:.2f}"}
 
 
 def _state(s: RunSummary) -> Text:

@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kagent.agent.cli.trace_reading import minutes
 from kagent.sandbox import progress
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import Determinism, EvalResult, Verdict
@@ -147,14 +148,6 @@ def print_result(console: Console, result: EvalResult, result_path: str | None =
     console.print(result_view(result, result_path))
 
 
-def clock(seconds: float) -> str:
-    """A duration as the clocks of the views show it: 0m12s, 59m59s, 1h05m."""
-    seconds = max(0, int(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
 def run_panel(update, since_s: float = 0.0) -> Panel:
     """The live view of a run (``update`` is a kagent.agent.loop.agent.ViewUpdate), ``since_s``
     seconds after the update was made: until the run has ended, its clocks move on by that."""
@@ -165,13 +158,13 @@ def run_panel(update, since_s: float = 0.0) -> Panel:
         best += f" · re-verified {update.final_score:.3f}x: the result"
     head = _label_grid()
     head.add_row("phase", update.phase, "turn", str(update.turn))
-    head.add_row("elapsed", clock(elapsed), "remaining", clock(update.remaining_s - moved))
+    head.add_row("elapsed", minutes(elapsed), "remaining", minutes(update.remaining_s - moved))
     head.add_row("tokens", f"{update.tokens:,}", "cost", f"${update.cost_usd:.2f}")
     # A grid of its own, so that a long line here does not widen the columns above.
     now = _label_grid()
     now.add_row("best", best)
     if update.activity:
-        doing = f"{update.activity} for {clock(elapsed - update.activity_since_s)}"
+        doing = f"{update.activity} for {minutes(elapsed - update.activity_since_s)}"
         now.add_row("now", Text(doing + (f" · {update.detail}" if update.detail else ""), style="bold"))
     attempts = Table(box=None, show_header=True, header_style="dim")
     for column in ("#", "kind", "verdict", "score", "note"):
@@ -215,14 +208,14 @@ class EvalProgressView:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
-        self._started = clock()
+        self._started = minutes()
         self._latest = "starting"
 
     def update(self, event: dict) -> None:
         self._latest = progress.describe(event) or self._latest
 
     def __rich__(self) -> RenderableType:
-        return Text.assemble(("evaluating for ", "dim"), (clock(self._clock() - self._started), "bold"),
+        return Text.assemble(("evaluating for ", "dim"), (minutes(self._clock() - self._started), "bold"),
                              (f" · {self._latest}", "dim"))
 
 

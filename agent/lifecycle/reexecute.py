@@ -14,9 +14,10 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from kagent.agent.lifecycle.runs import find_run, start_run
+from kagent.agent.lifecycle.runs import start_run
 from kagent.agent.loop.models.scripted import ScriptedModel
 from kagent.agent.settings import Budget
+from kagent.agent.storage.folders import find_run
 from kagent.agent.storage.trace import AttemptRecorded, ModelResponded, RunStarted, read_trace
 from kagent.core.errors import KagentError
 from kagent.core.messages import ModelResponse

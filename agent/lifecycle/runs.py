@@ -22,17 +22,16 @@ from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
 from kagent.agent.settings import RunConfig, RunSettings
+from kagent.agent.storage.folders import RUN_FILES, find_run
 from kagent.agent.storage.lock import RunLock
 from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.storage.workspace import Workspace
 from kagent.core.errors import KagentError
 from kagent.core.messages import ChatModel
-from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+from kagent.core.paths import kagent_home, runs_dir
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import all_tools
-
-RUN_FILES = {"config": "config.json", "status": "status.json", "report": "report.json"}
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -204,19 +203,6 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
         workspace = Workspace.create(run_dir / "workspace", task.files(), solution_name=config.solution_name)
         report = _drive(run_dir, config, task, inner, workspace, tracker, view, lambda agent: agent.run(), warn)
     return run_dir, report
-
-
-def find_run(run: str, root: Optional[Path] = None) -> Path:
-    """A run folder from a run id (under the runs folder) or a path."""
-    path = Path(run)
-    if (path / RUN_FILES["config"]).is_file():
-        return path
-    folder, origin = runs_folder(root)
-    candidate = folder / run
-    if (candidate / RUN_FILES["config"]).is_file():
-        return candidate
-    raise KagentError(f"no run {run!r} in {folder} ({origin}), nor a run folder at {path.absolute()}",
-                      hint=f"`kagent runs` lists the runs; {RUNS_ELSEWHERE}")
 
 
 def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,

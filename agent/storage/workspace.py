@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -263,6 +264,59 @@ class Workspace:
             return self._git("diff", base_sha, self._resolve(target), strip=False)
         with self._snapshot_index() as env:
             return self._git("diff", "--cached", base_sha, env=env, strip=False)
+
+    def diffs(self, pairs: list[tuple[str, str]]) -> dict[str, str]:
+        """Unified diffs, for each (old, new) pair of commits (full shas, as attempts() gives them)
+        the diff from old to new, keyed by new (empty where nothing changed). One git process for
+        them all: a report diffs every attempt against the one before, and a process each took
+        10 ms."""
+        self._require_commits({sha for pair in pairs for sha in pair})  # diff-tree passes over what it cannot read
+        lines = "".join(f"{new} {old}\n" for old, new in pairs)  # "<commit> <parent>": the diff from parent
+        out = self._batch(["diff-tree", "-p", "--no-color", "--stdin"], lines.encode()).decode(errors="replace")
+        diffs = {new: "" for _old, new in pairs}
+        current = None
+        for line in out.splitlines(keepends=True):
+            # Each commit's diff follows its id on a line of its own, which no diff line can be:
+            # content lines start with a space, + or -, and header lines with a word.
+            if line.rstrip("\n") in diffs:
+                current = line.rstrip("\n")
+            elif current is not None:
+                diffs[current] += line
+        return diffs
+
+    def files(self, wanted: list[tuple[str, str]]) -> list[bytes | None]:
+        """The content of each (commit, path), None where the commit has no file at that path:
+        one git process for them all."""
+        names = "".join(f"{sha}:{path}\n" for sha, path in wanted)
+        out = self._batch(["cat-file", "--batch"], names.encode())
+        found: list[bytes | None] = []
+        at = 0
+        for _ in wanted:
+            end = out.index(b"\n", at)
+            header = out[at:end].split()
+            at = end + 1
+            if len(header) != 3 or header[1] != b"blob":  # "<name> missing", or a folder there
+                if len(header) == 3:
+                    at += int(header[2]) + 1
+                found.append(None)
+                continue
+            size = int(header[2])
+            found.append(out[at:at + size])
+            at += size + 1
+        return found
+
+    def _require_commits(self, shas: set[str]) -> None:
+        listed = self._batch(["cat-file", "--batch-check"], "".join(f"{sha}\n" for sha in sorted(shas)).encode())
+        for sha, line in zip(sorted(shas), listed.decode().splitlines()):
+            if line.split()[1:2] != ["commit"]:
+                raise KagentError(f"no commit '{sha}' in the workspace at {self._root}")
+
+    def _batch(self, args: list[str], stdin: bytes) -> bytes:
+        """A git command fed ``stdin`` whole (GitPython's execute takes no input bytes)."""
+        done = subprocess.run(["git", "-C", str(self._root), *args], input=stdin, capture_output=True)
+        if done.returncode != 0:
+            raise KagentError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
+        return done.stdout
 
     def restore(self, sha: str) -> list[str]:
         """Makes the working tree equal to the tree of ``sha`` and returns the paths it changed.

@@ -1,0 +1,168 @@
+"""GPU figures of the megakernel outside kagent's harness (kagent eval gives the verdict):
+
+- the single launch and the stage-by-stage launches agree on the same inputs (the grid
+  barrier and what each stage reads after it, checked without the reference);
+- a plain chain loop's milliseconds per step at each context, timed with CUDA events;
+- kernel launches per step, from torch.profiler;
+- the compiled kernel's registers, spills and shared memory.
+
+The weights are random int4 with the task's statistics (timing does not depend on their
+values, and building the reference's takes a CPU minute). Writes JSON to --out.
+
+    python examples/02_kimi_linear_decode/bench.py --out bench.json [--stage-launches-only]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+TASK = HERE.parents[1] / "tasks" / "02_kimi_linear_decode"
+sys.path[:0] = [str(HERE), str(TASK)]
+
+import reference  # noqa: E402  (the task's, for its Config, init_state and init_token)
+import shapes  # noqa: E402
+import solution  # noqa: E402
+from roofline import bytes_per_step  # noqa: E402
+
+
+@torch.no_grad()
+def random_model(cfg, device: torch.device) -> solution.Model:
+    """The solution's model with random weights drawn on the device, then repacked."""
+    model = solution.Model(cfg).to(device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if name.endswith("w_q"):
+            t.copy_(torch.randint(0, 256, t.shape, generator=gen, device=device, dtype=torch.int32).to(torch.uint8))
+        elif name.endswith("scales"):
+            t.copy_(0.02 * 6 / 15 * (0.8 + 0.4 * torch.rand(t.shape, generator=gen, device=device)))
+        elif name.endswith("zeros"):
+            t.copy_(torch.randint(5, 11, t.shape, generator=gen, device=device).float())
+        elif name.endswith("norm"):
+            t.fill_(1.0)
+        elif name.endswith("conv_w"):
+            t.copy_(0.1 * torch.randn(t.shape, generator=gen, device=device))
+        else:  # router, beta_proj
+            t.copy_(0.02 * torch.randn(t.shape, generator=gen, device=device))
+    model.pack()
+    return model
+
+
+def clone_state(state):
+    return [{k: v.clone() for k, v in layer.items()} for layer in state]
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().flatten(), b.detach().double().flatten()
+    return float(a @ b / (a.norm() * b.norm()).clamp_min(1e-300))
+
+
+def agreement(model, cfg, device, context: int) -> dict:
+    """One step launched whole and one launched stage by stage, from the same inputs."""
+    state = reference.init_state(cfg, context, 5)
+    state = [{k: v.to(device) for k, v in layer.items()} for layer in state]
+    x = reference.init_token(cfg, 5).to(device)
+    outs = {}
+    for single in (False, True):
+        model.single_launch = single
+        model._cache = None
+        y, st = model.step(x.clone(), clone_state(state))
+        torch.cuda.synchronize(device)
+        outs[single] = (y, st)
+    (y0, s0), (y1, s1) = outs[False], outs[True]
+    report = {"context": context, "hidden_equal": bool(torch.equal(y0, y1)), "hidden_cos": cosine(y0, y1),
+              "finite": bool(torch.isfinite(y1.float()).all())}
+    worst = min((cosine(a[k], b[k]), f"L{i}.{k}") for i, (a, b) in enumerate(zip(s0, s1)) for k in a)
+    report["state_equal"] = all(torch.equal(a[k], b[k]) for a, b in zip(s0, s1) for k in a)
+    report["worst_state"] = {"name": worst[1], "cos": worst[0]}
+    return report
+
+
+def chain_ms(model, cfg, device, context: int, steps: int, warmup: int = 3) -> dict:
+    """A plain loop of chained steps (each output fed back in), timed with CUDA events."""
+    state = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, 0)]
+    x = reference.init_token(cfg, 0).to(device)
+    for _ in range(warmup):
+        x, state = model.step(x, state)
+    torch.cuda.synchronize(device)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    runs = []
+    for _ in range(3):
+        begin.record()
+        for _ in range(steps):
+            x, state = model.step(x, state)
+        end.record()
+        end.synchronize()
+        runs.append(begin.elapsed_time(end) / steps)
+    wall0 = time.perf_counter()
+    for _ in range(steps):
+        x, state = model.step(x, state)
+    torch.cuda.synchronize(device)
+    host_ms = (time.perf_counter() - wall0) * 1e3 / steps
+    floor_us = bytes_per_step(cfg, context) / 4.27e12 * 1e6
+    best = min(runs)
+    return {"context": context, "steps": steps, "ms_per_step": runs, "best_ms": best, "host_wall_ms": host_ms,
+            "floor_us_at_4.27TBps": floor_us, "fraction_of_floor": floor_us / (best * 1e3),
+            "finite": bool(torch.isfinite(x.float()).all())}
+
+
+def launches(model, cfg, device, context: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    state = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, 0)]
+    x = reference.init_token(cfg, 0).to(device)
+    x, state = model.step(x, state)
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        model.step(x, state)
+        torch.cuda.synchronize(device)
+    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"launches": len(gpu), "names": sorted({e.name[:80] for e in gpu}),
+            "device_us": sum(e.time_range.elapsed_us() for e in gpu)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--stage-launches-only", action="store_true", help="skip the single launch (it hung before)")
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    props = torch.cuda.get_device_properties(device)
+    result = {"gpu": props.name, "uuid": str(getattr(props, "uuid", "")), "sms": props.multi_processor_count,
+              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    import triton
+    result["triton"] = triton.__version__
+    cfg = reference.build_config(shapes.SHAPES[0])
+
+    def save():
+        args.out.write_text(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1), flush=True)
+
+    t0 = time.perf_counter()
+    model = random_model(cfg, device)
+    result["build_s"] = time.perf_counter() - t0
+    modes = [False] if args.stage_launches_only else [True]
+    if not args.stage_launches_only:
+        t0 = time.perf_counter()
+        result["agreement"] = [agreement(model, cfg, device, 2048)]
+        result["first_steps_s (compiles)"] = time.perf_counter() - t0
+        k = model.last_kernel
+        result["kernel"] = {"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
+                            "shared_bytes": k.metadata.shared, "programs": model.layout.programs,
+                            "stages": len(model.plan_rows), "barriers": len(model.plan_rows) - 1}
+        save()
+    for single in modes:
+        model.single_launch = single
+        key = "single_launch" if single else "stage_launches"
+        result[key] = {"chain": [chain_ms(model, cfg, device, s["context_len"], 30) for s in shapes.SHAPES]}
+        result[key]["profile"] = launches(model, cfg, device, 2048)
+        save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""One step of the megakernel against the task's reference, from the same state: the next
+hidden, the step's own contribution and every state tensor, by cosine (as kagent eval
+compares them, without its isolation). Exits 1 below --min-cosine. A quick check of a change
+before a whole evaluation: on the CPU (Triton's interpreter, smoke scale, about 5-20 s a step
+on this machine) or on a GPU.
+
+    python examples/02_kimi_linear_decode/check.py [--scale smoke|full] [--context N] [--seeds 0,1]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import reference  # noqa: E402
+import shapes  # noqa: E402
+import solution  # noqa: E402
+import torch
+from bench import TASK, clone_state, cosine  # noqa: F401  (bench puts the task on the import path)
+
+
+def compare(ref_model, model, cfg, context: int, seed: int, salient: bool, device) -> dict:
+    state = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, seed)]
+    x = reference.init_token(cfg, seed).to(device)
+    if salient:
+        state = reference.salient_state(ref_model, x, state)
+    with torch.no_grad():
+        want, want_state = ref_model.step(x.clone(), clone_state(state))
+    t0 = time.perf_counter()
+    got, got_state = model.step(x.clone(), clone_state(state))
+    seconds = time.perf_counter() - t0
+    cos = {"hidden": cosine(want, got), "delta": cosine(want - x, got - x)}
+    for i, (a, b) in enumerate(zip(want_state, got_state)):
+        for name in a:
+            if a[name].shape != b[name].shape:
+                raise SystemExit(f"L{i}.{name}: shape {tuple(b[name].shape)}, the reference's {tuple(a[name].shape)}")
+            cos[f"L{i}.{name}"] = cosine(a[name], b[name])
+    mla = next(i for i, kind in enumerate(cfg.pattern) if kind == "M")
+    for name in ("c_kv", "k_rope"):
+        cos[f"L{mla}.{name}.appended"] = cosine(want_state[mla][name][-1], got_state[mla][name][-1])
+    return {"context": context, "seed": seed, "salient": salient, "seconds": seconds, "cosines": cos}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", choices=("smoke", "full"), default="smoke")
+    ap.add_argument("--context", type=int, default=None, help="default: the scale's first shape")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--min-cosine", type=float, default=0.98)
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    shape = (shapes.SMOKE_SHAPES if args.scale == "smoke" else shapes.SHAPES)[0]
+    cfg = reference.build_config(shape)
+    ref_model = reference.Model(cfg).to(device)
+    model = solution.Model(cfg).to(device)
+    model.load_state_dict(ref_model.state_dict(), strict=True)
+    context = args.context or shape["context_len"]
+    worst = 1.0
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for salient in (False, True):
+            row = compare(ref_model, model, cfg, context, seed, salient, device)
+            low = min(row["cosines"].items(), key=lambda kv: kv[1])
+            worst = min(worst, low[1])
+            print(f"ctx {context} seed {seed}{' salient' if salient else ''}: {row['seconds']:.1f} s, "
+                  f"hidden {row['cosines']['hidden']:.6f}, delta {row['cosines']['delta']:.6f}, "
+                  f"worst {low[0]} {low[1]:.6f}", flush=True)
+    if worst < args.min_cosine:
+        print(f"FAIL: a cosine of {worst:.6f} is below {args.min_cosine}")
+        sys.exit(1)
+    print(f"ok: every cosine at least {worst:.6f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,678 @@
+"""The Triton kernel of the 02_kimi_linear_decode megakernel: one decode step as a sequence of
+stages, each a @triton.jit device function, run by one persistent grid.
+
+On a GPU one launch runs every stage, separated by a software grid barrier; without one (the
+CPU, where Triton's interpreter runs the programs one after another and a barrier could never
+be passed) the same kernel is launched once per stage, so each barrier becomes a kernel
+boundary. Which stage runs where is a table built on the host (``plan``: kind, layer, index
+of the layer among its kind), walked by every program between ``s_lo`` and ``s_hi``.
+
+Weights arrive repacked (solution.py, at load time):
+- int4 matrices as 32-bit words, each holding 8 consecutive input rows of one output column
+  (nibble i = row 8r+i), in tiles of BN columns laid out [tile][group][column][16 words], so
+  that one tile's chunk of groups is one contiguous block read with 16-byte loads;
+- each (group, column)'s bf16 scale and zero in one int32 (scale bits low, zero bits high).
+A nibble q becomes the float 1 + q/16 by placing it in the top mantissa bits under the
+exponent of 1.0 (a shift and a masked or, no int-to-float conversion; written out where it
+is used, since the interpreter pays for every call of a jit function); per group,
+sum_k x_k (q_k - z) s = s (16 sum_k x_k f_k - (16 + z) sum_k x_k), exact math in float32.
+
+Inputs of a matrix-vector product are read from a transposed copy (x_t[i * K/8 + r] = x[8r+i])
+so that the 8 nibble positions of a word meet contiguous, vectorizable runs of x.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    # No GPU: Triton's interpreter runs the kernels on CPU tensors (read when triton.jit
+    # decorates, so before the kernels below are defined).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from triton.runtime import interpreter as _interpreter
+
+    _patch_tensor = _interpreter._patch_lang_tensor
+
+    def _patch_tensor_index(tensor, scope):
+        """Triton 3.6's interpreter holds scalars as 1-element arrays and turns them into
+        Python ints (loop bounds) with int(array), which numpy 2.4 refuses for arrays of
+        one dimension; .item() takes the element either way."""
+        _patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    _interpreter._patch_lang_tensor = _patch_tensor_index
+
+    from triton.language import (
+        core as _tl_core,  # noqa: F401  (so that a launch patches it too)
+        standard as _tl_standard,
+    )
+
+    _call = _interpreter.InterpretedFunction.__call__
+    _patched_by_launch = (globals(), vars(_tl_standard))
+
+    def _device_call(self, *args, **kwargs):
+        """A call of a jit function from another. The interpreter repatches triton.language
+        on every such call (a third of a step's time here); a launch of this module's kernel
+        has already patched all that this module's functions and Triton's standard library
+        (tl.sum, tl.zeros...) use, so for those the repatching is skipped."""
+        if not any(self.fn.__globals__ is g for g in _patched_by_launch):
+            return _call(self, *args, **kwargs)
+        try:
+            return self.rewrite()(*args, **kwargs)
+        except Exception as exc:
+            raise _interpreter.InterpreterError(repr(exc)) from exc
+
+    _interpreter.InterpretedFunction.__call__ = _device_call
+
+# Stage kinds (the plan's first column).
+# (constexpr: a Triton kernel may only read globals that are.)
+STAGE_KINDS = ("KDA_IN", "KDA_REC", "KDA_OUT", "MOE_IN", "MOE_UP", "MOE_DOWN",
+               "MLA_IN", "MLA_ABSORB", "MLA_ATTEND", "MLA_MERGE", "MLA_VALUE", "MLA_OUT")
+KDA_IN, KDA_REC, KDA_OUT, MOE_IN, MOE_UP, MOE_DOWN = (tl.constexpr(i) for i in range(6))
+MLA_IN, MLA_ABSORB, MLA_ATTEND, MLA_MERGE, MLA_VALUE, MLA_OUT = (tl.constexpr(i) for i in range(6, 12))
+NEG = tl.constexpr(-1.0e30)  # a finite minus infinity: fully masked softmax blocks stay NaN-free
+
+
+# --------------------------------------------------------------------------- #
+# building blocks
+# --------------------------------------------------------------------------- #
+@triton.jit
+def _load_chunk(wt_ptr, szt_ptr, g0, BN: tl.constexpr, GC: tl.constexpr):
+    """Words [BN, GC, 16] and scale|zero [BN, GC] of groups g0..g0+GC of one tile."""
+    n = tl.arange(0, BN)[:, None, None]
+    g = g0 + tl.arange(0, GC)[None, :, None]
+    j = tl.arange(0, 16)[None, None, :]
+    w = tl.load(wt_ptr + (g * BN + n) * 16 + j, eviction_policy="evict_first")
+    n2 = tl.arange(0, BN)[:, None]
+    g2 = g0 + tl.arange(0, GC)[None, :]
+    sz = tl.load(szt_ptr + g2 * BN + n2, eviction_policy="evict_first")
+    return w, sz
+
+
+@triton.jit
+def _scale_zero(sz):
+    s = (sz << 16).to(tl.float32, bitcast=True)
+    z = ((sz >> 16) << 16).to(tl.float32, bitcast=True)
+    return s, z
+
+
+@triton.jit
+def _fma_chunk(acc, w, sz, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one):
+    """acc[BN, GC] += this chunk's dequantized dot products with x (transposed at xs_ptr)."""
+    r = (g0 + tl.arange(0, GC))[None, :, None] * 16 + tl.arange(0, 16)[None, None, :]
+    t = tl.zeros(w.shape, tl.float32)
+    xsum = tl.zeros([1, GC, 16], tl.float32)
+    for i in tl.static_range(8):
+        xi = tl.load(xs_ptr + i * K8 + r)
+        t += xi * (((w << (19 - 4 * i) if 4 * i <= 19 else w >> (4 * i - 19)) & 0x780000)
+                   | one).to(tl.float32, bitcast=True)
+        xsum += xi
+    s, z = _scale_zero(sz)
+    return acc + s * (16.0 * tl.sum(t, axis=2) - (16.0 + z) * tl.sum(xsum, axis=2))
+
+
+@triton.jit
+def _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one):
+    """_fma_chunk for two matrices of the same shape sharing the input (gate and up)."""
+    r = (g0 + tl.arange(0, GC))[None, :, None] * 16 + tl.arange(0, 16)[None, None, :]
+    ta = tl.zeros(wa.shape, tl.float32)
+    tb = tl.zeros(wb.shape, tl.float32)
+    xsum = tl.zeros([1, GC, 16], tl.float32)
+    for i in tl.static_range(8):
+        xi = tl.load(xs_ptr + i * K8 + r)
+        ta += xi * (((wa << (19 - 4 * i) if 4 * i <= 19 else wa >> (4 * i - 19)) & 0x780000)
+                    | one).to(tl.float32, bitcast=True)
+        tb += xi * (((wb << (19 - 4 * i) if 4 * i <= 19 else wb >> (4 * i - 19)) & 0x780000)
+                    | one).to(tl.float32, bitcast=True)
+        xsum += xi
+    xg = tl.sum(xsum, axis=2)
+    sa, za = _scale_zero(sza)
+    sb, zb = _scale_zero(szb)
+    acc_a += sa * (16.0 * tl.sum(ta, axis=2) - (16.0 + za) * xg)
+    acc_b += sb * (16.0 * tl.sum(tb, axis=2) - (16.0 + zb) * xg)
+    return acc_a, acc_b
+
+
+@triton.jit
+def _gemv(wt_ptr, szt_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, one):
+    """One tile of y = x @ W (BN columns, all G groups): the next chunk's words are loaded
+    while this one's are multiplied."""
+    NC: tl.constexpr = G // GC
+    acc = tl.zeros([BN, GC], tl.float32)
+    w, sz = _load_chunk(wt_ptr, szt_ptr, 0, BN, GC)
+    for c in range(1, NC):
+        w_next, sz_next = _load_chunk(wt_ptr, szt_ptr, c * GC, BN, GC)
+        acc = _fma_chunk(acc, w, sz, xs_ptr, K8, (c - 1) * GC, GC, one)
+        w = w_next
+        sz = sz_next
+    acc = _fma_chunk(acc, w, sz, xs_ptr, K8, (NC - 1) * GC, GC, one)
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _gemv2(wa_ptr, wb_ptr, sza_ptr, szb_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
+           GC: tl.constexpr, one):
+    """_gemv for two matrices of the same layout at the same tile (gate and up)."""
+    NC: tl.constexpr = G // GC
+    acc_a = tl.zeros([BN, GC], tl.float32)
+    acc_b = tl.zeros([BN, GC], tl.float32)
+    wa, sza = _load_chunk(wa_ptr, sza_ptr, 0, BN, GC)
+    wb, szb = _load_chunk(wb_ptr, szb_ptr, 0, BN, GC)
+    for c in range(1, NC):
+        wa_next, sza_next = _load_chunk(wa_ptr, sza_ptr, c * GC, BN, GC)
+        wb_next, szb_next = _load_chunk(wb_ptr, szb_ptr, c * GC, BN, GC)
+        acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, (c - 1) * GC, GC, one)
+        wa = wa_next
+        sza = sza_next
+        wb = wb_next
+        szb = szb_next
+    acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, (NC - 1) * GC, GC, one)
+    return tl.sum(acc_a, axis=1), tl.sum(acc_b, axis=1)
+
+
+@triton.jit
+def _dot(a, b, F32: tl.constexpr):
+    """a @ b of bf16 blocks, float32 accumulation. F32 (under Triton's interpreter, whose
+    tl.dot multiplies the raw bits of bf16 operands): upcast first, the same products."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _bf16(x):
+    """float32 rounded to the nearest bfloat16 (ties to even), as float32: where the
+    reference holds a bf16 tensor. Done on the bits because Triton 3.6's interpreter casts
+    float32 to bf16 by truncation (a bias of half an ulp that cost the CPU checks a
+    percent of cosine); a compiled cast rounds the same way, and casting the result to
+    bf16 is then exact on both."""
+    b = x.to(tl.int32, bitcast=True)
+    b = b + 0x7FFF + ((b >> 16) & 1)
+    return (b & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _store_t(ptr, k, v, K: tl.constexpr):
+    """Store v[k] into the transposed layout of a K-long input vector."""
+    tl.store(ptr + (k % 8) * (K // 8) + k // 8, v)
+
+
+@triton.jit
+def _norm_to_slot(x_ptr, nw_ptr, slot_ptr, HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr):
+    """rmsnorm(x) (bf16 values) into this program's slot, transposed; every thread's part is
+    written before any thread reads the slot."""
+    k = tl.arange(0, HB)
+    m = k < HID
+    x = tl.load(x_ptr + k, mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / HID + EPS)
+    w = tl.load(nw_ptr + k, mask=m, other=0.0).to(tl.float32)
+    y = _bf16(x * r * w)
+    tl.store(slot_ptr + (k % 8) * (HID // 8) + k // 8, y, mask=m)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _rows_dot(w_ptr, rows, slot_ptr, HID: tl.constexpr, RB: tl.constexpr, HB: tl.constexpr):
+    """Float32 dot products of RB bf16 weight rows (HID long) with the slot's vector, all
+    loads issued at once (a loop over the row would wait on memory once per block)."""
+    k = tl.arange(0, HB)
+    m = k < HID
+    xk = tl.load(slot_ptr + (k % 8) * (HID // 8) + k // 8, mask=m, other=0.0)
+    w = tl.load(w_ptr + rows[:, None] * HID + k[None, :], mask=m[None, :], other=0.0).to(tl.float32)
+    return tl.sum(w * xk[None, :], axis=1)
+
+
+@triton.jit
+def _grid_barrier(bar_ptr, P):
+    """Every program waits until all P have arrived. bar_ptr[0] counts arrivals (back to 0
+    after each barrier), bar_ptr[1] is the generation, so nothing depends on the host or on
+    how many launches came before. Scalar atomics run on one thread per program."""
+    tl.debug_barrier()  # this program's writes are all issued before it arrives
+    gen = tl.atomic_add(bar_ptr + 1, 0, sem="acquire")
+    arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel")
+    if arrived == P - 1:
+        tl.atomic_xchg(bar_ptr, 0, sem="relaxed")
+        tl.atomic_add(bar_ptr + 1, 1, sem="release")
+    else:
+        while tl.atomic_add(bar_ptr + 1, 0, sem="acquire") == gen:
+            pass
+    tl.debug_barrier()
+
+
+# --------------------------------------------------------------------------- #
+# KDA
+# --------------------------------------------------------------------------- #
+@triton.jit
+def _kda_in(pid, P, one, slot, w_ptr, sz_ptr, bw_ptr, cw_ptr, cq_ptr, ck_ptr, cv_ptr, qkv_ptr, dec_ptr, beta_ptr,
+            HID: tl.constexpr, KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
+            BN: tl.constexpr, GC: tl.constexpr, RB: tl.constexpr, HB: tl.constexpr):
+    """q, k, v, g projections with the short conv (and its window shift), the decay and
+    beta. Tiles: the int4 tiles of q|k|v|g, then the beta rows."""
+    G: tl.constexpr = HID // 128
+    NT: tl.constexpr = 4 * KIN // BN
+    for t in range(pid, NT + KH // RB, P):
+        if t < NT:
+            y = _bf16(_gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), slot, HID // 8, G, BN, GC, one))
+            m = (t * BN) // KIN
+            c = (t * BN) % KIN + tl.arange(0, BN)
+            if m < 3:
+                win = tl.where(m == 0, cq_ptr, tl.where(m == 1, ck_ptr, cv_ptr))
+                w0 = tl.load(win + c).to(tl.float32)
+                w1 = tl.load(win + KIN + c).to(tl.float32)
+                w2 = tl.load(win + 2 * KIN + c).to(tl.float32)
+                cw = cw_ptr + m * 4 * KIN + c
+                acc = w0 * tl.load(cw) + w1 * tl.load(cw + KIN) + w2 * tl.load(cw + 2 * KIN) + y * tl.load(cw + 3 * KIN)
+                out = _bf16(acc / (1.0 + tl.exp(-acc)))
+                if m == 0:
+                    out = out * (KD ** -0.5)
+                tl.store(qkv_ptr + m * KIN + c, out)
+                tl.store(win + c, w1.to(tl.bfloat16))
+                tl.store(win + KIN + c, w2.to(tl.bfloat16))
+                tl.store(win + 2 * KIN + c, y.to(tl.bfloat16))
+            else:
+                # exp(-softplus(g)) = 1 / (1 + exp(g))
+                tl.store(dec_ptr + c, 1.0 / (1.0 + tl.exp(y)))
+        else:
+            rows = (t - NT) * RB + tl.arange(0, RB)
+            b = _bf16(_rows_dot(bw_ptr, rows, slot, HID, RB, HB))
+            tl.store(beta_ptr + rows, 1.0 / (1.0 + tl.exp(-b)))
+
+
+@triton.jit
+def _kda_rec(pid, P, S_ptr, qkv_ptr, dec_ptr, beta_ptr, ot_ptr,
+             KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr, BV: tl.constexpr):
+    """The gated delta rule on S[h, :, v-block] (in place) and o[h, v-block]."""
+    NVB: tl.constexpr = KD // BV
+    kk = tl.arange(0, KD)
+    for t in range(pid, KH * NVB, P):
+        h = t // NVB
+        vv = (t % NVB) * BV + tl.arange(0, BV)
+        sp = S_ptr + h * KD * KD + kk[:, None] * KD + vv[None, :]
+        S = tl.load(sp)
+        dec = tl.load(dec_ptr + h * KD + kk, cache_modifier=".cg")
+        q = tl.load(qkv_ptr + h * KD + kk, cache_modifier=".cg")
+        k = tl.load(qkv_ptr + KIN + h * KD + kk, cache_modifier=".cg")
+        v = tl.load(qkv_ptr + 2 * KIN + h * KD + vv, cache_modifier=".cg")
+        b = tl.load(beta_ptr + h, cache_modifier=".cg")
+        S = S * dec[:, None]
+        pred = tl.sum(S * k[:, None], axis=0)
+        S = S + b * k[:, None] * (v - pred)[None, :]
+        o = tl.sum(S * q[:, None], axis=0)
+        tl.store(sp, S)
+        _store_t(ot_ptr, h * KD + vv, _bf16(o), KIN)
+
+
+@triton.jit
+def _attn_out(pid, P, one, xres_ptr, w_ptr, sz_ptr, ot_ptr, hp_ptr,
+              K: tl.constexpr, HID: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr):
+    """h = x + o_proj(o), o read transposed."""
+    G: tl.constexpr = K // 128
+    for t in range(pid, HID // BN, P):
+        y = _gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), ot_ptr, K // 8, G, BN, GC, one)
+        n = t * BN + tl.arange(0, BN)
+        x = tl.load(xres_ptr + n, cache_modifier=".cg").to(tl.float32)
+        tl.store(hp_ptr + n, _bf16(x + _bf16(y)).to(tl.bfloat16))
+
+
+# --------------------------------------------------------------------------- #
+# MoE
+# --------------------------------------------------------------------------- #
+@triton.jit
+def _routing(logits_ptr, E: tl.constexpr, EP: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr,
+             SCALE: tl.constexpr):
+    """Softmax over the float32 logits, top NACT (lowest index first at an exact tie) and
+    their weights normalized and scaled; every program computes the same from the same
+    logits."""
+    e = tl.arange(0, EP)
+    lg = tl.load(logits_ptr + e, mask=e < E, other=NEG, cache_modifier=".cg")
+    ex = tl.where(e < E, tl.exp(lg - tl.max(lg, axis=0)), 0.0)
+    probs = ex / tl.sum(ex, axis=0)
+    left = tl.where(e < E, probs, -1.0)
+    slot = tl.arange(0, NAP)
+    idx = tl.zeros([NAP], tl.int32)
+    wts = tl.zeros([NAP], tl.float32)
+    for j in tl.static_range(NACT):
+        best = tl.max(left, axis=0)
+        at = tl.min(tl.where(left == best, e, EP), axis=0)
+        idx = tl.where(slot == j, at, idx)
+        wts = tl.where(slot == j, best, wts)
+        left = tl.where(e == at, -2.0, left)
+    wts = wts / (tl.sum(wts, axis=0) + 1e-9) * SCALE
+    return idx, wts
+
+
+@triton.jit
+def _pick(vec, NAP: tl.constexpr, j):
+    return tl.sum(tl.where(tl.arange(0, NAP) == j, vec, 0), axis=0)
+
+
+@triton.jit
+def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, susz_ptr, act_ptr,
+            HID: tl.constexpr, E: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr, NSH: tl.constexpr,
+            RB: tl.constexpr, HB: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr):
+    """Router logits (float32) and the shared experts' silu(gate) * up."""
+    G: tl.constexpr = HID // 128
+    NR: tl.constexpr = E // RB
+    NTN: tl.constexpr = MI // BN
+    for t in range(pid, NR + NSH * NTN, P):
+        if t < NR:
+            rows = t * RB + tl.arange(0, RB)
+            tl.store(logits_ptr + rows, _rows_dot(rw_ptr, rows, slot, HID, RB, HB))
+        else:
+            s = (t - NR) // NTN
+            tile = s * NTN + (t - NR) % NTN
+            g, u = _gemv2(sg_ptr + tile * (G * BN * 16), su_ptr + tile * (G * BN * 16),
+                          sgsz_ptr + tile * (G * BN), susz_ptr + tile * (G * BN), slot, HID // 8, G, BN, GC, one)
+            k = ((t - NR) % NTN) * BN + tl.arange(0, BN)
+            _store_t(act_ptr + (NACT + s) * MI, k, g / (1.0 + tl.exp(-g)) * u, MI)
+
+
+@triton.jit
+def _moe_up(pid, P, one, slot, logits_ptr, gw_ptr, uw_ptr, gsz_ptr, usz_ptr, act_ptr,
+            HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
+            NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr):
+    """silu(gate) * up of the routed experts (the slot still holds this layer's normed h)."""
+    G: tl.constexpr = HID // 128
+    NTN: tl.constexpr = MI // BN
+    idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
+    for t in range(pid, NACT * NTN, P):
+        j = t // NTN
+        tn = t % NTN
+        e = _pick(idx, NAP, j)
+        ow = (e * NTN + tn) * (G * BN * 16)
+        osz = (e * NTN + tn) * (G * BN)
+        g, u = _gemv2(gw_ptr + ow, uw_ptr + ow, gsz_ptr + osz, usz_ptr + osz, slot, HID // 8, G, BN, GC, one)
+        k = tn * BN + tl.arange(0, BN)
+        _store_t(act_ptr + j * MI, k, g / (1.0 + tl.exp(-g)) * u, MI)
+
+
+@triton.jit
+def _expert_of(idx, j, E: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr):
+    return tl.where(j < NACT, _pick(idx, NAP, j), E + j - NACT)
+
+
+@triton.jit
+def _moe_down(pid, P, one, logits_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr,
+              HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
+              NSH: tl.constexpr, NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr):
+    """out = h + bf16(sum_j w_j down_j(act_j) + sum_s down_s(act_s)), the experts in the
+    reference's order; one chunk per expert, the next expert's words loading meanwhile."""
+    GI: tl.constexpr = MI // 128
+    NJ: tl.constexpr = NACT + NSH
+    NT: tl.constexpr = HID // BN
+    EW: tl.constexpr = MI * HID // 8   # words per expert
+    ES: tl.constexpr = GI * HID        # scale|zero entries per expert
+    idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
+    for t in range(pid, NT, P):
+        tw = dw_ptr + t * (GI * BN * 16)
+        ts = dsz_ptr + t * (GI * BN)
+        e = _expert_of(idx, 0, E, NACT, NAP)
+        w, sz = _load_chunk(tw + e * EW, ts + e * ES, 0, BN, GI)
+        acc = tl.zeros([BN], tl.float32)
+        for j in range(1, NJ):
+            e = _expert_of(idx, j, E, NACT, NAP)
+            w_next, sz_next = _load_chunk(tw + e * EW, ts + e * ES, 0, BN, GI)
+            y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + (j - 1) * MI, MI // 8, 0, GI, one), axis=1)
+            acc += tl.where(j - 1 < NACT, _pick(wts, NAP, j - 1), 1.0) * y
+            w = w_next
+            sz = sz_next
+        y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + (NJ - 1) * MI, MI // 8, 0, GI, one), axis=1)
+        acc += tl.where(NJ - 1 < NACT, _pick(wts, NAP, NJ - 1), 1.0) * y
+        n = t * BN + tl.arange(0, BN)
+        h = tl.load(hp_ptr + n, cache_modifier=".cg").to(tl.float32)
+        tl.store(out_ptr + n, _bf16(h + _bf16(acc)).to(tl.bfloat16))
+
+
+# --------------------------------------------------------------------------- #
+# MLA
+# --------------------------------------------------------------------------- #
+@triton.jit
+def _mla_in(pid, P, one, slot, w_ptr, sz_ptr, mq_ptr, c_dst, kr_raw_ptr, L,
+            HID: tl.constexpr, NQ: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr,
+            BN: tl.constexpr, GC: tl.constexpr):
+    """q_proj | kv_a (zero columns padding it to whole tiles): q (bf16 values, the rope part
+    not yet rotated), the latent appended to the cache at row L, the rope key before its
+    rotation."""
+    G: tl.constexpr = HID // 128
+    for t in range(pid, (NQ + KV + ROPE + BN - 1) // BN, P):
+        y = _bf16(_gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), slot, HID // 8, G, BN, GC, one))
+        n = t * BN + tl.arange(0, BN)
+        tl.store(mq_ptr + n, y, mask=n < NQ)
+        tl.store(c_dst + L * KV + (n - NQ), y.to(tl.bfloat16), mask=(n >= NQ) & (n < NQ + KV))
+        tl.store(kr_raw_ptr + (n - NQ - KV), y, mask=(n >= NQ + KV) & (n < NQ + KV + ROPE))
+
+
+@triton.jit
+def _mla_absorb(pid, P, one, kbw_ptr, kbs_ptr, kbz_ptr, mq_ptr, qabs_ptr, kr_raw_ptr, qr_ptr, kr_dst, inv_freq_ptr, L,
+                MH: tl.constexpr, MHP: tl.constexpr, KV: tl.constexpr, NOPE: tl.constexpr, ROPE: tl.constexpr,
+                BNC: tl.constexpr):
+    """q_abs[h, c] = sum_d q_nope[h, d] kv_b[c, h, d] (the key half of kv_b folded into the
+    query), and one more tile: RoPE of q_rope and of the new key, which goes into the cache."""
+    QD: tl.constexpr = NOPE + ROPE
+    NW: tl.constexpr = NOPE // 8
+    NCB: tl.constexpr = KV // BNC
+    for t in range(pid, MH * NCB + 1, P):
+        if t < MH * NCB:
+            h = t // NCB
+            c0 = (t % NCB) * BNC
+            gc = c0 // 128
+            n = tl.arange(0, BNC)[:, None]
+            j = tl.arange(0, NW)[None, :]
+            w = tl.load(kbw_ptr + (h * KV + c0 + n) * NW + j, eviction_policy="evict_first")
+            acc = tl.zeros([BNC, NW], tl.float32)
+            xsum = tl.zeros([1, NW], tl.float32)
+            zsum = tl.zeros([1, NW], tl.float32)
+            for i in tl.static_range(8):
+                d = 8 * j + i
+                sd = (h * (KV // 128) + gc) * NOPE + d
+                xq = tl.load(mq_ptr + h * QD + d, cache_modifier=".cg") * tl.load(kbs_ptr + sd)
+                acc += xq * (((w << (19 - 4 * i) if 4 * i <= 19 else w >> (4 * i - 19)) & 0x780000)
+                             | one).to(tl.float32, bitcast=True)
+                xsum += xq
+                zsum += xq * tl.load(kbz_ptr + sd)
+            out = 16.0 * tl.sum(acc, axis=1) - tl.sum(16.0 * xsum + zsum, axis=1)
+            tl.store(qabs_ptr + h * KV + c0 + tl.arange(0, BNC), out)
+        else:
+            i = tl.arange(0, ROPE // 2)
+            ang = (L.to(tl.float32) * tl.load(inv_freq_ptr + i)).to(tl.float64)
+            cos = tl.cos(ang).to(tl.float32)
+            sin = tl.sin(ang).to(tl.float32)
+            hh = tl.arange(0, MHP)[:, None]
+            hm = hh < MH
+            qe = tl.load(mq_ptr + hh * QD + NOPE + 2 * i[None, :], mask=hm, other=0.0, cache_modifier=".cg")
+            qo = tl.load(mq_ptr + hh * QD + NOPE + 2 * i[None, :] + 1, mask=hm, other=0.0, cache_modifier=".cg")
+            tl.store(qr_ptr + hh * ROPE + 2 * i[None, :], _bf16(qe * cos[None, :] - qo * sin[None, :]), mask=hm)
+            tl.store(qr_ptr + hh * ROPE + 2 * i[None, :] + 1, _bf16(qo * cos[None, :] + qe * sin[None, :]), mask=hm)
+            ke = tl.load(kr_raw_ptr + 2 * i, cache_modifier=".cg")
+            ko = tl.load(kr_raw_ptr + 2 * i + 1, cache_modifier=".cg")
+            tl.store(kr_dst + L * ROPE + 2 * i, _bf16(ke * cos - ko * sin).to(tl.bfloat16))
+            tl.store(kr_dst + L * ROPE + 2 * i + 1, _bf16(ko * cos + ke * sin).to(tl.bfloat16))
+
+
+@triton.jit
+def _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs_ptr, qr_ptr,
+                pm_ptr, pl_ptr, pacc_ptr,
+                MH: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr, BL: tl.constexpr,
+                SM_SCALE: tl.constexpr, F32: tl.constexpr):
+    """Attention of every head over rows [t*R, (t+1)*R) of the latent cache (rows < L from the
+    cache handed in, row L from the new one, copied across when they differ): a running
+    softmax per chunk, its max, sum and latent-weighted sum left for the merge. The query
+    is split into two bf16 parts (hi + lo) so the tensor-core products keep float32's
+    precision; the cache itself is bf16."""
+    if pid < NCHK:
+        hh = tl.arange(0, HP)[:, None]
+        cc = tl.arange(0, KV)[None, :]
+        rr = tl.arange(0, ROPE)[None, :]
+        qa = tl.load(qabs_ptr + hh * KV + cc, mask=hh < MH, other=0.0, cache_modifier=".cg")
+        q_hi = _bf16(qa)
+        q_lo = _bf16(qa - q_hi).to(tl.bfloat16)
+        q_hi = q_hi.to(tl.bfloat16)
+        q_r = tl.load(qr_ptr + hh * ROPE + rr, mask=hh < MH, other=0.0, cache_modifier=".cg").to(tl.bfloat16)
+        for t in range(pid, NCHK, P):
+            r0 = t * R
+            r1 = tl.minimum(r0 + R, L + 1)
+            m_i = tl.full([HP], NEG, tl.float32)
+            l_i = tl.zeros([HP], tl.float32)
+            acc = tl.zeros([HP, KV], tl.float32)
+            for b0 in range(r0, r1, BL):
+                rows = b0 + tl.arange(0, BL)
+                valid = rows < r1
+                old = rows < L
+                rc = rows[:, None]
+                c_ptr = tl.where(old[:, None], c_src + rc * KV + cc, c_dst + rc * KV + cc)
+                k_ptr = tl.where(old[:, None], kr_src + rc * ROPE + rr, kr_dst + rc * ROPE + rr)
+                cblk = tl.load(c_ptr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
+                kblk = tl.load(k_ptr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
+                if COPY != 0:
+                    keep = (old & valid)[:, None]
+                    tl.store(c_dst + rc * KV + cc, cblk, mask=keep)
+                    tl.store(kr_dst + rc * ROPE + rr, kblk, mask=keep)
+                ct = tl.trans(cblk)
+                s = _dot(q_hi, ct, F32) + _dot(q_lo, ct, F32) + _dot(q_r, tl.trans(kblk), F32)
+                s = tl.where(valid[None, :], s * SM_SCALE, NEG)
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                alpha = tl.exp(m_i - m_new)
+                p = tl.where(valid[None, :], tl.exp(s - m_new[:, None]), 0.0)
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                p_hi = _bf16(p)
+                p_lo = _bf16(p - p_hi).to(tl.bfloat16)
+                p_hi = p_hi.to(tl.bfloat16)
+                acc = acc * alpha[:, None] + _dot(p_hi, cblk, F32) + _dot(p_lo, cblk, F32)
+                m_i = m_new
+            h1 = tl.arange(0, HP)
+            tl.store(pm_ptr + t * HP + h1, m_i)
+            tl.store(pl_ptr + t * HP + h1, l_i)
+            tl.store(pacc_ptr + (t * HP + hh) * KV + cc, acc)
+
+
+@triton.jit
+def _mla_merge(pid, P, NCHK, pm_ptr, pl_ptr, pacc_ptr, olat_ptr,
+               MH: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, CB: tl.constexpr, NCP: tl.constexpr,
+               IB: tl.constexpr):
+    """The chunks' partial softmaxes of head h merged over latent columns [c0, c0+CB): the
+    attention-weighted latent o_lat[h] (transposed per head)."""
+    NCB: tl.constexpr = KV // CB
+    for t in range(pid, MH * NCB, P):
+        h = t // NCB
+        c = (t % NCB) * CB + tl.arange(0, CB)
+        i = tl.arange(0, NCP)
+        mv = tl.load(pm_ptr + i * HP + h, mask=i < NCHK, other=NEG, cache_modifier=".cg")
+        top = tl.max(mv, axis=0)
+        lv = tl.load(pl_ptr + i * HP + h, mask=i < NCHK, other=0.0, cache_modifier=".cg")
+        den = tl.sum(tl.where(i < NCHK, tl.exp(mv - top), 0.0) * lv, axis=0)
+        o = tl.zeros([CB], tl.float32)
+        for i0 in range(0, NCHK, IB):
+            ii = i0 + tl.arange(0, IB)
+            im = ii < NCHK
+            wt = tl.where(im, tl.exp(tl.load(pm_ptr + ii * HP + h, mask=im, other=NEG, cache_modifier=".cg") - top), 0.0)
+            a = tl.load(pacc_ptr + (ii[:, None] * HP + h) * KV + c[None, :], mask=im[:, None], other=0.0,
+                        cache_modifier=".cg")
+            o += tl.sum(wt[:, None] * a, axis=0)
+        _store_t(olat_ptr + h * KV, c, o / den, KV)
+
+
+@triton.jit
+def _mla_value(pid, P, one, vbw_ptr, vbsz_ptr, olat_ptr, ot_ptr,
+               MH: tl.constexpr, KV: tl.constexpr, VH: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr):
+    """o[h] = o_lat[h] @ kv_b's value half of head h (bf16), transposed for o_proj."""
+    G: tl.constexpr = KV // 128
+    NB: tl.constexpr = VH // BN
+    for t in range(pid, MH * NB, P):
+        h = t // NB
+        y = _gemv(vbw_ptr + t * (G * BN * 16), vbsz_ptr + t * (G * BN), olat_ptr + h * KV, KV // 8, G, BN, GC, one)
+        _store_t(ot_ptr, h * VH + (t % NB) * BN + tl.arange(0, BN), _bf16(y), MH * VH)
+
+
+# --------------------------------------------------------------------------- #
+# the kernel
+# --------------------------------------------------------------------------- #
+@triton.jit(do_not_specialize=["s_lo", "s_hi", "ONE", "L", "R", "NCHK", "COPY"])
+def kimi_decode_step(
+        plan_ptr, s_lo, s_hi, bar_ptr, ONE,
+        x_in, x_out, xp, hp,
+        S0, S1, S2, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2,
+        c_src, kr_src, c_dst, kr_dst, L, R, NCHK, COPY,
+        attn_norm, moe_norm,
+        kda_w, kda_sz, kda_bw, kda_cw, kda_ow, kda_osz,
+        mla_w, mla_sz, kb_w, kb_s, kb_z, vb_w, vb_sz, mla_ow, mla_osz, inv_freq,
+        rt_w, g_w, u_w, g_sz, u_sz, sg_w, su_w, sg_sz, su_sz, d_w, d_sz,
+        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act,
+        HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr,
+        KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
+        MH: tl.constexpr, MHP: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, NOPE: tl.constexpr,
+        ROPE: tl.constexpr, VH: tl.constexpr,
+        E: tl.constexpr, EP: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr, NSH: tl.constexpr,
+        MI: tl.constexpr, SCALE: tl.constexpr, NL: tl.constexpr,
+        BN_A: tl.constexpr, GC_A: tl.constexpr, RB_B: tl.constexpr, BV: tl.constexpr,
+        BN_O: tl.constexpr, GC_O: tl.constexpr, GC_MO: tl.constexpr,
+        RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
+        BN_F: tl.constexpr,
+        BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
+        NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
+        SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, INTERPRET: tl.constexpr):
+    # ONE: the bits of 1.0f, a kernel argument so that it sits in a register and the nibble's
+    # mask-and-or is one LOP3 (two immediates would take two).
+    pid = tl.program_id(0)
+    P = tl.num_programs(0)
+    slot = slots + pid * SLOT
+    G_H: tl.constexpr = HID // 128
+    QD: tl.constexpr = NOPE + ROPE
+    for si in range(s_lo, s_hi):
+        kind = tl.load(plan_ptr + 3 * si)
+        layer = tl.load(plan_ptr + 3 * si + 1)
+        sub = tl.load(plan_ptr + 3 * si + 2)
+        x_cur = tl.where(layer == 0, x_in, xp)   # this layer's input hidden
+        if kind == KDA_IN:
+            _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
+            _kda_in(pid, P, ONE, slot, kda_w + sub * (4 * KIN * HID // 8), kda_sz + sub * (4 * KIN * G_H),
+                    kda_bw + sub * (KH * HID), kda_cw + sub * (3 * 4 * KIN),
+                    tl.where(sub == 0, cq0, tl.where(sub == 1, cq1, cq2)),
+                    tl.where(sub == 0, ck0, tl.where(sub == 1, ck1, ck2)),
+                    tl.where(sub == 0, cv0, tl.where(sub == 1, cv1, cv2)),
+                    qkv, dec, beta, HID, KIN, KD, KH, BN_A, GC_A, RB_B, HB)
+        elif kind == KDA_REC:
+            _kda_rec(pid, P, tl.where(sub == 0, S0, tl.where(sub == 1, S1, S2)), qkv, dec, beta, ot,
+                     KIN, KD, KH, BV)
+        elif kind == KDA_OUT:
+            _attn_out(pid, P, ONE, x_cur, kda_ow + sub * (KIN * HID // 8), kda_osz + sub * (KIN // 128 * HID),
+                      ot, hp, KIN, HID, BN_O, GC_O)
+        elif kind == MOE_IN:
+            _norm_to_slot(hp, moe_norm + layer * HID, slot, HID, HB, EPS)
+            _moe_in(pid, P, ONE, slot, rt_w + layer * (E * HID), logits,
+                    sg_w + layer * (NSH * MI * HID // 8), su_w + layer * (NSH * MI * HID // 8),
+                    sg_sz + layer * (NSH * MI * G_H), su_sz + layer * (NSH * MI * G_H), act,
+                    HID, E, MI, NACT, NSH, RB_R, HB, BN_SH, GC_SH)
+        elif kind == MOE_UP:
+            _moe_up(pid, P, ONE, slot, logits, g_w + layer * (E * MI * HID // 8), u_w + layer * (E * MI * HID // 8),
+                    g_sz + layer * (E * MI * G_H), u_sz + layer * (E * MI * G_H), act,
+                    HID, E, EP, MI, NACT, NAP, SCALE, BN_E, GC_E)
+        elif kind == MOE_DOWN:
+            _moe_down(pid, P, ONE, logits, d_w + layer * ((E + NSH) * MI * HID // 8),
+                      d_sz + layer * ((E + NSH) * MI // 128 * HID), act, hp,
+                      tl.where(layer == NL - 1, x_out, xp),
+                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F)
+        elif kind == MLA_IN:
+            _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
+            _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA)
+        elif kind == MLA_ABSORB:
+            _mla_absorb(pid, P, ONE, kb_w, kb_s, kb_z, mq, qabs, kr_raw, qr, kr_dst, inv_freq, L,
+                        MH, MHP, KV, NOPE, ROPE, BNC)
+        elif kind == MLA_ATTEND:
+            _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs, qr, pm, pl, pacc,
+                        MH, HP, KV, ROPE, BL, QD ** -0.5, INTERPRET)
+        elif kind == MLA_MERGE:
+            _mla_merge(pid, P, NCHK, pm, pl, pacc, olat, MH, HP, KV, CB, NCP, IB)
+        elif kind == MLA_VALUE:
+            _mla_value(pid, P, ONE, vb_w, vb_sz, olat, ot, MH, KV, VH, BN_VB, GC_VB)
+        elif kind == MLA_OUT:
+            _attn_out(pid, P, ONE, x_cur, mla_ow, mla_osz, ot, hp, MH * VH, HID, BN_O, GC_MO)
+        if USE_BARRIER:
+            if si + 1 < s_hi:
+                _grid_barrier(bar_ptr, P)
