@@ -150,7 +150,7 @@ def test_the_page_of_a_finished_run(session_run, session_page):
         assert tags.count("svg") == 1 and tags.count("path") > 10, (name, tags[:20])
     # The ledger: a row per attempt, linked to its diff and file, each target on the page.
     ids = page.ids()
-    for number, verdict in ((1, "PASS"), (2, "PASS"), (3, "INCORRECT")):
+    for number, _verdict in ((1, "PASS"), (2, "PASS"), (3, "INCORRECT")):
         assert f"attempt-{number}" in ids and f"attempt-{number}-diff" in ids and f"attempt-{number}-file" in ids
     links = {a.get("href") for tag, a in page.tags if tag == "a"}
     assert {"#attempt-1-diff", "#attempt-2-file", "#attempt-3-diff"} <= links

@@ -253,7 +253,8 @@ def test_diffs_and_files_of_many_commits_in_one_call(ws):
     second = ws.commit("attempt 1")
     third = ws.commit("attempt 2, nothing changed")
     diffs = ws.diffs([(first, second), (second, third), (third, first)])
-    assert diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second] and "+// kernel" in diffs[second]
+    assert (diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second]
+            and "+// kernel" in diffs[second])
     assert diffs[third] == "" and diffs[first] == ws.diff(third, first) and "-// kernel" in diffs[first]
     assert ws.files([(first, "solution.py"), (second, "solution.py"), (second, "kernels/k.cu"),
                      (first, "kernels/k.cu"), (second, "kernels"), (second, "k.o"), (third, "solution.py")]) == [

@@ -180,7 +180,8 @@ class TraceFiles:
             return FileChange(effect.path, [], "nothing", effect.note, whole)
         # The file is not known (or the change will not apply): the changed text itself, old → new.
         old, new = effect.excerpt
-        snippet = [line for line in unified_diff(old, new, effect.path, context=1) if not line.startswith(("---", "+++"))]
+        snippet = [line for line in unified_diff(old, new, effect.path, context=1)
+                   if not line.startswith(("---", "+++"))]
         return FileChange(effect.path, snippet, "replacement", effect.note, whole)
 
     def _apply(self, event: ToolFinished, started: Optional[ToolStarted]) -> None:

@@ -208,7 +208,7 @@ class EvalProgressView:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
-        self._started = minutes()
+        self._started = clock()
         self._latest = "starting"
 
     def update(self, event: dict) -> None:

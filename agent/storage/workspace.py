@@ -307,7 +307,7 @@ class Workspace:
 
     def _require_commits(self, shas: set[str]) -> None:
         listed = self._batch(["cat-file", "--batch-check"], "".join(f"{sha}\n" for sha in sorted(shas)).encode())
-        for sha, line in zip(sorted(shas), listed.decode().splitlines()):
+        for sha, line in zip(sorted(shas), listed.decode().splitlines(), strict=True):
             if line.split()[1:2] != ["commit"]:
                 raise KagentError(f"no commit '{sha}' in the workspace at {self._root}")
 

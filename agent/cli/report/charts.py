@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -21,9 +21,13 @@ from kagent.agent.cli.report.html import verdict_colour
 from kagent.agent.cli.report.story import PRICED_KINDS, TOKEN_KINDS, AttemptRow, RunStory
 from kagent.sandbox.noise import score_interval
 
-STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.size": 9, "font.family": "sans-serif",
-         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-         "legend.fontsize": 8, "legend.frameon": False}
+if TYPE_CHECKING:  # the names of rc settings (matplotlib 3.9 on; the charts run from 3.8)
+    from matplotlib.typing import RcKeyType
+
+STYLE: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none", "text.parse_math": False, "font.size": 9, "font.family": "sans-serif",
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+    "legend.fontsize": 8, "legend.frameon": False}
 # How an attempt's flag (AttemptRow.flags) is drawn over its verdict's mark. A flag without an
 # entry is not drawn: a new one (a draft, say) needs its marker here and nothing else.
 MARKS: dict[str, dict[str, Any]] = {"reverted": {"marker": "x", "s": 46, "color": "#222222", "linewidths": 1.2}}
@@ -87,6 +91,11 @@ def _minutes(seconds: float) -> float:
     return seconds / 60.0
 
 
+def _scores(rows: list[AttemptRow]) -> list[float]:
+    """The scores of attempts that have one (the others are drawn at the foot)."""
+    return [a.score for a in rows if a.score is not None]
+
+
 def speedup_chart(story: RunStory) -> str:
     """Speedup over elapsed time: a mark per attempt coloured by verdict (a scored benchmark at its
     score with its interval, anything else on the strip at the foot), the best so far, the
@@ -99,20 +108,21 @@ def speedup_chart(story: RunStory) -> str:
         scored = [a for a in story.attempts if a.score is not None]
         values = [1.0] + [v for a in scored for v in (a.score, *(a.interval or ()))]
         final_score = story.final_result.score if story.final_result is not None else None
-        final_interval = score_interval(story.final_result) if final_score is not None else None
+        final_interval = (score_interval(story.final_result)
+                          if story.final_result is not None and final_score is not None else None)
         if final_score is not None:
             values += [final_score, *(final_interval or ())]
         ax.axhline(1.0, color="#888888", lw=0.8, ls="--", zorder=1)
         handles: list[Line2D] = [Line2D([], [], color="#888888", lw=0.8, ls="--", label="baseline (1x)")]
-        ranged = [a for a in scored if a.interval]
+        ranged = [(a, a.interval) for a in scored if a.interval]
         if ranged:  # one collection for all the intervals: an artist each doubled the chart's drawing time
-            ax.vlines([_minutes(a.elapsed_s) for a in ranged], [a.interval[0] for a in ranged],
-                      [a.interval[1] for a in ranged], colors=[verdict_colour(a.verdict) for a in ranged], lw=1.2,
-                      alpha=0.45)
+            ax.vlines([_minutes(a.elapsed_s) for a, _ in ranged], [low for _, (low, _high) in ranged],
+                      [high for _, (_low, high) in ranged], colors=[verdict_colour(a.verdict) for a, _ in ranged],
+                      lw=1.2, alpha=0.45)
         for verdict in dict.fromkeys(a.verdict for a in story.attempts):
             ours = [a for a in scored if a.verdict == verdict]
             if ours:
-                ax.scatter([_minutes(a.elapsed_s) for a in ours], [a.score for a in ours], s=30, zorder=3,
+                ax.scatter([_minutes(a.elapsed_s) for a in ours], _scores(ours), s=30, zorder=3,
                            color=verdict_colour(verdict), edgecolors="white", linewidths=0.5)
             foot = [a for a in story.attempts if a.score is None and a.verdict == verdict]
             if foot:
@@ -124,14 +134,15 @@ def speedup_chart(story: RunStory) -> str:
             for on_foot in (False, True):
                 ours = [a for a in flagged if (a.score is None) == on_foot]
                 if ours:
-                    extra = {"transform": ax.get_xaxis_transform(), "clip_on": False} if on_foot else {}
+                    extra: dict[str, Any] = {"transform": ax.get_xaxis_transform(), "clip_on": False} if on_foot \
+                        else {}
                     ax.scatter([_minutes(a.elapsed_s) for a in ours],
-                               [FOOT] * len(ours) if on_foot else [a.score for a in ours], zorder=4, **style, **extra)
+                               [FOOT] * len(ours) if on_foot else _scores(ours), zorder=4, **style, **extra)
             if flagged:
                 handles.append(Line2D([], [], marker=style["marker"], ls="", color=style["color"], label=flag))
         best = _best_so_far(story.attempts)
         if best:
-            xs, ys = zip(*best)
+            xs, ys = zip(*best, strict=True)
             ax.step([*xs, _minutes(story.elapsed_s)], [*ys, ys[-1]], where="post", color=BEST_COLOUR, lw=1.6, zorder=2)
             handles.append(Line2D([], [], color=BEST_COLOUR, lw=1.6, label="best so far"))
         for elapsed_s, _target in story.model_reverts:
@@ -235,7 +246,7 @@ def _launches(ax: Any, attempts: list[AttemptRow]) -> None:
     ax.scatter([a.number for a in counted], [a.launches for a in counted], s=16, zorder=2,
                color=[BEST_COLOUR if a.single_launch else verdict_colour(a.verdict) for a in counted])
     ax.axhline(1, color=BEST_COLOUR, lw=0.8, ls="--")
-    if max(a.launches for a in counted) > 20:
+    if max(a.launches or 0 for a in counted) > 20:
         ax.set_yscale("log")
         _log_axis(ax.yaxis)
     ax.set_ylim(bottom=0.7 if ax.get_yscale() == "log" else 0)

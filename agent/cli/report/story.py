@@ -155,7 +155,7 @@ class RunStory:
         first to reach it."""
         best = None
         for row in self.attempts:
-            if row.score is not None and (best is None or row.score > best.score):
+            if row.score is not None and (best is None or best.score is None or row.score > best.score):
                 best = row
         return best
 
@@ -302,9 +302,9 @@ def attempt_sources(story: RunStory) -> tuple[dict[int, AttemptSource], str]:
     # An attempt set aside on resume (an orphan) has no ref: it shows without files.
     rows = [row for row in story.attempts if row.number in refs]
     previous = {row.number: max((n for n in numbers if n < row.number), default=None) for row in rows}
-    diffs = workspace.diffs([(refs[previous[row.number]], refs[row.number])
-                             for row in rows if previous[row.number] is not None])
+    diffs = workspace.diffs([(refs[before], refs[row.number])
+                             for row in rows if (before := previous[row.number]) is not None])
     solutions = workspace.files([(refs[row.number], solution_name) for row in rows])
     return {row.number: AttemptSource(previous[row.number], diffs.get(refs[row.number], ""),
                                       _text(solution) if solution is not None else None)
-            for row, solution in zip(rows, solutions)}, ""
+            for row, solution in zip(rows, solutions, strict=True)}, ""
