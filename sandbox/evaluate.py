@@ -16,10 +16,8 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
 import site
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +28,7 @@ from typing import Callable, Literal, Optional
 from pydantic import BaseModel, Field, ValidationError
 
 from kagent.agent.errors import KagentError
-from kagent.sandbox import containment, static_checks
+from kagent.sandbox import containment, runner, static_checks
 from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
@@ -280,13 +278,6 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_child(bundle: Bundle, job: dict, options: EvalOptions,
               progress: Optional[Callable[[dict], None]] = None) -> ChildRun:
     """Run the harness in a new session, reading its events until done, exit or the limit;
@@ -335,15 +326,11 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
         # No network, its own pid namespace, those files and caps on processes and memory where
         # this machine allows; the pipes pass through unshare and the jail, which exec the
         # harness with its fds intact.
-        box = containment.contained(
+        child = runner.start(
             [options.python, *REFEREE_FLAGS, REFEREE_BOOTSTRAP, json.dumps([str(bundle.harness.parent),
                                                                             *job["import_paths"]]),
              "--job", str(job_file), "--result-fd", str(write_fd), "--key-fd", str(key_read)],
-            containment.Limits(), files)
-        proc = subprocess.Popen(
-            box.argv, cwd=private, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            pass_fds=(write_fd, key_read), start_new_session=True, preexec_fn=box.preexec,
-        )
+            files, env, private, stdout=out, stderr=err, pass_fds=(write_fd, key_read))
     os.close(write_fd)
     os.close(key_read)
     deadline = time.monotonic() + options.timeout_s
@@ -356,7 +343,7 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
             if now >= deadline:
                 timed_out = True
                 break
-            if proc.poll() is not None:
+            if child.poll() is not None:
                 exited_at = exited_at or now
                 if now - exited_at > DRAIN_GRACE_S:
                     break  # a straggler holds the pipe: it is killed below
@@ -380,20 +367,11 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     finally:
         selector.close()
         os.close(read_fd)
-        if timed_out or proc.poll() is None:
-            # Give a finished child a moment to exit by itself; then no mercy for the group.
-            try:
-                proc.wait(timeout=0 if timed_out else 10)
-            except subprocess.TimeoutExpired:
-                pass
-        _kill_group(proc)
-        proc.wait()
-        resources = box.report()
-        box.close()
+        # Give a finished child a moment to exit by itself; then no mercy for the group.
+        finished = child.stop(grace_s=0 if timed_out else 10, timed_out=timed_out)
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
-    return ChildRun(events=events, forged=forged, exit_code=containment.exit_status(proc.returncode),
-                    timed_out=timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
-                    resources=resources)
+    return ChildRun(events=events, forged=forged, exit_code=finished.exit_status, timed_out=timed_out,
+                    stdout_tail=_tail(out_path), stderr_tail=_tail(err_path), resources=finished.resources)
 
 
 def _import_paths() -> list[str]:
