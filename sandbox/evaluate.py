@@ -77,6 +77,9 @@ class EvalOptions(BaseModel):
                                             "process should last: a faster candidate runs its whole chain several "
                                             "times per request (default 20 ms; 0: blocks as the baseline's)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
+    hang_after_s: float = Field(60.0, gt=0, description="Once the solution is built, a request to it that runs this "
+                                "long (or 20x the baseline's time for its steps, if more) with no compiler running "
+                                "has hung: the evaluation ends with a diagnosis (sandbox/harness/watchdog.py)")
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
     home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
                                                    "extensions, Triton); None: a fresh one per evaluation")
@@ -247,6 +250,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "warmup": options.warmup,
         "block_steps": options.block_steps,
         "min_request_ms": options.min_request_ms,
+        "hang_after_s": options.hang_after_s,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
@@ -518,7 +522,11 @@ def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: l
         return Verdict.TAMPERED, (f"the result channel carried {len(child.forged)} line(s) the harness did not sign, "
                                   f"the first: {child.forged[0][:120]!r}: the solution wrote to it")
     if child.timed_out:
-        return Verdict.TIMEOUT, f"no verdict within the {options.timeout_s:g} s limit; the process group was killed"
+        compiling = next((e for e in reversed(child.events) if e.get("event") == "watchdog"), None)
+        still = (f" (the watchdog saw a step still compiling {compiling.get('seconds', 0):.0f} s in: "
+                 f"{', '.join(compiling.get('compilers') or ['Triton writing its cache'])})" if compiling else "")
+        return Verdict.TIMEOUT, (f"no verdict within the {options.timeout_s:g} s limit{still}; the process group "
+                                 f"was killed")
     if internal_error:
         return Verdict.INTERNAL_ERROR, internal_error
     if not done:
