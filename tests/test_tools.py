@@ -1,11 +1,14 @@
 """The model's tools: success, and every mistake the model can make returned as data."""
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +16,9 @@ from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import Verdict
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace, scrubbed_env
+from kagent.tools import compile as compile_tool
 from kagent.tools.compile import parse_ptxas
+from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
 from kagent.tools.evaluation import parse_ncu_csv
 
 from conftest import processes_with, reference_solution
@@ -277,6 +282,125 @@ def test_compile_python_imports_in_a_fresh_process(ctx: ToolContext, workspace: 
     assert out.is_error and "SyntaxError" in out.content
     assert call("compile", ctx, path="notes.txt").is_error
     assert call("compile", ctx, path="../k.cu").is_error
+
+
+def test_compile_python_runs_one_warm_up_step_and_says_plainly_there_is_no_gpu(ctx: ToolContext, kimi,
+                                                                              workspace: Path):
+    reference_solution(kimi, workspace)
+    out = call("compile", ctx, path="solution.py")
+    assert not out.is_error, out.content
+    first = out.content.splitlines()[0]
+    assert "one warm-up step of its Model on cpu (context 16): ok" in first, first
+    assert out.data["stepped"] and out.data["triton"] == [] and out.data["libraries"] == []
+    assert "no GPU here: the warm-up step ran on the CPU, so no Triton kernel was compiled" in out.content
+    reference_solution(kimi, workspace, patch=RAISING_STEP)
+    out = call("compile", ctx, path="solution.py")
+    assert out.is_error and "kernel exploded on purpose" in out.content and not out.data["stepped"]
+
+
+# The device code of a library made with nvcc -shared, which a solution loads as its own (a
+# load_inline extension is such a library, in the build home): as cuobjdump 13.5 read it.
+RES_USAGE = """
+Fatbin elf code:
+================
+arch = sm_90
+code version = [1,8]
+host = linux
+compile_size = 64bit
+
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function _Z5heavyPfi:
+  REG:40 STACK:256 SHARED:5120 LOCAL:0 CONSTANT[0]:540 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _Z3addPfPKfi:
+  REG:10 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:548 CONSTANT[2]:8 TEXTURE:0 SURFACE:0 SAMPLER:0
+
+Fatbin ptx code:
+================
+arch = sm_90
+"""
+
+
+def test_parse_res_usage():
+    heavy, add = parse_res_usage(RES_USAGE)
+    assert heavy == {"name": "_Z5heavyPfi", "arch": "sm_90", "registers": 40, "stack_frame": 256, "shared_mem": 5120,
+                     "local_mem": 0, "constant_mem": 540}
+    assert add["registers"] == 10 and add["constant_mem"] == 556
+    table = res_usage_table([heavy, add]).splitlines()
+    assert table[1].startswith("_Z5heavyPfi | sm_90 | 40 | 256 | 0 | 5120 | 540") and "local memory" in table[1]
+    assert "local memory" not in table[2]
+
+
+HEAVY_CU = """
+__global__ void heavy(float* out, int n) {
+  __shared__ float tile[1024];
+  float acc[64];
+  for (int k = 0; k < 64; ++k) acc[k] = out[(threadIdx.x + k * 7) % n];
+  tile[threadIdx.x] = acc[threadIdx.x % 64];
+  __syncthreads();
+  float s = 0;
+  for (int k = 0; k < 64; ++k) s += acc[(k * 13 + threadIdx.x) % 64] * tile[(k + threadIdx.x) % 1024];
+  out[threadIdx.x] = s;
+}
+"""
+
+
+@needs_nvcc
+def test_compile_python_reports_the_device_code_of_the_libraries_it_loads(ctx: ToolContext, workspace: Path):
+    # Built here by nvcc and cc; the file only loads them, with no flag asking for a report.
+    (workspace / "heavy.cu").write_text(HEAVY_CU + GOOD_CU)
+    subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(workspace / "libheavy.so"),
+                    str(workspace / "heavy.cu")], check=True, capture_output=True)
+    (workspace / "plain.c").write_text("int plain(void) { return 1; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(workspace / "libplain.so"), str(workspace / "plain.c")],
+                   check=True)
+    (workspace / "loads.py").write_text("import ctypes, pathlib\nhere = pathlib.Path(__file__).parent\n"
+                                        "heavy = ctypes.CDLL(str(here / 'libheavy.so'))\n"
+                                        "plain = ctypes.CDLL(str(here / 'libplain.so'))\n")
+    out = call("compile", ctx, path="loads.py")
+    assert not out.is_error, out.content
+    by_path = {Path(lib["path"]).name: lib for lib in out.data["libraries"]}
+    assert set(by_path) == {"libheavy.so", "libplain.so"}
+    assert by_path["libplain.so"]["kernels"] == [] and by_path["libplain.so"]["note"] == "no device code"
+    kernels = {k["name"]: k for k in by_path["libheavy.so"]["kernels"]}
+    assert set(kernels) == {"_Z5heavyPfi", "_Z3addPfPKfi"} and all(k["registers"] > 0 for k in kernels.values())
+    # cuobjdump counts the shared memory the system reserves per block (1 KB on sm_90) too.
+    assert kernels["_Z5heavyPfi"]["shared_mem"] - kernels["_Z3addPfPKfi"]["shared_mem"] == 4096 - 1024
+    assert kernels["_Z3addPfPKfi"]["shared_mem"] >= 1024
+    assert "device code of libheavy.so (cuobjdump -res-usage)" in out.content and "libplain" not in out.content
+    # Without cuobjdump the library is named, and why its device code is not shown.
+    ctx.env = {**scrubbed_env(), "PATH": str(workspace / "empty")}
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(compile_tool, "find_cuobjdump", lambda path: None)
+    try:
+        out = call("compile", ctx, path="loads.py")
+    finally:
+        monkey.undo()
+    assert not out.is_error and "libheavy.so: cuobjdump not found" in out.content
+
+
+def test_triton_kernels_are_reported_from_their_compiled_metadata():
+    # Metadata that Triton 3.6 compiled for sm_90, with the registers and local memory the
+    # driver reports for those cubins (recorded by scripts/record_triton_fixture.py).
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "triton_kernels.json").read_text())["kernels"]
+    records = []
+    for entry in recorded:
+        kernel = SimpleNamespace(metadata=SimpleNamespace(**entry["metadata"]), n_regs=entry["n_regs"],
+                                 n_spills=entry["n_spills"])
+        records.append(triton_kernel_record(kernel, entry["compile_s"], cached=False))
+    add, matmul = records
+    assert add == {"name": "add_kernel", "registers": 30, "spill_bytes": 0, "shared_mem": 0, "num_warps": 4,
+                   "num_stages": 3, "num_ctas": 1, "arch": "sm90", "cooperative_launch": False,
+                   "compile_s": recorded[0]["compile_s"], "cached": False}
+    assert matmul["registers"] == 128 and matmul["spill_bytes"] == 1032 and matmul["shared_mem"] == 32768
+    # Not loaded yet (compiled, never launched): no registers to report.
+    unloaded = triton_kernel_record(SimpleNamespace(metadata=SimpleNamespace(**recorded[0]["metadata"])), 0.01, True)
+    assert unloaded["registers"] is None and unloaded["spill_bytes"] is None and unloaded["cached"]
+    rows = triton_table([add, matmul, unloaded]).splitlines()
+    assert rows[0] == "kernel | arch | regs | spill B | smem B | warps | stages | compile s"
+    assert rows[2].startswith("matmul_kernel | sm90 | 128 | 1032 | 32768 | 4 | 3 | ") and rows[2].endswith("<- spills")
+    assert rows[3] == "add_kernel | sm90 | - | - | 0 | 4 | 3 | 0.01 (from Triton's cache)"
 
 
 # -- check, benchmark, profile ---------------------------------------------------------------
