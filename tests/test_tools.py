@@ -18,6 +18,7 @@ from kagent.tools import default_tools
 from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace, scrubbed_env
 from kagent.tools import compile as compile_tool
 from kagent.tools.compile import parse_ptxas
+from kagent.tools.compile_child import TritonCompiles
 from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
 from kagent.tools.evaluation import parse_ncu_csv
 
@@ -401,6 +402,36 @@ def test_triton_kernels_are_reported_from_their_compiled_metadata():
     assert rows[0] == "kernel | arch | regs | spill B | smem B | warps | stages | compile s"
     assert rows[2].startswith("matmul_kernel | sm90 | 128 | 1032 | 32768 | 4 | 3 | ") and rows[2].endswith("<- spills")
     assert rows[3] == "add_kernel | sm90 | - | - | 0 | 4 | 3 | 0.01 (from Triton's cache)"
+
+
+def test_each_triton_compile_is_recorded_and_timed(tmp_path: Path, monkeypatch):
+    # Triton's layout, standing in for it (CI has no Triton): a kernel's first launch calls
+    # triton.compiler.compile, bound when the kernel is first launched; this one writes the
+    # cache folder a real compile makes, and finds it there the second time.
+    package = tmp_path / "stand-in" / "triton"
+    (package / "compiler").mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '3.6.0-stand-in'\nfrom . import compiler\n")
+    (package / "compiler" / "__init__.py").write_text("from .compiler import compile\n")
+    (package / "compiler" / "compiler.py").write_text(
+        "import os, pathlib, types\n"
+        "def compile(src, target=None, options=None):\n"
+        "    (pathlib.Path(os.environ['TRITON_CACHE_DIR']) / src).mkdir(parents=True, exist_ok=True)\n"
+        "    meta = types.SimpleNamespace(name=src, shared=0, num_warps=4, num_stages=2)\n"
+        "    return types.SimpleNamespace(metadata=meta, n_regs=32, n_spills=2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "stand-in"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+        monkeypatch.delitem(sys.modules, name)
+    compiles = TritonCompiles()
+    from triton.compiler import compile as bound_at_first_launch
+
+    bound_at_first_launch("step_kernel")
+    bound_at_first_launch("step_kernel")
+    sys.modules["triton"].compiler.compile("norm_kernel")
+    records = compiles.records(on_gpu=False)
+    assert [(r["name"], r["cached"]) for r in records] == [("step_kernel", False), ("step_kernel", True),
+                                                           ("norm_kernel", False)]
+    assert records[0]["registers"] == 32 and records[0]["spill_bytes"] == 8 and compiles.version == "3.6.0-stand-in"
 
 
 # -- check, benchmark, profile ---------------------------------------------------------------
