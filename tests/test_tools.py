@@ -21,6 +21,7 @@ from kagent.tools.compile import parse_ptxas
 from kagent.tools.compile_child import TritonCompiles
 from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
 from kagent.tools.evaluation import parse_ncu_csv
+from kagent.tools.jobs import Jobs
 
 from conftest import processes_with, reference_solution
 
@@ -72,8 +73,8 @@ def call(name: str, ctx: ToolContext, **args):
 
 # -- base ------------------------------------------------------------------------------------
 def test_default_tools_have_schemas():
-    assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "compile", "baseline",
-                           "check", "benchmark", "profile"]
+    assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "jobs", "compile",
+                           "baseline", "check", "benchmark", "profile"]
     schema = TOOLS["edit_file"].spec.parameters
     assert schema["required"] == ["path", "old", "new"] and schema["additionalProperties"] is False
     assert "title" not in schema["properties"]["old"]
@@ -229,6 +230,67 @@ def test_shell_output_is_capped(ctx: ToolContext):
 
 
 # -- compile ---------------------------------------------------------------------------------
+# -- jobs --------------------------------------------------------------------------------------
+def _status_until_ended(jobs: Jobs, ctx: ToolContext, job: int, within_s: float = 60):
+    deadline = time.monotonic() + within_s
+    while True:
+        out = jobs.run({"action": "status", "job": job}, ctx)
+        if not out.data["running"] or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
+
+
+def test_a_job_runs_in_the_background_and_its_log_is_polled(ctx: ToolContext, workspace: Path):
+    jobs = Jobs()  # a run's table of jobs
+    started = time.monotonic()
+    out = jobs.run(dict(action="start", command="echo begin; sleep 2; echo end; exit 4"), ctx)
+    assert not out.is_error and out.content.startswith("job 1 started") and time.monotonic() - started < 30
+    assert out.data["log"] == "build/jobs/1.log"
+    running = jobs.run(dict(action="status", job=1), ctx)
+    assert running.data["running"] and "job 1: running for" in running.content, running.content
+    ended = _status_until_ended(jobs, ctx, 1)
+    assert "job 1: exited with code 4 after" in ended.content and ended.data["exit_code"] == 4
+    assert ended.content.endswith("its last lines:\nbegin\nend")
+    assert (workspace / "build" / "jobs" / "1.log").read_text() == "begin\nend\n"
+    jobs.run(dict(action="start", command="seq 1000"), ctx)
+    assert _status_until_ended(jobs, ctx, 2).content.endswith("\n".join(str(i) for i in range(961, 1001)))
+    assert jobs.run(dict(action="status", job=2, tail_lines=3), ctx).content.endswith("998\n999\n1000")
+    listed = jobs.run(dict(action="list"), ctx).content.splitlines()
+    assert [line.split(":")[0] for line in listed] == ["job 1", "job 2"]
+    jobs.close()
+
+
+def test_a_job_is_killed_at_its_time_limit(ctx: ToolContext):
+    jobs = Jobs()
+    jobs.run(dict(action="start", command="echo waiting; sleep 300", timeout_s=1), ctx)
+    out = _status_until_ended(jobs, ctx, 1)
+    assert "job 1: killed at its time limit after" in out.content and out.data["how"] == "killed at its time limit"
+    assert out.content.endswith("waiting")
+
+
+def test_job_mistakes_are_errors(ctx: ToolContext):
+    jobs = Jobs()
+    assert jobs.run(dict(action="list"), ctx).content == "no jobs yet"
+    assert "start needs a command" in jobs.run(dict(action="start"), ctx).content
+    missing = jobs.run(dict(action="status", job=3), ctx)
+    assert missing.is_error and "there is no job 3" in missing.content and "restart" in missing.content
+    assert jobs.run(dict(action="stop"), ctx).is_error
+    for _ in range(4):
+        assert not jobs.run(dict(action="start", command="sleep 300"), ctx).is_error
+    crowded = jobs.run(dict(action="start", command="true"), ctx)
+    assert crowded.is_error and "4 jobs are running already (1, 2, 3, 4)" in crowded.content
+    stopped = jobs.run(dict(action="stop", job=2), ctx)
+    assert "job 2: stopped after" in stopped.content and not stopped.data["running"]
+    assert not jobs.run(dict(action="start", command="true"), ctx).is_error
+    _status_until_ended(jobs, ctx, 5)
+    jobs.close()
+    states = {line.split(":")[0]: line.split(":")[1].strip() for line in
+              jobs.run(dict(action="list"), ctx).content.splitlines()}
+    assert [job for job, state in states.items() if state.startswith("killed at the run's end")] == [
+        "job 1", "job 3", "job 4"]
+    assert states["job 2"].startswith("stopped") and states["job 5"].startswith("exited with code 0")
+
+
 def test_parse_ptxas_report():
     log = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_Z4heavyPf' for 'sm_90'

@@ -81,6 +81,9 @@ class Tool(Protocol):
 
     def run(self, args: dict, ctx: ToolContext) -> ToolOutcome: ...
 
+    def close(self) -> None:
+        """The run's exploration has ended: let go of what the tool still holds (jobs)."""
+
 
 class Args(BaseModel):
     """Base of every tool's argument model: unknown arguments are a mistake worth reporting."""
@@ -116,6 +119,9 @@ class BaseTool(ABC):
     @abstractmethod
     def execute(self, args: Any, ctx: ToolContext) -> ToolOutcome:
         """Run with validated arguments; raise ToolError for the model's mistakes."""
+
+    def close(self) -> None:
+        """The run's exploration has ended; most tools hold nothing past a call."""
 
 
 def _untitled(schema: Any) -> Any:
