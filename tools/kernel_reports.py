@@ -46,22 +46,22 @@ def triton_kernel_record(kernel: Any, compile_s: float, cached: bool) -> dict[st
     }
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
+def _table(header: list[str], rows: list[tuple[list[Any], str]]) -> str:
+    """Rows of cells ("-" for None), each with its warning, under ``header``; at most MAX_ROWS."""
+    lines = [" | ".join(header)]
+    lines += [" | ".join("-" if c is None else str(c) for c in cells) + warn for cells, warn in rows[:MAX_ROWS]]
+    if len(rows) > MAX_ROWS:
+        lines.append(f"... and {len(rows) - MAX_ROWS} more")
+    return "\n".join(lines)
 
 
 def triton_table(kernels: list[dict[str, Any]]) -> str:
     """One row per compiled kernel; registers and spills read "-" for one never loaded."""
-    rows = ["kernel | arch | regs | spill B | smem B | warps | stages | compile s"]
-    for k in kernels[:MAX_ROWS]:
-        compiled = f"{k['compile_s']:.2f}" + (" (from Triton's cache)" if k.get("cached") else "")
-        warn = "  <- spills" if k.get("spill_bytes") else ""
-        rows.append(f"{k['name']} | {_cell(k.get('arch'))} | {_cell(k.get('registers'))} | "
-                    f"{_cell(k.get('spill_bytes'))} | {_cell(k.get('shared_mem'))} | {_cell(k.get('num_warps'))} | "
-                    f"{_cell(k.get('num_stages'))} | {compiled}{warn}")
-    if len(kernels) > MAX_ROWS:
-        rows.append(f"... and {len(kernels) - MAX_ROWS} more")
-    return "\n".join(rows)
+    return _table(["kernel", "arch", "regs", "spill B", "smem B", "warps", "stages", "compile s"], [
+        ([k["name"], k.get("arch"), k.get("registers"), k.get("spill_bytes"), k.get("shared_mem"), k.get("num_warps"),
+          k.get("num_stages"), f"{k['compile_s']:.2f}" + (" (from Triton's cache)" if k.get("cached") else "")],
+         "  <- spills" if k.get("spill_bytes") else "")
+        for k in kernels])
 
 
 def parse_res_usage(output: str) -> list[dict[str, Any]]:
@@ -89,15 +89,11 @@ def parse_res_usage(output: str) -> list[dict[str, Any]]:
 def res_usage_table(kernels: list[dict[str, Any]]) -> str:
     """One row per kernel and architecture. Its shared memory counts what the system reserves
     per block (1 KB on sm_80 and later), which ptxas's report leaves out."""
-    rows = ["kernel | arch | regs | stack B | local B | smem B (incl. reserved) | cmem B"]
-    for k in kernels[:MAX_ROWS]:
-        warn = "  <- local memory (spills or local arrays)" if k.get("stack_frame") or k.get("local_mem") else ""
-        rows.append(f"{k.get('display_name', k['name'])} | {k['arch']} | {_cell(k.get('registers'))} | "
-                    f"{k.get('stack_frame', 0)} | {k.get('local_mem', 0)} | {k.get('shared_mem', 0)} | "
-                    f"{k.get('constant_mem', 0)}{warn}")
-    if len(kernels) > MAX_ROWS:
-        rows.append(f"... and {len(kernels) - MAX_ROWS} more")
-    return "\n".join(rows)
+    return _table(["kernel", "arch", "regs", "stack B", "local B", "smem B (incl. reserved)", "cmem B"], [
+        ([k.get("display_name", k["name"]), k["arch"], k.get("registers"), k.get("stack_frame", 0),
+          k.get("local_mem", 0), k.get("shared_mem", 0), k.get("constant_mem", 0)],
+         "  <- local memory (spills or local arrays)" if k.get("stack_frame") or k.get("local_mem") else "")
+        for k in kernels])
 
 
 def find_cuobjdump(path: Optional[str]) -> Optional[str]:
