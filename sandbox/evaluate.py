@@ -337,45 +337,63 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
             files, env, private, stdout=out, stderr=err, pass_fds=(write_fd, key_read))
     os.close(write_fd)
     os.close(key_read)
-    deadline = time.monotonic() + options.timeout_s
-    events, forged, buffer, timed_out, exited_at = [], [], b"", False, None
-    selector = selectors.DefaultSelector()
-    selector.register(read_fd, selectors.EVENT_READ)
+    received = ResultPipe(read_fd, key)
     try:
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if child.poll() is not None:
-                exited_at = exited_at or now
-                if now - exited_at > DRAIN_GRACE_S:
-                    break  # a straggler holds the pipe: it is killed below
-            if not selector.select(timeout=min(0.5, deadline - now)):
-                continue
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                event = authentic_event(line, key, len(events))
-                if event is None:
-                    forged.append(line[:200].decode("utf-8", "replace"))
-                else:
-                    events.append(event)
-                    if progress is not None:
-                        progress(event)
-            if events and events[-1].get("event") == "done":
-                break
+        received.read(child, time.monotonic() + options.timeout_s, progress)
     finally:
-        selector.close()
         os.close(read_fd)
         # Give a finished child a moment to exit by itself; then no mercy for the group.
-        finished = child.stop(grace_s=0 if timed_out else 10, timed_out=timed_out)
+        finished = child.stop(grace_s=0 if received.timed_out else 10, timed_out=received.timed_out)
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
-    return ChildRun(events=events, forged=forged, exit_code=finished.exit_status, timed_out=timed_out,
-                    stdout_tail=_tail(out_path), stderr_tail=_tail(err_path), resources=finished.resources)
+    return ChildRun(events=received.events, forged=received.forged, exit_code=finished.exit_status,
+                    timed_out=received.timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
+                    resources=finished.resources)
+
+
+class ResultPipe:
+    """The harness's result pipe, as read: its authentic events, and the lines it did not sign."""
+
+    def __init__(self, fd: int, key: bytes):
+        self.fd, self.key = fd, key
+        self.events: list[dict] = []
+        self.forged: list[str] = []
+        self.timed_out = False
+
+    def read(self, child: runner.Running, deadline: float, progress: Optional[Callable[[dict], None]]) -> None:
+        """Until ``done``, the pipe's end, the child's exit (and a grace for stragglers holding
+        the pipe) or the deadline; ``progress`` gets each authentic event as it arrives."""
+        buffer, exited_at = b"", None
+        selector = selectors.DefaultSelector()
+        selector.register(self.fd, selectors.EVENT_READ)
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    self.timed_out = True
+                    return
+                if child.poll() is not None:
+                    exited_at = exited_at or now
+                    if now - exited_at > DRAIN_GRACE_S:
+                        return  # a straggler holds the pipe: it is killed with the group
+                if not selector.select(timeout=min(0.5, deadline - now)):
+                    continue
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    event = authentic_event(line, self.key, len(self.events))
+                    if event is None:
+                        self.forged.append(line[:200].decode("utf-8", "replace"))
+                    else:
+                        self.events.append(event)
+                        if progress is not None:
+                            progress(event)
+                if self.events and self.events[-1].get("event") == "done":
+                    return
+        finally:
+            selector.close()
 
 
 def _import_paths() -> list[str]:

@@ -59,11 +59,43 @@ def test_a_step_that_hangs_after_the_build_is_diagnosed_within_90_s(kimi, kagent
     assert diagnosis["solution_cpu_pct"] > 30  # it spins (on a shared machine it may not get a whole CPU)
     for words in ("fixed_seeds: hung: no answer for", "while running a step", "the 2nd request after the build",
                   "no compiler was running", "no GPU: the evaluation runs on the CPU",
-                  "the solution's process used"):
+                  "the solution's process used", "The evaluation ended there"):
         assert words in result.reason, result.reason
     # From the end of the build (the first step comes right after) to the verdict.
     assert loaded_at and ended_at - loaded_at[0] < 90, ended_at - loaded_at[0]
     assert 60 <= diagnosis["waited_s"] < 75
+
+
+# A step that hangs only when the solution's process counts its launches, after the timing.
+HANGS_WHEN_ITS_LAUNCHES_ARE_COUNTED = """
+import sys as _sys
+
+_reference_step = Model.step
+
+
+def _hangs_in_the_launch_count(self, hidden, state):
+    frame = _sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "op_launches":
+            while True:
+                pass
+        frame = frame.f_back
+    return _reference_step(self, hidden, state)
+
+
+Model.step = _hangs_in_the_launch_count
+"""
+
+
+def test_a_hang_in_the_launch_count_is_noted_and_its_process_killed(kimi, kagent_home, tmp_path):
+    # The count informs and decides nothing: the verdict stands, the count says why it is missing.
+    solution = reference_solution(kimi, tmp_path / "sol", patch=HANGS_WHEN_ITS_LAUNCHES_ARE_COUNTED)
+    result = evaluate(kimi, solution, EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, contexts=[16],
+                                                  rounds=1, min_request_ms=0, hang_after_s=3, timeout_s=WAIT_S))
+    assert result.verdict is Verdict.PASS, result.reason
+    candidate = result.launches_of("candidate")
+    assert candidate is not None and candidate.launches is None and "hung: no answer for" in candidate.note
+    assert result.launches_of("baseline") is not None
 
 
 # -- the watchdog on its own ---------------------------------------------------------------------

@@ -133,7 +133,8 @@ class EvaluationBase:
         if isinstance(err, LeftRunning):
             return self.send_check("hidden_work", "fail", err.message)
         if isinstance(err, watchdog.Hung):
-            return self.send_check(check, "timeout", err.message, diagnosis=err.diagnosis)
+            return self.send_check(check, "timeout", f"{err.message}. The evaluation ended there, and the "
+                                   f"solution's processes were killed", diagnosis=err.diagnosis)
         crashed = isinstance(err, SolutionFailed) and err.crashed
         return self.send_check(check, "crash" if crashed else "error", err.message, details=err.details)
 
@@ -147,6 +148,9 @@ class EvaluationBase:
                                       "args": solution.put(args)}, "profiling its launches")
             report = reply.get("report") if isinstance(reply.get("report"), dict) else {}
         except CandidateError as err:
+            if isinstance(err, watchdog.Hung):  # still running: the baseline's count that follows must run alone
+                solution.proc.kill()
+                solution.proc.wait()
             report = {"launches": None, "note": err.message}
         allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",
                    "torch_compile", "note")

@@ -172,8 +172,7 @@ class StepWatchdog:
         diagnosis["likely"] = likely_cause(diagnosis)
         message = (f"hung: no answer for {waited:.0f} s while {what} (the {_ordinal(self.watched)} request after "
                    f"the build; limit {self.limit_s:.0f} s); no compiler was running{triton}; "
-                   f"{_gpu_words(diagnosis)}; {_cpu_words(cpu_pct)}: {diagnosis['likely']}. The evaluation was "
-                   f"ended early and the solution's processes killed")
+                   f"{_gpu_words(diagnosis)}; {_cpu_words(cpu_pct)}: {diagnosis['likely']}")
         return Hung(message, diagnosis)
 
 
