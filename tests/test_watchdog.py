@@ -56,7 +56,8 @@ def test_a_step_that_hangs_after_the_build_is_diagnosed_within_90_s(kimi, kagent
     diagnosis = hung.data["diagnosis"]
     assert diagnosis["request"] == 2 and diagnosis["what"] == "running a step"
     assert diagnosis["compiler_running"] is False and diagnosis["gpu_sampled"] is False
-    assert diagnosis["solution_cpu_pct"] > 30  # it spins (on a shared machine it may not get a whole CPU)
+    # It spins, but on a shared machine it may get little of a CPU: the share is sampled, not judged here.
+    assert isinstance(diagnosis["solution_cpu_pct"], int) and diagnosis["solution_cpu_pct"] >= 0
     for words in ("fixed_seeds: hung: no answer for", "while running a step", "the 2nd request after the build",
                   "no compiler was running", "no GPU: the evaluation runs on the CPU",
                   "the solution's process used", "The evaluation ended there"):
@@ -174,6 +175,15 @@ def test_the_limit_is_60_s_or_20_baseline_steps_per_step_of_the_request():
     assert dog.limit_for({"op": "chain", "steps": 8, "chains": 2}) == 20 * 16 * 0.5
     assert dog.limit_for({"op": "repeat", "steps": 10}) == 20 * 10 * 0.5
     assert dog.limit_for({"op": "launches"}) == 60.0
+
+
+def test_the_cpu_time_of_a_process_is_read_from_proc():
+    before = watchdog._cpu_seconds(os.getpid())
+    spent = time.process_time()
+    while time.process_time() - spent < 0.3:  # CPU time, however busy the machine is
+        pass
+    assert watchdog._cpu_seconds(os.getpid()) - before >= 0.25
+    assert watchdog._cpu_seconds(2 ** 22 + 12345) is None  # no such process
 
 
 def test_gpu_samples_read_through_nvidia_smi(tmp_path: Path, monkeypatch):
