@@ -321,6 +321,8 @@ class Agent:
         except TransientModelError as err:  # still failing after every retry: resumable later
             self.trace.append(ErrorRecorded(message=f"the model stayed unavailable: {err}", fatal=True))
             cause, reason = "unavailable", f"the model stayed unavailable: {err}"
+        for tool in self.tools.values():
+            tool.close()  # background jobs end with the exploration: the final re-verification runs alone
         self._finalize()
         return self._end(cause, reason)
 

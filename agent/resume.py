@@ -22,8 +22,9 @@ from kagent.agent.trace import (
 # on a workspace that was just put back) is answered as interrupted instead.
 # A resumed run puts the workspace back as it was after the last tool call that finished, so
 # every tool that only touches the workspace can simply run again. A shell command may have
-# done anything anywhere: it is answered as interrupted instead.
-UNSAFE_TO_RERUN = frozenset({"shell"})
+# done anything anywhere, and so may a background job (which died with kagent): both are
+# answered as interrupted instead.
+UNSAFE_TO_RERUN = frozenset({"shell", "jobs"})
 # Tools after which the workspace is not snapshot: they change nothing in it.
 READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "design", "baseline"})
 

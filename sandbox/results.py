@@ -32,8 +32,9 @@ class Model(BaseModel):
 
 class CheckResult(Model):
     name: str = Field(description="Which check: load, fixed_seeds, hidden_seeds, overwrite_in_place, ...")
-    status: Literal["pass", "fail", "error", "crash"] = Field(
-        description="fail: wrong answer; error: the code raised; crash: the solution's process died")
+    status: Literal["pass", "fail", "error", "crash", "timeout"] = Field(
+        description="fail: wrong answer; error: the code raised; crash: the solution's process died; "
+                    "timeout: the watchdog found a step hung and ended the evaluation")
     reason: str = Field(description="One line a person or a model can act on")
     details: str = Field("", description="Traceback or other evidence, capped")
     data: dict = Field(default_factory=dict, description="Per-case cosines, seeds and the like")
@@ -233,4 +234,6 @@ def check_verdict(check: CheckResult) -> Verdict:
         return Verdict.PASS
     if check.status == "crash":
         return Verdict.CRASH
+    if check.status == "timeout":  # the watchdog ended a step that hung
+        return Verdict.TIMEOUT
     return Verdict.ERROR if check.status == "error" else Verdict.INCORRECT

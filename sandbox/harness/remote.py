@@ -109,6 +109,7 @@ class SolutionProcess:
         self.pid_namespace = pid_namespace
         self.proc: Optional[subprocess.Popen] = None
         self.request_floor_ms = 0.0
+        self.watchdog: Any = None  # watchdog.StepWatchdog, set by its owner: ends a request that hangs
 
     def launch(self) -> None:
         """Start the process: it imports torch and waits for its first request, so its start
@@ -165,6 +166,8 @@ class SolutionProcess:
         the process was stopped took beyond its idle time. So device work left behind is
         counted as far as it delays the probe, and fails the evaluation past the probe's limit.
         """
+        if self.watchdog is not None:
+            self.watchdog.begin(message)
         self._signal(signal.SIGCONT)
         start = _perf_counter_ns()
         self._send(message)
@@ -203,6 +206,8 @@ class SolutionProcess:
                 if not selector.select(timeout=POLL_S):
                     if self.proc.poll() is not None:
                         raise self._died(what)
+                    if self.watchdog is not None:
+                        self.watchdog.check(what)
                     continue
                 chunk = os.read(self._replies, 1 << 16)
                 if not chunk:
