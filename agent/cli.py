@@ -227,6 +227,10 @@ def run_command(
     no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with any of: model, budget, max_cost, "
                                           "max_tokens, device, scale, thinking, revert."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="The run's id, the name of its folder (default: "
+                                         "task, time and a random suffix; a sweep names its members so)."),
+    direction: Optional[str] = typer.Option(None, help="What this run should try, told to the model in its first "
+                                            "message (a sweep's branches of one task are told apart so)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -238,8 +242,11 @@ def run_command(
     """
     from kagent.agent.device import check_device_name, resolve_device
     from kagent.agent.models import make_model
+    from kagent.agent.runs import check_run_id
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
+    if run_id is not None:
+        check_run_id(run_id)
     settings = _run_config_file(config)
     model = model or settings.get("model")
     if not model:
@@ -262,7 +269,7 @@ def run_command(
     from kagent.agent.runs import RunOptions, start_run
 
     options = RunOptions(task=task, model=model, device=resolved_device, scale=chosen_scale, budget=run_budget,
-                         thinking_budget=thinking_budget,
+                         thinking_budget=thinking_budget, run_id=run_id, direction=direction,
                          auto_revert=not no_revert and bool(settings.get("revert", True)))
     _show_run(lambda view: start_run(options, view=view, model=chat_model), quiet or json_output, json_output)
 

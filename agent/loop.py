@@ -62,6 +62,8 @@ class RunConfig(BaseModel):
     eval_timeout_s: float = Field(900.0, description="Limit of one check or benchmark")
     model_timeout_s: float = Field(REQUEST_TIMEOUT_S, description="Limit of one model request")
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
+    direction: Optional[str] = Field(None, description="What this run should try, told in the first message: "
+                                     "how a sweep tells its branches of one task apart")
     max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
                                        "same tool call, with the same arguments, fails this many times in a row")
 
@@ -236,7 +238,9 @@ class Agent:
         text = (f"{self.task.prompt.strip()}\n\n"
                 f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
                 f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
-                f"scale.\n\n{self._status_text()}")
+                f"scale.\n\n"
+                + (f"Your direction in this run: {self.config.direction}\n\n" if self.config.direction else "")
+                + self._status_text())
         return Message(role="user", content=[TextBlock(text=text)])
 
     # -- the loop ----------------------------------------------------------------------------
