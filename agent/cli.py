@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kagent.agent.errors import KagentError
 from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
@@ -428,6 +429,11 @@ def replay_command(
         err_console.print("[dim]stopped following (the run is not affected)[/]")
 
 
+from kagent.agent.sweep.cli import sweep_app  # noqa: E402  (its own module: kagent sweep ...)
+
+app.add_typer(sweep_app, name="sweep")
+
+
 def main() -> None:
     """Console entry point: click reports usage errors; errors users can fix get one clear line.
 
@@ -438,9 +444,10 @@ def main() -> None:
     except KagentError as err:
         if os.environ.get("KAGENT_DEBUG"):
             raise
-        err_console.print(f"[bold red]error:[/] {err.message}")
+        # Escaped: a message's own brackets ("kagent[ray]", a path) are text, not markup.
+        err_console.print(f"[bold red]error:[/] {escape(err.message)}")
         if err.hint:
-            err_console.print(f"[dim]{err.hint}[/]")
+            err_console.print(f"[dim]{escape(err.hint)}[/]")
         sys.exit(err.exit_code)
 
 
