@@ -37,23 +37,41 @@ import torch
 class Model(torch.nn.Module):
     """{doc}"""
 
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
     def forward(self, x):
-        return x * {factor}
+        return x * self.factor
 
 
 def get_inputs():
-    return [torch.randn(8, 8)]
+    return [torch.randn({rows}, 64)]
 
 
 def get_init_inputs():
-    return []
+    return [{factor}]
+'''
+# One solution for all of write_tasks' tasks, so that a script can write it whatever the task.
+KB_SOLUTION = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return torch.mul(x, self.factor)
 '''
 
 
 def write_tasks(folder: Path, count: int = 3) -> Path:
+    """KernelBench files times_2.py, times_3.py, ...: each scales its own shape of input."""
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(count):
-        (folder / f"times_{i + 2}.py").write_text(KB_TASK.format(doc=f"Multiplies by {i + 2}.", factor=i + 2))
+        (folder / f"times_{i + 2}.py").write_text(KB_TASK.format(doc=f"Multiplies by {i + 2}.", factor=i + 2,
+                                                                 rows=8 * (i + 1)))
     return folder
 
 

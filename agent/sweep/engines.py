@@ -111,11 +111,18 @@ class RayEngine:
 
     def __init__(self, address: str, device: Optional[str], per_gpu: int, retries: int):
         self.ray = ray = import_ray()
-        if address == "auto":
-            ray.init(address="local", include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES,
-                     log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+        try:
+            if address == "auto":
+                ray.init(address="local", include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES,
+                         log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
+            lines = [line for line in str(err).splitlines() if line.strip()]
+            raise KagentError(f"cannot {'start Ray' if address == 'auto' else f'join the Ray cluster at {address}'}: "
+                              f"{lines[-1][:300] if lines else type(err).__name__}",
+                              hint="a cluster with token authentication needs its token here (RAY_AUTH_TOKEN or "
+                                   "~/.ray/auth_token); `kagent sweep --resume` goes on once it is reachable")
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
         self.device = device or ("cuda" if gpus else "cpu")
