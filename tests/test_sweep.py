@@ -237,9 +237,9 @@ def _job(tmp_path: Path, **fields) -> MemberJob:
                         "scale": "smoke", **fields})
 
 
-def _lock_pid(run_dir: Path, timeout: float = WAIT_S) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _lock_pid(run_dir: Path, driver: threading.Thread) -> int:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and driver.is_alive():
         try:
             return json.loads((run_dir / "lock").read_text())["pid"]
         except (OSError, ValueError, KeyError):
@@ -249,17 +249,18 @@ def _lock_pid(run_dir: Path, timeout: float = WAIT_S) -> int:
 
 def test_a_member_that_hangs_is_ended_at_its_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(member_module, "STOP_GRACE_S", 1.0)
-    job = _job(tmp_path, budget_s=8, grace_s=2)
+    # The deadline counts from the process's start: 20 s leave room for a slow start (imports).
+    job = _job(tmp_path, budget_s=20, grace_s=2)
     outcome = {}
     driver = threading.Thread(target=lambda: outcome.update(result=drive_member(job)))
     driver.start()
-    pid = _lock_pid(job.run_dir)
+    pid = _lock_pid(job.run_dir, driver)
     os.kill(pid, signal.SIGSTOP)  # a hang: it never goes on, and never hears SIGINT
     driver.join(WAIT_S)
     result = outcome["result"]
     assert result.outcome == "hung" and "past its budget" in result.detail
     assert result.segments[-1].hung and result.segments[-1].exit_code == -signal.SIGKILL
-    assert result.segments[-1].ended_at - result.segments[0].started_at < 8 + 2 + 1 + 10  # deadline, grace, slack
+    assert result.segments[-1].ended_at - result.segments[0].started_at < 20 + 2 + 1 + 10  # budget, grace, slack
     beat = json.loads(heartbeat_path(job.sweep_dir, job.member.run_id).read_text())
     assert beat["pid"] == pid and beat["host"] == socket.gethostname()
 

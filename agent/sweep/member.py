@@ -162,7 +162,8 @@ def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable
     argv = member_command(job, resume)
     started = time.time()
     with open(log, "ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} on {socket.gethostname()}: {' '.join(argv)}\n".encode())
+        where = f"{socket.gethostname()}, CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '')!r}"
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} on {where}: {' '.join(argv)}\n".encode())
         out.flush()
         # Its own session, so that the whole of it can be signalled; it dies with this thread.
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
