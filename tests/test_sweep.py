@@ -338,3 +338,40 @@ def test_sweep_help_lists_its_commands_and_exit_codes():
     for option in ("--branches", "--ray", "--per-gpu", "--total-budget", "--max-cost", "--resume"):
         assert option in text
     assert "130 interrupted" in text
+
+
+def test_a_sweep_whose_total_budget_leaves_nothing_skips_its_members(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text("- tool_calls: [{name: finish, arguments: {summary: done}}]\n")
+    write_tasks(tmp_path / "tasks", count=2)
+    proc = kagent("sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}", "--device", "cpu",
+                  "--total-budget", "30s", "--quiet", env={"KAGENT_RUNS": str(tmp_path / "runs")}, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a member did not run
+    assert proc.stdout.count("| skipped |") == 2 and "total budget or cost cap left nothing" in proc.stdout
+    (sweep_dir,) = (tmp_path / "runs" / "sweeps").iterdir()
+    assert not (sweep_dir / "runs").exists()  # nothing was started
+
+
+def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_path):
+    script = tmp_path / "slow.yaml"
+    script.write_text(SLOW_SCRIPT)
+    write_tasks(tmp_path / "tasks", count=1)
+    env = {**os.environ, "KAGENT_RUNS": str(tmp_path / "runs")}
+    proc = subprocess.Popen([KAGENT, "sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}?delay=1",
+                             "--device", "cpu", "--quiet", "--name", "stopped"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and not any(  # its member waits for its model's first answer
+            b'"model_requested"' in trace.read_bytes() for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 130, err
+    (sweep_dir,) = (tmp_path / "runs" / "sweeps").iterdir()
+    assert f"kagent sweep --resume {sweep_dir.name}" in err
+    view = fold(read_record(sweep_dir))
+    (state,) = view.members.values()
+    assert state.ended.outcome == "cut" and "Ctrl-C" in state.ended.detail
+    status = json.loads((sweep_dir / "runs" / state.member.run_id / "status.json").read_text())
+    assert status["state"] == "interrupted"  # the member's run recorded it, and `kagent resume` goes on
+    assert json.loads((sweep_dir / "sweep.json").read_text())["members"][0]["state"] == "cut"
