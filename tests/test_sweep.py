@@ -122,6 +122,18 @@ def test_a_member_is_an_ordinary_kagent_run_with_its_id_and_direction(tmp_path):
                                                     "--quiet"]
 
 
+def test_local_slots_share_each_gpu_and_name_it_as_the_member_sees_it(monkeypatch):
+    from kagent.agent.sweep.engines import local_slots
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert local_slots("cuda", 2, [0, 1]) == ["0", "1", "0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the driver's own view: its GPU 1 is the machine's 5
+    assert local_slots("cuda", 1, [1]) == ["5"]
+    with pytest.raises(KagentError, match="shows 2 GPU"):
+        local_slots("cuda", 1, [2])
+    assert local_slots("cpu", 2, None) == [None] * (2 * os.cpu_count())
+
+
 # -- the record ---------------------------------------------------------------------------------
 def test_the_record_folds_into_states_and_a_torn_last_line_is_dropped(tmp_path):
     spec = spec_of(tmp_path)

@@ -111,7 +111,8 @@ def start_command(
     scale: Optional[str] = typer.Option(None, help="smoke or full (default: full on CUDA, smoke on the CPU)."),
     per_gpu: Optional[int] = typer.Option(None, min=1, help="Members that share one GPU, their timing serialized "
                                           "by its lease (default 1; on a CPU-only sweep, per CPU)."),
-    gpus: Optional[str] = typer.Option(None, help="The GPUs of this machine to use, e.g. 0,1 (default: all)."),
+    gpus: Optional[str] = typer.Option(None, help="The GPUs of this machine to use, e.g. 0,1, numbered as torch "
+                                      "sees them (default: all)."),
     ray: Optional[str] = typer.Option(None, help="Run the members as Ray tasks: auto starts a local Ray instance "
                                       "with every local GPU; an address (host:port) joins a cluster."),
     retries: Optional[int] = typer.Option(None, min=0, help="How often a member whose worker died is resumed "

@@ -47,7 +47,9 @@ def _failed(job: MemberJob, why: str) -> MemberOutcome:
 
 def local_slots(device: str, per_gpu: int, gpus: Optional[list[int]]) -> list[Optional[str]]:
     """CUDA_VISIBLE_DEVICES of each local slot, the GPUs' shares interleaved so that members
-    spread over the GPUs first; on the CPU one share per core (None: nothing to set)."""
+    spread over the GPUs first; on the CPU one share per core (None: nothing to set). GPUs are
+    numbered as this process sees them: under a CUDA_VISIBLE_DEVICES of its own, GPU 0 is the
+    first that it names."""
     if device == "cpu":
         return [None] * ((os.cpu_count() or 1) * per_gpu)
     if gpus is None:
@@ -56,7 +58,11 @@ def local_slots(device: str, per_gpu: int, gpus: Optional[list[int]]) -> list[Op
         gpus = list(range(torch.cuda.device_count()))
     if not gpus:
         raise KagentError("a CUDA sweep, but no GPU is here", hint="--device cpu, or --ray ADDRESS for a cluster")
-    return [str(gpu) for _ in range(per_gpu) for gpu in gpus]
+    visible = [part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
+    if visible and max(gpus) >= len(visible):
+        raise KagentError(f"--gpus {','.join(map(str, gpus))}: CUDA_VISIBLE_DEVICES={','.join(visible)} shows "
+                          f"{len(visible)} GPU(s)")
+    return [visible[gpu] if visible else str(gpu) for _ in range(per_gpu) for gpu in gpus]
 
 
 class LocalEngine:
