@@ -180,3 +180,23 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
     assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:]))
     # It waited for the blocker at its start (which let go a second after it saw it wait).
     assert mine[0].waited_s >= 0.9
+
+
+def test_the_profile_tool_holds_the_lease_alone(lease_dir, kimi, kagent_home, tmp_path):
+    from conftest import reference_solution
+    from kagent.sandbox.evaluate import EvalOptions
+    from kagent.sandbox.scrub import scrubbed_env
+    from kagent.tools import default_tools
+    from kagent.tools.base import ToolContext
+
+    workspace = tmp_path / "ws"
+    (workspace / "task").mkdir(parents=True)
+    reference_solution(kimi, workspace)
+    ctx = ToolContext(workspace=workspace, task=kimi, eval_options=EvalOptions(device="cpu", scale="smoke",
+                                                                                cache_dir=kagent_home))
+    ctx.env = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}  # no ncu: the profiler alone
+    profile = next(tool for tool in default_tools() if tool.spec.name == "profile")
+    out = profile.run({"steps": 1}, ctx)
+    assert not out.is_error, out.content
+    (hold,) = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    assert (hold.kind, hold.what, hold.holder) == ("exclusive", "profile", "test-holder")
