@@ -123,7 +123,8 @@ def drive_member(job: MemberJob, stop: Callable[[], bool] = lambda: False) -> Me
             return _outcome(job, "ended", state, segment.exit_code, segments)
         if stop():
             return _outcome(job, "cut", state, segment.exit_code, segments, "stopped with the sweep")
-        if summary is None or segment.exit_code == EXIT_USAGE:
+        if not (run_dir / "config.json").is_file() or segment.exit_code == EXIT_USAGE:
+            # It never became a run (a bad model spec, a missing key), or kagent refused it.
             return _outcome(job, "failed", state, segment.exit_code, segments,
                             f"`kagent {segment.command}` exited with {segment.exit_code}: {_log_tail(job)}")
         # Killed (a signal, Ctrl-C) or died before recording its end: go on from the trace.
