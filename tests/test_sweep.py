@@ -387,3 +387,17 @@ def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_pa
     status = json.loads((sweep_dir / "runs" / state.member.run_id / "status.json").read_text())
     assert status["state"] == "interrupted"  # the member's run recorded it, and `kagent resume` goes on
     assert json.loads((sweep_dir / "sweep.json").read_text())["members"][0]["state"] == "cut"
+
+
+def test_a_run_id_is_a_folder_name_and_never_taken_twice(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text("- tool_calls: [{name: finish, arguments: {summary: done}}]\n")
+    env = {"KAGENT_RUNS": str(tmp_path / "runs")}
+    proc = kagent("run", "02_kimi_linear_decode", "-m", f"scripted:{script}", "--run-id", "../elsewhere", env=env,
+                  cwd=tmp_path)
+    assert proc.returncode == 2 and "a run id is 1-200 letters" in " ".join(proc.stderr.split())
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    proc = kagent("run", "02_kimi_linear_decode", "-m", f"scripted:{script}", "--run-id", "taken", "--device", "cpu",
+                  env=env, cwd=tmp_path)
+    assert proc.returncode == 2 and "there is a run taken already" in " ".join(proc.stderr.split()), proc.stderr
+    assert "kagent resume taken" in proc.stderr
