@@ -239,6 +239,10 @@ def run_command(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with any of: model, budget, max_cost, "
                                           "max_tokens, device, scale, thinking, reasoning_effort, "
                                           "max_output_tokens, revert."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="The run's id, the name of its folder (default: "
+                                         "task, time and a random suffix; a sweep names its members so)."),
+    direction: Optional[str] = typer.Option(None, help="What this run should try, told to the model in its first "
+                                            "message (a sweep's branches of one task are told apart so)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -251,8 +255,11 @@ def run_command(
     from kagent.agent.device import check_device_name, resolve_device
     from kagent.agent.models import make_model
     from kagent.agent.models.limits import output_settings
+    from kagent.agent.runs import check_run_id
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
+    if run_id is not None:
+        check_run_id(run_id)
     settings = _run_config_file(config)
     model = model or settings.get("model")
     if not model:
@@ -279,6 +286,7 @@ def run_command(
     options = RunOptions(task=task, model=model, device=resolved_device, scale=chosen_scale, budget=run_budget,
                          max_output_tokens=output.max_output_tokens, thinking_budget=output.thinking_budget,
                          reasoning_effort=output.reasoning_effort,
+                         run_id=run_id, direction=direction,
                          auto_revert=not no_revert and bool(settings.get("revert", True)))
     _show_run(lambda view: start_run(options, view=view, model=chat_model), quiet or json_output, json_output)
 
@@ -481,6 +489,11 @@ def report_command(
     trace = Path(run)
     path = write_run_page(trace if trace.suffix == ".jsonl" and trace.is_file() else find_run(run, root), out)
     console.print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)", highlight=False)
+
+
+from kagent.agent.sweep.cli import sweep_app  # noqa: E402  (its own module: kagent sweep ...)
+
+app.add_typer(sweep_app, name="sweep")
 
 
 def main() -> None:

@@ -65,6 +65,8 @@ class RunConfig(BaseModel):
     thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn")
     reasoning_effort: Optional[str] = Field(None, description="Anthropic adaptive thinking or an OpenAI "
                                                               "reasoning model: the effort asked for")
+    direction: Optional[str] = Field(None, description="What this run should try, told in the first message: "
+                                     "how a sweep tells its branches of one task apart")
     max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
                                        "same tool call, with the same arguments, fails this many times in a row")
 
@@ -243,7 +245,9 @@ class Agent:
         text = (f"{self.task.prompt.strip()}\n\n"
                 f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
                 f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
-                f"scale.\n\n{self._status_text()}")
+                f"scale.\n\n"
+                + (f"Your direction in this run: {self.config.direction}\n\n" if self.config.direction else "")
+                + self._status_text())
         return Message(role="user", content=[TextBlock(text=text)])
 
     # -- the loop ----------------------------------------------------------------------------

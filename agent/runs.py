@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import secrets
 import shutil
 from datetime import datetime, timezone
@@ -78,6 +79,16 @@ def new_run_id(task_name: str) -> str:
     return f"{task_name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+RUN_ID_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id given by the user (or a sweep) names a folder: letters, digits, '.', '_', '-'."""
+    if not RUN_ID_FORM.fullmatch(run_id):
+        raise KagentError(f"--run-id {run_id!r}: a run id is 1-200 letters, digits, '.', '_' or '-', starting "
+                          f"with a letter or a digit")
+
+
 def versions() -> dict[str, Optional[str]]:
     found: dict[str, Optional[str]] = {"python": platform.python_version()}
     for name in ("kagent", "torch", "anthropic", "openai", "pydantic", "GitPython"):
@@ -125,6 +136,8 @@ def _result_line(report: RunReport) -> str:
 
 class RunOptions(BaseModel):
     task: str
+    run_id: Optional[str] = Field(None, description="The run's id (its folder's name); default: task, time, random")
+    direction: Optional[str] = Field(None, description="Told to the model in its first message (a sweep's branch)")
     model: str
     budget: Budget
     device: str
@@ -205,15 +218,20 @@ def start_run(options: RunOptions, view: Optional[Callable[[ViewUpdate], None]] 
     task: TaskRef = resolve_task(options.task)
     inner = model or make_model(options.model, timeout_s=options.model_timeout_s,
                                thinking_budget=options.thinking_budget, reasoning_effort=options.reasoning_effort)
-    run_id = new_run_id(task.name)
+    run_id = options.run_id or new_run_id(task.name)
+    check_run_id(run_id)
     run_dir = Path(options.runs_root or runs_dir()) / run_id
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise KagentError(f"there is a run {run_id} already ({run_dir})", hint=f"kagent resume {run_id} goes on with it")
     config = RunConfig(run_id=run_id, task=options.task, model=options.model, budget=options.budget,
                        device=options.device, scale=options.scale, auto_revert=options.auto_revert,
                        max_output_tokens=options.max_output_tokens, eval_timeout_s=options.eval_timeout_s,
                        context_limit_tokens=options.context_limit_tokens,
                        keep_recent_messages=options.keep_recent_messages, thinking_budget=options.thinking_budget,
-                       reasoning_effort=options.reasoning_effort, model_timeout_s=options.model_timeout_s)
+                       reasoning_effort=options.reasoning_effort, model_timeout_s=options.model_timeout_s,
+                       direction=options.direction)
     write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
     with RunLock(run_dir):
         tracker = BudgetTracker(options.budget, clock or SystemClock())

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kagent.agent.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
+from kagent.sandbox.lease import LeaseRecord, open_lease
 from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
@@ -289,8 +290,9 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     private = bundle.root / "private"
     private.mkdir()
     home = options.home or bundle.root / "home"
+    lease = open_lease(options.device)  # a sweep's device lease, as descriptors (kagent.sandbox.lease)
     job = {**job, "solution_home": str(home), "pid_namespace": containment.probe().pid_namespace,
-           "import_paths": _import_paths()}
+           "import_paths": _import_paths(), "gpu_lease": lease.job_field}
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
     out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
@@ -334,9 +336,10 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
             [options.python, *REFEREE_FLAGS, REFEREE_BOOTSTRAP, json.dumps([str(bundle.harness.parent),
                                                                             *job["import_paths"]]),
              "--job", str(job_file), "--result-fd", str(write_fd), "--key-fd", str(key_read)],
-            files, env, private, stdout=out, stderr=err, pass_fds=(write_fd, key_read))
+            files, env, private, stdout=out, stderr=err, pass_fds=(write_fd, key_read, *lease.fds))
     os.close(write_fd)
     os.close(key_read)
+    lease.close()  # the referee holds its own copies; a lock must not outlive it here
     received = ResultPipe(read_fd, key)
     try:
         received.read(child, time.monotonic() + options.timeout_s, progress)
@@ -486,7 +489,7 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
 def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: dict,
              options: EvalOptions) -> EvalResult:
     """Turn the child's events into a validated EvalResult with one verdict."""
-    checks, timings, launches = [], [], []
+    checks, timings, launches, leases = [], [], [], []
     fields: dict = {}
     task_error = internal_error = None
     for event in child.events:
@@ -501,6 +504,8 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
                 timings.append(ShapeTiming(**body))
             elif kind == "launches":
                 launches.append(LaunchReport(**body))
+            elif kind == "gpu_lease":
+                leases.append(LeaseRecord(**body))
             elif kind == "environment":
                 fields["environment"] = Environment(**body)
             elif kind == "bandwidth":
@@ -527,7 +532,7 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
     if verdict is not Verdict.PASS:
         fields.pop("score", None)
     return EvalResult(**header, **fields, verdict=verdict, reason=reason, checks=checks, timings=timings,
-                      launches=launches, wall_seconds=0.0, bundle_sha256=bundle_digest,
+                      launches=launches, gpu_leases=leases, wall_seconds=0.0, bundle_sha256=bundle_digest,
                       exit_code=child.exit_code, stdout_tail=child.stdout_tail, stderr_tail=child.stderr_tail,
                       limits_hit=child.resources.problems(), peak_host_memory_bytes=child.resources.peak_memory_bytes)
 

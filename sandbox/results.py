@@ -10,6 +10,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kagent.sandbox.lease import LeaseRecord
+
 EVAL_RESULT_VERSION = 1
 
 
@@ -187,6 +189,8 @@ class EvalResult(Model):
     timings: list[ShapeTiming] = Field(default_factory=list)
     score: Optional[float] = Field(None, description="Geometric mean of the speedups over the timed shapes")
     launches: list[LaunchReport] = Field(default_factory=list)
+    gpu_leases: list[LeaseRecord] = Field(default_factory=list, description="The device lease held alone for the "
+                                          "timing (and a bandwidth measurement), under a sweep (sandbox/lease.py)")
     bandwidth: Optional[Bandwidth] = None
     environment: Optional[Environment] = None
     clocks_during_timing: dict = Field(default_factory=dict)

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from kagent.agent.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
+from kagent.sandbox.lease import exclusive_here
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, run_command
@@ -181,8 +182,9 @@ class Profile(BaseTool):
     def _child(self, ctx: ToolContext, job: dict, tmp: str) -> dict:
         job_file = Path(tmp) / f"{job['mode']}_job.json"
         job_file.write_text(json.dumps(job))
-        done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
-                           **step_child_files(ctx, tmp))
+        with exclusive_here(ctx.eval_options.device, "profile"):  # the device alone (a sweep's lease)
+            done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
+                               **step_child_files(ctx, tmp))
         result_file = Path(job["result"])
         if done.timed_out:
             raise ToolError(f"profiling timed out after {done.seconds:.0f} s (process group killed)\n{done.output}")
@@ -200,7 +202,8 @@ class Profile(BaseTool):
         argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
                 "--metrics", ",".join(NCU_METRICS), "--log-file", str(report), ctx.eval_options.python, "-c",
                 _CHILD, str(job_file)]
-        done = run_command(argv, ctx, NCU_TIMEOUT_S, **step_child_files(ctx, tmp))
+        with exclusive_here(ctx.eval_options.device, "profile (ncu)"):  # the device alone (a sweep's lease)
+            done = run_command(argv, ctx, NCU_TIMEOUT_S, **step_child_files(ctx, tmp))
         kernels = parse_ncu_csv(report.read_text(errors="replace") if report.exists() else done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""
