@@ -477,7 +477,7 @@ def _rlimit_setter(limits: Limits) -> Callable[[], None]:
     return apply
 
 
-def _dying_with_this_process() -> Callable[[], None]:
+def dying_with_this_process() -> Callable[[], None]:
     """A step for the child between fork and exec: it gets SIGKILL when this process dies.
 
     The kernel sends it when the *thread* that forked the child ends, not the process. That is
@@ -506,7 +506,7 @@ class Contained:
     this): with a pid namespace that kill takes down the jail and, with it, every process the
     code started. Inherited descriptors (``pass_fds``) survive, since unshare and the jail exec
     the command. The thread that starts the command must outlive it (see
-    ``_dying_with_this_process``).
+    ``dying_with_this_process``).
     """
 
     def __init__(self, argv: list[str], preexec: Callable[[], None], cgroup: Optional[CommandCgroup]):
@@ -550,7 +550,7 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
         command = list(argv)
     wrapped = [caps.unshare, *_user_flags(), *flags, "--", *command] if flags and caps.unshare else command
     # Dying with kagent comes first: from then on, kagent's death cannot leave the child behind.
-    steps: list[Callable[[], None]] = [_dying_with_this_process()]
+    steps: list[Callable[[], None]] = [dying_with_this_process()]
     cgroup = None
     if caps.cgroups is not None:
         try:

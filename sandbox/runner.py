@@ -41,7 +41,7 @@ class Finished:
 
 class Running:
     """A contained process that has started. Its thread of origin must outlive it (see
-    containment._dying_with_this_process): the caller stops it before that thread ends."""
+    containment.dying_with_this_process): the caller stops it before that thread ends."""
 
     def __init__(self, proc: subprocess.Popen, box: containment.Contained):
         self.proc, self.box = proc, box

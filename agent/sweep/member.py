@@ -26,7 +26,7 @@ from kagent.agent.lock import LOCK_NAME, lock_holder
 from kagent.agent.outcome import ENDINGS, EXIT_USAGE
 from kagent.agent.run_list import read_summary
 from kagent.agent.sweep.plan import Member
-from kagent.sandbox.containment import _dying_with_this_process
+from kagent.sandbox.containment import dying_with_this_process
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV
 
 # How a member's driving ended, for the sweep: ended: the run recorded how it ended (its state
@@ -168,7 +168,7 @@ def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable
         out.flush()
         # Its own session, so that the whole of it can be signalled; it dies with this thread.
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_dying_with_this_process())
+                                start_new_session=True, preexec_fn=dying_with_this_process())
     beat = heartbeat_path(job.sweep_dir, job.member.run_id)
     hung, next_beat = False, 0.0
     try:
