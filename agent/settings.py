@@ -107,6 +107,10 @@ class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str = Field(description="The task as given: a built-in name, a problem folder or a KernelBench .py file")
+    run_id: Optional[str] = Field(None, description="The run's id, the name of its folder (none: the task, the time "
+                                  "and a random suffix; a sweep names its members so)")
+    direction: Optional[str] = Field(None, description="What this run should try, told to the model in its first "
+                                     "message (a sweep's branches of one task are told apart so)")
     model: str = Field(description="provider:model (anthropic:<model>, openai:<model>, "
                                    "openai-compatible:<url>#<model>, scripted:<file>)")
     budget: Budget = Field(default_factory=Budget, description="What the run may spend: wall time, money, tokens")

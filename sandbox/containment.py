@@ -478,13 +478,13 @@ def _rlimit_setter(limits: Limits) -> Callable[[], None]:
     return apply
 
 
-def _dying_with_this_process() -> Callable[[], None]:
+def dying_with_this_process() -> Callable[[], None]:
     """A step for the child between fork and exec: it gets SIGKILL when this process dies.
 
     The kernel sends it when the *thread* that forked the child ends, not the process. That is
-    safe as long as the thread that starts a contained command waits for it to end, as both
-    callers do (run_child in evaluate.py, run_command in tools/base.py kill the group and wait
-    in a ``finally``); kagent starts them all from its main thread anyway."""
+    safe as long as the thread that starts a contained command outlives it: runner.run kills
+    the group and waits in a ``finally``, and whoever holds a runner.Running stops it before
+    its thread ends; kagent starts them all from its main thread anyway."""
     parent = os.getpid()  # here, before the fork
     sigkill = int(signal.SIGKILL)
 
@@ -503,10 +503,11 @@ class Contained:
     """One command made ready to run contained: start ``argv`` with ``preexec`` (in a new
     session), and after it ended read ``report()``; ``close()`` (or ``with``) removes its cgroup.
 
-    The caller still kills the process group at its limit: with a pid namespace that kill
-    takes down the jail and, with it, every process the code started. Inherited descriptors
-    (``pass_fds``) survive, since unshare and the jail exec the command. The thread that starts
-    the command must wait for its end (see ``_dying_with_this_process``).
+    The caller still kills the process group at its limit (sandbox/runner.py does all of
+    this): with a pid namespace that kill takes down the jail and, with it, every process the
+    code started. Inherited descriptors (``pass_fds``) survive, since unshare and the jail exec
+    the command. The thread that starts the command must outlive it (see
+    ``dying_with_this_process``).
     """
 
     def __init__(self, argv: list[str], preexec: Callable[[], None], cgroup: Optional[CommandCgroup]):
@@ -550,7 +551,7 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
         command = list(argv)
     wrapped = [caps.unshare, *_user_flags(), *flags, "--", *command] if flags and caps.unshare else command
     # Dying with kagent comes first: from then on, kagent's death cannot leave the child behind.
-    steps: list[Callable[[], None]] = [_dying_with_this_process()]
+    steps: list[Callable[[], None]] = [dying_with_this_process()]
     cgroup = None
     if caps.cgroups is not None:
         try:

@@ -16,10 +16,8 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
 import site
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,8 +29,9 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, Field, ValidationError
 
 from kagent.core.errors import KagentError
-from kagent.sandbox import containment, static_checks
+from kagent.sandbox import containment, runner, static_checks
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
+from kagent.sandbox.lease import LeaseRecord, open_lease
 from kagent.sandbox.results import (
     Bandwidth,
     CheckResult,
@@ -88,6 +87,9 @@ class EvalOptions(BaseModel):
                                             "process should last: a faster candidate runs its whole chain several "
                                             "times per request (default 20 ms; 0: blocks as the baseline's)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
+    hang_after_s: float = Field(60.0, gt=0, description="Once the solution is built, a request to it that runs this "
+                                "long (or 20x the baseline's time for its steps, if more) with no compiler running "
+                                "has hung: the evaluation ends with a diagnosis (sandbox/harness/watchdog.py)")
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
     home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
                                                    "extensions, Triton); None: a fresh one per evaluation")
@@ -258,6 +260,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "warmup": options.warmup,
         "block_steps": options.block_steps,
         "min_request_ms": options.min_request_ms,
+        "hang_after_s": options.hang_after_s,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
@@ -289,13 +292,6 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_child(bundle: Bundle, job: dict, options: EvalOptions,
               progress: Optional[Callable[[dict], None]] = None) -> ChildRun:
     """Run the harness in a new session, reading its events until done, exit or the limit;
@@ -303,8 +299,9 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     private = bundle.root / "private"
     private.mkdir()
     home = options.home or bundle.root / "home"
+    lease = open_lease(options.device)  # a sweep's device lease, as descriptors (kagent.sandbox.lease)
     job = {**job, "solution_home": str(home), "pid_namespace": containment.probe().pid_namespace,
-           "import_paths": _import_paths()}
+           "import_paths": _import_paths(), "gpu_lease": lease.job_field}
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
     out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
@@ -344,67 +341,71 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
         # No network, its own pid namespace, those files and caps on processes and memory where
         # this machine allows; the pipes pass through unshare and the jail, which exec the
         # harness with its fds intact.
-        box = containment.contained(
+        child = runner.start(
             [options.python, *REFEREE_FLAGS, REFEREE_BOOTSTRAP, json.dumps([str(bundle.harness.parent),
                                                                             *job["import_paths"]]),
              "--job", str(job_file), "--result-fd", str(write_fd), "--key-fd", str(key_read)],
-            containment.Limits(), files)
-        proc = subprocess.Popen(
-            box.argv, cwd=private, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            pass_fds=(write_fd, key_read), start_new_session=True, preexec_fn=box.preexec,
-        )
+            files, env, private, stdout=out, stderr=err, pass_fds=(write_fd, key_read, *lease.fds))
     os.close(write_fd)
     os.close(key_read)
-    deadline = time.monotonic() + options.timeout_s
-    events: list[dict] = []
-    forged: list[str] = []
-    buffer, timed_out, exited_at = b"", False, None
-    selector = selectors.DefaultSelector()
-    selector.register(read_fd, selectors.EVENT_READ)
+    lease.close()  # the referee holds its own copies; a lock must not outlive it here
+    received = ResultPipe(read_fd, key)
     try:
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if proc.poll() is not None:
-                exited_at = exited_at or now
-                if now - exited_at > DRAIN_GRACE_S:
-                    break  # a straggler holds the pipe: it is killed below
-            if not selector.select(timeout=min(0.5, deadline - now)):
-                continue
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                event = authentic_event(line, key, len(events))
-                if event is None:
-                    forged.append(line[:200].decode("utf-8", "replace"))
-                else:
-                    events.append(event)
-                    if progress is not None:
-                        progress(event)
-            if events and events[-1].get("event") == "done":
-                break
+        received.read(child, time.monotonic() + options.timeout_s, progress)
     finally:
-        selector.close()
         os.close(read_fd)
-        if timed_out or proc.poll() is None:
-            # Give a finished child a moment to exit by itself; then no mercy for the group.
-            try:
-                proc.wait(timeout=0 if timed_out else 10)
-            except subprocess.TimeoutExpired:
-                pass
-        _kill_group(proc)
-        proc.wait()
-        resources = box.report()
-        box.close()
+        # Give a finished child a moment to exit by itself; then no mercy for the group.
+        finished = child.stop(grace_s=0 if received.timed_out else 10, timed_out=received.timed_out)
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
-    return ChildRun(events=events, forged=forged, exit_code=containment.exit_status(proc.returncode),
-                    timed_out=timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
-                    resources=resources)
+    return ChildRun(events=received.events, forged=received.forged, exit_code=finished.exit_status,
+                    timed_out=received.timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
+                    resources=finished.resources)
+
+
+class ResultPipe:
+    """The harness's result pipe, as read: its authentic events, and the lines it did not sign."""
+
+    def __init__(self, fd: int, key: bytes):
+        self.fd, self.key = fd, key
+        self.events: list[dict] = []
+        self.forged: list[str] = []
+        self.timed_out = False
+
+    def read(self, child: runner.Running, deadline: float, progress: Optional[Callable[[dict], None]]) -> None:
+        """Until ``done``, the pipe's end, the child's exit (and a grace for stragglers holding
+        the pipe) or the deadline; ``progress`` gets each authentic event as it arrives."""
+        buffer, exited_at = b"", None
+        selector = selectors.DefaultSelector()
+        selector.register(self.fd, selectors.EVENT_READ)
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    self.timed_out = True
+                    return
+                if child.poll() is not None:
+                    exited_at = exited_at or now
+                    if now - exited_at > DRAIN_GRACE_S:
+                        return  # a straggler holds the pipe: it is killed with the group
+                if not selector.select(timeout=min(0.5, deadline - now)):
+                    continue
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    event = authentic_event(line, self.key, len(self.events))
+                    if event is None:
+                        self.forged.append(line[:200].decode("utf-8", "replace"))
+                    else:
+                        self.events.append(event)
+                        if progress is not None:
+                            progress(event)
+                if self.events and self.events[-1].get("event") == "done":
+                    return
+        finally:
+            selector.close()
 
 
 def _import_paths() -> list[str]:
@@ -497,7 +498,7 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
 def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: dict,
              options: EvalOptions) -> EvalResult:
     """Turn the child's events into a validated EvalResult with one verdict."""
-    checks, timings, launches = [], [], []
+    checks, timings, launches, leases = [], [], [], []
     fields: dict = {}
     task_error = internal_error = None
     for event in child.events:
@@ -512,6 +513,8 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
                 timings.append(ShapeTiming(**body))
             elif kind == "launches":
                 launches.append(LaunchReport(**body))
+            elif kind == "gpu_lease":
+                leases.append(LeaseRecord(**body))
             elif kind == "environment":
                 fields["environment"] = Environment(**body)
             elif kind == "bandwidth":
@@ -538,7 +541,7 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
     if verdict is not Verdict.PASS:
         fields.pop("score", None)
     return EvalResult(**header, **fields, verdict=verdict, reason=reason, checks=checks, timings=timings,
-                      launches=launches, wall_seconds=0.0, bundle_sha256=bundle_digest,
+                      launches=launches, gpu_leases=leases, wall_seconds=0.0, bundle_sha256=bundle_digest,
                       exit_code=child.exit_code, stdout_tail=child.stdout_tail, stderr_tail=child.stderr_tail,
                       limits_hit=child.resources.problems(), peak_host_memory_bytes=child.resources.peak_memory_bytes)
 
@@ -551,7 +554,11 @@ def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: l
         return Verdict.TAMPERED, (f"the result channel carried {len(child.forged)} line(s) the harness did not sign, "
                                   f"the first: {child.forged[0][:120]!r}: the solution wrote to it")
     if child.timed_out:
-        return Verdict.TIMEOUT, f"no verdict within the {options.timeout_s:g} s limit; the process group was killed"
+        compiling = next((e for e in reversed(child.events) if e.get("event") == "watchdog"), None)
+        still = (f" (the watchdog saw a step still compiling {compiling.get('seconds', 0):.0f} s in: "
+                 f"{', '.join(compiling.get('compilers') or ['Triton writing its cache'])})" if compiling else "")
+        return Verdict.TIMEOUT, (f"no verdict within the {options.timeout_s:g} s limit{still}; the process group "
+                                 f"was killed")
     if internal_error:
         return Verdict.INTERNAL_ERROR, internal_error
     if not done:

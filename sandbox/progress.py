@@ -16,6 +16,9 @@ def describe(event: dict) -> Optional[str]:
         return f"timed {event.get('label', '?')}: {float(event.get('speedup', 0)):.3f}x"
     if kind == "launches":
         return f"launches counted ({event.get('who', '?')})"
+    if kind == "watchdog":
+        compilers = ", ".join(event.get("compilers") or []) or "Triton writing its cache"
+        return f"a step running {float(event.get('seconds', 0)):.0f} s: still compiling ({compilers})"
     if kind == "bandwidth":
         return "copy bandwidth " + ("read from the cache" if event.get("cached") else "measured")
     return None

@@ -10,6 +10,8 @@ from typing import Final, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kagent.sandbox.lease import LeaseRecord
+
 EVAL_RESULT_VERSION: Final = 1
 
 
@@ -32,8 +34,9 @@ class Model(BaseModel):
 
 class CheckResult(Model):
     name: str = Field(description="Which check: load, fixed_seeds, hidden_seeds, overwrite_in_place, ...")
-    status: Literal["pass", "fail", "error", "crash"] = Field(
-        description="fail: wrong answer; error: the code raised; crash: the solution's process died")
+    status: Literal["pass", "fail", "error", "crash", "timeout"] = Field(
+        description="fail: wrong answer; error: the code raised; crash: the solution's process died; "
+                    "timeout: the watchdog found a step hung and ended the evaluation")
     reason: str = Field(description="One line a person or a model can act on")
     details: str = Field("", description="Traceback or other evidence, capped")
     data: dict = Field(default_factory=dict, description="Per-case cosines, seeds and the like")
@@ -186,6 +189,8 @@ class EvalResult(Model):
     timings: list[ShapeTiming] = Field(default_factory=list)
     score: Optional[float] = Field(None, description="Geometric mean of the speedups over the timed shapes")
     launches: list[LaunchReport] = Field(default_factory=list)
+    gpu_leases: list[LeaseRecord] = Field(default_factory=list, description="The device lease held alone for the "
+                                          "timing (and a bandwidth measurement), under a sweep (sandbox/lease.py)")
     bandwidth: Optional[Bandwidth] = None
     environment: Optional[Environment] = None
     clocks_during_timing: dict = Field(default_factory=dict)
@@ -233,4 +238,6 @@ def check_verdict(check: CheckResult) -> Verdict:
         return Verdict.PASS
     if check.status == "crash":
         return Verdict.CRASH
+    if check.status == "timeout":  # the watchdog ended a step that hung
+        return Verdict.TIMEOUT
     return Verdict.ERROR if check.status == "error" else Verdict.INCORRECT

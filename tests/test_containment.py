@@ -28,6 +28,7 @@ from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
+from kagent.tools.jobs import Jobs
 
 from conftest import WAIT_S, processes_with, reference_solution, run_eval
 
@@ -286,6 +287,44 @@ def test_complete_machine_gives_no_notice(monkeypatch):
     assert containment.notice() is None
 
 
+@needs_pidns
+@needs_files
+def test_tmp_and_background_processes_last_one_shell_command(ctx: ToolContext):
+    # What the shell's description says: /tmp is new for each command, and what a command
+    # leaves running in the background dies with it; the workspace and $HOME stay.
+    marker = f"kagent-left-behind-{uuid.uuid4().hex}"
+    first = shell(ctx, f"echo kept > /tmp/scratch; echo kept > $HOME/kept; echo kept > kept; "
+                       f"(setsid {sys.executable} -c 'import time; time.sleep(300)' {marker} &); echo started")
+    assert first.data["exit_code"] == 0 and "started" in first.content
+    assert not processes_with(marker)
+    second = shell(ctx, "test -e /tmp/scratch; echo tmp=$?; cat $HOME/kept kept")
+    assert "tmp=1" in second.content and second.content.count("kept") == 2, second.content
+    assert "/tmp" in TOOLS["shell"].spec.description and "jobs tool" in TOOLS["shell"].spec.description
+
+
+@needs_pidns
+@needs_files
+def test_a_job_is_jailed_and_stopping_it_or_the_runs_end_kills_all_it_started(ctx: ToolContext):
+    jobs = Jobs()
+    markers = [f"kagent-job-{uuid.uuid4().hex}" for _ in range(2)]
+    for marker in markers:
+        # A child that leaves its session, and a file it may not write: the jail holds for jobs.
+        command = (f"touch /usr/kagent-job-probe 2>/dev/null || echo read-only; "
+                   f"setsid {sys.executable} -c 'import time; time.sleep(300)' {marker} & sleep 300")
+        assert not jobs.run({"action": "start", "command": command}, ctx).is_error
+    for _ in range(100):
+        if all(processes_with(m) for m in markers):
+            break
+        time.sleep(0.1)
+    assert all(processes_with(m) for m in markers)
+    stopped = jobs.run({"action": "stop", "job": 1}, ctx)
+    assert "job 1: stopped after" in stopped.content and stopped.content.endswith("read-only"), stopped.content
+    assert not processes_with(markers[0]) and processes_with(markers[1])
+    jobs.close()  # the run's exploration ends
+    assert not processes_with(markers[1])
+    assert "job 2: killed at the run's end" in jobs.run({"action": "list"}, ctx).content
+
+
 # -- the pid namespace's init ----------------------------------------------------------------
 @needs_pidns
 def test_init_keeps_the_command_out_of_pid_1_and_its_status_readable(ctx: ToolContext):
@@ -344,6 +383,7 @@ from pathlib import Path
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import resolve_task
 from kagent.tools.base import ToolContext
+from kagent.tools.jobs import Jobs
 from kagent.tools.shell import Shell
 ctx = ToolContext(workspace=Path(sys.argv[1]), task=resolve_task(sys.argv[2]), eval_options=EvalOptions())
 Shell().run({"command": sys.argv[3], "timeout_s": 3600}, ctx)

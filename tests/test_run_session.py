@@ -4,7 +4,9 @@ reverted, finish. Then: the deadline inside a long tool call."""
 from __future__ import annotations
 
 import json
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import git
@@ -16,7 +18,7 @@ from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
 
-from conftest import WAIT_S
+from conftest import WAIT_S, processes_with
 
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
 
@@ -153,6 +155,21 @@ def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
     shell = next(e for e in read_trace(run_dir / "trace.jsonl").events
                  if e.type == "tool_finished" and e.name == "shell")
     assert shell.seconds < budget_s
+
+
+def test_background_jobs_end_with_the_exploration(tmp_path):
+    marker = f"kagent-job-{uuid.uuid4().hex}"
+    turns = [
+        {"tool_calls": [call("jobs", action="start", command=f"{sys.executable} -c 'import time; time.sleep(600)' "
+                                                             f"{marker}")]},
+        {"tool_calls": [call("jobs", action="status", job=1)]},
+        {"tool_calls": [call("finish", summary="started a job and left it running")]},
+    ]
+    run_dir, report = start_run(run_options(tmp_path, write_script(tmp_path / "script.json", turns), wall_s=300))
+    assert report.status == "no_result"
+    results = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished" and e.name == "jobs"]
+    assert results[0].content.startswith("job 1 started") and "job 1: running for" in results[1].content
+    assert not processes_with(marker)  # killed when the exploration ended, before the final slice
 
 
 FAULTS = {1: "429", 3: "529", 5: "500", 7: "cut", 9: "error_event", 11: "slow"}

@@ -1,20 +1,26 @@
 """The model's tools: success, and every mistake the model can make returned as data."""
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import Verdict
-from kagent.tools import default_tools
+from kagent.tools import compile as compile_tool, default_tools
 from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace, scrubbed_env
 from kagent.tools.compile import parse_ptxas
+from kagent.tools.compile_child import TritonCompiles
 from kagent.tools.evaluation import parse_ncu_csv
+from kagent.tools.jobs import Jobs
+from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
 
 from conftest import processes_with, reference_solution
 
@@ -66,8 +72,8 @@ def call(name: str, ctx: ToolContext, **args):
 
 # -- base ------------------------------------------------------------------------------------
 def test_default_tools_have_schemas():
-    assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "compile", "baseline",
-                           "check", "benchmark", "profile", "stages", "reference_dump", "ncu_kernel"]
+    assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "jobs", "compile",
+                           "baseline", "check", "benchmark", "profile", "stages", "reference_dump", "ncu_kernel"]
     schema = TOOLS["edit_file"].spec.parameters
     assert schema["required"] == ["path", "old", "new"] and schema["additionalProperties"] is False
     assert "title" not in schema["properties"]["old"]
@@ -254,6 +260,67 @@ def test_shell_output_is_capped(ctx: ToolContext):
 
 
 # -- compile ---------------------------------------------------------------------------------
+# -- jobs --------------------------------------------------------------------------------------
+def _status_until_ended(jobs: Jobs, ctx: ToolContext, job: int, within_s: float = 60):
+    deadline = time.monotonic() + within_s
+    while True:
+        out = jobs.run({"action": "status", "job": job}, ctx)
+        if not out.data["running"] or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
+
+
+def test_a_job_runs_in_the_background_and_its_log_is_polled(ctx: ToolContext, workspace: Path):
+    jobs = Jobs()  # a run's table of jobs
+    started = time.monotonic()
+    out = jobs.run(dict(action="start", command="echo begin; sleep 2; echo end; exit 4"), ctx)
+    assert not out.is_error and out.content.startswith("job 1 started") and time.monotonic() - started < 30
+    assert out.data["log"] == "build/jobs/1.log"
+    running = jobs.run(dict(action="status", job=1), ctx)
+    assert running.data["running"] and "job 1: running for" in running.content, running.content
+    ended = _status_until_ended(jobs, ctx, 1)
+    assert "job 1: exited with code 4 after" in ended.content and ended.data["exit_code"] == 4
+    assert ended.content.endswith("its last lines:\nbegin\nend")
+    assert (workspace / "build" / "jobs" / "1.log").read_text() == "begin\nend\n"
+    jobs.run(dict(action="start", command="seq 1000"), ctx)
+    assert _status_until_ended(jobs, ctx, 2).content.endswith("\n".join(str(i) for i in range(961, 1001)))
+    assert jobs.run(dict(action="status", job=2, tail_lines=3), ctx).content.endswith("998\n999\n1000")
+    listed = jobs.run(dict(action="list"), ctx).content.splitlines()
+    assert [line.split(":")[0] for line in listed] == ["job 1", "job 2"]
+    jobs.close()
+
+
+def test_a_job_is_killed_at_its_time_limit(ctx: ToolContext):
+    jobs = Jobs()
+    jobs.run(dict(action="start", command="echo waiting; sleep 300", timeout_s=1), ctx)
+    out = _status_until_ended(jobs, ctx, 1)
+    assert "job 1: killed at its time limit after" in out.content and out.data["how"] == "killed at its time limit"
+    assert out.content.endswith("waiting")
+
+
+def test_job_mistakes_are_errors(ctx: ToolContext):
+    jobs = Jobs()
+    assert jobs.run(dict(action="list"), ctx).content == "no jobs yet"
+    assert "start needs a command" in jobs.run(dict(action="start"), ctx).content
+    missing = jobs.run(dict(action="status", job=3), ctx)
+    assert missing.is_error and "there is no job 3" in missing.content and "restart" in missing.content
+    assert jobs.run(dict(action="stop"), ctx).is_error
+    for _ in range(4):
+        assert not jobs.run(dict(action="start", command="sleep 300"), ctx).is_error
+    crowded = jobs.run(dict(action="start", command="true"), ctx)
+    assert crowded.is_error and "4 jobs are running already (1, 2, 3, 4)" in crowded.content
+    stopped = jobs.run(dict(action="stop", job=2), ctx)
+    assert "job 2: stopped after" in stopped.content and not stopped.data["running"]
+    assert not jobs.run(dict(action="start", command="true"), ctx).is_error
+    _status_until_ended(jobs, ctx, 5)
+    jobs.close()
+    states = {line.split(":")[0]: line.split(":")[1].strip() for line in
+              jobs.run(dict(action="list"), ctx).content.splitlines()}
+    assert [job for job, state in states.items() if state.startswith("killed at the run's end")] == [
+        "job 1", "job 3", "job 4"]
+    assert states["job 2"].startswith("stopped") and states["job 5"].startswith("exited with code 0")
+
+
 def test_parse_ptxas_report():
     log = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function '_Z4heavyPf' for 'sm_90'
@@ -308,6 +375,155 @@ def test_compile_python_imports_in_a_fresh_process(ctx: ToolContext, workspace: 
     assert out.is_error and "SyntaxError" in out.content
     assert call("compile", ctx, path="notes.txt").is_error
     assert call("compile", ctx, path="../k.cu").is_error
+
+
+def test_compile_python_runs_one_warm_up_step_and_says_plainly_there_is_no_gpu(ctx: ToolContext, kimi,
+                                                                              workspace: Path):
+    reference_solution(kimi, workspace)
+    out = call("compile", ctx, path="solution.py")
+    assert not out.is_error, out.content
+    first = out.content.splitlines()[0]
+    assert "one warm-up step of its Model on cpu (context 16): ok" in first, first
+    assert out.data["stepped"] and out.data["triton"] == [] and out.data["libraries"] == []
+    assert "no GPU here: the warm-up step ran on the CPU, so no Triton kernel was compiled" in out.content
+    reference_solution(kimi, workspace, patch=RAISING_STEP)
+    out = call("compile", ctx, path="solution.py")
+    assert out.is_error and "kernel exploded on purpose" in out.content and not out.data["stepped"]
+
+
+# The device code of a library made with nvcc -shared, which a solution loads as its own (a
+# load_inline extension is such a library, in the build home): as cuobjdump 13.5 read it.
+RES_USAGE = """
+Fatbin elf code:
+================
+arch = sm_90
+code version = [1,8]
+host = linux
+compile_size = 64bit
+
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function _Z5heavyPfi:
+  REG:40 STACK:256 SHARED:5120 LOCAL:0 CONSTANT[0]:540 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _Z3addPfPKfi:
+  REG:10 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:548 CONSTANT[2]:8 TEXTURE:0 SURFACE:0 SAMPLER:0
+
+Fatbin ptx code:
+================
+arch = sm_90
+"""
+
+
+def test_parse_res_usage():
+    heavy, add = parse_res_usage(RES_USAGE)
+    assert heavy == {"name": "_Z5heavyPfi", "arch": "sm_90", "registers": 40, "stack_frame": 256, "shared_mem": 5120,
+                     "local_mem": 0, "constant_mem": 540}
+    assert add["registers"] == 10 and add["constant_mem"] == 556
+    table = res_usage_table([heavy, add]).splitlines()
+    assert table[1].startswith("_Z5heavyPfi | sm_90 | 40 | 256 | 0 | 5120 | 540") and "local memory" in table[1]
+    assert "local memory" not in table[2]
+
+
+HEAVY_CU = """
+__global__ void heavy(float* out, int n) {
+  __shared__ float tile[1024];
+  float acc[64];
+  for (int k = 0; k < 64; ++k) acc[k] = out[(threadIdx.x + k * 7) % n];
+  tile[threadIdx.x] = acc[threadIdx.x % 64];
+  __syncthreads();
+  float s = 0;
+  for (int k = 0; k < 64; ++k) s += acc[(k * 13 + threadIdx.x) % 64] * tile[(k + threadIdx.x) % 1024];
+  out[threadIdx.x] = s;
+}
+"""
+
+
+@needs_nvcc
+def test_compile_python_reports_the_device_code_of_the_libraries_it_loads(ctx: ToolContext, workspace: Path):
+    # Built here by nvcc and cc; the file only loads them, with no flag asking for a report.
+    (workspace / "heavy.cu").write_text(HEAVY_CU + GOOD_CU)
+    subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(workspace / "libheavy.so"),
+                    str(workspace / "heavy.cu")], check=True, capture_output=True)
+    (workspace / "plain.c").write_text("int plain(void) { return 1; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(workspace / "libplain.so"), str(workspace / "plain.c")],
+                   check=True)
+    (workspace / "loads.py").write_text("import ctypes, pathlib\nhere = pathlib.Path(__file__).parent\n"
+                                        "heavy = ctypes.CDLL(str(here / 'libheavy.so'))\n"
+                                        "plain = ctypes.CDLL(str(here / 'libplain.so'))\n")
+    out = call("compile", ctx, path="loads.py")
+    assert not out.is_error, out.content
+    by_path = {Path(lib["path"]).name: lib for lib in out.data["libraries"]}
+    assert set(by_path) == {"libheavy.so", "libplain.so"}
+    assert by_path["libplain.so"]["kernels"] == [] and by_path["libplain.so"]["note"] == "no device code"
+    kernels = {k["name"]: k for k in by_path["libheavy.so"]["kernels"]}
+    assert set(kernels) == {"_Z5heavyPfi", "_Z3addPfPKfi"} and all(k["registers"] > 0 for k in kernels.values())
+    # cuobjdump counts the shared memory the system reserves per block (1 KB on sm_90) too.
+    assert kernels["_Z5heavyPfi"]["shared_mem"] - kernels["_Z3addPfPKfi"]["shared_mem"] == 4096 - 1024
+    assert kernels["_Z3addPfPKfi"]["shared_mem"] >= 1024
+    assert "device code of libheavy.so (cuobjdump -res-usage)" in out.content and "libplain" not in out.content
+    # Without cuobjdump the library is named, and why its device code is not shown.
+    ctx.env = {**scrubbed_env(), "PATH": str(workspace / "empty")}
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(compile_tool, "find_cuobjdump", lambda path: None)
+    try:
+        out = call("compile", ctx, path="loads.py")
+    finally:
+        monkey.undo()
+    assert not out.is_error and "libheavy.so: cuobjdump not found" in out.content
+
+
+def test_triton_kernels_are_reported_from_their_compiled_metadata():
+    # Metadata that Triton 3.6 compiled for sm_90, with the registers and local memory the
+    # driver reports for those cubins (recorded by scripts/record_triton_fixture.py).
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "triton_kernels.json").read_text())["kernels"]
+    records = []
+    for entry in recorded:
+        kernel = SimpleNamespace(metadata=SimpleNamespace(**entry["metadata"]), n_regs=entry["n_regs"],
+                                 n_spills=entry["n_spills"])
+        records.append(triton_kernel_record(kernel, entry["compile_s"], cached=False))
+    add, matmul = records
+    assert add == {"name": "add_kernel", "registers": 30, "spill_bytes": 0, "shared_mem": 0, "num_warps": 4,
+                   "num_stages": 3, "num_ctas": 1, "arch": "sm90", "cooperative_launch": False,
+                   "compile_s": recorded[0]["compile_s"], "cached": False}
+    assert matmul["registers"] == 128 and matmul["spill_bytes"] == 1032 and matmul["shared_mem"] == 32768
+    # Not loaded yet (compiled, never launched): no registers to report.
+    unloaded = triton_kernel_record(SimpleNamespace(metadata=SimpleNamespace(**recorded[0]["metadata"])), 0.01, True)
+    assert unloaded["registers"] is None and unloaded["spill_bytes"] is None and unloaded["cached"]
+    rows = triton_table([add, matmul, unloaded]).splitlines()
+    assert rows[0] == "kernel | arch | regs | spill B | smem B | warps | stages | compile s"
+    assert rows[2].startswith("matmul_kernel | sm90 | 128 | 1032 | 32768 | 4 | 3 | ") and rows[2].endswith("<- spills")
+    assert rows[3] == "add_kernel | sm90 | - | - | 0 | 4 | 3 | 0.01 (from Triton's cache)"
+
+
+def test_each_triton_compile_is_recorded_and_timed(tmp_path: Path, monkeypatch):
+    # Triton's layout, standing in for it (CI has no Triton): a kernel's first launch calls
+    # triton.compiler.compile, bound when the kernel is first launched; this one writes the
+    # cache folder a real compile makes, and finds it there the second time.
+    package = tmp_path / "stand-in" / "triton"
+    (package / "compiler").mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '3.6.0-stand-in'\nfrom . import compiler\n")
+    (package / "compiler" / "__init__.py").write_text("from .compiler import compile\n")
+    (package / "compiler" / "compiler.py").write_text(
+        "import os, pathlib, types\n"
+        "def compile(src, target=None, options=None):\n"
+        "    (pathlib.Path(os.environ['TRITON_CACHE_DIR']) / src).mkdir(parents=True, exist_ok=True)\n"
+        "    meta = types.SimpleNamespace(name=src, shared=0, num_warps=4, num_stages=2)\n"
+        "    return types.SimpleNamespace(metadata=meta, n_regs=32, n_spills=2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "stand-in"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+        monkeypatch.delitem(sys.modules, name)
+    compiles = TritonCompiles()
+    from triton.compiler import compile as bound_at_first_launch
+
+    bound_at_first_launch("step_kernel")
+    bound_at_first_launch("step_kernel")
+    sys.modules["triton"].compiler.compile("norm_kernel")
+    records = compiles.records(on_gpu=False)
+    assert [(r["name"], r["cached"]) for r in records] == [("step_kernel", False), ("step_kernel", True),
+                                                           ("norm_kernel", False)]
+    assert records[0]["registers"] == 32 and records[0]["spill_bytes"] == 8 and compiles.version == "3.6.0-stand-in"
 
 
 # -- check, benchmark, profile ---------------------------------------------------------------

@@ -6,7 +6,7 @@ from rich.console import Console
 from kagent.agent.cli.views import LiveRunView, result_view
 from kagent.agent.loop.agent import ViewUpdate
 from kagent.agent.loop.budget import FakeClock
-from kagent.sandbox.results import EvalResult, ShapeTiming, Stats, Verdict
+from kagent.sandbox.results import CheckResult, EvalResult, ShapeTiming, Stats, Verdict
 
 
 def rendered(renderable: object, width: int = 100) -> str:
@@ -91,3 +91,15 @@ def test_the_model_reads_the_same_noise_marks_as_a_person():
     assert ("too noisy to mean anything (the score, ctx 2048): a 95% interval wider than ±25%; "
             "benchmark again before acting on it") in text
     assert "too noisy" not in summarize(aa_result(timing("ctx 2048", 1.50, 1.40, 1.60), score=1.5))
+
+
+def test_every_check_status_shows_in_the_checks_table():
+    # A crash and a step the watchdog found hung showed no table: their status had no colour.
+    checks = [CheckResult(name="load", status="pass", reason="imported"),
+              CheckResult(name="fixed_seeds", status="timeout", reason="hung: no answer for 60 s while running a step"),
+              CheckResult(name="hidden_seeds", status="crash", reason="the solution's process died")]
+    result = EvalResult(task="02_kimi_linear_decode", task_kind="mega", mode="check", scale="smoke", device="cpu",
+                        verdict=Verdict.TIMEOUT, reason="fixed_seeds: hung", started_at="2026-12-01T00:00:00+00:00",
+                        wall_seconds=70.0, checks=checks)
+    text = rendered(result_view(result), width=200)
+    assert "TIMEOUT" in text and "hung: no answer for 60 s" in text and "crash" in text

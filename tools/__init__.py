@@ -1,4 +1,4 @@
-"""What the model can call during a run: files, shell, compile, baseline, check, benchmark,
+"""What the model can call during a run: files, shell, jobs, compile, baseline, check, benchmark,
 profile, the stage instruments (stages, reference_dump, ncu_kernel), and the tools that steer
 the loop (design, revert, finish).
 
@@ -20,6 +20,7 @@ REGISTRY = (
     "kagent.tools.files:WriteFile",
     "kagent.tools.files:EditFile",
     "kagent.tools.shell:Shell",
+    "kagent.tools.jobs:Jobs",
     "kagent.tools.compile:Compile",
     "kagent.tools.baseline:Baseline",
     "kagent.tools.evaluation:Check",

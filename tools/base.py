@@ -9,7 +9,6 @@ ToolError turned into an ``is_error`` outcome it can act on. Bugs in kagent stil
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ from typing import Any, ClassVar, Optional, Protocol, Union, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent.core.messages import ToolSpec
-from kagent.sandbox import containment
+from kagent.sandbox import containment, runner
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import EvalResult
 from kagent.sandbox.scrub import is_secret_name, scrubbed_env  # noqa: F401  (re-exported for tools)
@@ -174,6 +173,9 @@ class Tool(Protocol):
         """What a call with these arguments does to the files, as far as they tell."""
         ...
 
+    def close(self) -> None:
+        """The run's exploration has ended: let go of what the tool still holds (jobs)."""
+
 
 class Args(BaseModel):
     """Base of every tool's argument model: unknown arguments are a mistake worth reporting."""
@@ -215,6 +217,9 @@ class BaseTool(ABC):
         """What a call with ``args`` does to the files the model wrote, as far as the arguments
         tell: by default nothing (a tool that writes files says how, or that it cannot tell)."""
         return UNTOUCHED
+
+    def close(self) -> None:
+        """The run's exploration has ended; most tools hold nothing past a call."""
 
 
 def _untitled(schema: Any) -> Any:
@@ -270,14 +275,6 @@ def relative_name(ctx: ToolContext, path: Path) -> str:
     return str(rel) if rel.parts else "."
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group ``proc`` leads (it was started in a session of its own)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 @dataclass
 class Completed:
     exit_code: Optional[int]
@@ -287,16 +284,12 @@ class Completed:
     limits_hit: list[str]  # the sandbox's limits the command ran into (memory, processes)
 
 
-def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
-                show: Sequence[Path] = (), writable: Sequence[Path] = ()) -> Completed:
-    """Run ``argv`` in a new session with stdin closed and stdout+stderr into one capped
-    text; on timeout the whole process group is killed. Its processes never outlive it.
-
-    It may write only the workspace (not its task files or git history), its HOME
-    (``ctx.home``) and ``writable``; it sees, beyond the system, only those and ``show``.
-    """
-    timeout = ctx.timeout(limit_s)
-    started = time.monotonic()
+def command_sandbox(ctx: ToolContext, show: Sequence[Path] = (),
+                    writable: Sequence[Path] = ()) -> tuple[dict[str, str], containment.FilePlan]:
+    """The environment and files of a command run for the model: HOME is ``ctx.home``,
+    ``python`` the evaluating interpreter, no credentials. It may write only the workspace
+    (not its task files or git history), its HOME and ``writable``; it sees, beyond the
+    system, only those and ``show``."""
     ctx.home.mkdir(parents=True, exist_ok=True)
     env = ctx.command_env()
     env["HOME"] = str(ctx.home)
@@ -306,31 +299,31 @@ def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional
     files = containment.file_plan(
         writable=[ctx.workspace, ctx.home, *writable], show=show,
         read_only=[ctx.workspace / name for name in READ_ONLY_DIRS], python=ctx.eval_options.python)
+    return env, files
+
+
+def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
+                show: Sequence[Path] = (), writable: Sequence[Path] = ()) -> Completed:
+    """Run ``argv`` contained (``command_sandbox``) with stdout+stderr into one capped text;
+    at the limit its whole process group is killed. Its processes never outlive it.
+    """
+    timeout = ctx.timeout(limit_s)
+    env, files = command_sandbox(ctx, show, writable)
     # A file, not a pipe: a flood of output cannot fill memory, and a background child
     # holding the pipe open cannot make us wait.
-    with tempfile.TemporaryFile() as sink, containment.contained(argv, containment.Limits(), files) as box:
+    with tempfile.TemporaryFile() as sink:
         # The model's commands get no network, a pid namespace (so setsid cannot escape the
-        # kill below), the files above and caps on processes and memory, wherever this
+        # kill at the limit), the files above and caps on processes and memory, wherever this
         # machine supports them.
-        proc = subprocess.Popen(box.argv, cwd=cwd or ctx.workspace, env=env,
-                                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=box.preexec)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            kill_group(proc)
-            proc.wait()
-        limits_hit = box.report().problems()
+        done = runner.run(argv, timeout, files, env, cwd or ctx.workspace, stdout=sink, stderr=subprocess.STDOUT)
         output = read_capped(sink, ctx.max_output_chars)
+    limits_hit = done.resources.problems()
     if limits_hit:
         output = output.rstrip("\n") + "".join(f"\n[kagent] {problem}" for problem in limits_hit)
     # Left as the shell convention reads it: through a pid namespace's init a death by
     # signal N arrives as 128+N, just as bash reports its own killed commands.
-    return Completed(exit_code=None if timed_out else proc.returncode, output=output, timed_out=timed_out,
-                     seconds=round(time.monotonic() - started, 3), limits_hit=limits_hit)
+    return Completed(exit_code=None if done.timed_out else done.returncode, output=output, timed_out=done.timed_out,
+                     seconds=done.seconds, limits_hit=limits_hit)
 
 
 def read_capped(sink: Any, limit: int) -> str:

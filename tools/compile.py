@@ -1,7 +1,10 @@
-"""Compiling a kernel: nvcc on a .cu file, or a fresh import of a .py file (which builds its
-load_inline extensions), with ptxas's per-kernel resource report parsed into a table."""
+"""Compiling a kernel: nvcc on a .cu file, with ptxas's per-kernel resource report parsed into a
+table; or a .py file imported in a fresh process and, when it defines the task's model, run for
+one warm-up step (compile_child.py), with a report of each Triton kernel it compiled and of the
+device code in each library it loaded (kernel_reports.py)."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -22,9 +25,12 @@ from kagent.tools.base import (
     resolve_in_workspace,
     run_command,
 )
+from kagent.tools.evaluation import step_child_files
+from kagent.tools.kernel_reports import find_cuobjdump, parse_res_usage, res_usage_table, triton_table
 
 NVCC_TIMEOUT_S = 300.0
 IMPORT_TIMEOUT_S = 600.0
+CUOBJDUMP_TIMEOUT_S = 60.0
 MAX_FIRST_ERRORS = 12
 
 # ptxas -v lines (the "ptxas info    :" prefix is dropped before matching).
@@ -38,16 +44,8 @@ _BARRIERS = re.compile(r"used (\d+) barriers")
 # Lines of a build log that say what went wrong, in nvcc, gcc, ninja and Python terms.
 _ERROR_LINE = re.compile(r"\berror\b|^\w*Error\b|FAILED:", re.IGNORECASE)
 
-# A Python file is imported as the harness would: as module "solution", its folder on sys.path.
-_IMPORT_SCRIPT = """
-import importlib.util, sys
-path = sys.argv[1]
-sys.path.insert(0, sys.argv[2])
-spec = importlib.util.spec_from_file_location("solution", path)
-module = importlib.util.module_from_spec(spec)
-sys.modules["solution"] = module
-spec.loader.exec_module(module)
-"""
+# The child that imports a Python file, runs its warm-up step and says what it built.
+_CHILD = "import sys; from kagent.tools.compile_child import main; main(sys.argv[1])"
 
 
 def parse_ptxas(log: str) -> list[dict[str, Any]]:
@@ -115,17 +113,21 @@ def first_errors(log: str) -> list[str]:
 
 
 class CompileArgs(Args):
-    path: str = Field(description="A .cu file (compiled by nvcc) or a .py file (imported in a fresh process, "
-                                  "which builds its load_inline extensions)")
+    path: str = Field(description="A .cu file (compiled by nvcc) or a .py file (imported in a fresh process; if it "
+                                  "defines the task's model, one warm-up step is run)")
     arch: str = Field("sm_90", pattern=r"^(sm|compute)_\d+[a-z]?$", description="GPU architecture for nvcc")
 
 
 class Compile(BaseTool):
     name = "compile"
-    description = ("Compile without running: a .cu file with nvcc -Xptxas -v, or a .py file by importing it in a "
-                   "fresh process (torch load_inline builds; pass extra_cuda_cflags=['-Xptxas','-v'] and "
-                   "verbose=True to see resources). Returns per-kernel registers, spills, shared/stack/constant "
-                   "memory, then compiler warnings and errors.")
+    description = ("Compile without timing: a .cu file with nvcc -Xptxas -v; a .py file by importing it in a fresh "
+                   "process and, if it defines the task's model, building it with the reference's weights and "
+                   "running one warm-up step (Triton compiles at a kernel's first launch, load_inline when "
+                   "called). Returns per-kernel registers, spills, shared/stack/constant memory: from ptxas for "
+                   ".cu, from Triton's compiled-kernel metadata for each Triton kernel (with its warps and "
+                   "compile seconds; on a CUDA device), and from cuobjdump -res-usage for the device code of "
+                   "every library the file loaded (load_inline extensions; no flags needed); then compiler "
+                   "warnings and errors.")
     Arguments = CompileArgs
     # Importing a .py file runs its code, in the workspace.
     facts = ToolFacts(changes_files=True)
@@ -143,16 +145,54 @@ class Compile(BaseTool):
                 argv = [nvcc, "-c", "-o", str(Path(tmp) / "out.o"), f"-arch={args.arch}", "-Xptxas", "-v",
                         "-lineinfo", str(path)]
                 done = run_command(argv, ctx, NVCC_TIMEOUT_S, cwd=path.parent, writable=[Path(tmp)])
-            what = f"nvcc -arch={args.arch} {shown}"
-        elif path.suffix == ".py":
-            argv = [ctx.eval_options.python, "-c", _IMPORT_SCRIPT, str(path), str(path.parent)]
-            done = run_command(argv, ctx, IMPORT_TIMEOUT_S)
-            what = f"import {shown} in a fresh python"
-        else:
-            raise ToolError(f"cannot compile {shown}: give a .cu or a .py file")
-        return self._outcome(what, done, ctx, python=path.suffix == ".py")
+            return self._outcome(f"nvcc -arch={args.arch} {shown}", done, ctx, [], {})
+        if path.suffix == ".py":
+            return self._python(path, shown, ctx)
+        raise ToolError(f"cannot compile {shown}: give a .cu or a .py file")
 
-    def _outcome(self, what: str, done: Completed, ctx: ToolContext, python: bool) -> ToolOutcome:
+    def _python(self, path: Path, shown: str, ctx: ToolContext) -> ToolOutcome:
+        """Import (and step) the file in the compile child; report what it built."""
+        options = ctx.eval_options
+        with tempfile.TemporaryDirectory(prefix="kagent-compile-") as tmp:
+            result = Path(tmp) / "built.json"
+            job = {"task_kind": ctx.task.kind, "task_path": str(ctx.task.path), "solution": str(path),
+                   "scale": options.scale, "device": options.device, "context_len": None,
+                   "cache_dir": str(options.cache_dir) if options.cache_dir else None, "result": str(result)}
+            job_file = Path(tmp) / "job.json"
+            job_file.write_text(json.dumps(job))
+            files = step_child_files(ctx, tmp)
+            done = run_command([options.python, "-c", _CHILD, str(job_file)], ctx, IMPORT_TIMEOUT_S,
+                               writable=files.writable, show=files.show)
+            built = json.loads(result.read_text()) if result.exists() else {}
+        what = f"import {shown} in a fresh python"
+        if built.get("model_class"):
+            what += (f", then one warm-up step of its {built['model_class']} on {built['device']}"
+                     + (f" (context {built['context_len']})" if built.get("context_len") else ""))
+        libraries = [self._device_code(library, ctx) for library in built.get("libraries", [])]
+        sections = [*_triton_sections(built), *_library_sections(libraries, ctx)]
+        data = {"triton": built.get("triton", []), "libraries": libraries, "stepped": built.get("stepped", False),
+                "step_seconds": built.get("step_seconds")}
+        return self._outcome(what, done, ctx, sections, data)
+
+    def _device_code(self, library: str, ctx: ToolContext) -> dict[str, Any]:
+        """The kernels in ``library``'s device code, by cuobjdump -res-usage."""
+        tool = find_cuobjdump(ctx.command_env().get("PATH"))
+        if tool is None:
+            return {"path": library, "kernels": [], "note": "cuobjdump not found (on PATH, in the CUDA toolkit, "
+                    "or from pip install nvidia-cuda-cuobjdump): its device code is not reported"}
+        done = run_command([tool, "-res-usage", library], ctx, CUOBJDUMP_TIMEOUT_S)
+        kernels = parse_res_usage(done.output)
+        names = demangle([k["name"] for k in kernels], ctx)
+        for k in kernels:
+            k["display_name"] = names[k["name"]]
+        if kernels:
+            return {"path": library, "kernels": kernels, "note": ""}
+        why = "no device code" if done.exit_code == 0 or "does not contain device code" in done.output else (
+            f"cuobjdump failed (exit code {done.exit_code}): {done.output.strip()[-300:]}")
+        return {"path": library, "kernels": [], "note": why}
+
+    def _outcome(self, what: str, done: Completed, ctx: ToolContext, sections: list[str],
+                 extra: dict[str, Any]) -> ToolOutcome:
         kernels = parse_ptxas(done.output)
         names = demangle([k["name"] for k in kernels], ctx)
         for k in kernels:
@@ -160,7 +200,7 @@ class Compile(BaseTool):
         ok = not done.timed_out and done.exit_code == 0
         errors = [] if ok else first_errors(done.output)
         data = {"kernels": kernels, "exit_code": done.exit_code, "timed_out": done.timed_out,
-                "seconds": done.seconds, "errors": errors}
+                "seconds": done.seconds, "errors": errors, **extra}
         if done.timed_out:
             status = f"{what}: timed out after {done.seconds:.0f} s (process group killed)"
         elif ok:
@@ -170,10 +210,8 @@ class Compile(BaseTool):
         parts = [status]
         table = resource_table(kernels)
         if table:
-            parts.append(table)
-        elif ok and python:
-            parts.append("no ptxas report in the build output (Triton compiles at the first launch; for "
-                         "load_inline pass extra_cuda_cflags=['-Xptxas','-v'] and verbose=True)")
+            parts.append("ptxas:\n" + table if sections else table)
+        parts += sections
         if errors:
             parts.append("first errors:\n" + "\n".join(errors))
         # ptxas's info lines are in the table already; what is left are warnings and errors.
@@ -182,3 +220,31 @@ class Compile(BaseTool):
         if log:
             parts.append(("full output:\n" if errors else "output:\n") + log)
         return ToolOutcome(content="\n\n".join(parts), is_error=not ok, data=data)
+
+
+def _triton_sections(built: dict[str, Any]) -> list[str]:
+    if built.get("triton"):
+        return [f"Triton kernels (Triton {built.get('triton_version')}; registers and spills once loaded on the "
+                f"device):\n" + triton_table(built["triton"])]
+    if built.get("model_class") and not str(built.get("device", "")).startswith("cuda"):
+        return ["no GPU here: the warm-up step ran on the CPU, so no Triton kernel was compiled or launched "
+                "(Triton's registers, spills, shared memory and warps are reported on a CUDA device)"]
+    return []
+
+
+def _library_sections(libraries: list[dict[str, Any]], ctx: ToolContext) -> list[str]:
+    sections = []
+    for library in libraries:
+        name = _shown_path(Path(library["path"]), ctx)
+        if library["kernels"]:
+            sections.append(f"device code of {name} (cuobjdump -res-usage):\n" + res_usage_table(library["kernels"]))
+        elif library["note"] != "no device code":
+            sections.append(f"{name}: {library['note']}")
+    return sections
+
+
+def _shown_path(path: Path, ctx: ToolContext) -> str:
+    for root, label in ((ctx.workspace.resolve(), ""), (ctx.home.resolve(), "$HOME/")):
+        if path == root or root in path.parents:
+            return label + str(path.relative_to(root))
+    return str(path)

@@ -11,12 +11,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from types import ModuleType
+from typing import Any, NamedTuple, Optional
 
 from pydantic import Field
 
 from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
+from kagent.sandbox.lease import exclusive_here
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolFacts, ToolOutcome, run_command
@@ -186,21 +188,16 @@ class Profile(BaseTool):
     def _child(self, ctx: ToolContext, job: dict, tmp: str) -> dict:
         job_file = Path(tmp) / f"{job['mode']}_job.json"
         job_file.write_text(json.dumps(job))
-        done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
-                           writable=[Path(tmp)], show=self._shown(ctx))
+        files = step_child_files(ctx, tmp)
+        with exclusive_here(ctx.eval_options.device, "profile"):  # the device alone (a sweep's lease)
+            done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
+                               writable=files.writable, show=files.show)
         result_file = Path(job["result"])
         if done.timed_out:
             raise ToolError(f"profiling timed out after {done.seconds:.0f} s (process group killed)\n{done.output}")
         if done.exit_code != 0 or not result_file.exists():
             raise ToolError(f"profiling failed (exit code {done.exit_code}):\n{done.output}")
         return json.loads(result_file.read_text())
-
-    @staticmethod
-    def _shown(ctx: ToolContext) -> list[Path]:
-        """The profiler's child reads its job and writes its result in its temporary folder
-        (writable), and reads the task and the weights cached by evaluations (these)."""
-        cache = [ctx.eval_options.cache_dir] if ctx.eval_options.cache_dir else []
-        return [ctx.task.path, *cache]
 
     def _ncu(self, ctx: ToolContext, ncu: str, job: dict, tmp: str) -> tuple[list[dict], str]:
         """Kernels of one step under ncu, or a note saying why there are none."""
@@ -212,12 +209,30 @@ class Profile(BaseTool):
         argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
                 "--metrics", ",".join(NCU_METRICS), "--log-file", str(report), ctx.eval_options.python, "-c",
                 _CHILD, str(job_file)]
-        done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=[Path(tmp)], show=self._shown(ctx))
+        files = step_child_files(ctx, tmp)
+        with exclusive_here(ctx.eval_options.device, "profile (ncu)"):  # the device alone (a sweep's lease)
+            done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=files.writable, show=files.show)
         kernels = parse_ncu_csv(report.read_text(errors="replace") if report.exists() else done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""
         why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
         return [], f"Nsight Compute gave no metrics ({why}):\n{_tail(done.output, DETAILS_CHARS)}"
+
+
+class ChildFiles(NamedTuple):
+    """What a child that builds the solution's step may touch beyond the workspace (run_command's
+    ``writable`` and ``show``)."""
+
+    writable: list[Path]
+    show: list[Path]
+
+
+def step_child_files(ctx: ToolContext, tmp: str) -> ChildFiles:
+    """What a child that builds the solution's step (the profiler's, the compile tool's) may
+    touch beyond the workspace: it reads its job and writes its result in ``tmp``, and reads
+    the task and the weights cached by evaluations."""
+    cache = [ctx.eval_options.cache_dir] if ctx.eval_options.cache_dir else []
+    return ChildFiles(writable=[Path(tmp)], show=[ctx.task.path, *cache])
 
 
 def _ops_table(result: dict, cuda: bool) -> str:
@@ -318,9 +333,10 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def build_solution(job: dict, device: Any) -> tuple[Any, Any, Optional[int]]:
-    """The solution's model built as the harness builds it, a no-argument callable running one
-    step of it (a forward on its inputs for a KernelBench task) and the context it uses."""
+def build_solution(job: dict, device: Any, module: Optional[ModuleType] = None) -> tuple[Any, Any, Optional[int]]:
+    """The solution's model built as the harness builds it (from ``module`` when it is imported
+    already), a no-argument callable running one step of it (a forward on its inputs for a
+    KernelBench task) and the context it uses."""
     import torch
 
     from kagent.sandbox.harness.loading import DiskCache, load_module, to_device
@@ -330,7 +346,7 @@ def build_solution(job: dict, device: Any) -> tuple[Any, Any, Optional[int]]:
     sys.path.insert(0, str(solution.parent))  # its own helper modules, as in the harness
     if job["task_kind"] == "kernelbench":
         problem = load_module("problem", Path(job["task_path"]))
-        module = load_module("solution", solution)
+        module = module or load_module("solution", solution)
         torch.manual_seed(42)  # the seed the harness builds models with
         model = module.ModelNew(*problem.get_init_inputs()).to(device).eval()
         torch.manual_seed(0)
@@ -343,7 +359,7 @@ def build_solution(job: dict, device: Any) -> tuple[Any, Any, Optional[int]]:
     cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
     reference, _ = build_reference(task, cache)
     weights = reference.state_dict()
-    module = load_module("solution", solution)
+    module = module or load_module("solution", solution)
     model = module.Model(task.cfg).to(device)
     model.load_state_dict(weights, strict=True)
     model.eval()

@@ -17,7 +17,11 @@ class Shell(BaseTool):
                    "no network; `python` is the interpreter that evaluates solutions. It may write only the "
                    "workspace (task/ and .git are read-only) and $HOME, where builds are cached. Returns the "
                    "exit code and the combined stdout+stderr (long output keeps its head and tail). At the "
-                   "timeout every process it started is killed.")
+                   "timeout every process it started is killed. What lives how long: every command starts "
+                   "afresh, with /tmp, /var/tmp and /dev/shm empty and its own, gone when it ends; every process "
+                   "it leaves in the background (&, nohup, setsid) is killed when it ends; only files in the "
+                   "workspace and in $HOME last from one command to the next. For a long command, or one to "
+                   "look at while it runs, use the jobs tool.")
     Arguments = ShellArgs
     # A command may have done anything anywhere (outside the workspace too): one that a crash cut
     # short is not run again, and what it did to the files cannot be told from the trace.

@@ -231,6 +231,10 @@ def run_command(
                                           "settings (the README lists them) or the flags' names (budget, max_cost, "
                                           "max_tokens, thinking, reasoning_effort, max_output_tokens, revert); "
                                           "the flags given override it."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="The run's id, the name of its folder (default: "
+                                         "task, time and a random suffix; a sweep names its members so)."),
+    direction: Optional[str] = typer.Option(None, help="What this run should try, told to the model in its first "
+                                            "message (a sweep's branches of one task are told apart so)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -244,12 +248,16 @@ def run_command(
     from kagent.agent.lifecycle.device import check_device_name, resolve_device
     from kagent.agent.loop.models import make_model
     from kagent.agent.settings import default_scale
+    from kagent.agent.storage.folders import check_run_id
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
+    if run_id is not None:
+        check_run_id(run_id)
     settings = load_settings(task, config, {
         "model": model, "budget": budget, "max_cost": max_cost, "max_tokens": max_tokens, "device": device,
         "scale": scale.value if scale else None, "thinking": thinking, "reasoning_effort": reasoning_effort,
-        "max_output_tokens": max_output_tokens, "revert": False if no_revert else None})
+        "max_output_tokens": max_output_tokens, "revert": False if no_revert else None, "run_id": run_id,
+        "direction": direction})
     check_device_name(settings.device)
     chat_model = make_model(settings.model, timeout_s=settings.model_timeout_s,
                             thinking_budget=settings.thinking_budget, reasoning_effort=settings.reasoning_effort)
@@ -462,6 +470,11 @@ def report_command(
     trace = Path(run)
     path = write_run_page(trace if trace.suffix == ".jsonl" and trace.is_file() else find_run(run, root), out)
     console.print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)", highlight=False)
+
+
+from kagent.agent.cli.sweep.cli import sweep_app  # noqa: E402  (its own module: kagent sweep ...)
+
+app.add_typer(sweep_app, name="sweep")
 
 
 def main() -> None:

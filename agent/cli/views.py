@@ -60,7 +60,7 @@ def checks_table(result: EvalResult) -> Table:
     table.add_column("check")
     table.add_column("status")
     table.add_column("reason", overflow="fold")
-    colors = {"pass": "green", "fail": "red", "error": "red"}
+    colors = {"pass": "green", "fail": "red", "error": "red", "crash": "red", "timeout": "yellow"}
     for c in result.checks:
         table.add_row(c.name, Text(c.status, style=colors[c.status]), c.reason)
     return table

@@ -22,7 +22,7 @@ from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
 from kagent.agent.settings import RunConfig, RunSettings
-from kagent.agent.storage.folders import RUN_FILES, find_run
+from kagent.agent.storage.folders import RUN_FILES, check_run_id, find_run
 from kagent.agent.storage.lock import RunLock
 from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
 from kagent.agent.storage.workspace import Workspace
@@ -193,9 +193,14 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
                                 thinking_budget=settings.thinking_budget,
                                 reasoning_effort=settings.reasoning_effort)
     device = resolve_device(settings.device)
-    run_id = new_run_id(task.name)
+    run_id = settings.run_id or new_run_id(task.name)
+    check_run_id(run_id)
     run_dir = Path(settings.runs_root or runs_dir()) / run_id
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise KagentError(f"there is a run {run_id} already ({run_dir})",
+                          hint=f"kagent resume {run_id} goes on with it") from None
     config = settings.for_run(run_id, device)
     write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
     with RunLock(run_dir):

@@ -203,7 +203,9 @@ class Agent:
         text = (f"{self.task.prompt.strip()}\n\n"
                 f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
                 f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
-                f"scale.\n\n{self._status_text()}")
+                f"scale.\n\n"
+                + (f"Your direction in this run: {self.config.direction}\n\n" if self.config.direction else "")
+                + self._status_text())
         return Message(role="user", content=[TextBlock(text=text)])
 
     # -- the loop ----------------------------------------------------------------------------
@@ -284,6 +286,8 @@ class Agent:
         except TransientModelError as err:  # still failing after every retry: resumable later
             self.trace.append(ErrorRecorded(message=f"the model stayed unavailable: {err}", fatal=True))
             cause, reason = "unavailable", f"the model stayed unavailable: {err}"
+        for tool in self.tools.values():
+            tool.close()  # background jobs end with the exploration: the final re-verification runs alone
         self._finalize()
         return self._end(cause, reason)
 

@@ -9,6 +9,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from . import lease
 from .loading import CandidateError, TaskError
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
 
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kagent_harness: job protocol {job.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return EXIT_BAD_JOB
     channel = Channel(args.result_fd, key)
-    run(job, channel)
+    with lease.shared(job, channel):  # the device's lease, shared until timing takes it alone (lease.py)
+        run(job, channel)
     return EXIT_OK
 
 

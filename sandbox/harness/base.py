@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from . import bandwidth, environment, launches, timing
+from . import bandwidth, environment, launches, timing, watchdog
 from .exchange import Arena, bytes_needed
 from .loading import CandidateError, DiskCache, TaskError
 from .protocol import Channel
@@ -77,6 +77,16 @@ class EvaluationBase:
             env["HOME"] = self.job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
         self.solution = SolutionProcess(self.device, scratch, env, bool(self.job.get("pid_namespace")))
         self.solution.launch()
+        self.solution.watchdog = watchdog.StepWatchdog(
+            self.solution.proc.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),
+            hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S))
+
+    def _gpu_id(self) -> str | None:
+        """The GPU as nvidia-smi names it: by UUID (its index may differ from torch's)."""
+        uuid = self.environment.get("gpu_uuid")
+        if uuid:
+            return uuid if str(uuid).startswith("GPU-") else f"GPU-{uuid}"
+        return str(self.device.index) if self.device.type == "cuda" else None
 
     def start_solution(self, arena_bytes: int, interlude: Callable[[], Any]) -> SolutionProcess:
         """The solution's process, connected through an arena of ``arena_bytes``; its empty
@@ -89,7 +99,8 @@ class EvaluationBase:
             timing.synchronize(self.device)
 
         self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
-        self.solution.connect(Arena.create(self.device, arena_bytes, self.exchange_dir), interlude_done)
+        self.solution.connect(Arena.create(self.device, arena_bytes, self.exchange_dir),
+                              self.solution.watchdog.time_baseline(interlude_done))
         return self.solution
 
     def solution_facts(self) -> dict:
@@ -123,6 +134,9 @@ class EvaluationBase:
         died is a crash; anything else the solution's error at ``check``. Always False."""
         if isinstance(err, LeftRunning):
             return self.send_check("hidden_work", "fail", err.message)
+        if isinstance(err, watchdog.Hung):
+            return self.send_check(check, "timeout", f"{err.message}. The evaluation ended there, and the "
+                                   f"solution's processes were killed", diagnosis=err.diagnosis)
         crashed = isinstance(err, SolutionFailed) and err.crashed
         return self.send_check(check, "crash" if crashed else "error", err.message, details=err.details)
 
@@ -138,11 +152,21 @@ class EvaluationBase:
             if not isinstance(report, dict):
                 report = {}
         except CandidateError as err:
+            if isinstance(err, watchdog.Hung):  # still running: the baseline's count that follows must run alone
+                solution.proc.kill()
+                solution.proc.wait()
             report = {"launches": None, "note": err.message}
         allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",
                    "torch_compile", "note")
         self.channel.send("launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed},
                           reported_by="the solution's process")
+
+
+def _triton_cache(env: dict[str, str]) -> Path:
+    """Where Triton keeps its compiled kernels for a process with ``env``."""
+    if env.get("TRITON_CACHE_DIR"):
+        return Path(env["TRITON_CACHE_DIR"])
+    return Path(env.get("TRITON_HOME") or env.get("HOME") or Path.home()) / ".triton" / "cache"
 
 
 def _shared_memory_dir() -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import compare, timing
+from . import compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout
 from .loading import CandidateError, TaskError, load_module, to_device
@@ -94,7 +94,8 @@ class KernelBenchEvaluation(EvaluationBase):
                 self.phase("check")
                 if self.job["mode"] != "check":
                     current = "timed_calls"
-                    self._performance()
+                    with lease.exclusive("timing", shared_after=False):  # the device alone (harness/lease.py)
+                        self._performance()
             except CandidateError as err:
                 self.solution_failed(current, err)
 

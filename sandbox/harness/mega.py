@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import yaml
 
-from . import compare, timing
+from . import compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout as TensorLayout, decode
 from .loading import CandidateError, DiskCache, TaskError, digest, load_module, to_device
@@ -586,7 +586,8 @@ class MegaEvaluation(EvaluationBase):
                             **self.solution_facts())
             self.phase("load_solution")
             if self.correctness() and self.job["mode"] != "check":
-                self.performance()
+                with lease.exclusive("timing", shared_after=False):  # the device alone (harness/lease.py)
+                    self.performance()
 
     def correctness(self) -> bool:
         """Single steps, a report of whether a step repeats bit for bit, the overwrite check,

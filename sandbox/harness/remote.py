@@ -110,6 +110,7 @@ class SolutionProcess:
         self.pid_namespace = pid_namespace
         self.proc: Optional[subprocess.Popen] = None
         self.request_floor_ms = 0.0
+        self.watchdog: Any = None  # watchdog.StepWatchdog, set by its owner: ends a request that hangs
 
     @property
     def process(self) -> subprocess.Popen:
@@ -173,6 +174,8 @@ class SolutionProcess:
         the process was stopped took beyond its idle time. So device work left behind is
         counted as far as it delays the probe, and fails the evaluation past the probe's limit.
         """
+        if self.watchdog is not None:
+            self.watchdog.begin(message)
         self._signal(signal.SIGCONT)
         start = _perf_counter_ns()
         self._send(message)
@@ -211,6 +214,8 @@ class SolutionProcess:
                 if not selector.select(timeout=POLL_S):
                     if self.process.poll() is not None:
                         raise self._died(what)
+                    if self.watchdog is not None:
+                        self.watchdog.check(what)
                     continue
                 chunk = os.read(self._replies, 1 << 16)
                 if not chunk:

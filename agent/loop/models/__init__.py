@@ -21,7 +21,8 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "openai-compatible": ("kagent.agent.loop.models.openai", "openai"),
     "scripted": ("kagent.agent.loop.models.scripted", "pyyaml"),
 }
-SPEC_FORMS = ("anthropic:<model>", "openai:<model>", "openai-compatible:<url>#<model>", "scripted:<path>")
+SPEC_FORMS = ("anthropic:<model>", "openai:<model>", "openai-compatible:<url>#<model>", "scripted:<path>",
+              "scripted:<path>?delay=<seconds>")
 
 
 def _bad_spec(spec: str, why: str) -> ModelError:
@@ -75,4 +76,5 @@ def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Opt
         return module.OpenAIModel(model, api_key=os.environ.get("OPENAI_API_KEY") or "none", name=spec,
                                   base_url=base_url or url, timeout_s=timeout_s, compatible=True,
                                   reasoning_effort=reasoning_effort)
-    return module.ScriptedModel(module.load_script(rest), name=spec)
+    path, delay_s = module.parse_spec(rest)
+    return module.ScriptedModel(module.load_script(path), name=spec, delay_s=delay_s)

@@ -1,7 +1,12 @@
-"""A model that replays a script: for tests, demos and reproducing a run without a provider."""
+"""A model that replays a script: for tests, demos and reproducing a run without a provider.
+
+Its spec is ``scripted:<file>``, or ``scripted:<file>?delay=<seconds>`` for a model that
+thinks that long before each answer (a sweep's measurements stand in for a real model so).
+"""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Union
 
@@ -59,15 +64,32 @@ def load_script(path: Union[str, Path]) -> list[ModelResponse]:
     return parse_script(data)
 
 
+def parse_spec(rest: str) -> tuple[str, float]:
+    """The script's path and the delay per answer in ``<file>`` or ``<file>?delay=<seconds>``."""
+    path, _, query = rest.partition("?")
+    delay_s = 0.0
+    for item in filter(None, query.split("&")):
+        key, _, value = item.partition("=")
+        try:
+            delay_s = float(value)
+        except ValueError:
+            delay_s = -1.0
+        if key != "delay" or not 0 <= delay_s < float("inf"):
+            raise ModelError(f"scripted:{rest}: after '?' a scripted spec takes delay=<seconds> only, such as "
+                             f"?delay=20; got {item!r}")
+    return path, delay_s
+
+
 class ScriptedModel:
     """Returns the scripted responses in order, ignoring its input but recording it in ``calls``."""
 
-    def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0):
+    def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0, delay_s: float = 0.0):
         self.name = name
         self._turns = list(turns)
         self.calls: list[list[Message]] = []
         # Turns already played (a resumed run continues where its trace says it was).
         self.start_at = start_at
+        self.delay_s = delay_s  # how long it "thinks" before each answer
 
     def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
                  max_tokens: int) -> ModelResponse:
@@ -75,4 +97,5 @@ class ScriptedModel:
         position = self.start_at + len(self.calls) - 1
         if position >= len(self._turns):
             raise ModelError("the script has no more turns")
+        time.sleep(self.delay_s)
         return self._turns[position].model_copy(deep=True)

@@ -1,0 +1,119 @@
+"""The device lease: timed work runs with nothing else of a sweep on its device.
+
+Several kagent runs (the members of a sweep) may share one GPU. Each evaluation holds the
+device's lease *shared* while it loads, builds and checks (work other evaluations may do at
+the same time) and *exclusive* while it times or profiles: then no other evaluation under the
+same lease runs anything on the device. Compiles and the model's thinking take no lease.
+
+The lease is two flock(2) locks, on files the agent side opens and hands over as descriptors
+in the job (``gpu_lease``: gate, lock, log, holder, name; see kagent.sandbox.lease), so that
+nothing of them is visible as a path inside the jail. Why two: flock lets new shared holders
+in while an exclusive one waits, so with several members checking, timing could wait for
+ever. Every holder passes the gate first; one that waits for the exclusive lock keeps the gate
+closed until it has it, so the shared holders drain and no new one starts.
+
+Each hold is appended, when it ends, to the log as one JSON line (holder, kind, what, when it
+was asked for, got and given back); an exclusive one is also sent on the result channel, so
+that the result says its timing held the device alone and how long it waited. A process killed while it holds
+drops its locks with it (the kernel releases a flock with the last descriptor); its hold is
+then missing from the log, as its result is.
+
+Standard library only: this runs in the referee (see the package's docstring).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+RECORD_VERSION = 1
+
+
+class Lease:
+    """One process's side of a device lease, over descriptors opened by the agent side."""
+
+    def __init__(self, gate_fd: int, lock_fd: int, log_fd: int, holder: str, name: str, channel: Any = None):
+        self.gate_fd, self.lock_fd, self.log_fd = gate_fd, lock_fd, log_fd
+        self.holder, self.name, self.channel = holder, name, channel
+        # Not passed on: a process this one starts (the solution's) could otherwise unlock it.
+        for fd in (gate_fd, lock_fd, log_fd):
+            os.set_inheritable(fd, False)
+        self.hold: Optional[dict] = None
+
+    def acquire(self, kind: str, what: str) -> None:
+        """Wait for the lease, shared or exclusive; ``what`` is the work it is held for."""
+        requested = time.time()
+        fcntl.flock(self.gate_fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_SH if kind == "shared" else fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(self.gate_fd, fcntl.LOCK_UN)
+        self.hold = {"kind": kind, "what": what, "requested_at": requested, "acquired_at": time.time()}
+
+    def release(self) -> dict:
+        """Give the lease back; the hold is logged and sent, and returned."""
+        assert self.hold is not None, "released a lease that is not held"
+        # The time before the unlock: the next holder's acquired_at is after it, never before.
+        record = {"version": RECORD_VERSION, "lease": self.name, "holder": self.holder, "host": socket.gethostname(),
+                  "pid": os.getpid(), **self.hold, "released_at": time.time()}
+        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        self.hold = None
+        # One write of one line on a descriptor opened with O_APPEND: holds of other processes
+        # never interleave within it.
+        os.write(self.log_fd, (json.dumps(record) + "\n").encode())
+        if self.channel is not None and record["kind"] == "exclusive":  # the result says its timing held it
+            self.channel.send("gpu_lease", **record)
+        return record
+
+    def close(self) -> None:
+        if self.hold is not None:
+            self.release()
+        for fd in (self.gate_fd, self.lock_fd, self.log_fd):
+            os.close(fd)
+
+
+# The lease of this process's evaluation, while it holds one (see shared()).
+_current: Optional[Lease] = None
+
+
+@contextmanager
+def shared(job: dict, channel: Any) -> Iterator[None]:
+    """The whole evaluation, under the lease the job names (none: no lease, nothing waits)."""
+    global _current
+    spec = job.get("gpu_lease")
+    if not spec:
+        yield
+        return
+    lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], spec["holder"], spec["name"], channel)
+    lease.acquire("shared", f"evaluation ({job.get('mode')})")
+    _current = lease
+    try:
+        yield
+    finally:
+        _current = None
+        lease.close()
+
+
+@contextmanager
+def exclusive(what: str, shared_after: bool = True) -> Iterator[None]:
+    """Timed or profiled work: the device alone, then (``shared_after``) back to sharing it.
+
+    Outside an evaluation that holds a lease, nothing happens."""
+    lease = _current
+    if lease is None:
+        yield
+        return
+    if lease.hold is not None:
+        lease.release()
+    lease.acquire("exclusive", what)
+    try:
+        yield
+    finally:
+        lease.release()
+        if shared_after:
+            lease.acquire("shared", "evaluation (after timing)")

@@ -1,0 +1,204 @@
+"""The device lease: timed work alone on the device, checks side by side, every hold recorded,
+and an evaluation under a lease says its timing held it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kagent.sandbox.harness.lease import Lease
+from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV, exclusive_here, lease_name, open_lease, read_records
+from kagent.sandbox.results import Verdict
+from kagent.tasks import resolve_task
+
+from conftest import WAIT_S, run_eval
+
+
+@pytest.fixture
+def lease_dir(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "leases"
+    monkeypatch.setenv(LEASE_DIR_ENV, str(folder))
+    monkeypatch.setenv(HOLDER_ENV, "test-holder")
+    return folder
+
+
+def _lease(holder: str) -> Lease:
+    files = open_lease("cpu")
+    gate, lock, log = files.fds
+    return Lease(gate, lock, log, holder, files.name)
+
+
+def _someone_waits_on(path: Path) -> bool:
+    """Whether a process is blocked in flock on ``path``: /proc/locks marks a waiter with '->'."""
+    inode = f":{path.stat().st_ino} "
+    return any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_the_lease_of_a_gpu_is_the_physical_one():
+    assert lease_name("cuda:1", host="node", visible="4,6") == "node-gpu6"
+    assert lease_name("cuda", host="node", visible="") == "node-gpu0"
+    assert lease_name("cuda:0", host="node", visible="GPU-3f2a") == "node-gpuGPU-3f2a"
+    assert lease_name("cpu", host="my host") == "my_host-cpu"
+
+
+def test_no_folder_no_lease(monkeypatch):
+    monkeypatch.delenv(LEASE_DIR_ENV, raising=False)
+    files = open_lease("cpu")
+    assert files.job_field is None and files.fds == ()
+    with exclusive_here("cpu", "profile"):
+        pass
+
+
+def test_shared_holders_overlap_and_an_exclusive_one_waits_for_them_all(lease_dir):
+    first, second, timer = _lease("a"), _lease("b"), _lease("c")
+    first.acquire("shared", "checks")
+    second.acquire("shared", "checks")  # at once: both hold it
+    got = threading.Event()
+
+    def time_it() -> None:
+        timer.acquire("exclusive", "timing")
+        got.set()
+
+    waiter = threading.Thread(target=time_it)
+    waiter.start()
+    time.sleep(0.3)
+    assert not got.is_set()
+    # While the exclusive holder waits at the gate, a new shared holder waits behind it.
+    late = _lease("d")
+    late_got = threading.Event()
+    late_thread = threading.Thread(target=lambda: (late.acquire("shared", "checks"), late_got.set()))
+    late_thread.start()
+    time.sleep(0.3)
+    assert not late_got.is_set()
+    first.release()
+    time.sleep(0.2)
+    assert not got.is_set()
+    second.release()
+    waiter.join(5)
+    assert got.is_set() and not late_got.is_set()
+    timer.release()
+    late_thread.join(5)
+    assert late_got.is_set()
+    late.release()
+    for lease in (first, second, timer, late):
+        lease.close()
+    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    assert [(r.holder, r.kind) for r in records] == [("a", "shared"), ("b", "shared"), ("c", "exclusive"),
+                                                     ("d", "shared")]
+    exclusive = records[2]
+    assert exclusive.acquired_at >= max(r.released_at for r in records[:2])
+    assert records[3].acquired_at >= exclusive.released_at
+    assert exclusive.waited_s >= 0.5
+
+
+def test_the_descriptors_do_not_reach_a_process_it_starts(lease_dir):
+    """The solution's process must not get the lock: it could unlock it or hold it for ever."""
+    lease = _lease("a")
+    probe = "import os, sys; print([fd for fd in map(int, sys.argv[1:]) if os.path.exists(f'/proc/self/fd/{fd}')])"
+    fds = [str(lease.gate_fd), str(lease.lock_fd), str(lease.log_fd)]
+    out = subprocess.run([sys.executable, "-c", probe, *fds], close_fds=False, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
+    lease.close()
+
+
+def test_a_killed_holder_frees_the_lease(lease_dir, tmp_path):
+    files = open_lease("cpu")
+    gate, lock, log = files.fds
+    holder = textwrap.dedent(f"""
+        import time
+        from kagent.sandbox.harness.lease import Lease
+        Lease({gate}, {lock}, {log}, "killed", "x").acquire("exclusive", "timing")
+        print("held", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", holder], pass_fds=files.fds, stdout=subprocess.PIPE, text=True)
+    files.close()
+    assert proc.stdout.readline().strip() == "held"
+    other = _lease("next")
+    proc.kill()
+    proc.wait()
+    other.acquire("exclusive", "timing")  # would hang if the dead process kept it
+    other.close()
+    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    assert [r.holder for r in records] == ["next"]  # the killed hold never ended, so it is not there
+
+
+KB = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    """Doubles."""
+
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(lease_dir, kagent_home, tmp_path):
+    path = tmp_path / "task" / "double.py"
+    path.parent.mkdir()
+    path.write_text(KB)
+    task = resolve_task(str(path))
+    blocker = _lease("someone timing")
+    blocker.acquire("exclusive", "timing")
+    lock_file = lease_dir / f"{lease_name('cpu')}.lock"
+
+    def release_once_the_evaluation_waits() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not _someone_waits_on(lock_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        blocker.release()
+
+    releaser = threading.Thread(target=release_once_the_evaluation_waits)
+    releaser.start()
+    result = run_eval(task, None, kagent_home, mode="aa")
+    releaser.join()
+    blocker.close()
+    assert result.verdict is Verdict.PASS, result.reason
+    (timing,) = [hold for hold in result.gpu_leases if hold.what == "timing"]
+    assert timing.kind == "exclusive" and timing.holder == "test-holder" and timing.lease == lease_name("cpu")
+    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    mine = [r for r in records if r.holder == "test-holder"]
+    # Shared from its start; alone for the timing, last (and for the bandwidth, measured once
+    # per machine, then shared again); one hold after the other.
+    assert mine[0].kind == "shared" and (mine[-1].kind, mine[-1].what) == ("exclusive", "timing")
+    assert {r.what for r in mine if r.kind == "exclusive"} <= {"timing", "bandwidth"}
+    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:]))
+    # It waited for the blocker at its start (which let go a second after it saw it wait).
+    assert mine[0].waited_s >= 0.9
+
+
+def test_the_profile_tool_holds_the_lease_alone(lease_dir, kimi, kagent_home, tmp_path):
+    from kagent.sandbox.evaluate import EvalOptions
+    from kagent.sandbox.scrub import scrubbed_env
+    from kagent.tools import default_tools
+    from kagent.tools.base import ToolContext
+
+    from conftest import reference_solution
+
+    workspace = tmp_path / "ws"
+    (workspace / "task").mkdir(parents=True)
+    reference_solution(kimi, workspace)
+    ctx = ToolContext(workspace=workspace, task=kimi, eval_options=EvalOptions(device="cpu", scale="smoke",
+                                                                                cache_dir=kagent_home))
+    ctx.env = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}  # no ncu: the profiler alone
+    profile = next(tool for tool in default_tools() if tool.spec.name == "profile")
+    out = profile.run({"steps": 1}, ctx)
+    assert not out.is_error, out.content
+    (hold,) = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    assert (hold.kind, hold.what, hold.holder) == ("exclusive", "profile", "test-holder")
