@@ -113,7 +113,7 @@ def exclusive_here(device: str, what: str) -> Iterator[None]:
     """Work of this process that needs the device alone (the profile tool), under the lease."""
     files = open_lease(device)
     spec = files.job_field
-    if spec is None:
+    if spec is None or files.name is None:
         yield
         return
     lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], files.holder, files.name)

@@ -178,7 +178,7 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
     # per machine, then shared again); one hold after the other.
     assert mine[0].kind == "shared" and (mine[-1].kind, mine[-1].what) == ("exclusive", "timing")
     assert {r.what for r in mine if r.kind == "exclusive"} <= {"timing", "bandwidth"}
-    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:]))
+    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:], strict=False))
     # It waited for the blocker at its start (which let go a second after it saw it wait).
     assert mine[0].waited_s >= 0.9
 

@@ -379,7 +379,8 @@ def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_pa
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline and not any(  # its member waits for its model's first answer
-            b'"model_requested"' in trace.read_bytes() for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")):
+            b'"model_requested"' in trace.read_bytes()
+            for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=WAIT_S)

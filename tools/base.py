@@ -218,7 +218,7 @@ class BaseTool(ABC):
         tell: by default nothing (a tool that writes files says how, or that it cannot tell)."""
         return UNTOUCHED
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (a hook: most tools hold nothing past a call)
         """The run's exploration has ended; most tools hold nothing past a call."""
 
 

@@ -112,7 +112,7 @@ def main(job_file: str) -> None:
         _import_and_step(job, solution, result)
     except BaseException:
         traceback.print_exc()
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     finally:
         result["triton"] = triton.records(on_gpu) if triton else []
         extensions = os.environ.get("TORCH_EXTENSIONS_DIR")

@@ -78,7 +78,7 @@ class EvaluationBase:
         self.solution = SolutionProcess(self.device, scratch, env, bool(self.job.get("pid_namespace")))
         self.solution.launch()
         self.solution.watchdog = watchdog.StepWatchdog(
-            self.solution.proc.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),
+            self.solution.process.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),
             hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S))
 
     def _gpu_id(self) -> str | None:
@@ -153,8 +153,8 @@ class EvaluationBase:
                 report = {}
         except CandidateError as err:
             if isinstance(err, watchdog.Hung):  # still running: the baseline's count that follows must run alone
-                solution.proc.kill()
-                solution.proc.wait()
+                solution.process.kill()
+                solution.process.wait()
             report = {"launches": None, "note": err.message}
         allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",
                    "torch_compile", "note")

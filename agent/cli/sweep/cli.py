@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -52,7 +52,7 @@ def _directions(given: list[str], file: Optional[Path], branches: int) -> list[s
         try:
             listed = yaml.safe_load(file.read_text())
         except (OSError, yaml.YAMLError) as err:
-            raise KagentError(f"cannot read the directions file {file}: {err}")
+            raise KagentError(f"cannot read the directions file {file}: {err}") from err
         if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
             raise KagentError(f"{file}: a directions file is a YAML list of strings, one per branch")
         found += listed
@@ -88,7 +88,7 @@ def _gpu_list(text: Optional[str]) -> Optional[list[int]]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise KagentError(f"--gpus takes GPU indices separated by commas, such as 0,1; got {text!r}")
+        raise KagentError(f"--gpus takes GPU indices separated by commas, such as 0,1; got {text!r}") from None
 
 
 @sweep_app.command("start")
@@ -139,7 +139,7 @@ def start_command(
 
     if scale not in (None, "smoke", "full"):
         raise KagentError(f"--scale takes smoke or full, not {scale!r}")
-    engine_fields = {k: v for k, v in {"per_gpu": per_gpu, "gpus": _gpu_list(gpus), "retries": retries,
+    engine_fields: dict[str, Any] = {k: v for k, v in {"per_gpu": per_gpu, "gpus": _gpu_list(gpus), "retries": retries,
                                        "grace_s": parse_duration(grace) if grace else None}.items() if v is not None}
     if ray is not None:
         from kagent.agent.cli.sweep.engines import import_ray
@@ -198,7 +198,7 @@ def _drive(sweep_dir: Path, resume_spec, quiet: bool) -> None:
         write_results(sweep_dir)
         err_console.print(f"interrupted: sweep {sweep_dir.name} stopped; its members' runs are kept", highlight=False)
         err_console.print(f"go on with: kagent sweep --resume {sweep_dir.name}", highlight=False)
-        raise typer.Exit(EXIT_CTRL_C)
+        raise typer.Exit(EXIT_CTRL_C) from None
     summary = write_results(sweep_dir)
     console.print(board_markdown(summary), highlight=False, markup=False)
     console.print(f"sweep folder: {sweep_dir} (sweep.json, board.md)", highlight=False)

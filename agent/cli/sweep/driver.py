@@ -58,7 +58,7 @@ def create_sweep(spec: SweepSpec, root: Optional[Path] = None) -> Path:
         sweep_dir.mkdir(parents=True)
     except FileExistsError:
         raise KagentError(f"there is a sweep {spec.sweep_id} already ({sweep_dir})",
-                          hint=f"kagent sweep --resume {spec.sweep_id} goes on with it")
+                          hint=f"kagent sweep --resume {spec.sweep_id} goes on with it") from None
     members = plan_members(spec)
     host, pid = this_host()
     writer = RecordWriter(sweep_dir)

@@ -128,7 +128,7 @@ class RayEngine:
             raise KagentError(f"cannot {'start Ray' if address == 'auto' else f'join the Ray cluster at {address}'}: "
                               f"{lines[-1][:300] if lines else type(err).__name__}",
                               hint="a cluster with token authentication needs its token here (RAY_AUTH_TOKEN or "
-                                   "~/.ray/auth_token); `kagent sweep --resume` goes on once it is reachable")
+                                   "~/.ray/auth_token); `kagent sweep --resume` goes on once it is reachable") from err
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
         self.device = device or ("cuda" if gpus else "cpu")
@@ -156,7 +156,8 @@ class RayEngine:
             try:
                 outcomes.append(MemberOutcome.model_validate(self.ray.get(ref)))
             except self.ray.exceptions.RayError as err:  # its retries spent, or its driver raised
-                outcomes.append(_failed(job, str(err).strip().splitlines()[-1][:500] if str(err).strip() else repr(err)))
+                said = str(err).strip()
+                outcomes.append(_failed(job, said.splitlines()[-1][:500] if said else repr(err)))
         return outcomes
 
     def stop(self) -> None:

@@ -48,7 +48,7 @@ def read_figures(run_dir: Path) -> MemberFigures:
 def _from_trace(trace: Path, best: Optional[int]) -> tuple[int, int, dict[str, float]]:
     """Attempts, resumes and the best attempt's ms per step, from the trace's lines as they are
     (the run may be writing it: a line cut short is not read)."""
-    attempts, resumes, timings = 0, 0, {}
+    attempts, resumes, timings = 0, 0, dict[str, float]()
     try:
         lines = trace.read_bytes().splitlines()
     except OSError:

@@ -100,7 +100,7 @@ def heartbeat_path(sweep_dir: Path, run_id: str) -> Path:
 
 def drive_member(job: MemberJob, stop: Callable[[], bool] = lambda: False) -> MemberOutcome:
     """Run the member until its run records an end, hangs, fails or ``stop()`` says so."""
-    run_dir, segments = job.run_dir, []
+    run_dir, segments = job.run_dir, list[Segment]()
     for _ in range(job.retries + 1):  # its first segment, then a resume for each cut allowed
         summary = read_summary(run_dir) if run_dir.is_dir() else None
         if summary is not None and summary.state in ENDINGS and summary.state != "interrupted" \

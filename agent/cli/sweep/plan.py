@@ -98,7 +98,7 @@ def default_direction(branch: int, branches: int) -> str:
 def plan_members(spec: SweepSpec) -> list[Member]:
     """tasks × models × branches, task by task; each member's run id starts with its task."""
     suffix = "-".join(spec.sweep_id.split("-")[-3:])  # the sweep's time and random part
-    members = []
+    members: list[Member] = []
     for task in spec.tasks:
         task_name = resolve_task(task).name
         for model in spec.models:

@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Final, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -24,7 +24,7 @@ from kagent.agent.cli.sweep.plan import Member, SweepSpec
 from kagent.core.errors import KagentError
 
 RECORD_NAME = "sweep.jsonl"
-RECORD_VERSION = 1
+RECORD_VERSION: Final = 1
 
 
 class _Entry(BaseModel):
@@ -108,7 +108,7 @@ class RecordWriter:
         self._file.close()
 
 
-def read_record(sweep_dir: Path) -> list[_Entry]:
+def read_record(sweep_dir: Path) -> list[Entry]:
     """The entries of a sweep's record. A last line cut short (the driver killed mid-write) is
     dropped; any other bad line is corruption, and raises."""
     path = Path(sweep_dir) / RECORD_NAME
@@ -116,7 +116,7 @@ def read_record(sweep_dir: Path) -> list[_Entry]:
         lines = path.read_bytes().split(b"\n")
     except OSError as err:
         raise KagentError(f"no sweep record at {path}: {err.strerror}") from err
-    entries = []
+    entries: list[Any] = []
     for index, line in enumerate(lines):
         if not line.strip():
             continue
@@ -158,7 +158,7 @@ class SweepView:
     next_seq: int = 0
 
 
-def fold(entries: list[_Entry]) -> SweepView:
+def fold(entries: list[Entry]) -> SweepView:
     start = entries[0]
     assert isinstance(start, SweepStarted)
     view = SweepView(spec=start.spec, members={m.run_id: MemberState(m) for m in start.members}, started=start)
