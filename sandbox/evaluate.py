@@ -73,11 +73,14 @@ class EvalOptions(BaseModel):
     contexts: Optional[list[int]] = Field(None, description="Context lengths to time (default: all of the scale)")
     rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant and shape")
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
-    block_steps: Optional[int] = Field(None, ge=1, description="Consecutive steps per timed block; the "
-                                                               "contestants alternate block by block (default 8)")
-    min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to the solution's "
-                                            "process should last: a faster candidate runs its whole chain several "
-                                            "times per request (default 20 ms; 0: blocks as the baseline's)")
+    block_steps: Optional[int] = Field(None, ge=1, description="The fewest consecutive steps per timed block; "
+                                                               "the contestants alternate block by block (default 1)")
+    min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to a contestant's "
+                                            "process should last: a contestant runs as many steps per block as that "
+                                            "takes, a fast one its whole chain several times per request (default "
+                                            "20 ms; 0: blocks of block_steps)")
+    reference_workers: Optional[int] = Field(None, ge=0, description="Processes that compute a decode task's secret "
+                                             "cases beside the referee (None: 4 on CUDA, 0 on the CPU)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
     home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
@@ -249,6 +252,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "warmup": options.warmup,
         "block_steps": options.block_steps,
         "min_request_ms": options.min_request_ms,
+        "reference_workers": options.reference_workers,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
@@ -428,6 +432,11 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     bandwidth that would switch the physics check off) never reaches a later evaluation.
     """
     sealed = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
+    # Entries staged after the seal, once no solution code could run any more (the baseline's
+    # launch count), each with the hash of the bytes the referee wrote.
+    for event in events:
+        if event.get("event") == "cache_staged":
+            sealed = {**sealed, **event.get("files", {})}
     promoted = []
     for name, digest in sealed.items():
         source, target = staging / name, cache_dir / name

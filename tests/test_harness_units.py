@@ -50,93 +50,139 @@ def test_summary_and_geomean():
     assert timing.geomean([2.0, 8.0]) == pytest.approx(4.0)
 
 
-class _Recorder:
-    """A contestant that logs what the timer asks of it and takes 1 ms per step (its blocks
-    of ``block_steps`` of its own, if given)."""
+class _Process:
+    """Stands in for a contestant's process: logs each request and answers a timed block
+    with ``ms_per_step`` per step it ran."""
 
-    def __init__(self, name, log, block_steps=None, ms_per_step=1.0):
-        self.name, self.log, self.block_steps, self.ms_per_step = name, log, block_steps, ms_per_step
+    def __init__(self, name, log, ms_per_step=1.0):
+        self.name, self.log, self.ms_per_step = name, log, ms_per_step
 
-    def begin_chain(self, r):
-        self.log.append(("begin", self.name, r))
-
-    def block(self, first, steps):
-        self.log.append(("block", self.name, first, steps))
-        return float(steps) * self.ms_per_step
-
-    def end_chain(self, r):
-        self.log.append(("end", self.name, r))
+    def request(self, message, what):
+        if message["op"] == "stage":
+            self.log.append(("stage", self.name, message["copies"]))
+            return {}
+        self.log.append(("block", self.name, message["first"], message["steps"], message["chains"], message["fresh"]))
+        return {"block_ms": self.ms_per_step * message["steps"] * message["chains"]}
 
 
-def test_blocks_alternate_abba_and_chains_are_cut_into_blocks():
+class _Recorder(timing.Contestant):
+    """A contestant whose requests say which steps of which chain they run, and which logs
+    every chain it is told is done."""
+
+    def __init__(self, name, log, steps=5, ms_per_step=1.0):
+        super().__init__(name, _Process(name, log, ms_per_step), steps)
+        self.log = log
+
+    def stage_request(self, copies):
+        return {"op": "stage", "copies": copies}
+
+    def block_request(self, first, count, chains, fresh):
+        return {"op": "block", "first": first, "steps": count, "chains": chains, "fresh": fresh}
+
+    def chain_done(self, steps_done, chains):
+        self.log.append(("done", self.name, steps_done, chains))
+
+
+def _blocks(log):
+    return [entry[1:] for entry in log if entry[0] == "block"]
+
+
+def test_blocks_alternate_abba_each_after_its_own_staging_and_chains_are_cut_into_blocks():
     log = []
-    samples = timing.run_blocks(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log)], rounds=2,
-                                steps=5, block_steps=2)
-    blocks = [(who, first, n) for kind, who, *rest in log if kind == "block" for first, n in [rest]]
-    assert blocks == [("a", 0, 2), ("b", 0, 2), ("b", 2, 2), ("a", 2, 2), ("a", 4, 1), ("b", 4, 1),
-                      ("b", 0, 2), ("a", 0, 2), ("a", 2, 2), ("b", 2, 2), ("b", 4, 1), ("a", 4, 1)]
-    # Every chain begins before its first block and ends after its last.
-    assert [e for e in log if e[0] != "block"][:2] == [("begin", "a", 0), ("begin", "b", 0)]
-    assert log[-2:] == [("end", "a", 1), ("end", "b", 1)]
+    a, b = _Recorder("a", log), _Recorder("b", log)
+    a.plan(2)
+    b.plan(2)
+    samples = timing.run_pairs([a, b], pairs=6)
+    assert _blocks(log) == [("a", 0, 2, 1, True), ("b", 0, 2, 1, True), ("b", 2, 2, 1, False), ("a", 2, 2, 1, False),
+                            ("a", 4, 1, 1, False), ("b", 4, 1, 1, False), ("b", 0, 2, 1, True), ("a", 0, 2, 1, True),
+                            ("a", 2, 2, 1, False), ("b", 2, 2, 1, False), ("b", 4, 1, 1, False), ("a", 4, 1, 1, False)]
+    # Every timed block follows a staging request of its own: fresh copies where it starts a chain.
+    for i, entry in enumerate(log):
+        if entry[0] == "block":
+            assert log[i - 1] == ("stage", entry[1], 1 if entry[5] else 0)
+    # Each chain is done (checked) after its last block, untimed.
+    assert [e[1] for e in log if e[0] == "done"] == ["a", "b", "b", "a"]
+    assert all(e[2:] == (5, 1) for e in log if e[0] == "done")
     # One value per block, in milliseconds per step.
     assert samples == {"a": [1.0] * 6, "b": [1.0] * 6}
 
 
-def test_a_whole_chain_block_stands_beside_each_block_of_the_other_contestant():
+def test_a_whole_chain_contestant_runs_several_fresh_chains_per_request_beside_the_others_blocks():
     log = []
-    samples = timing.run_blocks(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log, block_steps=5,
-                                                                                    ms_per_step=0.5)],
-                                rounds=2, steps=5, block_steps=2)
-    blocks = [(who, first, n) for kind, who, *rest in log if kind == "block" for first, n in [rest]]
-    # Round 0: b's whole chain after a's first block; round 1 (ABBA): before it.
-    assert blocks == [("a", 0, 2), ("b", 0, 5), ("a", 2, 2), ("a", 4, 1),
-                      ("b", 0, 5), ("a", 0, 2), ("a", 2, 2), ("a", 4, 1)]
-    # Paired per round: b's one value repeated beside each of a's three.
-    assert samples == {"a": [1.0] * 6, "b": [0.5] * 6}
+    a, b = _Recorder("a", log), _Recorder("b", log, ms_per_step=0.5)
+    a.plan(2)
+    b.plan(5, 3)
+    samples = timing.run_pairs([a, b], pairs=3)
+    assert _blocks(log) == [("a", 0, 2, 1, True), ("b", 0, 5, 3, True), ("b", 0, 5, 3, True), ("a", 2, 2, 1, False),
+                            ("a", 4, 1, 1, False), ("b", 0, 5, 3, True)]
+    assert ("stage", "b", 3) in log and ("done", "b", 5, 3) in log
+    assert samples == {"a": [1.0] * 3, "b": [0.5] * 3}
+
+
+def test_timing_that_stops_within_a_chain_checks_what_it_ran():
+    log = []
+    a = _Recorder("a", log)
+    a.plan(2)
+    timing.run_pairs([a], pairs=2)
+    assert [e for e in log if e[0] == "done"] == [("done", "a", 4, 1)]
 
 
 def test_isolated_latency_is_a_chain_of_single_step_blocks_each_after_the_interlude():
     log = []
     interlude = lambda: log.append(("interlude",))  # noqa: E731
     assert timing.isolated_step_ms(_Recorder("a", log, ms_per_step=0.25), steps=3, interlude=interlude) == 0.25
-    assert log == [("begin", "a", 0), ("interlude",), ("block", "a", 0, 1), ("interlude",), ("block", "a", 1, 1),
-                   ("interlude",), ("block", "a", 2, 1), ("end", "a", 0)]
+    assert log == [("interlude",), ("stage", "a", 1), ("block", "a", 0, 1, 1, True),
+                   ("interlude",), ("stage", "a", 0), ("block", "a", 1, 1, 1, False),
+                   ("interlude",), ("stage", "a", 0), ("block", "a", 2, 1, 1, False), ("done", "a", 3, 1)]
 
 
-def test_a_warm_up_chain_is_neither_timed_nor_validated_and_says_its_pace():
+def test_a_warm_up_is_one_request_neither_kept_nor_checked_and_says_its_pace():
     log = []
-    assert timing.run_untimed(_Recorder("a", log, ms_per_step=0.5), steps=3, block_steps=2) == 0.5
-    assert log == [("begin", "a", 0), ("block", "a", 0, 2), ("block", "a", 2, 1)]
+    assert timing.warm_up(_Recorder("a", log, ms_per_step=0.5), steps=3) == 0.5
+    assert log == [("stage", "a", 1), ("block", "a", 0, 3, 1, True)]
 
 
 @pytest.mark.parametrize("step_ms, steps, expected", [
     (0.23, 32, (32, 3)),   # a fast kernel: 7.4 ms a chain, three in one request
     (0.23, 16, (16, 6)),
     (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
-    (1.0, 32, (32, 1)),    # a whole chain outlasts a request's cost
-    (10.0, 32, (8, 1)),    # host-bound (the baseline in an A/A run): the run's blocks, paired alike
-    (0.0, 32, (8, 1)),     # no pace known
+    (1.0, 32, (20, 1)),    # 20 steps of a chain make a request long enough
+    (10.0, 32, (2, 1)),    # host-bound (the baseline): short blocks, many pairs
+    (25.0, 32, (1, 1)),    # one step outlasts a request's cost
+    (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
 ])
-def test_a_candidate_request_lasts_long_enough_for_its_fixed_cost(step_ms, steps, expected):
-    assert timing.candidate_blocks(step_ms, steps, block_steps=8) == expected
+def test_a_block_lasts_long_enough_for_a_requests_fixed_cost(step_ms, steps, expected):
+    assert timing.block_plan(step_ms, steps) == expected
 
 
-def test_one_cpu_for_both_while_timing_and_each_put_back_after():
+def test_both_contestants_get_their_blocks_by_the_same_rule_and_pair_up():
+    log = []
+    base, cand = _Recorder("baseline", log, steps=8, ms_per_step=10.0), _Recorder("candidate", log, steps=8)
+    result = timing.time_shape(base, cand, timing.Settings(rounds=2, warmup=2, isolated_steps=2), steps=8)
+    # The baseline at 10 ms a step: blocks of 2 (20 ms); the candidate at 1 ms: blocks of 8 wanted, one chain.
+    assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (2, 8, 3)
+    assert result["pairs"] == 2 * 4 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 8
+    assert result["speedup"] == pytest.approx(10.0) and result["candidate_isolated_ms"] == pytest.approx(1.0)
+
+
+def test_one_cpu_for_all_while_timing_and_each_put_back_after():
     import os
     import subprocess
     import sys
     allowed = os.sched_getaffinity(0)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
     try:
-        theirs = os.sched_getaffinity(child.pid)
-        with timing.one_cpu_for_both(child.pid):
+        theirs = [os.sched_getaffinity(child.pid) for child in children]
+        with timing.one_cpu_for_all([child.pid for child in children]):
             last = {max(allowed)}
-            assert os.sched_getaffinity(0) == last and os.sched_getaffinity(child.pid) == last
+            assert os.sched_getaffinity(0) == last
+            assert all(os.sched_getaffinity(child.pid) == last for child in children)
         assert os.sched_getaffinity(0) == allowed
-        assert os.sched_getaffinity(child.pid) == theirs
+        assert [os.sched_getaffinity(child.pid) for child in children] == theirs
     finally:
-        child.kill()
-        child.wait()
+        for child in children:
+            child.kill()
+            child.wait()
 
 
 def test_launch_classification():

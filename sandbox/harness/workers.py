@@ -1,0 +1,111 @@
+"""Reference workers: processes of the referee's own code that compute expected outputs beside it.
+
+A decode task's secret cases (mega.draw_secret_case: seeds drawn now, each drawn again at a
+routing near-tie, about three draws a case at full scale, a reference step each) are most of
+a warm evaluation's trusted work, and each is independent of the others. The referee starts
+a few workers (reference_worker.py) with the solution's and the baseline's processes, has
+each load the reference from the same weights file before any solution code runs, and then
+deals the cases out one at a time while the solution's process loads the solution. Each
+worker draws its case's seeds itself (secrets, in its own memory), computes the case and
+leaves its expected outputs, and a salient case's inputs, in an arena of its own; the referee
+copies them out into its own memory before it asks that worker for the next one.
+
+The workers never run a contestant, and the solution's process cannot reach them: they are
+non-dumpable, their arenas are shared with them alone (a CUDA IPC handle sent down their own
+pipe; on the CPU a file that is unlinked once mapped, before the solution loads), and they
+are ended before any timing starts. A worker that dies or fails ends the evaluation: the
+solution's process runs as the same user and could have signalled it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .exchange import Arena, decode
+from .loading import TaskError
+from .remote import WORKER, Peer, Watch, wait_any
+
+
+class Worker(Peer):
+    def __init__(self, index: int, device: torch.device, scratch: Path, env: dict[str, str]):
+        super().__init__([str(WORKER), "--device", str(device)], scratch, env)
+        self.label = f"reference worker {index + 1}"
+        self.arena: Arena | None = None
+
+    def answer(self, what: str) -> dict:
+        """The next reply, checked; a task error in the worker is the task's."""
+        reply = self.receive(what)
+        if "task_error" in reply:
+            raise TaskError(str(reply["task_error"]))
+        return self.checked(reply, what)
+
+
+class ReferenceWorkers:
+    """A pool of reference workers (started at once; ``begin_prepare``/``finish_prepare``
+    load the reference in each; ``secret_cases`` deals the cases out; ``close`` ends them)."""
+
+    def __init__(self, count: int, device: torch.device, scratch: Path, env: dict[str, str], watch: Watch):
+        self.device = device
+        self.workers = [Worker(i, device, scratch, env) for i in range(count)]
+        for worker in self.workers:
+            worker.launch()
+            watch.known.add(worker.pid)
+        self.closed = False
+
+    def begin_prepare(self, job: dict, weights: str, arena_bytes: int, exchange_dir: Path) -> None:
+        """Share an arena with each worker and have it build the task and the reference from
+        ``weights``; answered in ``finish_prepare``."""
+        for i, worker in enumerate(self.workers):
+            folder = exchange_dir / f"worker-{i + 1}"
+            folder.mkdir()
+            worker.arena = Arena.create(self.device, arena_bytes, folder)
+            worker.send({"op": "attach", "arena": worker.arena.description})
+            worker.send({"op": "prepare", "task_dir": job["task_dir"], "scale": job["scale"], "weights": weights})
+
+    def finish_prepare(self) -> None:
+        for worker in self.workers:
+            worker.answer("attaching its arena")
+            worker.arena.unlink_file()
+            worker.answer("loading the reference")
+
+    def secret_cases(self, kinds: list[tuple[int, bool]]) -> list:
+        """One secret case (mega.SecretCase) per (context, salient) of ``kinds``, in order,
+        computed by whichever worker is free next."""
+        from .mega import SecretCase  # mega imports this module
+
+        results: list[Any] = [None] * len(kinds)
+        pending = list(enumerate(kinds))
+        busy: dict[Worker, int] = {}
+
+        def deal(worker: Worker) -> None:
+            index, (context_len, salient) = pending.pop(0)
+            worker.send({"op": "case", "context_len": context_len, "salient": salient})
+            busy[worker] = index
+
+        for worker in self.workers:
+            if pending:
+                deal(worker)
+        while busy:
+            for worker in wait_any(busy):
+                index = busy.pop(worker)
+                reply = worker.answer("computing a secret case")
+                hidden, state, inputs = decode(reply["out"], lambda slot: worker.arena.view(slot).clone())
+                margin = reply.get("margin")
+                results[index] = SecretCase(int(reply["seed"]), list(inputs) if inputs is not None else None,
+                                            hidden, list(state),
+                                            float(margin) if margin is not None else None, int(reply["redrawn"]))
+                if pending:
+                    deal(worker)
+        return results
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for worker in self.workers:
+            worker.close()
+            if worker.arena is not None:
+                worker.arena.unlink_file()
+
