@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Timing truth on a GPU (issue 10): kagent's own fast kernel (scripts/stream_weights.py) timed
-# in its own process and through the harness at several block sizes (scripts/timing_truth.py),
-# then A/A runs per context and the warm evaluation's wall time. Needs the wheels in .whl/
-# (kagent's own, built with `pip wheel --no-deps -w .whl .`, plus pydantic's). Results in $OUT.
-# PARTS picks what runs: truth, aa, verdicts (default all): verdicts evaluates the reference as a
-# solution REPEATS times and one wrong on 1 input in 10 (the CPU test's) WRONG_REPEATS times, checks only.
+# Timing truth on a GPU (issues 9 and 10): A/A runs per context with the warm evaluation's wall
+# time and phases; kagent's own fast kernel (scripts/stream_weights.py) timed in its own process
+# and through the harness (scripts/timing_truth.py); verdicts repeated on unchanged files; every
+# broken variant of the coverage table at full scale. Needs the wheels in .whl/ (kagent's own,
+# built with `pip wheel --no-deps -w .whl .`, plus pydantic's). Results in $OUT (tarred at the end).
+# PARTS picks what runs, in this order: aa truth verdicts broken (default all). AA_RUNS: the A/A
+# runs (JSON, see gpu_evaluations.py; the first on a fresh machine is cold). VERDICTS: "HONEST
+# WRONG PARALLEL" (the honest file HONEST times, one wrong on 1 input in 10 WRONG times, checks
+# only, PARALLEL at once). BROKEN_PARALLEL: how many broken variants at once.
 set -uo pipefail
 source scripts/gpu_setup.sh
-PARTS=${PARTS:-truth aa verdicts}
-BLOCKS=${BLOCKS:-8 16 32}
+PARTS=${PARTS:-aa truth verdicts broken}
 date -u; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-if [[ " $PARTS " == *" truth "* ]]; then
-  echo "== timing truth: blocks of $BLOCKS"
-  timeout 330 python3 scripts/timing_truth.py --device cuda --contexts 2048 8192 16384 --block-steps $BLOCKS \
-    --rounds 4 --cache /tmp/kagent-stream-cache --out "$OUT/timing_truth.json"
-fi
 if [[ " $PARTS " == *" aa "* ]]; then
   echo "== A/A per context, and the warm evaluation's wall time"
-  timeout 330 python3 scripts/gpu_evaluations.py aa "${AA_RUNS:-[[\"aa_1\", {}], [\"aa_2\", {}], [\"aa_3\", {}]]}"
+  timeout 400 python3 scripts/gpu_evaluations.py aa "${AA_RUNS:-[[\"aa_cold\", {}], [\"aa_1\", {}], [\"aa_2\", {}], [\"aa_3\", {}]]}"
+fi
+if [[ " $PARTS " == *" truth "* ]]; then
+  echo "== timing truth: the stream kernel in its own process and through the harness"
+  timeout 200 python3 scripts/timing_truth.py --device cuda --contexts 2048 8192 16384 --rounds 4 \
+    --cache "$KAGENT_HOME" --out "$OUT/timing_truth.json"
 fi
 if [[ " $PARTS " == *" verdicts "* ]]; then
-  echo "== verdicts that repeat: the reference as a solution, and one wrong on 1 input in 10"
-  timeout 400 python3 scripts/gpu_evaluations.py verdicts "${REPEATS:-4}" "${WRONG_REPEATS:-${REPEATS:-4}}"
+  echo "== verdicts that repeat: the honest file, and one wrong on 1 input in 10"
+  timeout 400 python3 scripts/gpu_evaluations.py verdicts ${VERDICTS:-10 10 4}
 fi
+if [[ " $PARTS " == *" broken "* ]]; then
+  echo "== every broken variant of the coverage table, at full scale"
+  timeout 300 python3 scripts/gpu_evaluations.py broken "${BROKEN_PARALLEL:-4}"
+fi
+(cd "$OUT" && tar czf results.tgz --exclude results.tgz --exclude log.txt ./*.json 2>/dev/null && rm -f ./*.json)
