@@ -44,6 +44,19 @@ def test_speedup_interval_excludes_one_for_a_real_difference():
     assert not result["within_noise"] and result["ci_low"] > 1.5
 
 
+def test_an_abba_unit_cancels_the_cost_of_a_switch_between_processes():
+    # The first block of each pair follows its own contestant's, the second the other's and
+    # pays 5% for the switch: pairs alternate between 1.05 and 1/1.05 in an A/A run.
+    first, second = 10.0, 10.5
+    baseline = [first, second] * 16  # baseline first in even pairs (ABBA), second in odd ones
+    candidate = [second, first] * 16
+    assert timing.abba_units(baseline, candidate) == pytest.approx([1.0] * 16)
+    result = timing.speedup_with_noise(baseline, candidate)
+    assert result["speedup"] == pytest.approx(1.0) and result["ci_high"] - result["ci_low"] < 1e-9
+    # A lone last pair stands alone.
+    assert timing.abba_units([2.0, 2.0, 3.0], [1.0, 1.0, 1.0]).tolist() == [2.0, 3.0]
+
+
 def test_summary_and_geomean():
     stats = timing.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert stats["median_ms"] == 3.0 and stats["n"] == 5 and stats["max_ms"] == 100.0
@@ -136,19 +149,19 @@ def test_isolated_latency_is_a_chain_of_single_step_blocks_each_after_the_interl
                    ("interlude",), ("stage", "a", 0), ("block", "a", 2, 1, 1, False), ("done", "a", 3, 1)]
 
 
-def test_a_warm_up_is_one_request_neither_kept_nor_checked_and_says_its_pace():
+def test_a_warm_up_is_two_requests_neither_kept_nor_checked_and_the_last_says_its_pace():
     log = []
     assert timing.warm_up(_Recorder("a", log, ms_per_step=0.5), steps=3) == 0.5
-    assert log == [("stage", "a", 1), ("block", "a", 0, 3, 1, True)]
+    assert log == [("stage", "a", 1), ("block", "a", 0, 3, 1, True)] * 2
 
 
 @pytest.mark.parametrize("step_ms, steps, expected", [
     (0.23, 32, (32, 3)),   # a fast kernel: 7.4 ms a chain, three in one request
     (0.23, 16, (16, 6)),
     (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
-    (1.0, 32, (20, 1)),    # 20 steps of a chain make a request long enough
-    (10.0, 32, (2, 1)),    # host-bound (the baseline): short blocks, many pairs
-    (25.0, 32, (1, 1)),    # one step outlasts a request's cost
+    (1.0, 32, (10, 1)),    # 10 steps of a chain make a block long enough
+    (10.0, 32, (1, 1)),    # host-bound (the baseline): single steps, many pairs
+    (3.0, 32, (4, 1)),
     (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
 ])
 def test_a_block_lasts_long_enough_for_a_requests_fixed_cost(step_ms, steps, expected):
@@ -159,9 +172,10 @@ def test_both_contestants_get_their_blocks_by_the_same_rule_and_pair_up():
     log = []
     base, cand = _Recorder("baseline", log, steps=8, ms_per_step=10.0), _Recorder("candidate", log, steps=8)
     result = timing.time_shape(base, cand, timing.Settings(rounds=2, warmup=2, isolated_steps=2), steps=8)
-    # The baseline at 10 ms a step: blocks of 2 (20 ms); the candidate at 1 ms: blocks of 8 wanted, one chain.
-    assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (2, 8, 3)
-    assert result["pairs"] == 2 * 4 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 8
+    # The baseline at 10 ms a step: single steps; the candidate at 1 ms: a chain of 8 is too
+    # short for a block, so three of them a request.
+    assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (1, 8, 3)
+    assert result["pairs"] == 2 * 8 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 16
     assert result["speedup"] == pytest.approx(10.0) and result["candidate_isolated_ms"] == pytest.approx(1.0)
 
 

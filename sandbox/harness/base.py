@@ -121,8 +121,13 @@ class EvaluationBase:
             arena = Arena.create(self.device, arena_bytes, folder)
             process.connect(arena)
             arena.unlink_file()  # mapped by both now; no other process can open it by name
-        remote.calibrate(self.contestants(), interlude_done)
+        remote.calibrate(self.contestants(), interlude_done, self.empty_requests)
         self.interlude = interlude
+
+    def empty_requests(self, process: ContestantProcess) -> tuple[dict, dict]:
+        """The untimed request that stages a timed block's inputs, and the block with no
+        step: what calibration times (remote.calibrate)."""
+        raise NotImplementedError
 
     def start_trusted(self, weights: str, init: list, worker_arena_bytes: int = 0) -> None:
         """Load what the referee's own processes need before any solution code runs anywhere:

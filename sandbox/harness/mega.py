@@ -706,6 +706,10 @@ class MegaEvaluation(EvaluationBase):
         self.count_launches("step", lambda: self.timing_inputs(context_len), context_len=context_len)
         self.phase("launches")
 
+    def empty_requests(self, process: Any) -> tuple[dict, dict]:
+        shape = self.timing_shapes[0]
+        return ChainContestant(self, process, process.who, shape["context_len"], shape["steps"]).empty_requests()
+
     def _contestants_at(self, context_len: int, steps: int):
         def make() -> tuple[ChainContestant, ChainContestant]:
             return (ChainContestant(self, self.baseline_process, "baseline", context_len, steps),

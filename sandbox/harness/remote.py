@@ -359,25 +359,31 @@ class ContestantProcess(Peer):
 
 
 def calibrate(contestants: list[ContestantProcess], interlude: Callable[[], None],
+              requests_for: Callable[[ContestantProcess], tuple[dict, dict]],
               requests: int = CALIBRATION_REQUESTS) -> None:
-    """What a request costs when it does nothing: the pipes, waking the process, and on CUDA
-    the device's switch into its context and back. Measured before the solution is
-    imported, so the solution cannot inflate it, and taken off every timed block, which
-    leaves the block's own work (see ``ContestantProcess.request``).
+    """What a timed request costs when it runs no step: the pipes, waking the process,
+    staging inputs and recording nothing, and on CUDA the device's switch into its context
+    and back. Measured before the solution is imported, so the solution cannot inflate it,
+    and taken off every timed block, which leaves the block's own work (see
+    ``ContestantProcess.request``).
 
-    The contestants take turns in ABBA order, each empty request after an untimed one of its
-    own, as every timed block follows the request that staged its inputs (timing.py), and
-    each pair after ``interlude``, the device synchronized. One figure for every contestant,
-    the median of all: the same for both sides of an A/A run, so the run stays exact by
-    symmetry. The median, not the least: a request's overhead varies by a tenth of a
-    millisecond from one to the next, and the least would leave that much, on average, in
-    every block. The probe's idle time comes from the same requests."""
+    ``requests_for(contestant)`` gives the two requests that mirror a timed block: the
+    untimed one that stages its inputs, and the block itself with no step (the same kind of
+    request, with the same slots, as timing.Contestant.next_block sends). The contestants
+    take turns in ABBA order, each pair after ``interlude``, work of the referee's own, the
+    device synchronized. One figure for every contestant, the median of all: the same for
+    both sides of an A/A run, so the run stays exact by symmetry. The median, not the
+    least: a request's overhead varies by a tenth of a millisecond from one to the next, and
+    the least would leave that much, on average, in every block. The probe's idle time comes
+    from the same requests."""
+    pairs = {id(c): requests_for(c) for c in contestants}
     answered, probes = [], []
     for i in range(requests):
         interlude()
         for contestant in (contestants if i % 2 == 0 else contestants[::-1]):
-            contestant.request({"op": "noop"}, "an empty request")
-            reply = contestant.request({"op": "noop"}, "timing an empty request")
+            staging, empty = pairs[id(contestant)]
+            contestant.request(staging, "staging an empty request's inputs")
+            reply = contestant.request(empty, "timing an empty request")
             answered.append(reply["answered_ms"])
             probes.append(reply["probe_ms"])
     floor = float(sorted(answered)[len(answered) // 2])

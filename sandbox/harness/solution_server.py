@@ -93,8 +93,8 @@ class Session:
         self.arena = Arena.attach(request["arena"])
 
     def op_noop(self, request: dict) -> dict:
-        """Nothing but a one-element kernel, timed as a chain's steps are: the referee times
-        empty requests with it, to take a request's own cost off a timed chain's."""
+        """Nothing but a one-element kernel, timed as a chain's steps are (scripts that study
+        the exchange's overhead use it)."""
         events = self._events()
         if self.cell is not None:
             self.cell.add_(1.0)
@@ -151,13 +151,12 @@ class Session:
         steps, chains, fresh = int(request["steps"]), int(request.get("chains", 1)), bool(request.get("fresh"))
         if fresh and len(self.staged) < chains:
             raise ExchangeError(f"{chains} fresh chains asked for, {len(self.staged)} staged")
-        step = self.model.step
         events = self._events()
         for run in range(chains):
             if fresh:
                 self.chain = self.staged.pop(0)
-            for i in range(steps):
-                returned = solution_call("step", step, *self.chain)
+            for i in range(steps):  # none when the referee times an empty request: nothing of the model is touched
+                returned = solution_call("step", self.model.step, *self.chain)
                 if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
                     return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
                                           f"{type(returned).__name__}"}
@@ -170,12 +169,14 @@ class Session:
         the staged copy where there is one; the last output is copied to the arena."""
         if self.staged:
             self.args = self.staged.pop(0)
-        method = getattr(self.model, request["method"])
+        steps = int(request["steps"])
         events = self._events()
         returned = None
-        for _ in range(int(request["steps"])):
-            returned = solution_call(request["what"], method, *self.args)
+        for _ in range(steps):  # none when the referee times an empty request: nothing of the model is touched
+            returned = solution_call(request["what"], getattr(self.model, request["method"]), *self.args)
         reported = events()
+        if not steps:
+            return {"device_ms": reported}
         try:
             fill(request["out"], returned, self.arena, request["returns"])
         except BadReturn as err:

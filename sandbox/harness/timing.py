@@ -109,10 +109,13 @@ def wall_ms(device: torch.device, work: Callable[[], None]) -> float:
 DEFAULT_BLOCK_STEPS = 1
 # A timed request lasts at least this long where the contestant allows: each request costs a
 # fixed overhead (pipes, waking the process, the device's switch between contexts, the first
-# launch that no earlier step hides) that is taken off only as its calibrated median, and
-# its rest, about 0.1-0.2 ms either way on an H200, must stay small beside the request. A
-# host-bound contestant runs as many steps per block as that takes; one whose whole chain is
-# shorter runs the whole chain several times per request, each from fresh inputs.
+# launch that no earlier step hides) that is taken off as its calibrated median, and its
+# rest, about 0.1 ms either way on an H200, must stay small beside the request. A contestant
+# whose whole chain is shorter runs the whole chain several times per request, each from
+# fresh inputs, so that the request lasts this long; a slower one runs as many steps per block
+# as make half of it: a block within a chain pays the same calibrated overhead, and shorter
+# blocks give more pairs in the same time (the host-bound baseline, about 10 ms a step on an
+# H200, runs single steps).
 MIN_REQUEST_MS = 20.0
 MAX_CHAINS_PER_REQUEST = 16
 # What a block is taken to have lasted at least (see Contestant.next_block).
@@ -122,13 +125,13 @@ SHORTEST_BLOCK_MS = 1e-6
 def block_plan(step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEPS,
                min_request_ms: float = MIN_REQUEST_MS) -> tuple[int, int]:
     """(steps per block, chains per request) for a contestant that took ``step_ms`` a step
-    when warming up: at least ``block_steps`` steps and ``min_request_ms`` per block, within
-    a chain of ``steps``; where a whole chain is shorter than that, the whole chain as many
-    times in one request as it takes. The same rule for every contestant."""
+    when warming up: at least ``block_steps`` steps and half of ``min_request_ms`` per block,
+    within a chain of ``steps``; where a whole chain is shorter than that, the whole chain as
+    many times in one request as make ``min_request_ms``. The same rule for every contestant."""
     least = min(block_steps, steps)
     if step_ms <= 0:  # faster than a request's own noise: as fast as can be
         return steps, MAX_CHAINS_PER_REQUEST
-    wanted = max(least, math.ceil(min_request_ms / step_ms))
+    wanted = max(least, math.ceil(min_request_ms / 2 / step_ms))
     if wanted <= steps:
         return wanted, 1
     return steps, min(MAX_CHAINS_PER_REQUEST, math.ceil(min_request_ms / (steps * step_ms)))
@@ -187,6 +190,11 @@ class Contestant:
             self.chain_done(self.position, self.chains_in_block)
         self.position, self.chains_in_block = 0, 1
 
+    def empty_requests(self) -> tuple[dict, dict]:
+        """A block with no step, and the request that stages its inputs: what calibration
+        times as a request's own cost (remote.calibrate)."""
+        return self.stage_request(1), self.block_request(0, 0, 1, True)
+
     def stage_request(self, copies: int) -> dict:
         raise NotImplementedError
 
@@ -201,12 +209,17 @@ class Contestant:
         return "pass", "not checked"
 
 
+WARM_UPS = 2
+
+
 def warm_up(contestant: Contestant, steps: int) -> float:
-    """One untimed chain of ``steps`` as one request, neither timed for the result nor
-    checked; its milliseconds per step as the referee saw them (a rough pace)."""
+    """Untimed chains of ``steps``, one request each, neither kept for the result nor
+    checked; the last one's milliseconds per step as the referee saw them (a rough pace: the
+    first can still pay for a kernel's compilation or a first allocation)."""
     contestant.plan(max(1, steps))
-    pace = contestant.next_block()
-    contestant.position = 0  # a warm-up's outputs are no chain to check
+    for _ in range(WARM_UPS):
+        pace = contestant.next_block()
+        contestant.position = 0  # a warm-up's outputs are no chain to check
     return pace
 
 
@@ -377,25 +390,43 @@ def summarize(samples_ms: Sequence[float]) -> dict:
     }
 
 
+def abba_units(baseline_ms: Sequence[float], candidate_ms: Sequence[float]) -> np.ndarray:
+    """The speedup of each ABBA unit: pairs 2k and 2k+1, as their geometric mean ratio
+    (a lone last pair stands alone).
+
+    In ABBA order the first block of every pair follows a block of its own contestant and the
+    second follows the other's, so the pairs' ratios alternate: a block after the other
+    process ran pays for the switch (caches, the device's context), after its own it does
+    not (on an H200, single steps of the host-bound baseline read 5% apart that way). Each
+    unit gives both contestants one block of each kind, so that the switch cancels within
+    it rather than splitting the pairs' ratios into two modes that a median would land
+    between."""
+    ratios = np.asarray(baseline_ms, dtype=np.float64) / np.asarray(candidate_ms, dtype=np.float64)
+    whole = ratios.size // 2 * 2
+    units = np.sqrt(ratios[0:whole:2] * ratios[1:whole:2])
+    return np.concatenate([units, ratios[whole:]])
+
+
 def speedup_with_noise(baseline_ms: Sequence[float], candidate_ms: Sequence[float],
                        resamples: int = 2000, seed: int = 0) -> dict:
-    """The speedup and its 95% bootstrap interval, from paired samples.
+    """The speedup and its 95% bootstrap interval, from paired samples in ABBA order.
 
     ``baseline_ms[k]`` and ``candidate_ms[k]`` ran back to back (adjacent blocks of a run),
-    so their ratio sees the same clocks and the same neighbours on the machine; the median
-    of those ratios estimates baseline time / candidate time and shrugs off a burst of noise
-    that hits a few blocks. The ratio of the two medians is
+    so their ratio sees the same clocks and the same neighbours on the machine; each two
+    consecutive pairs make one ABBA unit (``abba_units``), and the median of the units'
+    ratios estimates baseline time / candidate time and shrugs off a burst of noise that
+    hits a few blocks; the interval resamples units. The ratio of the two medians is
     reported beside it. The difference is "within noise" when the interval contains 1.0.
     """
     b = np.asarray(baseline_ms, dtype=np.float64)
     c = np.asarray(candidate_ms, dtype=np.float64)
     if b.shape != c.shape:
         raise ValueError("paired samples need equal counts")
-    ratios = b / c
+    units = abba_units(b, c)
     rng = np.random.default_rng(seed)
-    medians = np.median(ratios[rng.integers(0, ratios.size, size=(resamples, ratios.size))], axis=1)
+    medians = np.median(units[rng.integers(0, units.size, size=(resamples, units.size))], axis=1)
     low, high = np.percentile(medians, [2.5, 97.5])
-    return {"speedup": float(np.median(ratios)), "ci_low": float(low), "ci_high": float(high),
+    return {"speedup": float(np.median(units)), "ci_low": float(low), "ci_high": float(high),
             "within_noise": bool(low <= 1.0 <= high), "ratio_of_medians": float(np.median(b) / np.median(c))}
 
 
