@@ -299,6 +299,15 @@ def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, s
                     "correctness.min_decision_margin")
 
 
+def judge_chained_step(task: Task, reference: torch.nn.Module, checker: "StepChecker", hidden_in: Hidden,
+                       state_in: State, hidden: Hidden, state: State) -> tuple[dict, float | None]:
+    """(StepChecker.judge's result, the reference's decision margin) for one step of a
+    chained run, against the reference run from the solution's own input and state of that
+    step. Run by the referee or by a reference worker, the same way."""
+    expected_hidden, expected_state, margin = reference_case(task, reference, hidden_in, state_in)
+    return checker.judge(hidden_in, state_in, hidden, state, expected_hidden, expected_state, margin), margin
+
+
 def secret_case_kinds(task: Task, count: int) -> list[tuple[int, bool]]:
     """(context, salient) of each of ``count`` secret cases: the check contexts in turn, and
     every other round over them from the salient state, so both kinds at every context and
@@ -510,6 +519,15 @@ class MegaEvaluation(EvaluationBase):
                                    case.expected_hidden, case.expected_state, case.margin, salient=salient,
                                    inputs=case.inputs))
 
+    def judge_step(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State):
+        """``judge_chained_step`` of one step, by a reference worker where there are any
+        (later: a function that waits for it), else here; call the result for (result,
+        decision margin)."""
+        if self.workers is not None:
+            return self.workers.judge([hidden_in, state_in, hidden, state])
+        done = judge_chained_step(self.task, self.reference, self.checker, hidden_in, state_in, hidden, state)
+        return lambda: done
+
     def inputs_of(self, case: Case) -> list:
         """The (hidden, state) ``case`` starts from."""
         return case.inputs if case.inputs is not None else self.case_inputs(case.context_len, case.seed, False)
@@ -533,10 +551,14 @@ class MegaEvaluation(EvaluationBase):
                                [self.hidden_layout, self.state_layout(ctx, steps)], record)
 
     def _worker_arena_bytes(self) -> int:
-        """Room for what a reference worker hands back for one secret case: the expected
-        outputs, and a salient case's inputs."""
+        """Room for the largest exchange with a reference worker: a secret case's expected
+        outputs and a salient case's inputs, or a chained step to judge (its inputs and
+        outputs, at the longest chain's last step)."""
         ctx = max(self.task.check_contexts)
-        return arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 1)], self.state_layout(ctx, 0))
+        case = arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 1)], self.state_layout(ctx, 0))
+        longest = max(self.timing_shapes, key=lambda s: s["context_len"] + s["steps"])
+        chained = [self.hidden_layout, self.state_layout(longest["context_len"], longest["steps"])]
+        return max(case, arena_bytes_for(chained, chained))
 
     def spec(self, who: str) -> building.Spec:
         solution = Path(self.job["solution"]) if self.job["mode"] != "aa" else None
@@ -574,16 +596,15 @@ class MegaEvaluation(EvaluationBase):
             # The solution loads while the secret cases are computed: it cannot know their
             # seeds, and every process that computes them loaded all it reads before this.
             loading = self.begin_load(self.spec("solution"), [self.task.cfg], weights)
-            try:
-                self._secret_cases()
-            finally:
-                self.phase("secret_cases")
-                if self.workers is not None:
-                    self.workers.close()
+            self._secret_cases()
+            self.phase("secret_cases")
             if not self.finish_load(loading):
                 return
             self.phase("load_solution")
-            if self.correctness() and timed:
+            passed = self.correctness()
+            if self.workers is not None:
+                self.workers.close()  # before any timing: nothing but the contestants runs then
+            if passed and timed:
                 self.performance()
 
     @property
@@ -738,19 +759,23 @@ class ValidatedChain:
         self.margins: list[float | None] = []
 
     def run(self) -> tuple[str, str]:
-        """(status, reason) for the chain."""
+        """(status, reason) for the chain. Each step is judged as soon as it is back, by a
+        reference worker where there are any, while the solution's process goes on with the
+        next step (its outputs are the next step's inputs there); the verdict reads the steps
+        in order."""
         evaluation, task = self.evaluation, self.evaluation.task
         hidden_in, state_in = evaluation.timing_inputs(self.context_len)
-        excused, worst = [], 1.0
+        judged = []
         for i in range(self.steps):
             hidden, state = evaluation.remote_step("fresh" if i == 0 else "chain", [hidden_in, state_in] if i == 0
                                                    else None, i, self.context_len, keep=True)
-            expected_hidden, expected_state, margin = reference_case(task, evaluation.reference, hidden_in, state_in)
-            result = evaluation.checker.judge(hidden_in, state_in, hidden, state, expected_hidden, expected_state,
-                                              margin)
+            judged.append(evaluation.judge_step(hidden_in, state_in, hidden, state))
             self.outputs.append(hidden)
-            self.margins.append(margin)
             hidden_in, state_in = hidden, state
+        excused, worst = [], 1.0
+        for i, pending in enumerate(judged):
+            result, margin = pending()
+            self.margins.append(margin)
             if "excused" in result:
                 # A near-tie in the reference's own routing at this state, and the step is the
                 # reference's with the runner-up taken there: rounding decided which expert won.
@@ -758,6 +783,8 @@ class ValidatedChain:
                 continue
             worst = min(worst, result["min_cosine"])
             if not result["passed"]:
+                for rest in judged[i + 1:]:
+                    rest()  # every worker idle again
                 return "fail", _fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold,
                                             margin, task.min_margin)
         note = (f"; steps {excused} differ at a near-tie of the reference's routing, where they match the "

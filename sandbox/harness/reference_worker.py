@@ -68,7 +68,7 @@ class WorkerSession:
         from kagent_harness.mega import draw_secret_case
 
         case = draw_secret_case(self.task, self.reference, int(request["context_len"]), bool(request["salient"]))
-        self.slots.reset()
+        self.slots.reset()  # the referee took the last case out before it asked for this one
 
         def put(tensor: Any) -> dict:
             slot = self.slots.slot(tuple(tensor.shape), tensor.dtype)
@@ -77,6 +77,19 @@ class WorkerSession:
 
         return {"seed": case.seed, "margin": case.margin, "redrawn": case.redrawn,
                 "out": encode([case.expected_hidden, case.expected_state, case.inputs], put)}
+
+
+    def op_judge(self, request: dict) -> dict:
+        """A chained step judged against the reference (mega.judge_chained_step), from the
+        tensors the referee put in the arena."""
+        from kagent_harness.exchange import decode
+        from kagent_harness.mega import StepChecker, judge_chained_step
+
+        hidden_in, state_in, hidden, state = decode(request["tensors"], self.arena.view)
+        checker = StepChecker(self.task, self.reference)
+        result, margin = judge_chained_step(self.task, self.reference, checker, hidden_in, list(state_in), hidden,
+                                            list(state))
+        return {"result": result, "margin": margin}
 
 
 def main() -> None:

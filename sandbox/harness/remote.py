@@ -118,6 +118,9 @@ class Peer:
 
     # Who it is, in messages: "the solution's process", "reference worker 2", ...
     label = "the process"
+    # A contestant's process answers one request at a time, and anything more it writes is a
+    # protocol violation; a worker may be sent a second request before its first answer.
+    pipelined = False
 
     def __init__(self, argv: list[str], scratch: Path, env: dict[str, str]):
         self.argv, self.scratch, self.env = argv, scratch, env
@@ -176,7 +179,7 @@ class Peer:
             reply = json.loads(line)
         except ValueError:
             reply = None
-        if not isinstance(reply, dict) or self._buffer:
+        if not isinstance(reply, dict) or (self._buffer and not self.pipelined):
             raise self._failure(f"{self.label} wrote something other than its reply to the referee while {what}: "
                                 f"{line[:120]!r}")
         return reply
