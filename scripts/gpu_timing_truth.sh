@@ -12,21 +12,22 @@ set -uo pipefail
 source scripts/gpu_setup.sh
 PARTS=${PARTS:-aa truth verdicts broken}
 date -u; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+if [ -z "${AA_RUNS:-}" ]; then AA_RUNS='[["aa_cold", {}], ["aa_1", {}], ["aa_2", {}], ["aa_3", {}]]'; fi
 if [[ " $PARTS " == *" aa "* ]]; then
   echo "== A/A per context, and the warm evaluation's wall time"
-  timeout 400 python3 scripts/gpu_evaluations.py aa "${AA_RUNS:-[[\"aa_cold\", {}], [\"aa_1\", {}], [\"aa_2\", {}], [\"aa_3\", {}]]}"
+  timeout "${AA_LIMIT_S:-400}" python3 scripts/gpu_evaluations.py aa "$AA_RUNS"
 fi
 if [[ " $PARTS " == *" truth "* ]]; then
   echo "== timing truth: the stream kernel in its own process and through the harness"
-  timeout 200 python3 scripts/timing_truth.py --device cuda --contexts 2048 8192 16384 --rounds 4 \
+  timeout "${TRUTH_LIMIT_S:-200}" python3 scripts/timing_truth.py --device cuda --contexts 2048 8192 16384 --rounds 4 \
     --cache "$KAGENT_HOME" --out "$OUT/timing_truth.json"
 fi
 if [[ " $PARTS " == *" verdicts "* ]]; then
   echo "== verdicts that repeat: the honest file, and one wrong on 1 input in 10"
-  timeout 400 python3 scripts/gpu_evaluations.py verdicts ${VERDICTS:-10 10 4}
+  timeout "${VERDICTS_LIMIT_S:-400}" python3 scripts/gpu_evaluations.py verdicts ${VERDICTS:-10 10 6}
 fi
 if [[ " $PARTS " == *" broken "* ]]; then
   echo "== every broken variant of the coverage table, at full scale"
-  timeout 300 python3 scripts/gpu_evaluations.py broken "${BROKEN_PARALLEL:-4}"
+  timeout "${BROKEN_LIMIT_S:-300}" python3 scripts/gpu_evaluations.py broken "${BROKEN_PARALLEL:-6}"
 fi
 (cd "$OUT" && tar czf results.tgz --exclude results.tgz --exclude log.txt ./*.json 2>/dev/null && rm -f ./*.json)

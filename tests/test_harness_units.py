@@ -159,9 +159,10 @@ def test_a_warm_up_is_two_requests_neither_kept_nor_checked_and_the_last_says_it
     (0.23, 32, (32, 3)),   # a fast kernel: 7.4 ms a chain, three in one request
     (0.23, 16, (16, 6)),
     (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
-    (1.0, 32, (10, 1)),    # 10 steps of a chain make a block long enough
+    (1.0, 32, (20, 1)),    # 20 steps of a chain make a request long enough
+    (3.0, 32, (7, 1)),
     (10.0, 32, (1, 1)),    # host-bound (the baseline): single steps, many pairs
-    (3.0, 32, (4, 1)),
+    (7.0, 32, (1, 1)),     # ... however fast the machine runs it that day
     (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
 ])
 def test_a_block_lasts_long_enough_for_a_requests_fixed_cost(step_ms, steps, expected):
@@ -173,7 +174,7 @@ def test_both_contestants_get_their_blocks_by_the_same_rule_and_pair_up():
     base, cand = _Recorder("baseline", log, steps=8, ms_per_step=10.0), _Recorder("candidate", log, steps=8)
     result = timing.time_shape(base, cand, timing.Settings(rounds=2, warmup=2, isolated_steps=2), steps=8)
     # The baseline at 10 ms a step: single steps; the candidate at 1 ms: a chain of 8 is too
-    # short for a block, so three of them a request.
+    # short for a request, so three of them a request.
     assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (1, 8, 3)
     assert result["pairs"] == 2 * 8 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 16
     assert result["speedup"] == pytest.approx(10.0) and result["candidate_isolated_ms"] == pytest.approx(1.0)

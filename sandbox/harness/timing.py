@@ -111,11 +111,14 @@ DEFAULT_BLOCK_STEPS = 1
 # fixed overhead (pipes, waking the process, the device's switch between contexts, the first
 # launch that no earlier step hides) that is taken off as its calibrated median, and its
 # rest, about 0.1 ms either way on an H200, must stay small beside the request. A contestant
-# whose whole chain is shorter runs the whole chain several times per request, each from
-# fresh inputs, so that the request lasts this long; a slower one runs as many steps per block
-# as make half of it: a block within a chain pays the same calibrated overhead, and shorter
-# blocks give more pairs in the same time (the host-bound baseline, about 10 ms a step on an
-# H200, runs single steps).
+# runs as many steps per block as that takes, and one whose whole chain is shorter runs the
+# whole chain several times per request, each from fresh inputs. A host-bound one, whose
+# single step takes a quarter of that or more, runs blocks of ``block_steps`` (single steps
+# by default): shorter blocks give more pairs in the same time, and its noise is its own,
+# not the request's. The host-bound baseline, 8-16 ms a step on an H200, runs single steps,
+# far from where the rule changes: in an A/A run both sides must get the same blocks, and a
+# threshold within the baseline's range of paces would give them different ones whenever
+# their warm-ups fell on either side of it.
 MIN_REQUEST_MS = 20.0
 MAX_CHAINS_PER_REQUEST = 16
 # What a block is taken to have lasted at least (see Contestant.next_block).
@@ -125,13 +128,16 @@ SHORTEST_BLOCK_MS = 1e-6
 def block_plan(step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEPS,
                min_request_ms: float = MIN_REQUEST_MS) -> tuple[int, int]:
     """(steps per block, chains per request) for a contestant that took ``step_ms`` a step
-    when warming up: at least ``block_steps`` steps and half of ``min_request_ms`` per block,
-    within a chain of ``steps``; where a whole chain is shorter than that, the whole chain as
-    many times in one request as make ``min_request_ms``. The same rule for every contestant."""
+    when warming up, within chains of ``steps``: ``block_steps`` steps where one step takes a
+    quarter of ``min_request_ms`` or more; else as many as last ``min_request_ms``; and where
+    a whole chain is shorter than that, the whole chain as many times in one request as make
+    it. The same rule for every contestant."""
     least = min(block_steps, steps)
     if step_ms <= 0:  # faster than a request's own noise: as fast as can be
         return steps, MAX_CHAINS_PER_REQUEST
-    wanted = max(least, math.ceil(min_request_ms / 2 / step_ms))
+    if step_ms >= min_request_ms / 4:
+        return least, 1
+    wanted = max(least, math.ceil(min_request_ms / step_ms))
     if wanted <= steps:
         return wanted, 1
     return steps, min(MAX_CHAINS_PER_REQUEST, math.ceil(min_request_ms / (steps * step_ms)))
