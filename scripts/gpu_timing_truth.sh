@@ -3,8 +3,10 @@
 # time and phases; kagent's own fast kernel (scripts/stream_weights.py) timed in its own process
 # and through the harness (scripts/timing_truth.py); verdicts repeated on unchanged files; every
 # broken variant of the coverage table at full scale. Needs the wheels in .whl/ (kagent's own,
-# built with `pip wheel --no-deps -w .whl .`, plus pydantic's). Results in $OUT (tarred at the end).
-# PARTS picks what runs, in this order: aa truth verdicts broken (default all). AA_RUNS: the A/A
+# built with `pip wheel --no-deps -w .whl .`, plus pydantic's). Results in $OUT: log.txt, each A/A
+# run's EvalResult, timing_truth.json and verdicts.json (at most 8 files come back from the device tool).
+# PARTS picks what runs, in this order: aa truth verdicts broken cuda_corpus (default all but
+# cuda_corpus). AA_RUNS: the A/A
 # runs (JSON, see gpu_evaluations.py; the first on a fresh machine is cold). VERDICTS: "HONEST
 # WRONG PARALLEL" (the honest file HONEST times, one wrong on 1 input in 10 WRONG times, checks
 # only, PARALLEL at once). BROKEN_PARALLEL: how many broken variants at once.
@@ -30,4 +32,8 @@ if [[ " $PARTS " == *" broken "* ]]; then
   echo "== every broken variant of the coverage table, at full scale"
   timeout "${BROKEN_LIMIT_S:-300}" python3 scripts/gpu_evaluations.py broken "${BROKEN_PARALLEL:-6}"
 fi
-(cd "$OUT" && tar czf results.tgz --exclude results.tgz --exclude log.txt ./*.json 2>/dev/null && rm -f ./*.json)
+if [[ " $PARTS " == *" cuda_corpus "* ]]; then
+  echo "== the red-team corpus's CUDA cases (device work left running; events patched in the solution's process)"
+  timeout "${CORPUS_LIMIT_S:-120}" python3 -m pytest -q -p no:cacheprovider -rs tests/test_redteam.py \
+    -k "side_stream_work_with_sync_noops or event_elapsed_time_reads_a_tenth" 2>&1 | tail -n 6
+fi

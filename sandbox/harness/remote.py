@@ -312,6 +312,10 @@ class ContestantProcess(Peer):
         return self.finish(what)
 
     def begin(self, message: dict) -> None:
+        # What the referee copied into the arena is there before the process reads it: its
+        # copies ran on the referee's stream, and nothing orders them before the process's own.
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         self.signal(signal.SIGCONT)
         self._started_ns = _perf_counter_ns()
         self.send(message)

@@ -103,7 +103,10 @@ class ReferenceWorkers:
                 self._collect(ready)
             worker = next((w for w in self.workers if w not in self.busy), None)
         worker.slots.reset()
-        worker.send(request(worker))
+        message = request(worker)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the arena's new contents first (see ContestantProcess.begin)
+        worker.send(message)
         self.busy[worker] = pending = Pending(self, worker, take, what)
         return pending
 
