@@ -86,12 +86,17 @@ def _checked(job: tuple[str, Path, dict]) -> dict:
             "phases": result.phases, "gpu_uuid": result.environment.gpu_uuid if result.environment else None}
 
 
-def _run_all(jobs: list[tuple[str, Path, dict]], parallel: int) -> list[dict]:
+def _run_all(jobs: list[tuple[str, Path, dict]], parallel: int, name: str) -> list[dict]:
+    """Every job's outcome, each printed and saved (``name`` in verdicts.json) as it comes in,
+    so that a run stopped at its time limit still says what it got."""
     started = time.monotonic()
+    outcomes = []
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        outcomes = list(pool.map(_checked, jobs))
-    for outcome in outcomes:
-        print(f"== {outcome['label']}: {outcome['verdict']} in {outcome['seconds']}s: {outcome['reason'][:160]}")
+        for outcome in pool.map(_checked, jobs):
+            print(f"== {outcome['label']}: {outcome['verdict']} in {outcome['seconds']}s: {outcome['reason'][:160]}",
+                  flush=True)
+            outcomes.append(outcome)
+            _save(name, outcomes)
     print(f"   {len(jobs)} evaluations, {parallel} at once: {time.monotonic() - started:.1f}s")
     return outcomes
 
@@ -103,7 +108,7 @@ def repeated_verdicts(honest_repeats: int, wrong_repeats: int, parallel: int) ->
     # Two reference workers each: several evaluations share the machine's 16 cores.
     jobs = ([(f"honest #{i + 1}", honest, {"reference_workers": 2}) for i in range(honest_repeats)]
             + [(f"rarely_wrong #{i + 1}", wrong, {"reference_workers": 2}) for i in range(wrong_repeats)])
-    outcomes = _run_all(jobs, parallel)
+    outcomes = _run_all(jobs, parallel, "verdicts")
     for kind in ("honest", "rarely_wrong"):
         verdicts = [o["verdict"] for o in outcomes if o["label"].startswith(kind)]
         print(f"== {kind}: {verdicts.count('pass')} pass, {verdicts.count('incorrect')} incorrect, "
@@ -118,7 +123,7 @@ def broken_variants(parallel: int) -> None:
     # Each fails on the fixed seeds, checked before the secret ones: two secret cases suffice.
     jobs = [(name, _candidate(name, suite.BROKEN[name][0]), {"reference_workers": 1, "hidden_seeds": 2})
             for name in names]
-    outcomes = _run_all(jobs, parallel)
+    outcomes = _run_all(jobs, parallel, "broken")
     caught = 0
     for outcome in outcomes:
         _, verdict, check = suite.BROKEN[outcome["label"]]

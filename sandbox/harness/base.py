@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import bandwidth, building, environment, remote
-from .exchange import Arena, bytes_needed
+from .exchange import Arena, bytes_needed, encode
 from .loading import CandidateError, DiskCache, TaskError, digest
 from .protocol import Channel, make_non_dumpable
 from .remote import ContestantProcess, LeftRunning, SolutionFailed, TrustedFailed, Watch
@@ -74,6 +74,7 @@ class EvaluationBase:
         The solution's; for a timed run the baseline's, served by the same code; for a
         decode task the reference workers."""
         make_non_dumpable()  # before any other process of the evaluation exists
+        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
         self.watch = Watch(self.device, bool(self.job.get("pid_namespace")))
         self.solution = self._contestant("solution")
         self.baseline_process = self._contestant("baseline") if self.job["mode"] != "check" else None
@@ -102,12 +103,19 @@ class EvaluationBase:
     def contestant_pids(self) -> list[int]:
         return [p.pid for p in self.contestants()]
 
-    def start_contestants(self, arena_bytes: int, interlude: Callable[[], Any]) -> None:
-        """Connect each contestant's process through an arena of ``arena_bytes`` of its own,
-        and time their empty requests (remote.calibrate), each pair after ``interlude``, work
-        of the referee's own, synchronized.
+    def connect_contestants(self, arena_bytes: int) -> None:
+        """Connect each contestant's process through an arena of ``arena_bytes`` of its own."""
+        for process in self.contestants():
+            folder = Path(tempfile.mkdtemp(prefix=f"{process.who}-", dir=self.exchange_dir))
+            arena = Arena.create(self.device, arena_bytes, folder)
+            process.connect(arena)
+            arena.unlink_file()  # mapped by both now; no other process can open it by name
 
-        Called once everything trusted is built, before any contestant is loaded: from here
+    def calibrate_contestants(self, interlude: Callable[[], Any]) -> None:
+        """Time the contestants' empty requests (remote.calibrate), each pair after
+        ``interlude``, work of the referee's own, synchronized.
+
+        Called once everything trusted is built and loaded, before the solution is: from here
         on this process runs no contestant's code; it asks their processes and reads the
         arenas."""
         def interlude_done() -> None:
@@ -115,12 +123,6 @@ class EvaluationBase:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
 
-        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
-        for process in self.contestants():
-            folder = Path(tempfile.mkdtemp(prefix=f"{process.who}-", dir=self.exchange_dir))
-            arena = Arena.create(self.device, arena_bytes, folder)
-            process.connect(arena)
-            arena.unlink_file()  # mapped by both now; no other process can open it by name
         remote.calibrate(self.contestants(), interlude_done, self.empty_requests)
         self.interlude = interlude
 
@@ -129,16 +131,31 @@ class EvaluationBase:
         step: what calibration times (remote.calibrate)."""
         raise NotImplementedError
 
-    def start_trusted(self, weights: str, init: list, worker_arena_bytes: int = 0) -> None:
-        """Load what the referee's own processes need before any solution code runs anywhere:
-        the baseline in its process (timed runs), the reference in each worker's. Each reads
-        ``weights`` now, while no solution code can touch the file."""
+    def begin_trusted(self, weights: str, init: list) -> None:
+        """Start loading what the referee's own processes need before any solution code runs
+        anywhere: the baseline in its process (timed runs), the reference in each worker's.
+        Each reads ``weights`` now, while no solution code can touch the file, and meanwhile
+        the referee goes on with its own work (``finish_trusted`` waits for them). ``init``,
+        the baseline's constructor arguments, may hold tensors only once its process is
+        connected (``connect_contestants``)."""
+        if self._trusted_begun:
+            return
+        self._trusted_begun = True
         baseline = self.baseline_process
         if baseline is not None:
-            baseline.slots.reset()
-            baseline.begin(self.spec("baseline").request(baseline.put(init), weights))
+            connected = hasattr(baseline, "arena")
+            if connected:
+                baseline.slots.reset()
+            node = baseline.put(init) if connected else encode(init, _no_tensor)
+            baseline.begin(self.spec("baseline").request(node, weights))
         if self.workers is not None:
-            self.workers.begin_prepare(self.job, weights, worker_arena_bytes, self.exchange_dir)
+            self.workers.begin_prepare(self.job, weights)
+
+    _trusted_begun = False
+
+    def finish_trusted(self, worker_arena_bytes: int = 0) -> None:
+        """Wait for what ``begin_trusted`` started; then share an arena with each worker."""
+        baseline = self.baseline_process
         if baseline is not None:
             try:
                 baseline.finish("loading the baseline")
@@ -146,6 +163,7 @@ class EvaluationBase:
                 raise TaskError(f"the task's baseline failed in its own process: {err.message}\n{err.details}") from err
         if self.workers is not None:
             self.workers.finish_prepare()
+            self.workers.attach(worker_arena_bytes, self.exchange_dir)
 
     def spec(self, who: str) -> building.Spec:
         raise NotImplementedError
@@ -252,6 +270,10 @@ class EvaluationBase:
                    "torch_compile", "note", "device_ms", "cached")
         self.channel.send("launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed},
                           reported_by=by)
+
+
+def _no_tensor(value: Any) -> dict:
+    raise TaskError("a contestant's constructor arguments must hold no tensor here")
 
 
 def _shared_memory_dir() -> str | None:

@@ -81,9 +81,11 @@ class KernelBenchEvaluation(EvaluationBase):
             self.bw = self.bandwidth() if self.job["mode"] != "check" else None
             inputs = self._inputs(self.timing_seed)
             outputs = layout_of(self.expected[self.timing_seed])
-            self.start_contestants(arena_bytes_for(inputs, outputs, outputs), lambda: self.reference(*inputs))
+            self.connect_contestants(arena_bytes_for(inputs, outputs, outputs))
             weights = self.weights_file(self.reference.state_dict(), None)
-            self.start_trusted(weights, self.init_inputs)
+            self.begin_trusted(weights, self.init_inputs)
+            self.finish_trusted()
+            self.calibrate_contestants(lambda: self.reference(*inputs))
             self.seal_cache()
             if not self.finish_load(self.begin_load(self.spec("solution"), self.init_inputs, weights)):
                 return

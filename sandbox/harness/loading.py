@@ -131,14 +131,21 @@ class DiskCache:
         # The size first: a cheap check that spares hashing a file that was cut short.
         return record.get("bytes") == size and record.get("sha256") == file_sha256(path)
 
-    def load(self, kind: str, key: str, device: torch.device) -> Any | None:
+    def entry(self, kind: str, key: str) -> Path | None:
+        """The file of an entry its record vouches for (hashed now), or None."""
         name = f"{kind}/{key}.pt"
         path = self.find(name)
+        return path if path is not None and self.verified(path, name) else None
+
+    def load(self, kind: str, key: str, device: torch.device, path: Path | None = None) -> Any | None:
+        """An entry's value on ``device``, or None (a miss); ``path``: the entry, verified
+        already (``entry``)."""
         # Hashed before torch.load, so that a file the record does not vouch for is never
         # unpickled. It is opened again by name to be mapped: the cache is read-only to the
         # jail and entries land there only by atomic rename (promote_cache), so what may
         # come in between is another evaluation's entry landing, not a candidate's file.
-        if path is None or not self.verified(path, name):
+        path = path or self.entry(kind, key)
+        if path is None:
             self.misses += 1
             return None
         try:

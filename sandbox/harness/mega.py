@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import yaml
@@ -212,17 +212,27 @@ def clone_state(state: State) -> State:
     return [{k: v.clone() for k, v in layer.items()} for layer in state]
 
 
-def build_reference(task: Task, cache: DiskCache) -> tuple[torch.nn.Module, Path | None]:
+def build_reference(task: Task, cache: DiskCache,
+                    found: Callable[[Path], None] = lambda path: None) -> tuple[torch.nn.Module, Path | None]:
     """The reference model with its deterministic weights, built once and cached on disk;
-    and the cache's file of those weights (None without a cache)."""
+    and the cache's file of those weights (None without a cache). ``found(file)`` is told of
+    that file as soon as it is known good (verified, or written), before the model is built
+    from it, so that other processes can start loading it meanwhile."""
     key = digest(task.cache_identity["reference"], task.cache_identity["config"])
-    entry = f"weights/{key}.pt"
-    weights = cache.load("weights", key, task.device)
+    path = cache.entry("weights", key)
+    if path is not None:
+        found(path)
+    weights = cache.load("weights", key, task.device, path) if path is not None else None
     if weights is None:
+        if path is None:
+            cache.misses += 1
         model = task.reference.Model(task.cfg)  # the reference draws its own deterministic weights
         cache.store("weights", key, model.state_dict())
-        return model.to(task.device).eval(), cache.find(entry)
-    return reference_model(task, weights), cache.find(entry)
+        path = cache.find(f"weights/{key}.pt")
+        if path is not None:
+            found(path)
+        return model.to(task.device).eval(), path
+    return reference_model(task, weights), path
 
 
 def reference_model(task: Task, weights: dict) -> torch.nn.Module:
@@ -475,7 +485,10 @@ class MegaEvaluation(EvaluationBase):
             raise TaskError(f"no shape with context in {wanted}; this scale has contexts {known}")
         self.phase("load_task")
         with torch.no_grad():
-            self.reference, self.weights_entry = build_reference(task, self.cache)
+            # The baseline's process and the workers load the weights file the moment it is
+            # known good, beside the referee's own load and its fixed cases.
+            self.reference, self.weights_entry = build_reference(
+                task, self.cache, lambda path: self.begin_trusted(str(path), [task.cfg]))
             self.phase("reference_weights")
             self.cases = self._fixed_cases()
         first = self.cases[0]
@@ -587,10 +600,13 @@ class MegaEvaluation(EvaluationBase):
         with torch.no_grad():
             timed = self.job["mode"] != "check"
             self.bw = self.bandwidth() if timed and self.task.roofline is not None else None
-            hidden, state = self.timing_inputs(self.timing_shapes[0]["context_len"])
-            self.start_contestants(self._arena_bytes(), lambda: reference_step(self.reference, hidden, state))
             weights = self.weights_file(self.weights, self.weights_entry)
-            self.start_trusted(weights, [self.task.cfg], self._worker_arena_bytes())
+            self.begin_trusted(weights, [self.task.cfg])  # without a cache file, only now
+            self.finish_trusted(self._worker_arena_bytes())
+            hidden, state = self.timing_inputs(self.timing_shapes[0]["context_len"])
+            self.connect_contestants(self._arena_bytes())
+            # Calibrated with every trusted process loaded and idle: nothing else runs then.
+            self.calibrate_contestants(lambda: reference_step(self.reference, hidden, state))
             self.phase("trusted_processes")
             self.seal_cache()
             # The solution loads while the secret cases are computed: it cannot know their
@@ -759,19 +775,21 @@ class ValidatedChain:
         self.margins: list[float | None] = []
 
     def run(self) -> tuple[str, str]:
-        """(status, reason) for the chain. Each step is judged as soon as it is back, by a
-        reference worker where there are any, while the solution's process goes on with the
-        next step (its outputs are the next step's inputs there); the verdict reads the steps
-        in order."""
+        """(status, reason) for the chain. The solution's steps run first, each one's inputs
+        and outputs kept; then every step is judged, by the reference workers side by side
+        where there are any. Never while the solution's process runs: the device probe after
+        each of its answers must find no other context's work on the device (a worker's
+        reference step would read as work the solution left running)."""
         evaluation, task = self.evaluation, self.evaluation.task
         hidden_in, state_in = evaluation.timing_inputs(self.context_len)
-        judged = []
+        steps = []
         for i in range(self.steps):
             hidden, state = evaluation.remote_step("fresh" if i == 0 else "chain", [hidden_in, state_in] if i == 0
                                                    else None, i, self.context_len, keep=True)
-            judged.append(evaluation.judge_step(hidden_in, state_in, hidden, state))
+            steps.append((hidden_in, state_in, hidden, state))
             self.outputs.append(hidden)
             hidden_in, state_in = hidden, state
+        judged = [evaluation.judge_step(*step) for step in steps]
         excused, worst = [], 1.0
         for i, pending in enumerate(judged):
             result, margin = pending()

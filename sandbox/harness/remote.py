@@ -54,7 +54,7 @@ MAX_REPLY_BYTES = 1 << 20
 POLL_S = 0.5
 # Empty requests timed per contestant before the solution is imported, while every process
 # runs only our code.
-CALIBRATION_REQUESTS = 15
+CALIBRATION_REQUESTS = 10
 # The device counts as idle after an answer when the probe takes no longer than this factor
 # of its slowest calibration reading plus this slack. Work left behind by another context
 # delays it: the device runs two contexts' work time-sliced, never together.

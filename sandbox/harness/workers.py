@@ -75,22 +75,28 @@ class ReferenceWorkers:
         self.busy: dict[Worker, Pending] = {}
         self.closed = False
 
-    def begin_prepare(self, job: dict, weights: str, arena_bytes: int, exchange_dir: Path) -> None:
-        """Share an arena with each worker and have it build the task and the reference from
-        ``weights``; answered in ``finish_prepare``."""
+    def begin_prepare(self, job: dict, weights: str) -> None:
+        """Have each worker build the task and the reference from ``weights``; answered in
+        ``finish_prepare``."""
+        for worker in self.workers:
+            worker.send({"op": "prepare", "task_dir": job["task_dir"], "scale": job["scale"], "weights": weights})
+
+    def finish_prepare(self) -> None:
+        for worker in self.workers:
+            worker.answer("loading the reference")
+
+    def attach(self, arena_bytes: int, exchange_dir: Path) -> None:
+        """Share an arena of ``arena_bytes`` with each worker, its file (on the CPU) unlinked
+        once mapped, before any solution code runs."""
         for i, worker in enumerate(self.workers):
             folder = exchange_dir / f"worker-{i + 1}"
             folder.mkdir()
             worker.arena = Arena.create(self.device, arena_bytes, folder)
             worker.slots = SlotAllocator(worker.arena)
             worker.send({"op": "attach", "arena": worker.arena.description})
-            worker.send({"op": "prepare", "task_dir": job["task_dir"], "scale": job["scale"], "weights": weights})
-
-    def finish_prepare(self) -> None:
         for worker in self.workers:
             worker.answer("attaching its arena")
             worker.arena.unlink_file()
-            worker.answer("loading the reference")
 
     # -- dealing work out ------------------------------------------------------------------------
     def submit(self, request: Callable[[Worker], dict], take: Callable[[dict, Worker], Any], what: str) -> Pending:
