@@ -159,6 +159,7 @@ class Contestant:
         self.block_steps, self.chains_per_request = min(DEFAULT_BLOCK_STEPS, steps), 1
         self.position = 0  # steps of the current chain done; 0: the next block starts a chain
         self.chains_in_block = 1
+        self.checking = True  # chain_done after each chain (not for a warm-up's)
         # Milliseconds per step as the contestant's own process timed its blocks (CUDA
         # events): reported beside the referee's figure, never used for it.
         self.self_timed_ms: list[float] = []
@@ -192,7 +193,7 @@ class Contestant:
     def finish(self) -> None:
         """Check the chain in progress (or just ended): every run of it recorded since it
         began; the next block starts a new chain."""
-        if self.position:
+        if self.position and self.checking:
             self.chain_done(self.position, self.chains_in_block)
         self.position, self.chains_in_block = 0, 1
 
@@ -215,17 +216,31 @@ class Contestant:
         return "pass", "not checked"
 
 
-WARM_UPS = 2
+# The steps of the warm-up whose pace sizes a fast contestant's blocks, at least (or a whole
+# chain): a request's own cost, some 0.45 ms beyond its calibrated floor for a fast kernel on
+# an H200 (run 11), spread over 2 steps would make a 0.23 ms step read 0.35 ms, and its chains
+# too few per request.
+PACE_STEPS = 8
 
 
-def warm_up(contestant: Contestant, steps: int) -> float:
-    """Untimed chains of ``steps``, one request each, neither kept for the result nor
-    checked; the last one's milliseconds per step as the referee saw them (a rough pace: the
-    first can still pay for a kernel's compilation or a first allocation)."""
-    contestant.plan(max(1, steps))
-    for _ in range(WARM_UPS):
-        pace = contestant.next_block()
-        contestant.position = 0  # a warm-up's outputs are no chain to check
+def warm_up(contestant: Contestant, steps: int, host_bound_ms: float = MIN_REQUEST_MS / 4) -> float:
+    """Untimed chains, one request each, neither kept for the result nor checked, and the
+    last one's milliseconds per step as the referee saw them (the pace that sizes the
+    blocks): one of ``steps`` (it can still pay for a kernel's compilation or a first
+    allocation), then another as long; and where that one reads faster than
+    ``host_bound_ms`` a step, a third of at least PACE_STEPS steps. The same rule for every
+    contestant: a host-bound one warms up with two short chains."""
+    counts, pace = [max(1, steps)] * 2, 0.0
+    contestant.checking = False  # a warm-up's outputs are no chain to check
+    try:
+        while counts:
+            contestant.plan(min(counts.pop(0), contestant.steps))
+            pace = contestant.next_block()
+            contestant.position = 0
+            if not counts and pace < host_bound_ms and steps < PACE_STEPS:
+                counts, steps = [PACE_STEPS], PACE_STEPS
+    finally:
+        contestant.checking = True
     return pace
 
 
@@ -285,8 +300,8 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
     of the "timing" event, less the label and the roofline."""
     plans = {}
     for c in (baseline, candidate):
-        plans[c.name] = block_plan(warm_up(c, settings.warmup), steps, settings.block_steps,
-                                   settings.min_request_ms)
+        plans[c.name] = block_plan(warm_up(c, settings.warmup, settings.min_request_ms / 4), steps,
+                                   settings.block_steps, settings.min_request_ms)
         c.plan(*plans[c.name])
     blocks_per_chain = max(math.ceil(steps / plan[0]) for plan in plans.values())
     samples = run_pairs([baseline, candidate], settings.rounds * blocks_per_chain)
