@@ -1,15 +1,13 @@
-"""A reference worker's process: the referee's own code, computing secret cases beside it.
+"""A reference worker's process: the referee's own code, drawing secret cases and judging chained steps.
 
 Started by the referee (workers.py) as ``python -I -B -u reference_worker.py --requests-fd R
 --replies-fd W --device D`` from an empty working directory, it makes itself non-dumpable
-first of all, then builds the task and the reference from the weights file it is given, and
-answers one JSON request per line (``WorkerSession``) with the same loop as a contestant's
-process (solution_server.serve). It never imports a solution or a baseline.
+before it reads any request, then builds the task and the reference from the weights file it
+is given, and answers one JSON request per line (``WorkerSession``) with the same loop as a
+contestant's process (solution_server.main). It never imports a solution or a baseline.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -17,8 +15,6 @@ from typing import Any
 
 # -I leaves the script's own folder off sys.path: the harness package is found by path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kagent_harness.protocol import make_non_dumpable  # noqa: E402
 
 
 class WorkerSession:
@@ -92,24 +88,7 @@ class WorkerSession:
         return {"result": result, "margin": margin}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="reference_worker", description=__doc__)
-    parser.add_argument("--requests-fd", type=int, required=True)
-    parser.add_argument("--replies-fd", type=int, required=True)
-    parser.add_argument("--device", required=True)
-    args = parser.parse_args()
-    make_non_dumpable()
-    import torch
-
-    from kagent_harness.solution_server import serve
-
-    torch.set_grad_enabled(False)
-    device = torch.device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    with os.fdopen(args.requests_fd, "r") as requests, os.fdopen(args.replies_fd, "w") as replies:
-        serve(requests, replies, WorkerSession(device))
-
-
 if __name__ == "__main__":
-    main()
+    from kagent_harness.solution_server import main
+
+    main(WorkerSession, prog="reference_worker", description=__doc__, non_dumpable=True)

@@ -259,22 +259,25 @@ def serve(requests: Any, replies: Any, session: Any) -> None:
         replies.flush()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="solution_server", description=__doc__)
+def main(make_session: Any = None, prog: str = "solution_server", description: str = __doc__,
+         non_dumpable: bool = False) -> None:
+    """Serve requests on the descriptors the command line names: a contestant's session by
+    default; ``make_session(device)`` another (a reference worker's, always ``non_dumpable``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--device", required=True)
     parser.add_argument("--non-dumpable", action="store_true", help="make this process non-dumpable first of all "
                                                                     "(the baseline's: no other process may read it)")
     args = parser.parse_args()
-    if args.non_dumpable:
+    if args.non_dumpable or non_dumpable:
         make_non_dumpable()
     torch.set_grad_enabled(False)
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     with os.fdopen(args.requests_fd, "r") as requests, os.fdopen(args.replies_fd, "w") as replies:
-        serve(requests, replies, Session(device))
+        serve(requests, replies, (make_session or Session)(device))
 
 
 if __name__ == "__main__":
