@@ -76,9 +76,10 @@ class EvalOptions(BaseModel):
     block_steps: Optional[int] = Field(None, ge=1, description="The fewest consecutive steps per timed block; "
                                                                "the contestants alternate block by block (default 1)")
     min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to a contestant's "
-                                            "process should last: a contestant runs as many steps per block as that "
-                                            "takes, a fast one its whole chain several times per request (default "
-                                            "20 ms; 0: blocks of block_steps)")
+                                            "process should last: one whose step takes a quarter of it or more runs "
+                                            "blocks of block_steps; any other as many steps per block as that takes, "
+                                            "a fast one its whole chain several times per request (default 20 ms; "
+                                            "0: blocks of block_steps)")
     reference_workers: Optional[int] = Field(None, ge=0, description="Processes that compute a decode task's secret "
                                              "cases beside the referee (None: 4 on CUDA, 0 on the CPU)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
@@ -427,9 +428,11 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     """Move into the cache what the harness staged before any candidate code ran.
 
     The harness lists each staged file and its hash in a signed ``cache_sealed`` event just
-    before it loads the solution, and stages nothing after. Only those files, unchanged, are
-    kept: whatever the solution wrote into the staging folder (a poisoned weight file, a
-    bandwidth that would switch the physics check off) never reaches a later evaluation.
+    before it loads the solution, and after that stages only what it writes once the
+    solution's process is gone (``cache_staged``: the baseline's launch count). Only those
+    files, unchanged, are kept: whatever the solution wrote into the staging folder (a
+    poisoned weight file, a bandwidth that would switch the physics check off) never reaches a
+    later evaluation.
     """
     sealed = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
     # Entries staged after the seal, once no solution code could run any more (the baseline's

@@ -321,6 +321,26 @@ def test_only_files_sealed_unchanged_reach_the_cache(tmp_path):
     assert promote_cache(staging, cache, []) == []  # no seal event (a crash before it): nothing
 
 
+def test_an_entry_staged_after_the_seal_reaches_the_cache_only_as_written(tmp_path):
+    # The baseline's launch count, measured once the solution's process is gone: staged with
+    # the hashes of the bytes the referee wrote, and promoted only where the file still has them.
+    staging, root = tmp_path / "staging", tmp_path / "cache"
+    cache = DiskCache(root, staging)
+    cache.seal()
+    files = cache.store_late("launches", "k", {"launches": 560})
+    assert sorted(files) == ["launches/k.pt", "launches/k.pt.json"]
+    assert files["launches/k.pt"] == hashlib.sha256((staging / "launches" / "k.pt").read_bytes()).hexdigest()
+    tampered = cache.store_late("launches", "t", {"launches": 1})
+    (staging / "launches" / "t.pt").write_bytes(b"another process's bytes")
+    events = [{"event": "cache_sealed", "files": {}}, {"event": "cache_staged", "files": files},
+              {"event": "cache_staged", "files": tampered}]
+    promoted = sorted(promote_cache(staging, root, events))
+    assert promoted == ["launches/k.pt", "launches/k.pt.json", "launches/t.pt.json"]
+    # Read back in a later evaluation: the record vouches for the payload.
+    assert DiskCache(root).load("launches", "k", torch.device("cpu")) == {"launches": 560}
+    assert DiskCache(root).load("launches", "t", torch.device("cpu")) is None
+
+
 def test_a_wrong_row_appended_to_a_long_cache_fails_on_its_own():
     # One row of 2049 barely moves the whole cache's cosine; the appended rows are compared alone.
     g = torch.Generator().manual_seed(0)
