@@ -1,11 +1,13 @@
 """Evaluation of a KernelBench-Mega-style task: a stateful ``Model.step(hidden, state)``.
 
-The order matters for integrity: the reference's weights and expected outputs (including
-those for seeds drawn now, which no candidate can know in advance), the baseline and its
-launches, and the bandwidth are all built, and the cache sealed, before the solution's
-process starts. That process (remote.py) only ever receives inputs and returns outputs
-through the shared arena; everything it returns is copied into the referee's own tensors
-and judged here.
+The order matters for integrity: the reference's weights, the fixed seeds' expected outputs
+and the bandwidth are built, the baseline's process and the reference workers have loaded
+everything they read, and the cache is sealed, before the solution's process is told to load
+the solution. The secret cases (seeds drawn now, which no candidate can know in advance) are
+drawn by the workers while it loads, and all of them are in before its first step. That
+process (remote.py) only ever receives inputs and returns outputs through the shared arena;
+everything it returns is copied into the referee's own tensors and judged here (or by a
+worker, on tensors the referee hands it), never while the solution's process runs.
 """
 from __future__ import annotations
 
