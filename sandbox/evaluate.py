@@ -21,30 +21,21 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
 from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
-from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.lease import LeaseRecord, open_lease
+from kagent.sandbox.scrub import scrubbed_env
+from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.results import (
-    Bandwidth,
-    CheckResult,
-    Determinism,
-    Environment,
-    EvalResult,
-    LaunchReport,
-    ShapeTiming,
-    StaticFinding,
-    Verdict,
+    Bandwidth, CheckResult, Determinism, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
     check_verdict,
 )
-from kagent.sandbox.scrub import scrubbed_env
 from kagent.tasks import TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
@@ -81,11 +72,15 @@ class EvalOptions(BaseModel):
     contexts: Optional[list[int]] = Field(None, description="Context lengths to time (default: all of the scale)")
     rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant and shape")
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
-    block_steps: Optional[int] = Field(None, ge=1, description="Consecutive steps per timed block; the "
-                                                               "contestants alternate block by block (default 8)")
-    min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to the solution's "
-                                            "process should last: a faster candidate runs its whole chain several "
-                                            "times per request (default 20 ms; 0: blocks as the baseline's)")
+    block_steps: Optional[int] = Field(None, ge=1, description="The fewest consecutive steps per timed block; "
+                                                               "the contestants alternate block by block (default 1)")
+    min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to a contestant's "
+                                            "process should last: one whose step takes a quarter of it or more runs "
+                                            "blocks of block_steps; any other as many steps per block as that takes, "
+                                            "a fast one its whole chain several times per request (default 20 ms; "
+                                            "0: blocks of block_steps)")
+    reference_workers: Optional[int] = Field(None, ge=0, description="Processes that compute a decode task's secret "
+                                             "cases beside the referee (None: 4 on CUDA, 0 on the CPU)")
     timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
     hang_after_s: float = Field(60.0, gt=0, description="Once the solution is built, a request to it that runs this "
                                 "long (or 20x the baseline's time for its steps, if more) with no compiler running "
@@ -212,7 +207,7 @@ class Bundle:
         self.task_file = None if task.kind == "mega" else self.task_dir / task.path.name
         if solution is not None:
             _copy_solution(solution, self.work)
-            self.solution: Optional[Path] = self.work / solution.name
+            self.solution = self.work / solution.name
         else:
             self.work.mkdir()
             self.solution = None
@@ -261,6 +256,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "block_steps": options.block_steps,
         "min_request_ms": options.min_request_ms,
         "hang_after_s": options.hang_after_s,
+        "reference_workers": options.reference_workers,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,
         "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
@@ -435,11 +431,18 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     """Move into the cache what the harness staged before any candidate code ran.
 
     The harness lists each staged file and its hash in a signed ``cache_sealed`` event just
-    before it loads the solution, and stages nothing after. Only those files, unchanged, are
-    kept: whatever the solution wrote into the staging folder (a poisoned weight file, a
-    bandwidth that would switch the physics check off) never reaches a later evaluation.
+    before it loads the solution, and after that stages only what it writes once the
+    solution's process is gone (``cache_staged``: the baseline's launch count). Only those
+    files, unchanged, are kept: whatever the solution wrote into the staging folder (a
+    poisoned weight file, a bandwidth that would switch the physics check off) never reaches a
+    later evaluation.
     """
-    sealed: dict[str, Any] = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
+    sealed = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
+    # Entries staged after the seal, once no solution code could run any more (the baseline's
+    # launch count), each with the hash of the bytes the referee wrote.
+    for event in events:
+        if event.get("event") == "cache_staged":
+            sealed = {**sealed, **event.get("files", {})}
     promoted = []
     for name, digest in sealed.items():
         source, target = staging / name, cache_dir / name

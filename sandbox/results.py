@@ -64,9 +64,12 @@ class ShapeTiming(Model):
     label: str = Field(description="'ctx 2048' for a decode task, 'default' for a KernelBench file")
     context_len: Optional[int] = None
     steps: int = Field(description="Steps per timed chain")
-    rounds: int = Field(description="Chains timed per contestant")
-    block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the baseline "
-                                                         "(contestants alternate block by block)")
+    rounds: int = Field(description="Chains timed of the contestant with the most blocks per chain (the other "
+                                    "runs as many blocks)")
+    pairs: Optional[int] = Field(None, description="Timed blocks per contestant, paired back to back in ABBA order")
+    block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the baseline, one "
+                                                         "request to its process each (contestants alternate block "
+                                                         "by block)")
     candidate_block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the "
                                                                    "solution, one request to its process each: "
                                                                    "up to a whole chain for a fast one")
@@ -77,8 +80,8 @@ class ShapeTiming(Model):
     candidate: Stats
     baseline_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's, in "
                                              "timing order; paired with candidate_samples_ms")
-    candidate_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's (a "
-                                              "block repeated beside each baseline block of its round)")
+    candidate_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's, in "
+                                              "timing order; the k-th ran beside the baseline's k-th")
     speedup: float = Field(description="Median over back-to-back block pairs of baseline / candidate time")
     ratio_of_medians: float = Field(description="baseline median / candidate median, for comparison")
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
@@ -115,12 +118,13 @@ class LaunchReport(Model):
     cuda_graph_replay: bool = False
     torch_compile: bool = False
     note: str = ""
-    cached: bool = Field(False, description="Read from the cache (results of kagent before the solution had a "
-                                            "process of its own; counts are measured every time now)")
+    cached: bool = Field(False, description="Read from the cache: the baseline's count, cached by its file, the "
+                                            "device and torch")
     device_ms: Optional[float] = Field(None, description="The profiler's device time of the step: its kernels', "
                                                          "copies' and sets' durations summed")
-    reported_by: str = Field("the referee", description="Which process profiled the step: the candidate's "
-                                                        "count comes from its own process, so it decides nothing")
+    reported_by: str = Field("the referee", description="Which process profiled the step, each contestant's "
+                                                        "its own: the candidate's count comes from code it "
+                                                        "controls, so it decides nothing")
 
 
 class Environment(Model):

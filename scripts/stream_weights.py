@@ -45,6 +45,10 @@ class Model(Reference):
     """The reference's parameters (so the harness loads its weights as into any solution);
     a step that only streams them."""
 
+    def __init__(self, cfg, init_weights: bool = False):
+        # No random draws (17 s on the CPU at full scale): the harness loads the weights after.
+        super().__init__(cfg, init_weights=init_weights)
+
     def _stream_words(self) -> torch.Tensor:
         words = self.__dict__.get("_words")
         if words is None:  # built at the first step: the harness loads the weights after construction

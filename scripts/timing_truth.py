@@ -6,16 +6,16 @@ weights) three ways and prints them side by side:
 - in this process, as a user's own decode loop would: consecutive steps between two CUDA
   events (the plain loop), single steps synchronized around (isolated), and the profiler's
   device time of one step;
-- through the harness's own timing code, unchanged: the referee against the baseline in
-  alternating blocks, the kernel in a process of its own (sandbox/harness/mega.py's
-  ``performance``), once per block size asked for. Only the correctness checks are left out
+- through the harness's own timing code, unchanged (sandbox/harness/timing.py, as
+  sandbox/harness/mega.py's ``performance`` runs it): the kernel's process against the
+  baseline's, in alternating blocks, once per least block size asked for. Only the correctness checks are left out
   (the kernel computes nothing right), so nothing here can be signed or scored.
 
 Then it says whether the harness's steady time per step is within 3% of the plain loop and
 10% of the device time, and how wide the speedup's interval is. It prints JSON lines and
 writes the whole record to ``--out``.
 
-    python scripts/timing_truth.py --device cuda --contexts 2048 8192 --block-steps 8 32
+    python scripts/timing_truth.py --device cuda --contexts 2048 8192 --block-steps 1 8
 """
 from __future__ import annotations
 
@@ -54,43 +54,48 @@ INTERVAL_HALF_WIDTH = 0.03
 
 
 class RequestLog:
-    """Every request's figures (the referee's clock, the probe, and the solution process's own
-    view), to see where a block's time goes beyond the steps themselves."""
+    """Every request's figures (the referee's clock, the probe, and the contestant process's
+    own view), to see where a block's time goes beyond the steps themselves."""
 
     def __init__(self) -> None:
         self.entries: list[dict] = []
-        self._request = remote.SolutionProcess.request
+        self._request = remote.ContestantProcess.request
 
     def __enter__(self) -> RequestLog:
         log, request = self, self._request
 
         def logged(process, message: dict, what: str) -> dict:
             reply = request(process, message, what)
-            log.entries.append({"op": message.get("op"), "steps": message.get("steps"),
-                                "first": message.get("record_from"), "begin": message.get("begin") is not None,
+            log.entries.append({"who": process.who, "op": message.get("op"), "steps": message.get("steps"),
+                                "chains": message.get("chains"), "first": message.get("record_from"),
+                                "fresh": message.get("fresh"),
                                 **{k: reply.get(k) for k in ("answered_ms", "probe_ms", "block_ms", "device_ms",
                                                              "handled_ms")}})
             return reply
-        remote.SolutionProcess.request = logged
+        remote.ContestantProcess.request = logged
         return self
 
     def __exit__(self, *exc) -> None:
-        remote.SolutionProcess.request = self._request
+        remote.ContestantProcess.request = self._request
 
     def summary(self) -> dict:
-        """Medians, per kind of request, of what the referee saw beyond the process's own work."""
+        """Medians, per contestant and kind of request, of what the referee saw beyond the
+        process's own work."""
         out = {}
-        for label, chosen in (("noop", [e for e in self.entries if e["op"] == "noop"]),
-                              ("chain", [e for e in self.entries if e["op"] == "chain" and e["steps"] > 1]),
-                              ("single_step", [e for e in self.entries if e["op"] == "chain" and e["steps"] == 1])):
-            if not chosen:
-                continue
-            out[label] = {"n": len(chosen), **{
-                name: statistics.median(value(e) for e in chosen) for name, value in (
-                    ("answered_ms", lambda e: e["answered_ms"]),
-                    ("transport_ms", lambda e: e["answered_ms"] - e["handled_ms"]),
-                    ("probe_ms", lambda e: e["probe_ms"]),
-                    ("handled_beyond_events_ms", lambda e: e["handled_ms"] - (e["device_ms"] or 0.0)))}}
+        for who in ("solution", "baseline"):
+            mine = [e for e in self.entries if e["who"] == who and e["answered_ms"] is not None]
+            for label, chosen in (("noop", [e for e in mine if e["op"] == "noop"]),
+                                  ("stage", [e for e in mine if e["op"] == "stage"]),
+                                  ("chain", [e for e in mine if e["op"] == "chain" and e["steps"] > 1]),
+                                  ("single_step", [e for e in mine if e["op"] == "chain" and e["steps"] == 1])):
+                if not chosen:
+                    continue
+                out[f"{who}_{label}"] = {"n": len(chosen), **{
+                    name: statistics.median(value(e) for e in chosen) for name, value in (
+                        ("answered_ms", lambda e: e["answered_ms"]),
+                        ("transport_ms", lambda e: e["answered_ms"] - e["handled_ms"]),
+                        ("probe_ms", lambda e: e["probe_ms"]),
+                        ("handled_beyond_events_ms", lambda e: e["handled_ms"] - (e["device_ms"] or 0.0)))}}
         return out
 
 
@@ -157,6 +162,9 @@ def in_process(folder: Path, task_dir: Path, scale: str, contexts: list[int], de
             cfg = reference.build_config(shape)
             if model is None:
                 model = solution.Model(cfg).to(device).eval()
+                for payload in model.buffers():  # random bytes to stream, as weights would be
+                    if payload.dtype == torch.uint8:
+                        payload.random_(0, 256)
             hidden = reference.init_token(cfg, 0, device=device)
             state = reference.init_state(cfg, ctx, 0, device=device)
             chain = [hidden, state]
@@ -186,11 +194,14 @@ def through_harness(folder: Path, task_dir: Path, scale: str, contexts: list[int
                     block_steps: int, rounds: int, cache: Path) -> dict:
     """The harness's own timing of the kernel (a process of its own) against the baseline."""
     home = Path(tempfile.mkdtemp(prefix="kagent-stream-home-"))
+    # The cache's entries are read whoever built them (no identity), so the evaluations' warm
+    # cache serves here too; one secret case, drawn here (no reference workers).
     job = {"protocol": PROTOCOL_VERSION, "kind": "mega", "mode": "full", "task_dir": str(task_dir),
            "task_file": None, "solution": str(folder / "solution.py"), "scale": scale, "device": str(device),
            "contexts": contexts, "rounds": rounds, "warmup": 2, "block_steps": block_steps,
-           "cache_dir": str(cache), "cache_staging": None, "cache_identity": "timing-truth", "hidden_seeds": 1,
-           "atol": None, "rtol": None, "solution_home": str(home), "pid_namespace": False, "import_paths": []}
+           "cache_dir": str(cache), "cache_staging": None, "cache_identity": None, "hidden_seeds": 1,
+           "reference_workers": 0, "atol": None, "rtol": None, "solution_home": str(home), "pid_namespace": False,
+           "import_paths": []}
     channel = Channel(None)
     with RequestLog() as log:
         evaluation = TimingOnly(job, channel)
@@ -232,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--scale", default="full", choices=["full", "smoke"])
     parser.add_argument("--contexts", type=int, nargs="+", default=[2048, 8192])
-    parser.add_argument("--block-steps", type=int, nargs="+", default=[timing.DEFAULT_BLOCK_STEPS])
+    parser.add_argument("--block-steps", type=int, nargs="+", default=[timing.DEFAULT_BLOCK_STEPS],
+                        help="the fewest steps per timed block, one harness run each")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--cache", type=Path, default=None, help="the reference's cache (default: a fresh folder)")
     parser.add_argument("--out", type=Path, default=None)

@@ -575,6 +575,26 @@ def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagen
     assert 3 <= sum(counts) / len(counts) <= 20, counts  # about 1 in 10 of 96, on average
 
 
+def test_reference_workers_draw_the_secret_cases_and_judge_the_chains(kimi, kagent_home, tmp_path):
+    # What the referee does itself on the CPU by default, processes of its own do beside it
+    # on a GPU: the same cases, the same judgments.
+    honest = run_eval(kimi, reference_solution(kimi, tmp_path / "honest"), kagent_home, mode="check",
+                      reference_workers=2)
+    assert honest.verdict is Verdict.PASS, honest.reason
+    load, hidden = check_named(honest, "load"), check_named(honest, "hidden_seeds")
+    assert load.data["reference_workers"] == 2
+    assert len(hidden.data["seeds"]) == 48 and all(c["decision_margin"] >= 0.02 for c in hidden.data["cases"])
+    assert sum(c["case"].endswith(" salient state") for c in hidden.data["cases"]) == 24
+    # A step that skips work on chained steps only, judged by a worker.
+    skips = run_eval(kimi, reference_solution(kimi, tmp_path / "skips", BROKEN["skips_moe_on_chained_steps"][0]),
+                     kagent_home, mode="check", reference_workers=2)
+    assert skips.verdict is Verdict.INCORRECT and skips.reason.startswith("chained_steps: ctx 16 step 2"), skips.reason
+    # A solution wrong on 1 input in 10, on the workers' secret cases.
+    wrong = run_eval(kimi, reference_solution(kimi, tmp_path / "wrong", RARELY_WRONG), kagent_home, mode="check",
+                     reference_workers=2, hidden_seeds=96)
+    assert wrong.verdict is Verdict.INCORRECT and wrong.reason.startswith("hidden_seeds: "), wrong.reason
+
+
 NOISY = '''
 class Model(Model):
     def step(self, hidden, state):

@@ -666,19 +666,20 @@ def test_timed_chain_departing_after_a_near_tie_is_excused(margin_task, kagent_h
 
 @pytest.mark.slow
 def test_every_run_of_a_chain_repeated_within_one_request_is_judged(margin_task, kagent_home, tmp_path):
-    # Wrong only the sixth time a step finds 9 rows (ctx 8, step 2): one run in the middle of
-    # the first timed request; the runs before and after it are right.
+    # Wrong only the seventh time a step finds 9 rows (ctx 8, step 2; after the validated chain
+    # and two warm-ups): one run in the middle of the first timed request; the runs before and
+    # after it are right.
     solution = write_solution(tmp_path / "s", "import itertools\n_TIMES_SEEN = itertools.count()\n"
-                              + solution_wrong_when("state[0]['memory'].shape[0] == 9 and next(_TIMES_SEEN) == 5"))
+                              + solution_wrong_when("state[0]['memory'].shape[0] == 9 and next(_TIMES_SEEN) == 6"))
     repeated = run_eval(margin_task, solution, kagent_home, contexts=[8], min_request_ms=1e6)
     assert repeated.verdict is Verdict.INCORRECT
     assert repeated.reason.startswith("timed_chain_ctx_8: ctx 8 step 2: a timed chain gave another answer"), \
         repeated.reason
-    # One chain a request: two timed rounds and the isolated chain never reach the sixth time.
+    # Blocks of one step: two timed rounds and the isolated chain never reach the seventh time.
     single = run_eval(margin_task, solution, kagent_home, contexts=[8], min_request_ms=0)
     assert single.verdict is Verdict.PASS, single.reason
     timing = single.timings[0]
-    assert (timing.candidate_block_steps, timing.candidate_chains_per_request) == (3, 1)
+    assert (timing.candidate_block_steps, timing.candidate_chains_per_request) == (1, 1)
 
 
 @pytest.mark.slow

@@ -44,99 +44,171 @@ def test_speedup_interval_excludes_one_for_a_real_difference():
     assert not result["within_noise"] and result["ci_low"] > 1.5
 
 
+def test_an_abba_unit_cancels_the_cost_of_a_switch_between_processes():
+    # The first block of each pair follows its own contestant's, the second the other's and
+    # pays 5% for the switch: pairs alternate between 1.05 and 1/1.05 in an A/A run.
+    first, second = 10.0, 10.5
+    baseline = [first, second] * 16  # baseline first in even pairs (ABBA), second in odd ones
+    candidate = [second, first] * 16
+    assert timing.abba_units(baseline, candidate) == pytest.approx([1.0] * 16)
+    result = timing.speedup_with_noise(baseline, candidate)
+    assert result["speedup"] == pytest.approx(1.0) and result["ci_high"] - result["ci_low"] < 1e-9
+    # A lone last pair stands alone.
+    assert timing.abba_units([2.0, 2.0, 3.0], [1.0, 1.0, 1.0]).tolist() == [2.0, 3.0]
+
+
 def test_summary_and_geomean():
     stats = timing.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert stats["median_ms"] == 3.0 and stats["n"] == 5 and stats["max_ms"] == 100.0
     assert timing.geomean([2.0, 8.0]) == pytest.approx(4.0)
 
 
-class _Recorder:
-    """A contestant that logs what the timer asks of it and takes 1 ms per step (its blocks
-    of ``block_steps`` of its own, if given)."""
+class _Process:
+    """Stands in for a contestant's process: logs each request and answers a timed block
+    with ``ms_per_step`` per step it ran."""
 
-    def __init__(self, name, log, block_steps=None, ms_per_step=1.0):
-        self.name, self.log, self.block_steps, self.ms_per_step = name, log, block_steps, ms_per_step
+    def __init__(self, name, log, ms_per_step=1.0):
+        self.name, self.log, self.ms_per_step = name, log, ms_per_step
 
-    def begin_chain(self, r):
-        self.log.append(("begin", self.name, r))
-
-    def block(self, first, steps):
-        self.log.append(("block", self.name, first, steps))
-        return float(steps) * self.ms_per_step
-
-    def end_chain(self, r):
-        self.log.append(("end", self.name, r))
+    def request(self, message, what):
+        if message["op"] == "stage":
+            self.log.append(("stage", self.name, message["copies"]))
+            return {}
+        self.log.append(("block", self.name, message["first"], message["steps"], message["chains"], message["fresh"]))
+        return {"block_ms": self.ms_per_step * message["steps"] * message["chains"]}
 
 
-def test_blocks_alternate_abba_and_chains_are_cut_into_blocks():
+class _Recorder(timing.Contestant):
+    """A contestant whose requests say which steps of which chain they run, and which logs
+    every chain it is told is done."""
+
+    def __init__(self, name, log, steps=5, ms_per_step=1.0):
+        super().__init__(name, _Process(name, log, ms_per_step), steps)
+        self.log = log
+
+    def stage_request(self, copies):
+        return {"op": "stage", "copies": copies}
+
+    def block_request(self, first, count, chains, fresh):
+        return {"op": "block", "first": first, "steps": count, "chains": chains, "fresh": fresh}
+
+    def chain_done(self, steps_done, chains):
+        self.log.append(("done", self.name, steps_done, chains))
+
+
+def _blocks(log):
+    return [entry[1:] for entry in log if entry[0] == "block"]
+
+
+def test_blocks_alternate_abba_each_after_its_own_staging_and_chains_are_cut_into_blocks():
     log = []
-    samples = timing.run_blocks(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log)], rounds=2,
-                                steps=5, block_steps=2)
-    blocks = [(who, first, n) for kind, who, *rest in log if kind == "block" for first, n in [rest]]
-    assert blocks == [("a", 0, 2), ("b", 0, 2), ("b", 2, 2), ("a", 2, 2), ("a", 4, 1), ("b", 4, 1),
-                      ("b", 0, 2), ("a", 0, 2), ("a", 2, 2), ("b", 2, 2), ("b", 4, 1), ("a", 4, 1)]
-    # Every chain begins before its first block and ends after its last.
-    assert [e for e in log if e[0] != "block"][:2] == [("begin", "a", 0), ("begin", "b", 0)]
-    assert log[-2:] == [("end", "a", 1), ("end", "b", 1)]
+    a, b = _Recorder("a", log), _Recorder("b", log)
+    a.plan(2)
+    b.plan(2)
+    samples = timing.run_pairs([a, b], pairs=6)
+    assert _blocks(log) == [("a", 0, 2, 1, True), ("b", 0, 2, 1, True), ("b", 2, 2, 1, False), ("a", 2, 2, 1, False),
+                            ("a", 4, 1, 1, False), ("b", 4, 1, 1, False), ("b", 0, 2, 1, True), ("a", 0, 2, 1, True),
+                            ("a", 2, 2, 1, False), ("b", 2, 2, 1, False), ("b", 4, 1, 1, False), ("a", 4, 1, 1, False)]
+    # Every timed block follows a staging request of its own: fresh copies where it starts a chain.
+    for i, entry in enumerate(log):
+        if entry[0] == "block":
+            assert log[i - 1] == ("stage", entry[1], 1 if entry[5] else 0)
+    # Each chain is done (checked) after its last block, untimed.
+    assert [e[1] for e in log if e[0] == "done"] == ["a", "b", "b", "a"]
+    assert all(e[2:] == (5, 1) for e in log if e[0] == "done")
     # One value per block, in milliseconds per step.
     assert samples == {"a": [1.0] * 6, "b": [1.0] * 6}
 
 
-def test_a_whole_chain_block_stands_beside_each_block_of_the_other_contestant():
+def test_a_whole_chain_contestant_runs_several_fresh_chains_per_request_beside_the_others_blocks():
     log = []
-    samples = timing.run_blocks(torch.device("cpu"), [_Recorder("a", log), _Recorder("b", log, block_steps=5,
-                                                                                    ms_per_step=0.5)],
-                                rounds=2, steps=5, block_steps=2)
-    blocks = [(who, first, n) for kind, who, *rest in log if kind == "block" for first, n in [rest]]
-    # Round 0: b's whole chain after a's first block; round 1 (ABBA): before it.
-    assert blocks == [("a", 0, 2), ("b", 0, 5), ("a", 2, 2), ("a", 4, 1),
-                      ("b", 0, 5), ("a", 0, 2), ("a", 2, 2), ("a", 4, 1)]
-    # Paired per round: b's one value repeated beside each of a's three.
-    assert samples == {"a": [1.0] * 6, "b": [0.5] * 6}
+    a, b = _Recorder("a", log), _Recorder("b", log, ms_per_step=0.5)
+    a.plan(2)
+    b.plan(5, 3)
+    samples = timing.run_pairs([a, b], pairs=3)
+    assert _blocks(log) == [("a", 0, 2, 1, True), ("b", 0, 5, 3, True), ("b", 0, 5, 3, True), ("a", 2, 2, 1, False),
+                            ("a", 4, 1, 1, False), ("b", 0, 5, 3, True)]
+    assert ("stage", "b", 3) in log and ("done", "b", 5, 3) in log
+    assert samples == {"a": [1.0] * 3, "b": [0.5] * 3}
+
+
+def test_timing_that_stops_within_a_chain_checks_what_it_ran():
+    log = []
+    a = _Recorder("a", log)
+    a.plan(2)
+    timing.run_pairs([a], pairs=2)
+    assert [e for e in log if e[0] == "done"] == [("done", "a", 4, 1)]
 
 
 def test_isolated_latency_is_a_chain_of_single_step_blocks_each_after_the_interlude():
     log = []
     interlude = lambda: log.append(("interlude",))  # noqa: E731
     assert timing.isolated_step_ms(_Recorder("a", log, ms_per_step=0.25), steps=3, interlude=interlude) == 0.25
-    assert log == [("begin", "a", 0), ("interlude",), ("block", "a", 0, 1), ("interlude",), ("block", "a", 1, 1),
-                   ("interlude",), ("block", "a", 2, 1), ("end", "a", 0)]
+    assert log == [("interlude",), ("stage", "a", 1), ("block", "a", 0, 1, 1, True),
+                   ("interlude",), ("stage", "a", 0), ("block", "a", 1, 1, 1, False),
+                   ("interlude",), ("stage", "a", 0), ("block", "a", 2, 1, 1, False), ("done", "a", 3, 1)]
 
 
-def test_a_warm_up_chain_is_neither_timed_nor_validated_and_says_its_pace():
+def test_a_host_bound_warm_up_is_two_short_requests_neither_kept_nor_checked():
     log = []
-    assert timing.run_untimed(_Recorder("a", log, ms_per_step=0.5), steps=3, block_steps=2) == 0.5
-    assert log == [("begin", "a", 0), ("block", "a", 0, 2), ("block", "a", 2, 1)]
+    assert timing.warm_up(_Recorder("a", log, steps=16, ms_per_step=10.0), steps=2, host_bound_ms=5.0) == 10.0
+    assert log == [("stage", "a", 1), ("block", "a", 0, 2, 1, True)] * 2
+
+
+def test_a_fast_contestant_warms_up_once_more_over_enough_steps_to_say_its_pace():
+    log = []
+    assert timing.warm_up(_Recorder("a", log, steps=16, ms_per_step=0.25), steps=2, host_bound_ms=5.0) == 0.25
+    assert log == [("stage", "a", 1), ("block", "a", 0, 2, 1, True)] * 2 + [
+        ("stage", "a", 1), ("block", "a", 0, timing.PACE_STEPS, 1, True)]
+    # Never longer than a chain, and a whole chain's warm-up is not checked either.
+    log.clear()
+    timing.warm_up(_Recorder("b", log, steps=4, ms_per_step=0.25), steps=2, host_bound_ms=5.0)
+    assert log[-2:] == [("stage", "b", 1), ("block", "b", 0, 4, 1, True)]
 
 
 @pytest.mark.parametrize("step_ms, steps, expected", [
     (0.23, 32, (32, 3)),   # a fast kernel: 7.4 ms a chain, three in one request
     (0.23, 16, (16, 6)),
     (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
-    (1.0, 32, (32, 1)),    # a whole chain outlasts a request's cost
-    (10.0, 32, (8, 1)),    # host-bound (the baseline in an A/A run): the run's blocks, paired alike
-    (0.0, 32, (8, 1)),     # no pace known
+    (1.0, 32, (20, 1)),    # 20 steps of a chain make a request long enough
+    (3.0, 32, (7, 1)),
+    (10.0, 32, (1, 1)),    # host-bound (the baseline): single steps, many pairs
+    (7.0, 32, (1, 1)),     # ... however fast the machine runs it that day
+    (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
 ])
-def test_a_candidate_request_lasts_long_enough_for_its_fixed_cost(step_ms, steps, expected):
-    assert timing.candidate_blocks(step_ms, steps, block_steps=8) == expected
+def test_a_block_lasts_long_enough_for_a_requests_fixed_cost(step_ms, steps, expected):
+    assert timing.block_plan(step_ms, steps) == expected
 
 
-def test_one_cpu_for_both_while_timing_and_each_put_back_after():
+def test_both_contestants_get_their_blocks_by_the_same_rule_and_pair_up():
+    log = []
+    base, cand = _Recorder("baseline", log, steps=8, ms_per_step=10.0), _Recorder("candidate", log, steps=8)
+    result = timing.time_shape(base, cand, timing.Settings(rounds=2, warmup=2, isolated_steps=2), steps=8)
+    # The baseline at 10 ms a step: single steps; the candidate at 1 ms: a chain of 8 is too
+    # short for a request, so three of them a request.
+    assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (1, 8, 3)
+    assert result["pairs"] == 2 * 8 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 16
+    assert result["speedup"] == pytest.approx(10.0) and result["candidate_isolated_ms"] == pytest.approx(1.0)
+
+
+def test_one_cpu_for_all_while_timing_and_each_put_back_after():
     import os
     import subprocess
     import sys
     allowed = os.sched_getaffinity(0)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
     try:
-        theirs = os.sched_getaffinity(child.pid)
-        with timing.one_cpu_for_both(child.pid):
+        theirs = [os.sched_getaffinity(child.pid) for child in children]
+        with timing.one_cpu_for_all([child.pid for child in children]):
             last = {max(allowed)}
-            assert os.sched_getaffinity(0) == last and os.sched_getaffinity(child.pid) == last
+            assert os.sched_getaffinity(0) == last
+            assert all(os.sched_getaffinity(child.pid) == last for child in children)
         assert os.sched_getaffinity(0) == allowed
-        assert os.sched_getaffinity(child.pid) == theirs
+        assert [os.sched_getaffinity(child.pid) for child in children] == theirs
     finally:
-        child.kill()
-        child.wait()
+        for child in children:
+            child.kill()
+            child.wait()
 
 
 def test_launch_classification():
@@ -247,6 +319,26 @@ def test_only_files_sealed_unchanged_reach_the_cache(tmp_path):
     assert (cache / "weights" / "a.pt").read_text() == "good"
     assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["a.pt"]
     assert promote_cache(staging, cache, []) == []  # no seal event (a crash before it): nothing
+
+
+def test_an_entry_staged_after_the_seal_reaches_the_cache_only_as_written(tmp_path):
+    # The baseline's launch count, measured once the solution's process is gone: staged with
+    # the hashes of the bytes the referee wrote, and promoted only where the file still has them.
+    staging, root = tmp_path / "staging", tmp_path / "cache"
+    cache = DiskCache(root, staging)
+    cache.seal()
+    files = cache.store_late("launches", "k", {"launches": 560})
+    assert sorted(files) == ["launches/k.pt", "launches/k.pt.json"]
+    assert files["launches/k.pt"] == hashlib.sha256((staging / "launches" / "k.pt").read_bytes()).hexdigest()
+    tampered = cache.store_late("launches", "t", {"launches": 1})
+    (staging / "launches" / "t.pt").write_bytes(b"another process's bytes")
+    events = [{"event": "cache_sealed", "files": {}}, {"event": "cache_staged", "files": files},
+              {"event": "cache_staged", "files": tampered}]
+    promoted = sorted(promote_cache(staging, root, events))
+    assert promoted == ["launches/k.pt", "launches/k.pt.json", "launches/t.pt.json"]
+    # Read back in a later evaluation: the record vouches for the payload.
+    assert DiskCache(root).load("launches", "k", torch.device("cpu")) == {"launches": 560}
+    assert DiskCache(root).load("launches", "t", torch.device("cpu")) is None
 
 
 def test_a_wrong_row_appended_to_a_long_cache_fails_on_its_own():

@@ -589,6 +589,36 @@ def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: To
 
 
 @pytest.mark.slow
+def test_profile_of_a_kernelbench_solution_builds_it_as_an_evaluation_does(ctx: ToolContext, workspace: Path,
+                                                                         tmp_path: Path):
+    from kagent.tasks import resolve_task
+    from test_foreign_tasks import KB_SOLUTION, KERNELBENCH_PROBLEM
+
+    problem = tmp_path / "problems" / "linear_relu.py"
+    problem.parent.mkdir()
+    problem.write_text(KERNELBENCH_PROBLEM)
+    ctx.task = resolve_task(str(problem))
+    # It zeroes its own weights when built, and its forward checks that it was given the
+    # reference's (building.build, as in an evaluation).
+    (workspace / "solution.py").write_text(KB_SOLUTION.replace("{extra}", "") + """
+_init, _forward = ModelNew.__init__, ModelNew.forward
+def _zeroed_init(self, n_in, n_out):
+    _init(self, n_in, n_out)
+    torch.nn.init.zeros_(self.linear.weight)
+ModelNew.__init__ = _zeroed_init
+def _checked_forward(self, x):
+    torch.manual_seed(42)
+    reference = torch.nn.Linear(64, 32)
+    assert torch.equal(self.linear.weight.cpu(), reference.weight), "not the reference's weights"
+    return _forward(self, x)
+ModelNew.forward = _checked_forward
+""")
+    out = call("profile", ctx, steps=1, ncu=False)
+    assert not out.is_error, out.content
+    assert out.data["context_len"] is None and "aten::" in out.content
+
+
+@pytest.mark.slow
 def test_profile_reports_a_raising_solution(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace, patch=RAISING_STEP)
     out = call("profile", ctx, ncu=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -294,7 +293,7 @@ def parse_ncu_csv(output: str) -> list[dict]:
 
 # -- profile: the child side (runs in a fresh process, imports the solution) -----------------
 def profile_child(job_file: str) -> None:
-    """Build the solution as the harness does, warm it up, then profile ``steps`` steps with
+    """Build the solution as the harness does (building.build), warm it up, then profile ``steps`` steps with
     torch.profiler (mode "torch") or inside cudaProfilerStart/Stop for ncu (mode "ncu")."""
     import torch
 
@@ -334,23 +333,24 @@ def _sync(device: Any) -> None:
 
 
 def build_solution(job: dict, device: Any, module: Optional[ModuleType] = None) -> tuple[Any, Any, Optional[int]]:
-    """The solution's model built as the harness builds it (from ``module`` when it is imported
-    already), a no-argument callable running one step of it (a forward on its inputs for a
-    KernelBench task) and the context it uses."""
-    import torch
-
-    from kagent.sandbox.harness.loading import DiskCache, load_module, to_device
+    """The solution's model (from ``module`` when it is imported already), a no-argument callable
+    running one step of it (a forward on its inputs for a KernelBench task), and the context it
+    uses. The solution is built by the harness's own building.build, from the spec an
+    evaluation's solution process is given, so that what is profiled is built as what is timed."""
+    from kagent.sandbox.harness import building
+    from kagent.sandbox.harness.loading import DiskCache, load_module
     from kagent.sandbox.harness.mega import Task, build_reference
 
     solution = Path(job["solution"])
-    sys.path.insert(0, str(solution.parent))  # its own helper modules, as in the harness
     if job["task_kind"] == "kernelbench":
-        problem = load_module("problem", Path(job["task_path"]))
-        module = module or load_module("solution", solution)
-        torch.manual_seed(42)  # the seed the harness builds models with
-        model = module.ModelNew(*problem.get_init_inputs()).to(device).eval()
-        torch.manual_seed(0)
-        inputs = to_device(list(problem.get_inputs()), device)
+        task_file = Path(job["task_path"])
+        problem = load_module(building.KERNELBENCH_MODULE, task_file)
+        init = list(problem.get_init_inputs())
+        reference = building.build(building.kernelbench_spec("reference", task_file, None), init, device,
+                                   module=problem)
+        model = building.build(building.kernelbench_spec("solution", task_file, solution), init, device,
+                               reference.state_dict(), module=module)
+        inputs = building.kernelbench_inputs(problem, 0, device)  # the timing seed's inputs
         return model, (lambda: model(*inputs)), None
     task = Task(Path(job["task_path"]), job["scale"], device)
     # The reference's weights, from the harness's cache when an evaluation has filled it. The
@@ -358,11 +358,8 @@ def build_solution(job: dict, device: Any, module: Optional[ModuleType] = None) 
     # with it (only evaluations fill the cache).
     cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
     reference, _ = build_reference(task, cache)
-    weights = reference.state_dict()
-    module = module or load_module("solution", solution)
-    model = module.Model(task.cfg).to(device)
-    model.load_state_dict(weights, strict=True)
-    model.eval()
+    model = building.build(building.mega_spec("solution", task.dir, solution, task.has_baseline), [task.cfg], device,
+                           reference.state_dict(), module=module)
     context_len = job["context_len"] or task.shapes[0]["context_len"]
     seed = task.timing_seed
     carried = {"hidden": task.init_token(seed), "state": task.init_state(context_len, seed)}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from . import lease
 from .loading import CandidateError, TaskError
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
+from .remote import TrustedFailed
 
 if TYPE_CHECKING:
     from .kernelbench import KernelBenchEvaluation
@@ -62,6 +63,8 @@ def run(job: dict, channel: Channel) -> None:
         channel.send("task_error", reason=str(err))
     except CandidateError as err:  # raised outside a check, e.g. while the task is prepared
         channel.send("check", name="harness", status="error", reason=err.message, details=err.details)
+    except TrustedFailed as err:  # a process of the referee's own died or failed: no figure stands
+        channel.send("check", name="harness", status="crash", reason=err.message, details=err.details)
     except Exception as err:  # a bug in the harness or the task: reported whole, loudly
         channel.send("internal_error", reason=f"{type(err).__name__}: {err}",
                      details=traceback.format_exc()[-6000:])

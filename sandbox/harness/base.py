@@ -1,20 +1,24 @@
-"""What every kind of evaluation shares: phases, check events, the solution's process."""
+"""What every kind of evaluation shares: phases, check events, the contestants' processes."""
 from __future__ import annotations
 
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
-from . import bandwidth, environment, launches, timing, watchdog
-from .exchange import Arena, bytes_needed
-from .loading import CandidateError, DiskCache, TaskError
-from .protocol import Channel
-from .remote import LeftRunning, SolutionFailed, SolutionProcess, make_non_dumpable
+from . import bandwidth, building, environment, remote, watchdog
+from .exchange import Arena, bytes_needed, encode
+from .loading import CandidateError, DiskCache, TaskError, digest
+from .protocol import Channel, make_non_dumpable
+from .remote import ContestantProcess, LeftRunning, SolutionFailed, TrustedFailed, Watch
+from .workers import ReferenceWorkers
+
+# Reference workers a decode task's evaluation starts by default, on CUDA (on the CPU, where
+# every process computes on one thread of a few cores, none: the referee draws the cases).
+DEFAULT_REFERENCE_WORKERS = {"cuda": 4, "cpu": 0}
 
 
 class EvaluationBase:
@@ -28,14 +32,15 @@ class EvaluationBase:
         self.phase_seconds: dict[str, float] = {}
         self.hidden_seeds: list[int] = []
         self._phase_start = time.perf_counter()
+        self.late_cache_files: dict[str, str] = {}
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise TaskError(f"device {self.device} asked for, but torch {torch.__version__} sees no CUDA device")
         if self.device.type == "cuda" and self.device.index is None:
-            # One device, named by index: the solution's process and the exchange arena use it too.
+            # One device, named by index: every process of the evaluation and its arenas use it.
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.environment = environment.describe(self.device)
         self.channel.send("environment", **self.environment)
-        self.launch_solution()
+        self.launch_processes()
 
     def phase(self, name: str) -> None:
         """Close the phase that has been running since the last call, under ``name``."""
@@ -45,8 +50,9 @@ class EvaluationBase:
         self.channel.send("phase", name=name, seconds=self.phase_seconds[name])
 
     def seal_cache(self) -> None:
-        """Called just before the candidate is loaded: nothing is written to the cache after
-        this, and the agent side keeps only the files listed here, unchanged."""
+        """Called just before the solution is loaded: nothing is written to the cache after
+        this (but store_late's entries, once the solution's process is gone), and the agent
+        side keeps only the files listed here, unchanged."""
         self.channel.send("cache_sealed", files=self.cache.seal())
 
     def send_check(self, name: str, status: str, reason: str, **extra: Any) -> bool:
@@ -61,25 +67,39 @@ class EvaluationBase:
     def clocks(self) -> dict:
         return environment.gpu_clocks(self.device.index or 0) if self.device.type == "cuda" else {}
 
-    def report_launches(self, who: str, step: Callable[[], Any], **context: Any) -> None:
-        """Profile one warmed call of the trusted ``step`` and send what ran on the device."""
-        step()  # warm
-        self.channel.send("launches", who=who, **context, **launches.count_launches(self.device, step))
-
-    # -- the solution's process ----------------------------------------------------------------
-    def launch_solution(self) -> None:
-        """Start the solution's process early: until it is asked to load the solution, it runs
-        only the harness's code, and its interpreter and torch start meanwhile."""
+    # -- the processes -----------------------------------------------------------------------
+    def launch_processes(self) -> None:
+        """Start every process of the evaluation early: until it is asked to load something,
+        each runs only the harness's code, and its interpreter and torch start meanwhile.
+        The solution's; for a timed run the baseline's, served by the same code; for a
+        decode task the reference workers."""
         make_non_dumpable()  # before any other process of the evaluation exists
-        scratch = Path(tempfile.mkdtemp(prefix="kagent-solution-"))
+        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
+        self.watch = Watch(self.device, bool(self.job.get("pid_namespace")))
+        self.solution = self._contestant("solution")
+        self.baseline_process = self._contestant("baseline") if self.job["mode"] != "check" else None
+        workers = self.job.get("reference_workers")
+        if workers is None:
+            workers = DEFAULT_REFERENCE_WORKERS[self.device.type]
+        self.workers = None
+        if self.job["kind"] == "mega" and int(workers) > 0:
+            self.workers = ReferenceWorkers(int(workers), self.device, self._scratch("worker"), dict(os.environ),
+                                            self.watch)
+
+    def _scratch(self, who: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"kagent-{who}-"))
+
+    def _contestant(self, who: str) -> ContestantProcess:
         env = dict(os.environ)
-        if self.job.get("solution_home"):
+        if who == "solution" and self.job.get("solution_home"):
             env["HOME"] = self.job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
-        self.solution = SolutionProcess(self.device, scratch, env, bool(self.job.get("pid_namespace")))
-        self.solution.launch()
-        self.solution.watchdog = watchdog.StepWatchdog(
-            self.solution.process.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),
-            hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S))
+        process = ContestantProcess(who, self.device, self._scratch(who), env, self.watch)
+        process.launch()
+        if who == "solution":
+            process.watchdog = watchdog.StepWatchdog(
+                process.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),
+                hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S))
+        return process
 
     def _gpu_id(self) -> str | None:
         """The GPU as nvidia-smi names it: by UUID (its index may differ from torch's)."""
@@ -88,48 +108,132 @@ class EvaluationBase:
             return uuid if str(uuid).startswith("GPU-") else f"GPU-{uuid}"
         return str(self.device.index) if self.device.type == "cuda" else None
 
-    def start_solution(self, arena_bytes: int, interlude: Callable[[], Any]) -> SolutionProcess:
-        """The solution's process, connected through an arena of ``arena_bytes``; its empty
-        requests are timed each after ``interlude``, a step of the baseline's.
+    def contestants(self) -> list[ContestantProcess]:
+        return [p for p in (self.solution, self.baseline_process) if p is not None]
 
-        Called once everything trusted is built and the cache is sealed. From here on this
-        process runs no solution code: it asks the solution's process and reads the arena."""
+    def contestant_pids(self) -> list[int]:
+        return [p.pid for p in self.contestants()]
+
+    def connect_contestants(self, arena_bytes: int) -> None:
+        """Connect each contestant's process through an arena of ``arena_bytes`` of its own."""
+        for process in self.contestants():
+            folder = Path(tempfile.mkdtemp(prefix=f"{process.who}-", dir=self.exchange_dir))
+            arena = Arena.create(self.device, arena_bytes, folder)
+            process.connect(arena)
+            arena.unlink_file()  # mapped by both now; no other process can open it by name
+
+    def calibrate_contestants(self, interlude: Callable[[], Any]) -> None:
+        """Time the contestants' empty requests (remote.calibrate), each pair after
+        ``interlude``, work of the referee's own, synchronized.
+
+        Called once everything trusted is built and loaded, before the solution is: from here
+        on this process runs no contestant's code; it asks their processes and reads the
+        arenas."""
         def interlude_done() -> None:
             interlude()
-            timing.synchronize(self.device)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
 
-        self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
-        self.solution.connect(Arena.create(self.device, arena_bytes, self.exchange_dir),
-                              self.solution.watchdog.time_baseline(interlude_done))
-        return self.solution
+        # The watchdog scales its patience by this work's time: a step of the referee's own.
+        remote.calibrate(self.contestants(), self.solution.watchdog.time_baseline(interlude_done),
+                         self.empty_requests)
+        self.interlude = interlude
+
+    def empty_requests(self, process: ContestantProcess) -> tuple[dict, dict]:
+        """The untimed request that stages a timed block's inputs, and the block with no
+        step: what calibration times (remote.calibrate)."""
+        raise NotImplementedError
+
+    def begin_trusted(self, weights: str, init: list) -> None:
+        """Start loading what the referee's own processes need before any solution code runs
+        anywhere: the baseline in its process (timed runs), the reference in each worker's.
+        Each reads ``weights`` now, while no solution code can touch the file, and meanwhile
+        the referee goes on with its own work (``finish_trusted`` waits for them). ``init``,
+        the baseline's constructor arguments, may hold tensors only once its process is
+        connected (``connect_contestants``)."""
+        if self._trusted_begun:
+            return
+        self._trusted_begun = True
+        baseline = self.baseline_process
+        if baseline is not None:
+            connected = hasattr(baseline, "arena")
+            if connected:
+                baseline.slots.reset()
+            node = baseline.put(init) if connected else encode(init, _no_tensor)
+            baseline.begin(self.spec("baseline").request(node, weights))
+        if self.workers is not None:
+            self.workers.begin_prepare(self.job, weights)
+
+    _trusted_begun = False
+
+    def finish_trusted(self, worker_arena_bytes: int = 0) -> None:
+        """Wait for what ``begin_trusted`` started; then share an arena with each worker."""
+        baseline = self.baseline_process
+        if baseline is not None:
+            try:
+                baseline.finish("loading the baseline")
+            except TrustedFailed as err:
+                raise TaskError(f"the task's baseline failed in its own process: {err.message}\n{err.details}") from err
+        if self.workers is not None:
+            self.workers.finish_prepare()
+            self.workers.attach(worker_arena_bytes, self.exchange_dir)
+
+    def spec(self, who: str) -> building.Spec:
+        raise NotImplementedError
+
+    def begin_load(self, spec: building.Spec, init: list, weights: Optional[str]) -> float:
+        """Ask the solution's process to import and build the solution; the answer is read by
+        ``finish_load``, so the referee can work meanwhile. Returns when it was asked."""
+        solution = self.solution
+        solution.slots.reset()
+        solution.begin(spec.request(solution.put(init), weights))
+        self._load_label = spec.label
+        return time.perf_counter()
+
+    def finish_load(self, asked_at: float) -> bool:
+        """The solution's answer to its load: the load check, passed or failed."""
+        try:
+            reply = self.solution.finish(f"loading {self._load_label}")
+        except CandidateError as err:
+            return self.solution_failed("load", err)
+        facts = self.solution_facts()
+        if isinstance(reply.get("handled_ms"), (int, float)):
+            facts["load_seconds"] = round(reply["handled_ms"] / 1e3, 3)
+        return self.send_check("load", "pass", "imported, constructed and loaded in a process of its own", **facts)
 
     def solution_facts(self) -> dict:
         """How the solution's process is held, for the record of its load check."""
         solution = self.solution
-        facts = {"solution_pid": solution.process.pid, "arena_bytes": solution.arena.nbytes,
-                 "pid_namespace": solution.pid_namespace, "request_floor_ms": round(solution.request_floor_ms, 4)}
-        if solution.probe is not None:
-            facts.update(probe_idle_ms=round(solution.probe.idle_ms, 4),
-                         probe_limit_ms=round(solution.probe.limit_ms, 4))
+        facts = {"solution_pid": solution.pid, "arena_bytes": solution.arena.nbytes,
+                 "pid_namespace": self.watch.pid_namespace, "request_floor_ms": round(solution.request_floor_ms, 4),
+                 "baseline_pid": self.baseline_process.pid if self.baseline_process is not None else None,
+                 "reference_workers": len(self.workers.workers) if self.workers is not None else 0}
+        probe = self.watch.probe
+        if probe is not None:
+            facts.update(probe_idle_ms=round(probe.idle_ms, 4), probe_limit_ms=round(probe.limit_ms, 4))
         return facts
 
     def close_solution(self) -> None:
-        solution = getattr(self, "solution", None)
-        if solution is not None:
-            solution.close()
-            if hasattr(solution, "arena"):
-                solution.arena.close()
+        """End every process of the evaluation (the solution's first)."""
+        for process in (self.solution, getattr(self, "baseline_process", None)):
+            if process is not None:
+                process.close()
+                if hasattr(process, "arena"):
+                    process.arena.unlink_file()
+        if getattr(self, "workers", None) is not None:
+            self.workers.close()
 
     def weights_file(self, weights: dict, cached: Path | None) -> str:
-        """A file the solution's process loads the reference's weights from: the cache's own
-        entry where there is one, else a copy in the exchange folder."""
+        """A file every process loads the reference's weights from: the cache's own entry
+        where there is one, else a copy in the exchange folder. Each reads it before any
+        solution code runs, the solution's process excepted (its own weights are its own)."""
         if cached is not None:
             return str(cached)
         path = self.exchange_dir / "weights.pt"
         torch.save({k: v.detach().cpu() for k, v in weights.items()}, path)
         return str(path)
 
-    def solution_failed(self, check: str, err: CandidateError) -> bool:
+    def solution_failed(self, check: str, err: Exception) -> bool:
         """Send the check that ``err`` fails: work left running is hidden work; a process that
         died is a crash; anything else the solution's error at ``check``. Always False."""
         if isinstance(err, LeftRunning):
@@ -137,29 +241,55 @@ class EvaluationBase:
         if isinstance(err, watchdog.Hung):
             return self.send_check(check, "timeout", f"{err.message}. The evaluation ended there, and the "
                                    f"solution's processes were killed", diagnosis=err.diagnosis)
+        if isinstance(err, TrustedFailed):
+            return self.send_check(check, "crash", f"{err.message}; the solution's process runs as the same user "
+                                   "and can signal it, so no figure of this evaluation stands", details=err.details)
         crashed = isinstance(err, SolutionFailed) and err.crashed
         return self.send_check(check, "crash" if crashed else "error", err.message, details=err.details)
 
-    def solution_launches(self, who: str, method: str, args: list, **context: Any) -> None:
-        """Launches of one call, as the solution's own process profiles them: the count comes
-        from code the solution controls, so it informs and decides no verdict."""
-        solution = self.solution
-        solution.slots.reset()
+    # -- launches ----------------------------------------------------------------------------
+    def count_launches(self, method: str, inputs: Callable[[], list], **context: Any) -> None:
+        """Launches of one warmed call of each contestant, each profiled in its own process,
+        after the timing (the profiler can leave the process that ran it slower for a while).
+        The solution's count comes from code the solution controls, so it informs and decides
+        nothing; its process is ended after it. The baseline's is cached by what decides it
+        (the baseline's file, the device, torch), in a cache entry staged now that no solution
+        code can run."""
+        self._report(self._profiled(self.solution, method, inputs()), "candidate", "the solution's process", context)
+        self.solution.close()
+        baseline = self.baseline_process
+        spec = self.spec("baseline")
+        key = digest("launches", Path(spec.path), spec.cls, method, self.environment.get("gpu_name"),
+                     torch.__version__, context)
+        cached = self.cache.load("launches", key, torch.device("cpu"))
+        if isinstance(cached, dict):
+            self._report({**cached, "cached": True}, "baseline", "the baseline's process", context)
+            return
+        report = self._profiled(baseline, method, inputs())
+        self._report(report, "baseline", "the baseline's process", context)
+        if report.get("launches") is not None:
+            files = self.cache.store_late("launches", key, report)
+            if files:
+                self.channel.send("cache_staged", files=files)
+
+    def _profiled(self, process: ContestantProcess, method: str, args: list) -> dict:
+        process.slots.reset()
         try:
-            reply = solution.request({"op": "launches", "method": method, "what": f"{who} {method}",
-                                      "args": solution.put(args)}, "profiling its launches")
-            report = reply.get("report")
-            if not isinstance(report, dict):
-                report = {}
-        except CandidateError as err:
-            if isinstance(err, watchdog.Hung):  # still running: the baseline's count that follows must run alone
-                solution.process.kill()
-                solution.process.wait()
-            report = {"launches": None, "note": err.message}
+            reply = process.request({"op": "launches", "method": method, "what": f"{process.who} {method}",
+                                     "args": process.put(args)}, "profiling its launches")
+            return reply.get("report") if isinstance(reply.get("report"), dict) else {}
+        except (CandidateError, TrustedFailed) as err:
+            return {"launches": None, "note": getattr(err, "message", str(err))}
+
+    def _report(self, report: dict, who: str, by: str, context: dict) -> None:
         allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",
-                   "torch_compile", "note")
+                   "torch_compile", "note", "device_ms", "cached")
         self.channel.send("launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed},
-                          reported_by="the solution's process")
+                          reported_by=by)
+
+
+def _no_tensor(value: Any) -> dict:
+    raise TaskError("a contestant's constructor arguments must hold no tensor here")
 
 
 def _triton_cache(env: dict[str, str]) -> Path:
@@ -178,3 +308,4 @@ def _shared_memory_dir() -> str | None:
 def arena_bytes_for(*trees: Any) -> int:
     """Room in the arena for every tree at once, with slack for alignment."""
     return sum(bytes_needed(t) for t in trees) + (1 << 20)
+

@@ -126,12 +126,16 @@ class Arena:
         raw = self.buffer[offset:offset + nbytes]
         return raw.view(dtype_of(slot["dtype"])).view(tuple(int(d) for d in slot["shape"]))
 
-    def close(self) -> None:
+    def unlink_file(self) -> None:
+        """On the CPU, remove the arena's file once every process that needs it has mapped
+        it: the mappings stay, and no process can open it by name any more."""
         if isinstance(self._keep, Path):
             try:
                 os.unlink(self._keep)
             except OSError:
                 pass
+
+    close = unlink_file
 
 
 def _check_dedicated(buffer: torch.Tensor) -> None:
@@ -252,6 +256,18 @@ def decode(node: Any, get_tensor: Callable[[dict], torch.Tensor]) -> Any:
         cls = dataclasses.make_dataclass(str(body["name"]), list(fields), frozen=bool(body["frozen"]))
         return cls(**fields)
     raise ExchangeError(f"unknown tag {tag!r}")
+
+
+def copy_tree(target: Any, source: Any) -> None:
+    """Copy every tensor of ``source`` into the tensor at the same place in ``target``."""
+    if isinstance(target, torch.Tensor):
+        target.copy_(source)
+    elif isinstance(target, dict):
+        for key, value in target.items():
+            copy_tree(value, source[key])
+    elif isinstance(target, (list, tuple)):
+        for mine, theirs in zip(target, source):
+            copy_tree(mine, theirs)
 
 
 class BadReturn(Exception):

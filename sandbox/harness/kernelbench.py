@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from . import compare, lease, timing
+from . import building, compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout
-from .loading import CandidateError, TaskError, load_module, to_device
+from .loading import CandidateError, TaskError, load_module
 from .remote import layout_of
 
 
@@ -47,7 +47,7 @@ class KernelBenchEvaluation(EvaluationBase):
     def _load_problem(self) -> None:
         path = Path(self.job["task_file"])
         try:
-            self.problem = load_module("_kagent_kernelbench_problem", path)
+            self.problem = load_module(building.KERNELBENCH_MODULE, path)
             for name in ("Model", "get_inputs", "get_init_inputs"):
                 if not hasattr(self.problem, name):
                     raise TaskError(f"{path.name} defines no {name}: not a KernelBench problem file")
@@ -57,35 +57,38 @@ class KernelBenchEvaluation(EvaluationBase):
         except Exception as err:
             raise TaskError(f"cannot load {path.name}: {type(err).__name__}: {err}") from err
 
-    def _construct(self, cls: type) -> torch.nn.Module:
-        torch.manual_seed(42)  # the same seed for both models, as KernelBench does
-        return cls(*self.init_inputs).to(self.device).eval()
-
     def _inputs(self, seed: int) -> list:
-        torch.manual_seed(seed)
-        return to_device(list(self.problem.get_inputs()), self.device)
+        return building.kernelbench_inputs(self.problem, seed, self.device)
+
+    def spec(self, who: str) -> building.Spec:
+        solution = Path(self.job["solution"]) if self.job["mode"] != "aa" else None
+        return building.kernelbench_spec(who, Path(self.job["task_file"]), solution)
 
     def run(self) -> None:
         self._load_problem()
         self.phase("load_task")
         with torch.no_grad():
-            self.reference = self._construct(self.problem.Model)
+            # The referee's reference, built as every contestant is (building.build).
+            self.reference = building.build(self.spec("reference"), self.init_inputs, self.device,
+                                            module=self.problem)
             self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(int(self.job.get("hidden_seeds", 2)))]
             outputs = {seed: self.reference(*self._inputs(seed))
                        for seed in [*self.seeds, *self.hidden_seeds, self.timing_seed]}
             self.single_output = isinstance(outputs[self.timing_seed], torch.Tensor)
             self.expected = {seed: [t.clone() for t in _tensors(out)] for seed, out in outputs.items()}
             self.phase("reference_outputs")
-            # Before the solution's process starts: what it leaves in the cache can be trusted.
+            # Before the solution's process loads anything: what it leaves in the cache can be trusted.
             self.bw = self.bandwidth() if self.job["mode"] != "check" else None
+            inputs = self._inputs(self.timing_seed)
+            outputs = layout_of(self.expected[self.timing_seed])
+            self.connect_contestants(arena_bytes_for(inputs, outputs, outputs))
+            weights = self.weights_file(self.reference.state_dict(), None)
+            self.begin_trusted(weights, self.init_inputs)
+            self.finish_trusted()
+            self.calibrate_contestants(lambda: self.reference(*inputs))
             self.seal_cache()
-            try:
-                self._load_candidate()
-            except CandidateError as err:
-                self.solution_failed("load", err)
+            if not self.finish_load(self.begin_load(self.spec("solution"), self.init_inputs, weights)):
                 return
-            self.send_check("load", "pass", "imported and constructed in a process of its own",
-                            **self.solution_facts())
             self.phase("load_solution")
             current = "forward"
             try:
@@ -98,21 +101,6 @@ class KernelBenchEvaluation(EvaluationBase):
                         self._performance()
             except CandidateError as err:
                 self.solution_failed(current, err)
-
-    def _load_candidate(self) -> None:
-        """Start the solution's process and have it build the solution (or, in A/A mode, the
-        task's own Model) with the seed and the reference's weights the referee's has."""
-        inputs = self._inputs(self.timing_seed)
-        outputs = layout_of(self.expected[self.timing_seed])
-        solution = self.start_solution(arena_bytes_for(inputs, outputs, outputs), lambda: self.reference(*inputs))
-        if self.job["mode"] == "aa":
-            path, module, cls, label = Path(self.job["task_file"]), "_kagent_kernelbench_problem", "Model", "the task's"
-        else:
-            path, module, cls, label = Path(self.job["solution"]), "solution", "ModelNew", "the solution's"
-        weights = self.weights_file(self.reference.state_dict(), None)
-        solution.request({"op": "load", "module": module, "path": str(path), "search": [str(path.parent)],
-                          "class": cls, "label": label, "init": solution.put(self.init_inputs), "seed": 42,
-                          "weights": weights, "weights_strict": False}, f"loading {label} {cls}")
 
     def _forward(self, source: str, inputs: list, seed: int) -> dict:
         """One forward in the solution's process on ``inputs`` (fresh copies, or the previous
@@ -134,8 +122,7 @@ class KernelBenchEvaluation(EvaluationBase):
 
     def _judge(self, output: Any, expected: list[torch.Tensor]) -> dict:
         got = _tensors(output)
-        # As many as expected: the exchange takes only the layout the reference returns.
-        for i, (g, e) in enumerate(zip(got, expected, strict=False)):
+        for i, (g, e) in enumerate(zip(got, expected)):
             if not compare.is_finite(g) and compare.is_finite(e):
                 return {"passed": False, "reason": f"output {i}: non-finite values"}
             if not compare.allclose(g, e, self.atol, self.rtol):
@@ -162,99 +149,67 @@ class KernelBenchEvaluation(EvaluationBase):
                                    f"second call on the same buffers: {second['reason']}")
         return self.send_check("overwrite_in_place", "pass", "a second call on the same, overwritten buffers is right")
 
+    def empty_requests(self, process: Any) -> tuple[dict, dict]:
+        expected = self.expected[self.timing_seed]
+        return CallsContestant(self, process, process.who, self._timed_calls(), self._inputs(self.timing_seed),
+                               expected, judged=False).empty_requests()
+
+    def _timed_calls(self) -> int:
+        return int(self.job.get("steps") or 20)
+
     def _performance(self) -> None:
-        rounds = int(self.job.get("rounds") or 5)
-        steps = int(self.job.get("steps") or 20)
+        steps = self._timed_calls()
+        # A block of at least a whole chain of calls (one request per round where the calls
+        # are slow enough), as KernelBench times them.
+        settings = timing.Settings.of(self.job, rounds=5, warmup=3, block_steps=steps)
         inputs = self._inputs(self.timing_seed)
         expected = self.expected[self.timing_seed]
-        base = ReferenceCalls(self.device, self.reference, inputs)
-        cand = SolutionCalls(self, inputs, expected)
-        timing.freeze_heap()
-        clocks_before = self.clocks()
-        with timing.one_cpu_for_both(self.solution.process.pid):
-            timing.run_untimed(base, 3, steps)
-            timing.run_untimed(cand, 3, steps)
-            samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps, block_steps=steps)
-            isolated_ms = timing.isolated_step_ms(cand, steps, self.solution.interlude)
-        if not self.send_check("timed_calls", *cand.verdict()):
+
+        def contestants() -> tuple[CallsContestant, CallsContestant]:
+            return (CallsContestant(self, self.baseline_process, "baseline", steps, inputs, expected, judged=False),
+                    CallsContestant(self, self.solution, "candidate", steps, inputs, expected, judged=True))
+
+        # The least a forward can move: read every input and parameter once, write the output
+        # once. No physics check here: a KernelBench problem's inputs and weights can be small
+        # enough to stay in the device's cache between calls, where beating the DRAM floor is
+        # honest.
+        nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
+        shape = timing.Shape("timed_calls", "default", None, steps, contestants, nbytes, physics=False)
+        if timing.time_contestants(self, [shape], settings) is None:
             return
-        stats = {"baseline": timing.summarize(samples["baseline"]), "candidate": timing.summarize(samples["candidate"])}
-        result = {"label": "default", "context_len": None, "steps": steps, "rounds": rounds, "block_steps": steps,
-                  **stats, **timing.speedup_with_noise(samples["baseline"], samples["candidate"]),
-                  "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"],
-                  "candidate_isolated_ms": isolated_ms}
-        bw = self.bw  # measured in every mode that times (run)
-        if bw is not None:
-            # The least a forward can move: read every input and parameter once, write the output once.
-            nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
-            floor_ms = nbytes / bw["bytes_per_s"] * 1e3
-            result["roofline"] = {"bytes_per_step": nbytes, "floor_ms": floor_ms,
-                                  "candidate_fraction": floor_ms / stats["candidate"]["median_ms"],
-                                  "baseline_fraction": floor_ms / stats["baseline"]["median_ms"]}
-        # No physics check here: a KernelBench problem's inputs and weights can be small enough
-        # to stay in the device's cache between calls, where beating the DRAM floor is honest.
-        self.channel.send("timing", **result)
-        self.phase("timing")
-        self.channel.send("score", geomean_speedup=result["speedup"], clocks_before=clocks_before,
-                          clocks_after=self.clocks())
-        self.report_launches("baseline", lambda: self.reference(*inputs))
-        self.solution_launches("candidate", "__call__", inputs)
+        self.count_launches("__call__", lambda: inputs)
         self.phase("launches")
 
 
-class ReferenceCalls:
-    """The task's Model as a timed contestant: ``model(*inputs)`` per step, in the referee."""
+class CallsContestant(timing.Contestant):
+    """A KernelBench file's contestant in the timing, in its own process (the baseline's, the
+    file's own Model; or the solution's): forwards on the same inputs, a chain of ``steps``
+    of them from a fresh copy; the candidate's last output is checked after each chain."""
 
-    name = "baseline"
-    block_steps: int | None = None
-
-    def __init__(self, device: torch.device, model: torch.nn.Module, inputs: list):
-        self.device, self.model, self.inputs = device, model, inputs
-
-    def begin_chain(self, round_index: int) -> None:
-        pass
-
-    def block(self, first_step: int, steps: int) -> float:
-        def calls() -> None:
-            for _ in range(steps):
-                self.model(*self.inputs)
-        return timing.wall_ms(self.device, calls)
-
-    def end_chain(self, round_index: int) -> None:
-        pass
-
-
-class SolutionCalls:
-    """The solution as a timed contestant: ``steps`` forwards on the same inputs in its own
-    process per block, the last output copied to the arena and checked after each round."""
-
-    name = "candidate"
-    block_steps: int | None = None
-
-    def __init__(self, evaluation: KernelBenchEvaluation, inputs: list, expected: list[torch.Tensor]):
-        self.evaluation, self.expected = evaluation, expected
-        self.solution = evaluation.solution
-        self.solution.slots.reset()
-        self.inputs_node = self.solution.put(inputs)
-        self.out = self.solution.expect(evaluation._returns(expected))
-        self.began = False
+    def __init__(self, evaluation: KernelBenchEvaluation, process: Any, name: str, steps: int, inputs: list,
+                 expected: list[torch.Tensor], judged: bool):
+        super().__init__(name, process, steps)
+        self.evaluation, self.expected, self.judged = evaluation, expected, judged
+        self.template = inputs
+        process.slots.reset()
+        self.inputs_node = process.put(inputs)
+        self.out = process.expect(evaluation._returns(expected))
         self.failure: str | None = None
 
-    def begin_chain(self, round_index: int) -> None:
-        pass
+    def stage_request(self, copies: int) -> dict:
+        if copies:  # the inputs are the template's again, whatever the process did to the arena since
+            self.process.put_into(self.inputs_node, self.template)
+            timing.synchronize(self.evaluation.device)
+        return {"op": "stage", "begins": [self.inputs_node] if copies else []}
 
-    def block(self, first_step: int, steps: int) -> float:
-        reply = self.solution.request(
-            {"op": "repeat", "method": "__call__", "what": "forward", "steps": steps, "out": self.out,
-             "returns": "forward's return value", "begin": None if self.began else self.inputs_node},
-            "running timed forwards")
-        self.began = True
-        if "bad_return" in reply:
-            raise CandidateError(str(reply["bad_return"])[:500])
-        return float(reply["block_ms"])
+    def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
+        return {"op": "repeat", "method": "__call__", "what": "forward", "steps": count * chains, "out": self.out,
+                "returns": "forward's return value"}
 
-    def end_chain(self, round_index: int) -> None:
-        outcome = self.evaluation._judge(self.solution.take(self.out), self.expected)
+    def chain_done(self, steps_done: int, chains: int) -> None:
+        if not self.judged:
+            return
+        outcome = self.evaluation._judge(self.process.take(self.out), self.expected)
         if not outcome["passed"] and self.failure is None:
             self.failure = f"output of the last timed call: {outcome['reason']}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -131,14 +132,21 @@ class DiskCache:
         # The size first: a cheap check that spares hashing a file that was cut short.
         return record.get("bytes") == size and record.get("sha256") == file_sha256(path)
 
-    def load(self, kind: str, key: str, device: torch.device) -> Any | None:
+    def entry(self, kind: str, key: str) -> Path | None:
+        """The file of an entry its record vouches for (hashed now), or None."""
         name = f"{kind}/{key}.pt"
         path = self.find(name)
+        return path if path is not None and self.verified(path, name) else None
+
+    def load(self, kind: str, key: str, device: torch.device, path: Path | None = None) -> Any | None:
+        """An entry's value on ``device``, or None (a miss); ``path``: the entry, verified
+        already (``entry``)."""
         # Hashed before torch.load, so that a file the record does not vouch for is never
         # unpickled. It is opened again by name to be mapped: the cache is read-only to the
         # jail and entries land there only by atomic rename (promote_cache), so what may
         # come in between is another evaluation's entry landing, not a candidate's file.
-        if path is None or not self.verified(path, name):
+        path = path or self.entry(kind, key)
+        if path is None:
             self.misses += 1
             return None
         try:
@@ -155,16 +163,34 @@ class DiskCache:
         path = self.writable(name)
         if path is None:
             return
+        self._write(path, name, _serialized(value))
+
+    def store_late(self, kind: str, key: str, value: Any) -> dict[str, str]:
+        """Stage an entry after the seal, once no solution code can run any more (its process
+        is gone): the sha256 of each file written, from the bytes written rather than read
+        back, for a signed event of its own (the agent side promotes a file only where its
+        hash matches, so nothing another process put there instead is kept)."""
+        folder = self.staging or self.root
+        if folder is None:
+            return {}
+        name = f"{kind}/{key}.pt"
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        payload, record = self._write(folder / name, name, _serialized(value))
+        return {name: hashlib.sha256(payload).hexdigest(), name + ".json": hashlib.sha256(record).hexdigest()}
+
+    def _write(self, path: Path, name: str, payload: bytes) -> tuple[bytes, bytes]:
+        """Write ``payload`` to ``path`` and its record beside it, each atomically; both as written."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(value, tmp)
-        record = {"format": RECORD_FORMAT, "entry": name, "identity": self.identity,
-                  "sha256": file_sha256(tmp), "bytes": tmp.stat().st_size}
+        tmp.write_bytes(payload)
+        record = json.dumps({"format": RECORD_FORMAT, "entry": name, "identity": self.identity,
+                             "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)}, indent=1).encode()
         os.replace(tmp, path)
         # The record last: until it lands, the payload has no record or one made for other
         # bytes, which does not verify, so a crash in between leaves nothing that is trusted.
         record_tmp = tmp.with_name(f".{path.name}.json.{os.getpid()}.tmp")
-        record_tmp.write_text(json.dumps(record, indent=1))
+        record_tmp.write_bytes(record)
         os.replace(record_tmp, _record_path(path))
+        return payload, record
 
     def get_or_build(self, kind: str, key: str, device: torch.device, build: Callable[[], Any]) -> Any:
         value = self.load(kind, key, device)
@@ -172,6 +198,12 @@ class DiskCache:
             value = build()
             self.store(kind, key, to_cpu(value))
         return value
+
+
+def _serialized(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
 
 
 def _record_path(payload: Path) -> Path:

@@ -1,30 +1,30 @@
 """Evaluation of a KernelBench-Mega-style task: a stateful ``Model.step(hidden, state)``.
 
-The order matters for integrity: the reference's weights and expected outputs (including
-those for seeds drawn now, which no candidate can know in advance), the baseline and its
-launches, and the bandwidth are all built, and the cache sealed, before the solution's
-process starts. That process (remote.py) only ever receives inputs and returns outputs
-through the shared arena; everything it returns is copied into the referee's own tensors
-and judged here.
+The order matters for integrity: the reference's weights, the fixed seeds' expected outputs
+and the bandwidth are built, the baseline's process and the reference workers have loaded
+everything they read, and the cache is sealed, before the solution's process is told to load
+the solution. The secret cases (seeds drawn now, which no candidate can know in advance) are
+drawn by the workers while it loads, and all of them are in before its first step. That
+process (remote.py) only ever receives inputs and returns outputs through the shared arena;
+everything it returns is copied into the referee's own tensors and judged here (or by a
+worker, on tensors the referee hands it), never while the solution's process runs.
 """
 from __future__ import annotations
 
 import inspect
 import math
 import secrets
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
 import torch
 import yaml
 
-from . import compare, lease, timing
+from . import building, compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
-from .exchange import Layout as TensorLayout, decode
+from .exchange import Layout as TensorLayout
 from .loading import CandidateError, DiskCache, TaskError, digest, load_module, to_device
 
 Hidden = torch.Tensor
@@ -140,17 +140,16 @@ class Task:
         shapes = _load_task_module("_kagent_task_shapes", task_dir / "shapes.py")
         self.shapes: list[dict] = _shapes_of(shapes, scale)
         self.cfg = self._config()
-        self.baseline = self._load_baseline()
+        # The baseline runs in a process of its own (building.mega_spec); the referee only
+        # needs to know whether the folder has one.
+        self.has_baseline = (task_dir / "baseline.py").exists()
         roofline_path = task_dir / "roofline.py"
         self.roofline = _load_task_module("_kagent_task_roofline", roofline_path) if roofline_path.exists() else None
         correctness = self.problem.get("correctness") or {}
         # The public board's check.py and benchmark.py compare cosines with tolerance.cos_sim.
         board_tolerance = self.problem.get("tolerance")
         board_cosine = board_tolerance.get("cos_sim") if isinstance(board_tolerance, dict) else None
-        threshold = correctness.get("threshold")
-        if threshold is None:
-            threshold = board_cosine if board_cosine is not None else 0.98
-        self.threshold = float(threshold)
+        self.threshold = float(correctness.get("threshold", board_cosine if board_cosine is not None else 0.98))
         board_seeds = getattr(shapes, "GRADING_SEEDS", None)  # the public board keeps its seeds there
         self.check_seeds = list(correctness.get("seeds", board_seeds if board_seeds is not None else [0, 1, 2]))
         key = "smoke_contexts" if scale == "smoke" else "contexts"
@@ -185,34 +184,11 @@ class Task:
             configs = [self.reference.build_config(shape) for shape in self.shapes]
         except Exception as err:
             raise TaskError(f"the task's reference.build_config failed: {type(err).__name__}: {err}") from err
-        differ = [shape for shape, cfg in zip(self.shapes, configs, strict=True) if repr(cfg) != repr(configs[0])]
+        differ = [shape for shape, cfg in zip(self.shapes, configs) if repr(cfg) != repr(configs[0])]
         if differ:
             raise TaskError(f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
                             "kagent grades one model across the shapes of a scale")
         return configs[0]
-
-    def _load_baseline(self) -> ModuleType | None:
-        path = self.dir / "baseline.py"
-        if not path.exists():
-            return None
-        sys.path.insert(0, str(self.dir))  # the baseline may `import reference`
-        try:
-            return _load_task_module("baseline", path)
-        finally:
-            sys.path.remove(str(self.dir))
-
-    def baseline_model(self) -> torch.nn.Module:
-        """The baseline's module (the reference's when the folder has none) on the device,
-        its weights still to be loaded."""
-        Model = (self.baseline or self.reference).Model
-        try:
-            with torch.device(self.device):  # straight on the device: no host copy of the weights
-                model = Model(self.cfg)
-        except RuntimeError:
-            # A module that draws init weights from a CPU generator cannot be built with
-            # another default device; build it as the public harness does, then move it.
-            model = Model(self.cfg)
-        return model.to(self.device)  # also what a module built on an explicit device left behind
 
     def init_state(self, context_len: int, seed: int) -> State:
         return self._inputs("init_state", context_len, seed)
@@ -238,42 +214,119 @@ def clone_state(state: State) -> State:
     return [{k: v.clone() for k, v in layer.items()} for layer in state]
 
 
-def build_reference(task: Task, cache: DiskCache) -> tuple[torch.nn.Module, Path | None]:
+def build_reference(task: Task, cache: DiskCache,
+                    found: Callable[[Path], None] = lambda path: None) -> tuple[torch.nn.Module, Path | None]:
     """The reference model with its deterministic weights, built once and cached on disk;
-    and the cache's file of those weights (None without a cache)."""
-    Model = task.reference.Model
+    and the cache's file of those weights (None without a cache). ``found(file)`` is told of
+    that file as soon as it is known good (verified, or written), before the model is built
+    from it, so that other processes can start loading it meanwhile."""
     key = digest(task.cache_identity["reference"], task.cache_identity["config"])
-    entry = f"weights/{key}.pt"
-    weights = cache.load("weights", key, task.device)
+    path = cache.entry("weights", key)
+    if path is not None:
+        found(path)
+    weights = cache.load("weights", key, task.device, path) if path is not None else None
     if weights is None:
-        model = Model(task.cfg)  # the reference draws its own deterministic weights
-        weights = model.state_dict()
-        cache.store("weights", key, weights)
-        return model.to(task.device).eval(), cache.find(entry)
-    # Skip the random init when the reference allows it: the cached weights replace it.
-    skip = "init_weights" in inspect.signature(Model).parameters
-    if skip:
+        if path is None:
+            cache.misses += 1
+        model = task.reference.Model(task.cfg)  # the reference draws its own deterministic weights
+        cache.store("weights", key, model.state_dict())
+        path = cache.find(f"weights/{key}.pt")
+        if path is not None:
+            found(path)
+        return model.to(task.device).eval(), path
+    return reference_model(task, weights), path
+
+
+def reference_model(task: Task, weights: dict) -> torch.nn.Module:
+    """The reference model given ``weights`` (a state dict): built without its random init
+    where the reference allows (the weights replace it), on the device."""
+    Model = task.reference.Model
+    if "init_weights" in inspect.signature(Model).parameters:
         with torch.device(task.device):
             model = Model(task.cfg, init_weights=False)
     else:
         model = Model(task.cfg)
     model = model.to(task.device)  # also what a module built on an explicit device left behind
     model.load_state_dict(weights, strict=True)
-    return model.eval(), cache.find(entry)
+    return model.eval()
 
 
-def reference_step(model: Any, hidden: Hidden, state: State) -> tuple[Hidden, State]:
-    """The reference's step on copies, so the inputs stay as they were. (``model`` is the task's
-    Model: its step is the task's own method, which torch's Module type does not know.)"""
+def reference_step(model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State]:
+    """The reference's step on copies, so the inputs stay as they were."""
     return model.step(hidden.clone(), clone_state(state))
 
 
-def reference_case(task: Task, model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State,
-                                                                                              float | None]:
+def reference_case(task: Task, model: torch.nn.Module, hidden: Hidden, state: State) -> tuple:
     """(hidden, state, decision margin) of one reference step."""
     out_hidden, out_state = reference_step(model, hidden, state)
     margin = float(task.decision_margin(model)) if task.decision_margin else None
     return out_hidden, out_state, margin
+
+
+def case_inputs(task: Task, reference: torch.nn.Module, context_len: int, seed: int, salient: bool) -> list:
+    """The (hidden, state) a case starts from: the reference's draws from ``seed``, and for a
+    salient case the state its salient_state makes of them for the reference's weights."""
+    hidden, state = task.init_token(seed), task.init_state(context_len, seed)
+    if salient:
+        try:
+            drawn, state = state, task.salient_state(reference, hidden, state)
+        except Exception as err:
+            raise TaskError(f"the task's reference.salient_state failed: {type(err).__name__}: {err}") from err
+        _check_inputs("salient_state", state)
+        if layout_of(state) != layout_of(drawn):
+            raise TaskError("the task's reference.salient_state must keep init_state's shapes and dtypes")
+    return [hidden, state]
+
+
+# A secret case draws seeds until one clears the near-ties; past this many draws for one
+# case the task's margin is out of reach.
+MAX_DRAWS_PER_CASE = 50
+
+
+@dataclass
+class SecretCase:
+    """A case drawn now: its seed, where it starts (kept for a salient one), what the
+    reference returns, and how many seeds were drawn again at a near-tie before it."""
+
+    seed: int
+    inputs: list | None
+    expected_hidden: Hidden
+    expected_state: State
+    margin: float | None
+    redrawn: int
+
+
+def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, salient: bool) -> SecretCase:
+    """A case from a seed drawn now, which no candidate can know in advance. A seed whose
+    expert routing sits on a near-tie is drawn again: there an honest kernel's rounding could
+    swap an expert, and a secret seed must not fail a correct solution by bad luck. Run by
+    the referee or by a reference worker (workers.py), the same way."""
+    for redrawn in range(MAX_DRAWS_PER_CASE):
+        seed = 1000 + secrets.randbelow(1 << 30)
+        inputs = case_inputs(task, reference, context_len, seed, salient)
+        hidden, state, margin = reference_case(task, reference, *inputs)
+        if margin is None or margin >= task.min_margin:
+            return SecretCase(seed, inputs if salient else None, hidden, state, margin, redrawn)
+    raise TaskError(f"no seed with a decision margin of {task.min_margin} in {MAX_DRAWS_PER_CASE} draws: lower "
+                    "correctness.min_decision_margin")
+
+
+def judge_chained_step(task: Task, reference: torch.nn.Module, checker: "StepChecker", hidden_in: Hidden,
+                       state_in: State, hidden: Hidden, state: State) -> tuple[dict, float | None]:
+    """(StepChecker.judge's result, the reference's decision margin) for one step of a
+    chained run, against the reference run from the solution's own input and state of that
+    step. Run by the referee or by a reference worker, the same way."""
+    expected_hidden, expected_state, margin = reference_case(task, reference, hidden_in, state_in)
+    return checker.judge(hidden_in, state_in, hidden, state, expected_hidden, expected_state, margin), margin
+
+
+def secret_case_kinds(task: Task, count: int) -> list[tuple[int, bool]]:
+    """(context, salient) of each of ``count`` secret cases: the check contexts in turn, and
+    every other round over them from the salient state, so both kinds at every context and
+    still one case per seed."""
+    contexts = task.check_contexts
+    return [(contexts[i % len(contexts)], bool(task.salient_state) and (i // len(contexts)) % 2 == 1)
+            for i in range(count)]
 
 
 # A state's layout: per layer, each tensor's shape and dtype.
@@ -286,9 +339,8 @@ def layout_of(state: State) -> Layout:
 
 def grown(layout: Layout, growth: list[dict[str, tuple[int, ...]]], steps: int) -> Layout:
     """The layout after ``steps`` more steps, each adding ``growth`` (the MLA cache's row)."""
-    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name], strict=False)),
-                                want.dtype)
-             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth, strict=False)]
+    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name])), want.dtype)
+             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth)]
 
 
 # How far a step's contribution must stand above the rounding of the hidden it is added to
@@ -325,8 +377,7 @@ class StepChecker:
         metrics: dict[str, float] = {}
         nonfinite = []
         tensors = [("hidden", hidden, expected_hidden)]
-        # The same layers in all three: the exchange takes only the layout the reference returns.
-        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in, strict=False)):
+        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in)):
             for name, ref in ref_layer.items():
                 tensors.append((f"L{i}.{name}", layer[name], ref))
                 rows_in = in_layer[name].shape[0] if in_layer[name].dim() else 0
@@ -341,7 +392,7 @@ class StepChecker:
         rounding = expected_hidden.float().norm() * (_precision(expected_hidden.dtype) / 2)
         if expected_delta.norm() >= DELTA_SIGNAL_OVER_ROUNDING * rounding:
             metrics["delta"] = compare.cosine(hidden.float() - base, expected_delta)
-        worst = min(metrics, key=lambda name: metrics[name])
+        worst = min(metrics, key=metrics.get)
         below = sorted(n for n, v in metrics.items() if v < self.task.threshold)
         return {"min_cosine": metrics[worst], "worst": worst, "below_threshold": below,
                 "nonfinite": nonfinite, "cosines": {k: round(v, 6) for k, v in metrics.items()},
@@ -425,7 +476,7 @@ def _near_tie_note(results: list[dict], min_margin: float) -> str:
 class MegaEvaluation(EvaluationBase):
     """One evaluation of a solution (or, in A/A mode, of the baseline against itself)."""
 
-    # -- everything trusted happens before the solution's process starts ------------------------
+    # -- everything trusted happens before the solution's process loads anything ---------------
     def prepare(self) -> None:
         self.task = Task(Path(self.job["task_dir"]), self.job["scale"], self.device)
         task = self.task
@@ -436,92 +487,73 @@ class MegaEvaluation(EvaluationBase):
             raise TaskError(f"no shape with context in {wanted}; this scale has contexts {known}")
         self.phase("load_task")
         with torch.no_grad():
-            self.reference, self.weights_entry = build_reference(task, self.cache)
+            # The baseline's process and the workers load the weights file the moment it is
+            # known good, beside the referee's own load and its fixed cases.
+            self.reference, self.weights_entry = build_reference(
+                task, self.cache, lambda path: self.begin_trusted(str(path), [task.cfg]))
             self.phase("reference_weights")
-            self.weights = self.reference.state_dict()
-            self.cases = self._expected_cases()
+            self.cases = self._fixed_cases()
         first = self.cases[0]
         before = layout_of(task.init_state(first.context_len, first.seed))
         after = layout_of(first.expected_state)
-        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape, strict=False))
+        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape))
                         for name, want in layer.items()} for i, layer in enumerate(before)]
         self.hidden_layout = TensorLayout.of(first.expected_hidden)
         self.checker = StepChecker(task, self.reference)
         self.phase("reference_outputs")
 
-    def _expected_cases(self) -> list[Case]:
+    def _fixed_cases(self) -> list[Case]:
+        """Each fixed seed from init_state's draw (the public board's case) and, where the
+        reference can make one, from its salient state too; cached."""
         task, cases = self.task, []
-        # Each fixed seed from init_state's draw (the public board's case) and, where the
-        # reference can make one, from its salient state too.
         kinds = (False, True) if task.salient_state else (False,)
         for context_len in task.check_contexts:
             for seed in task.check_seeds:
                 for salient in kinds:
                     key = digest(task.cache_identity, "case", context_len, seed, *(["salient"] if salient else []))
                     inputs = self.case_inputs(context_len, seed, True) if salient else None
-                    # get_or_build calls it at once, in this turn of the loop.
                     out = self.cache.get_or_build("outputs", key, self.device, lambda: reference_case(
-                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))  # noqa: B023
-                    expected_hidden, expected_state, margin = out
-                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed,
-                                      expected_hidden, expected_state, margin, salient=salient, inputs=inputs))
-        # Seeds drawn now: no candidate can have their answers ready. A seed whose expert
-        # routing sits on a near-tie is drawn again: there an honest kernel's rounding could
-        # swap an expert, and a secret seed must not fail a correct solution by bad luck.
-        count = int(self.job["hidden_seeds"])
-        self.hidden_seeds, self.redrawn_seeds = [], 0
-        while len(self.hidden_seeds) < count:
-            seed = 1000 + secrets.randbelow(1 << 30)
-            drawn = len(self.hidden_seeds)
-            context_len = task.check_contexts[drawn % len(task.check_contexts)]
-            # Every other round over the contexts starts from the salient state: both kinds
-            # at every context, and still one case per seed.
-            salient = bool(task.salient_state) and (drawn // len(task.check_contexts)) % 2 == 1
-            inputs = self.case_inputs(context_len, seed, salient)
-            out = reference_case(task, self.reference, *inputs)
-            if out[2] is not None and out[2] < task.min_margin:
-                self.redrawn_seeds += 1
-                if self.redrawn_seeds > 50 * count:
-                    raise TaskError(f"no seed with a decision margin of {task.min_margin} in "
-                                    f"{self.redrawn_seeds} draws: lower correctness.min_decision_margin")
-                continue
-            self.hidden_seeds.append(seed)
-            expected_hidden, expected_state, margin = out
-            cases.append(Case(_case_label(f"hidden seed #{len(self.hidden_seeds)}", context_len, salient),
-                              context_len, seed, expected_hidden, expected_state, margin, salient=salient,
-                              inputs=inputs if salient else None))
+                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))
+                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed, *out,
+                                      salient=salient, inputs=inputs))
         return cases
+
+    def _secret_cases(self) -> None:
+        """Cases from seeds drawn now (draw_secret_case), by the reference workers where there
+        are any, else here; told afterwards (``hidden_seeds``)."""
+        kinds = secret_case_kinds(self.task, int(self.job["hidden_seeds"]))
+        if self.workers is not None:
+            drawn = self.workers.secret_cases(kinds)
+        else:
+            drawn = [draw_secret_case(self.task, self.reference, context_len, salient)
+                     for context_len, salient in kinds]
+        self.hidden_seeds = [case.seed for case in drawn]
+        self.redrawn_seeds = sum(case.redrawn for case in drawn)
+        for i, ((context_len, salient), case) in enumerate(zip(kinds, drawn)):
+            self.cases.append(Case(_case_label(f"hidden seed #{i + 1}", context_len, salient), context_len, case.seed,
+                                   case.expected_hidden, case.expected_state, case.margin, salient=salient,
+                                   inputs=case.inputs))
+
+    def judge_step(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State):
+        """``judge_chained_step`` of one step, by a reference worker where there are any
+        (later: a function that waits for it), else here; call the result for (result,
+        decision margin)."""
+        if self.workers is not None:
+            return self.workers.judge([hidden_in, state_in, hidden, state])
+        done = judge_chained_step(self.task, self.reference, self.checker, hidden_in, state_in, hidden, state)
+        return lambda: done
 
     def inputs_of(self, case: Case) -> list:
         """The (hidden, state) ``case`` starts from."""
         return case.inputs if case.inputs is not None else self.case_inputs(case.context_len, case.seed, False)
 
     def case_inputs(self, context_len: int, seed: int, salient: bool) -> list:
-        """The (hidden, state) a case starts from: the reference's draws from ``seed``, and for
-        a salient case the state its salient_state makes of them for the reference's weights."""
-        task = self.task
-        hidden, state = task.init_token(seed), task.init_state(context_len, seed)
-        if salient:
-            if task.salient_state is None:
-                raise TaskError("a salient case was asked of a task whose reference defines no salient_state")
-            try:
-                drawn, state = state, task.salient_state(self.reference, hidden, state)
-            except Exception as err:
-                raise TaskError(f"the task's reference.salient_state failed: {type(err).__name__}: {err}") from err
-            _check_inputs("salient_state", state)
-            if layout_of(state) != layout_of(drawn):
-                raise TaskError("the task's reference.salient_state must keep init_state's shapes and dtypes")
-        return [hidden, state]
+        return case_inputs(self.task, self.reference, context_len, seed, salient)
 
     def state_layout(self, context_len: int, steps: int) -> Layout:
         """The state layout after ``steps`` steps from a fresh state of ``context_len``."""
         start = layout_of(self.task.init_state(context_len, self.task.timing_seed))
         return grown(start, self.growth, steps)
-
-    def load_baseline(self) -> Any:  # the task's Model: a torch Module with the task's own step
-        model = self.task.baseline_model()
-        model.load_state_dict(self.weights, strict=True)
-        return model.eval()
 
     def _arena_bytes(self) -> int:
         """Room for the largest exchange: a step's inputs and outputs, and a chain's record."""
@@ -533,26 +565,21 @@ class MegaEvaluation(EvaluationBase):
         return arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 0)],
                                [self.hidden_layout, self.state_layout(ctx, steps)], record)
 
-    # -- the solution ------------------------------------------------------------------------
-    def load_solution(self) -> None:
-        """Start the solution's process and have it import, build and load the solution."""
-        task = self.task
-        if self.job["mode"] == "aa":
-            path = task.dir / "baseline.py" if task.baseline is not None else task.dir / "reference.py"
-            module, search, label = path.stem, [str(task.dir)], f"the {path.stem}"
-        else:
-            path = Path(self.job["solution"])
-            module, search, label = "solution", [str(path.parent)], "the solution"
-        hidden, state = self.timing_inputs(self.timing_shapes[0]["context_len"])
-        solution = self.start_solution(self._arena_bytes(),
-                                       lambda: self.baseline.step(hidden.clone(), clone_state(state)))
-        weights = self.weights_file(self.weights, self.weights_entry)
-        # Built as a plain harness would (no device context: a solution may seed CPU
-        # generators while it builds), moved, then given the reference's weights.
-        solution.request({"op": "load", "module": module, "path": str(path), "search": search, "class": "Model",
-                          "label": label, "init": solution.put([task.cfg]), "weights": weights,
-                          "weights_strict": True}, f"loading {label}")
+    def _worker_arena_bytes(self) -> int:
+        """Room for the largest exchange with a reference worker: a secret case's expected
+        outputs and a salient case's inputs, or a chained step to judge (its inputs and
+        outputs, at the longest chain's last step)."""
+        ctx = max(self.task.check_contexts)
+        case = arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 1)], self.state_layout(ctx, 0))
+        longest = max(self.timing_shapes, key=lambda s: s["context_len"] + s["steps"])
+        chained = [self.hidden_layout, self.state_layout(longest["context_len"], longest["steps"])]
+        return max(case, arena_bytes_for(chained, chained))
 
+    def spec(self, who: str) -> building.Spec:
+        solution = Path(self.job["solution"]) if self.job["mode"] != "aa" else None
+        return building.mega_spec(who, self.task.dir, solution, self.task.has_baseline)
+
+    # -- the solution ------------------------------------------------------------------------
     def remote_step(self, source: str, args: list | None, steps_done: int, context_len: int,
                     keep: bool = False) -> tuple[Hidden, State]:
         """One step in the solution's process, its (hidden, state) copied back here.
@@ -573,21 +600,35 @@ class MegaEvaluation(EvaluationBase):
     def run(self) -> None:
         self.prepare()
         with torch.no_grad():
-            self.baseline = self.load_baseline()
             timed = self.job["mode"] != "check"
             self.bw = self.bandwidth() if timed and self.task.roofline is not None else None
+            weights = self.weights_file(self.weights, self.weights_entry)
+            self.begin_trusted(weights, [self.task.cfg])  # without a cache file, only now
+            self.finish_trusted(self._worker_arena_bytes())
+            hidden, state = self.timing_inputs(self.timing_shapes[0]["context_len"])
+            self.connect_contestants(self._arena_bytes())
+            # Calibrated with every trusted process loaded and idle: nothing else runs then.
+            self.calibrate_contestants(lambda: reference_step(self.reference, hidden, state))
+            self.phase("trusted_processes")
             self.seal_cache()
-            try:
-                self.load_solution()
-            except CandidateError as err:
-                self.solution_failed("load", err)
+            # The solution loads while the secret cases are computed: it cannot know their
+            # seeds, and every process that computes them loaded all it reads before this.
+            loading = self.begin_load(self.spec("solution"), [self.task.cfg], weights)
+            self._secret_cases()
+            self.phase("secret_cases")
+            if not self.finish_load(loading):
                 return
-            self.send_check("load", "pass", "imported, constructed, weights loaded in a process of its own",
-                            **self.solution_facts())
             self.phase("load_solution")
-            if self.correctness() and self.job["mode"] != "check":
+            passed = self.correctness()
+            if self.workers is not None:
+                self.workers.close()  # before any timing: nothing but the contestants runs then
+            if passed and timed:
                 with lease.exclusive("timing", shared_after=False):  # the device alone (harness/lease.py)
                     self.performance()
+
+    @property
+    def weights(self) -> dict:
+        return self.reference.state_dict()
 
     def correctness(self) -> bool:
         """Single steps, a report of whether a step repeats bit for bit, the overwrite check,
@@ -693,70 +734,28 @@ class MegaEvaluation(EvaluationBase):
 
     # -- timing ----------------------------------------------------------------------------
     def performance(self) -> None:
-        rounds = int(self.job.get("rounds") or 4)
-        warmup = int(self.job.get("warmup") or 2)
-        block_steps = int(self.job.get("block_steps") or timing.DEFAULT_BLOCK_STEPS)
-        min_request_ms = self.job.get("min_request_ms")
-        min_request_ms = timing.MIN_REQUEST_MS if min_request_ms is None else float(min_request_ms)
-        per_shape = []
-        bw = self.bw
-        timing.freeze_heap()
-        clocks_before = self.clocks()
-        for shape in self.timing_shapes:
-            ctx, steps = shape["context_len"], shape["steps"]
-            name = f"timed_chain_ctx_{ctx}"
-            base = BaselineChain(self, ctx, steps)
-            cand = SolutionChain(self, ctx, steps, self.first_chains[ctx])
-            try:
-                with timing.one_cpu_for_both(self.solution.process.pid):
-                    timing.run_untimed(base, warmup, block_steps)
-                    cand.block_steps = steps  # the warm-up as one request: its overhead is taken off once
-                    cand.block_steps, cand.chains_per_request = timing.candidate_blocks(
-                        timing.run_untimed(cand, warmup, block_steps), steps, block_steps, min_request_ms)
-                    samples = timing.run_blocks(self.device, [base, cand], rounds=rounds, steps=steps,
-                                                block_steps=block_steps)
-                    self_timed_ms = list(cand.self_timed_ms)  # of the steady blocks only
-                    isolated_ms = timing.isolated_step_ms(cand, steps, self.solution.interlude)
-            except CandidateError as err:
-                self.solution_failed(name, err)
-                return
-            if not self.send_check(name, *cand.verdict()):
-                return
-            stats = {"baseline": timing.summarize(samples["baseline"]),
-                     "candidate": timing.summarize(samples["candidate"])}
-            result = {"label": f"ctx {ctx}", "context_len": ctx, "steps": steps, "rounds": rounds,
-                      "block_steps": min(block_steps, steps), "candidate_block_steps": cand.block_steps,
-                      "candidate_chains_per_request": cand.chains_per_request, **stats,
-                      **timing.speedup_with_noise(samples["baseline"], samples["candidate"]),
-                      "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"]}
-            result["candidate_isolated_ms"] = isolated_ms
-            if self_timed_ms:
-                result["candidate_self_timed_ms"] = float(np.median(self_timed_ms))
-            if bw and self.task.roofline is not None:
-                nbytes = int(self.task.roofline.bytes_per_step(self.task.cfg, ctx))
-                floor_ms = nbytes / bw["bytes_per_s"] * 1e3
-                result["roofline"] = {
-                    "bytes_per_step": nbytes, "floor_ms": floor_ms,
-                    "candidate_fraction": floor_ms / stats["candidate"]["median_ms"],
-                    "baseline_fraction": floor_ms / stats["baseline"]["median_ms"],
-                }
-                impossible = timing.physics_violation(stats["candidate"]["median_ms"], nbytes, bw["bytes_per_s"])
-                if impossible:
-                    self.send_check("physics", "fail", f"ctx {ctx}: {impossible}", roofline=result["roofline"])
-                    return
-            self.channel.send("timing", **result)
-            per_shape.append(result)
-        self.phase("timing")
-        self.channel.send("score", geomean_speedup=timing.geomean([r["speedup"] for r in per_shape]),
-                          clocks_before=clocks_before, clocks_after=self.clocks())
-        # Counted after the timing: the profiler can leave the process that ran it slower for
-        # a while, and only the baseline's process would pay for it.
+        settings = timing.Settings.of(self.job)
+        roofline = self.task.roofline
+        shapes = [timing.Shape(f"timed_chain_ctx_{s['context_len']}", f"ctx {s['context_len']}", s["context_len"],
+                               s["steps"], self._contestants_at(s["context_len"], s["steps"]),
+                               int(roofline.bytes_per_step(self.task.cfg, s["context_len"])) if roofline else None)
+                  for s in self.timing_shapes]
+        if timing.time_contestants(self, shapes, settings) is None:
+            return
         context_len = self.timing_shapes[0]["context_len"]
-        self.solution_launches("candidate", "step", self.timing_inputs(context_len), context_len=context_len)
-        hidden, state = self.timing_inputs(context_len)
-        self.report_launches("baseline", lambda: self.baseline.step(hidden.clone(), clone_state(state)),
-                             context_len=context_len)
+        self.count_launches("step", lambda: self.timing_inputs(context_len), context_len=context_len)
         self.phase("launches")
+
+    def empty_requests(self, process: Any) -> tuple[dict, dict]:
+        shape = self.timing_shapes[0]
+        return ChainContestant(self, process, process.who, shape["context_len"], shape["steps"]).empty_requests()
+
+    def _contestants_at(self, context_len: int, steps: int):
+        def make() -> tuple[ChainContestant, ChainContestant]:
+            return (ChainContestant(self, self.baseline_process, "baseline", context_len, steps),
+                    ChainContestant(self, self.solution, "candidate", context_len, steps,
+                                    self.first_chains[context_len]))
+        return make
 
     def timing_inputs(self, context_len: int) -> list:
         """The timing seed's (hidden, state) at ``context_len``: where every timed chain starts."""
@@ -779,19 +778,25 @@ class ValidatedChain:
         self.margins: list[float | None] = []
 
     def run(self) -> tuple[str, str]:
-        """(status, reason) for the chain."""
+        """(status, reason) for the chain. The solution's steps run first, each one's inputs
+        and outputs kept; then every step is judged, by the reference workers side by side
+        where there are any. Never while the solution's process runs: the device probe after
+        each of its answers must find no other context's work on the device (a worker's
+        reference step would read as work the solution left running)."""
         evaluation, task = self.evaluation, self.evaluation.task
         hidden_in, state_in = evaluation.timing_inputs(self.context_len)
-        excused, worst = [], 1.0
+        steps = []
         for i in range(self.steps):
             hidden, state = evaluation.remote_step("fresh" if i == 0 else "chain", [hidden_in, state_in] if i == 0
                                                    else None, i, self.context_len, keep=True)
-            expected_hidden, expected_state, margin = reference_case(task, evaluation.reference, hidden_in, state_in)
-            result = evaluation.checker.judge(hidden_in, state_in, hidden, state, expected_hidden, expected_state,
-                                              margin)
+            steps.append((hidden_in, state_in, hidden, state))
             self.outputs.append(hidden)
-            self.margins.append(margin)
             hidden_in, state_in = hidden, state
+        judged = [evaluation.judge_step(*step) for step in steps]
+        excused, worst = [], 1.0
+        for i, pending in enumerate(judged):
+            result, margin = pending()
+            self.margins.append(margin)
             if "excused" in result:
                 # A near-tie in the reference's own routing at this state, and the step is the
                 # reference's with the runner-up taken there: rounding decided which expert won.
@@ -799,6 +804,8 @@ class ValidatedChain:
                 continue
             worst = min(worst, result["min_cosine"])
             if not result["passed"]:
+                for rest in judged[i + 1:]:
+                    rest()  # every worker idle again
                 return "fail", _fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold,
                                             margin, task.min_margin)
         note = (f"; steps {excused} differ at a near-tie of the reference's routing, where they match the "
@@ -812,115 +819,62 @@ class ValidatedChain:
         return next((i for i, m in enumerate(self.margins) if m is not None and m < min_margin), None)
 
 
-class BaselineChain:
-    """The baseline as a timed contestant: steps in the referee, timed by the referee's clock."""
+class ChainContestant(timing.Contestant):
+    """A contestant of a decode task's timing, in its own process (the baseline's or the
+    solution's, served alike): chains of steps from the timing seed's state, each output fed
+    back in there, each step's hidden recorded into the arena. The candidate's chains are
+    checked: every timed chain must repeat the validated chain step for step, up to a
+    near-tie of the reference's routing: there an honest kernel whose rounding varies from
+    run to run may pick the other expert, and every later step follows from that state, so
+    from there on the timed chain may depart (its values must stay finite)."""
 
-    name = "baseline"
-    block_steps: int | None = None
-
-    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
+    def __init__(self, evaluation: MegaEvaluation, process: Any, name: str, context_len: int, steps: int,
+                 validated: ValidatedChain | None = None):
+        super().__init__(name, process, steps)
         self.device = evaluation.device
-        self.model = evaluation.baseline
-        self.template = evaluation.timing_inputs(context_len)
-        # Each step's hidden is recorded as the candidate's are, so both pay the same copy.
-        self.record = torch.empty((steps, *evaluation.hidden_layout.shape), dtype=evaluation.hidden_layout.dtype,
-                                  device=self.device)
-
-    def begin_chain(self, round_index: int) -> None:
-        self.hidden, self.state = self.template[0].clone(), clone_state(self.template[1])
-
-    def block(self, first_step: int, steps: int) -> float:
-        return timing.wall_ms(self.device, lambda: self._steps(first_step, steps))
-
-    def _steps(self, first_step: int, steps: int) -> None:
-        for i in range(first_step, first_step + steps):
-            self.hidden, self.state = self.model.step(self.hidden, self.state)
-            self.record[i % len(self.record)].copy_(self.hidden)
-
-    def end_chain(self, round_index: int) -> None:
-        pass
-
-
-class SolutionChain:
-    """The solution as a timed contestant: its steps run in its own process, chained there,
-    each step's hidden recorded into the arena; each block (of as many steps as its warm-up
-    asked for, its inputs copied before the chain) is timed by the referee up to the device
-    probe after the answer (remote.py).
-    Every timed chain must repeat the validated chain step for step, up to a near-tie of the
-    reference's routing: there an honest kernel whose rounding varies from run to run may
-    pick the other expert, and every later step follows from that state, so from there on
-    the timed chain may depart (its values must stay finite)."""
-
-    name = "candidate"
-
-    def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int, validated: ValidatedChain):
-        self.evaluation = evaluation
-        self.solution = evaluation.solution
-        self.context_len, self.steps = context_len, steps
-        # Both set from its warm-up (timing.candidate_blocks); a block of a whole chain runs
-        # the chain chains_per_request times in one request, each from fresh inputs.
-        self.block_steps: int | None = steps
-        self.chains_per_request = 1
+        self.context_len = context_len
         self.validated = validated
-        self.near_tie = validated.first_near_tie()
+        self.near_tie = validated.first_near_tie() if validated is not None else None
         self.threshold = evaluation.task.threshold
         self.template = evaluation.timing_inputs(context_len)
-        self.solution.slots.reset()
-        self.begin_node = self.solution.put(self.template)
-        self.inputs = _tensors_of(self.begin_node, self.solution)
+        process.slots.reset()
+        self.begin_node = process.put(self.template)
         hidden = evaluation.hidden_layout
-        self.record_slot = self.solution.slots.slot((steps * timing.MAX_CHAINS_PER_REQUEST, *hidden.shape),
-                                                    hidden.dtype)
-        self.record = self.solution.arena.view(self.record_slot)
+        self.record_slot = process.slots.slot((steps * timing.MAX_CHAINS_PER_REQUEST, *hidden.shape), hidden.dtype)
+        self.record = process.arena.view(self.record_slot)
         self.failures: list[str] = []
         self.validated_chains = 0
         self.departures: list[int] = []  # the first step departing, of each chain that departed after a near-tie
         self.worst = 1.0
-        self.chains_in_record = 1  # runs of the chain recorded since it began
-        # Milliseconds per step as the solution's own process timed its blocks (CUDA events):
-        # reported beside the referee's figure, never used for it.
-        self.self_timed_ms: list[float] = []
 
-    def begin_chain(self, round_index: int) -> None:
-        """Fresh copies of the chain's inputs in the solution's process, before any block is
-        timed (the baseline's are cloned untimed too)."""
-        self.record.fill_(float("nan"))  # nothing of an earlier chain can pass for this one's
-        for target, source in zip(self.inputs, _flatten(self.template), strict=False):
-            target.copy_(source)
-        timing.synchronize(self.evaluation.device)
-        self.solution.request({"op": "chain", "begin": self.begin_node, "steps": 0, "record": self.record_slot,
-                               "record_from": 0}, "copying a timed chain's inputs")
+    def stage_request(self, copies: int) -> dict:
+        if copies:
+            # A new chain: nothing of an earlier chain can pass for this one's, and the inputs
+            # are the template's again, whatever the process did to the arena since.
+            self.record.fill_(float("nan"))
+            self.process.put_into(self.begin_node, self.template)
+            timing.synchronize(self.device)
+        return {"op": "stage", "begins": [self.begin_node] * copies}
 
-    def block(self, first_step: int, steps: int) -> float:
-        """The block's milliseconds; for a whole chain run several times in one request,
-        those of one run of it."""
-        chains = self.chains_per_request if steps == self.steps else 1
-        self.chains_in_record = chains
-        reply = self.solution.request(
-            {"op": "chain", "begin": self.begin_node if chains > 1 else None, "chains": chains, "steps": steps,
-             "record": self.record_slot, "record_from": first_step % self.steps},
-            f"running steps {first_step + 1}-{first_step + steps} of a timed chain"
-            + (f", {chains} times from its inputs" if chains > 1 else ""))
-        if "bad_return" in reply:
-            raise CandidateError(str(reply["bad_return"])[:500])
-        if isinstance(reply.get("device_ms"), (int, float)):
-            self.self_timed_ms.append(float(reply["device_ms"]) / (steps * chains))
-        return float(reply["block_ms"]) / chains
+    def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
+        return {"op": "chain", "steps": count, "chains": chains, "fresh": fresh, "record": self.record_slot,
+                "record_from": first}
 
-    def end_chain(self, round_index: int) -> None:
+    def chain_done(self, steps_done: int, chains: int) -> None:
         """Every run of the chain since it began must repeat the validated chain."""
-        recorded = self.record[: self.steps * self.chains_in_record].clone()
-        for run in range(self.chains_in_record):
-            self._judge_run(recorded[run * self.steps:(run + 1) * self.steps])
-        self.chains_in_record = 1
+        if self.validated is None:
+            return
+        recorded = self.record[: self.steps * chains].clone()
+        for run in range(chains):
+            self._judge_run(recorded[run * self.steps:run * self.steps + steps_done])
 
     def _judge_run(self, outputs: torch.Tensor) -> None:
         departed = False
-        for i, first in enumerate(self.validated.outputs):
-            finite = compare.is_finite(outputs[i])
+        for i, (output, first) in enumerate(zip(outputs, self.validated.outputs)):
+            finite = compare.is_finite(output)
             if finite and departed:
                 continue  # on its own path since the near-tie: nothing to repeat
-            cos = compare.cosine(outputs[i], first)
+            cos = compare.cosine(output, first)
             if finite and cos >= self.threshold:
                 self.worst = min(self.worst, cos)
             elif finite and self.near_tie is not None and i >= self.near_tie:
@@ -936,24 +890,8 @@ class SolutionChain:
         if self.failures:
             return "fail", self.failures[0]
         note = ""
-        if self.departures and self.near_tie is not None:  # a chain departs only after a near-tie
+        if self.departures:
             note = (f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
                     f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there")
         return "pass", (f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "
                         f"repeat the validated chain (min cosine {self.worst:.5f}){note}")
-
-
-def _flatten(tree: Any) -> list[torch.Tensor]:
-    """The tensors of a (hidden, state) tree in the order ``encode`` visits them."""
-    if isinstance(tree, torch.Tensor):
-        return [tree]
-    if isinstance(tree, dict):
-        return [t for v in tree.values() for t in _flatten(v)]
-    if isinstance(tree, (list, tuple)):
-        return [t for v in tree for t in _flatten(v)]
-    return []
-
-
-def _tensors_of(node: dict, solution: Any) -> list[torch.Tensor]:
-    """The arena views of every slot in ``node``, in the order ``encode`` wrote them."""
-    return _flatten(decode(node, solution.arena.view))

@@ -1,26 +1,33 @@
-"""The solution's process as the referee sees it: started, asked, stopped, watched.
+"""The contestants' processes as the referee sees them: started, asked, stopped, watched.
 
-The referee (this process) holds the reference, the baseline, the expected values, the key
-and the clock. The solution runs in a child process of its own (solution_server.py) that it
-starts from a fresh interpreter after everything trusted is built and the cache is sealed.
-The two exchange JSON lines over two pipes and tensors through a shared arena
-(exchange.py); the referee copies every returned tensor out of the arena before it looks
-at it, so nothing the solution returns is ever called.
+The referee (this process) holds the reference, the expected values, the key and the clock.
+Each contestant runs in a process of its own, served by the same code (solution_server.py):
+the solution's, started from a fresh interpreter and told to import the solution only after
+everything trusted is built and the cache is sealed; and, for a timed run, the baseline's,
+which loads the task's baseline (and in an A/A run the solution's stands in for it with the
+same baseline). Reference workers (workers.py) are processes of the referee's own code that
+compute expected outputs beside it; they never run a contestant and are gone before any
+timing starts.
 
-Between requests the solution's process is stopped (SIGSTOP): it runs only while the
-referee waits for its answer. After every answer the referee checks, outside any timed
-interval, that no other process of the evaluation is left running, and on CUDA that the
-device is idle (a probe kernel of the referee's own must not wait behind work of another
-context). So the baseline, timed in the referee, runs only while the solution's process is
-stopped, has no other process, and has left nothing on the device.
+The referee and a process exchange JSON lines over two pipes and tensors through a shared
+arena (exchange.py); the referee copies every returned tensor out of the arena before it
+looks at it, so nothing the solution returns is ever called.
 
-The referee itself is made non-dumpable before the solution's process starts: a process
-without capabilities (the jail drops them all) can then neither read its memory through
-/proc nor attach a debugger to it.
+Between requests a contestant's process is stopped (SIGSTOP): it runs only while the referee
+waits for its answer, and every request, to either contestant, is timed and watched alike.
+After every answer the referee checks, outside any timed interval, that no other process of
+the evaluation is left running, and on CUDA that the device is idle (a probe kernel of the
+referee's own must not wait behind work of another context). So the baseline's blocks run
+only while the solution's process is stopped (its state read back as stopped from /proc
+before the baseline is asked anything), has no other process, and has left nothing on the
+device (the probe after its last answer took no longer than when idle).
+
+The referee, the baseline's process and the workers are non-dumpable before any solution
+code runs: a process without capabilities (the jail drops them all) can then neither read
+their memory through /proc nor attach a debugger to them.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
@@ -28,23 +35,26 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from .exchange import Arena, Layout, SlotAllocator, decode, encode
+from .exchange import Arena, Layout, SlotAllocator, copy_tree, decode, encode
 from .loading import CandidateError
+from .protocol import make_non_dumpable
+
+__all__ = ["make_non_dumpable"]
 
 SERVER = Path(__file__).resolve().parent / "solution_server.py"
+WORKER = Path(__file__).resolve().parent / "reference_worker.py"
 # A reply longer than this is a protocol violation (a real one is a few hundred bytes).
 MAX_REPLY_BYTES = 1 << 20
-# How often a wait for a reply checks that the solution's process still lives.
+# How often a wait for a reply checks that the process still lives.
 POLL_S = 0.5
-PR_SET_DUMPABLE = 4
-# Requests timed before the solution is imported, while the process runs only our code.
-CALIBRATION_REQUESTS = 15
+# Empty requests timed per contestant before the solution is imported, while every process
+# runs only our code.
+CALIBRATION_REQUESTS = 10
 # The device counts as idle after an answer when the probe takes no longer than this factor
 # of its slowest calibration reading plus this slack. Work left behind by another context
 # delays it: the device runs two contexts' work time-sliced, never together.
@@ -52,13 +62,6 @@ IDLE_FACTOR = 2.0
 IDLE_SLACK_MS = 0.1
 
 _perf_counter_ns = time.perf_counter_ns
-
-
-def make_non_dumpable() -> None:
-    """No process without CAP_SYS_PTRACE may read this one's memory or attach to it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 class SolutionFailed(CandidateError):
@@ -70,14 +73,25 @@ class SolutionFailed(CandidateError):
 
 
 class LeftRunning(CandidateError):
-    """The solution left a process or device work running after its answer (hidden work)."""
+    """The solution left a process or device work running after an answer (hidden work)."""
+
+
+class TrustedFailed(Exception):
+    """A process of the referee's own (the baseline's, a reference worker) raised or died.
+
+    Not the solution's error, unless the solution signalled it (it runs as the same user, so
+    it can): the verdict is a crash either way, never a pass."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.message, self.details = message, details
 
 
 class DeviceIdleProbe:
     """A one-element kernel of the referee's own, timed from launch to synchronized end.
 
-    After the solution's process ran anything on the device, the probe pays a switch of
-    the device from that process's context back to the referee's (about a quarter of a
+    After a contestant's process ran anything on the device, the probe pays a switch of the
+    device from that process's context back to the referee's (about a quarter of a
     millisecond on an H200): its idle time is calibrated in exactly that situation."""
 
     def __init__(self, device: torch.device):
@@ -99,25 +113,25 @@ class DeviceIdleProbe:
         return (_perf_counter_ns() - start) / 1e6
 
 
-class SolutionProcess:
-    """Start with ``launch`` and ``connect``; every ``request`` resumes the process, waits for
-    its reply and stops it again; ``close`` ends it."""
+class Peer:
+    """A child process of the referee's that answers one JSON line per request."""
 
-    def __init__(self, device: torch.device, scratch: Path, env: dict[str, str], pid_namespace: bool):
-        self.device = device
-        self.scratch = scratch
-        self.env = env
-        self.pid_namespace = pid_namespace
+    # Who it is, in messages: "the solution's process", "reference worker 2", ...
+    label = "the process"
+    # A contestant's process answers one request at a time, and anything more it writes is a
+    # protocol violation; a worker may be sent a second request before its first answer.
+    pipelined = False
+    # watchdog.StepWatchdog for the solution's process, set by its owner: ends a request that hangs.
+    watchdog: Any = None
+
+    def __init__(self, argv: list[str], scratch: Path, env: dict[str, str]):
+        self.argv, self.scratch, self.env = argv, scratch, env
         self.proc: Optional[subprocess.Popen] = None
-        self.request_floor_ms = 0.0
-        self.watchdog: Any = None  # watchdog.StepWatchdog, set by its owner: ends a request that hangs
+        self._buffer = b""
 
     @property
-    def process(self) -> subprocess.Popen:
-        """The solution's process, once launched."""
-        if self.proc is None:
-            raise RuntimeError("the solution's process was used before it was launched")
-        return self.proc
+    def pid(self) -> int:
+        return self.proc.pid
 
     def launch(self) -> None:
         """Start the process: it imports torch and waits for its first request, so its start
@@ -125,79 +139,18 @@ class SolutionProcess:
         requests_read, self._requests = os.pipe()
         self._replies, replies_write = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-u", str(SERVER), "--requests-fd", str(requests_read),
-             "--replies-fd", str(replies_write), "--device", str(self.device)],
+            [sys.executable, "-I", "-B", "-u", *self.argv, "--requests-fd", str(requests_read),
+             "--replies-fd", str(replies_write)],
             cwd=self.scratch, env=self.env, stdin=subprocess.DEVNULL, pass_fds=(requests_read, replies_write),
             start_new_session=True)
         os.close(requests_read)
         os.close(replies_write)
-        self._buffer = b""
 
-    def connect(self, arena: Arena, interlude: Callable[[], None]) -> None:
-        """Share the arena with the process and calibrate what an empty request costs, each
-        after ``interlude`` (see ``_calibrate``)."""
-        self.arena = arena
-        self.interlude = interlude  # also before each isolated step (timing.isolated_step_ms)
-        self.slots = SlotAllocator(arena)
-        self.probe = DeviceIdleProbe(self.device) if self.device.type == "cuda" else None
-        self.request({"op": "attach", "arena": arena.description}, "attaching the exchange arena")
-        self._calibrate(interlude)
+    @property
+    def replies_fd(self) -> int:
+        return self._replies
 
-    def _calibrate(self, interlude: Callable[[], None]) -> None:
-        """What a request costs when it does nothing: the pipes, waking the process, and on
-        CUDA the device's switch into its context and back. Measured before the solution is
-        imported, so the solution cannot inflate it, and taken off every timed block, which
-        leaves the block's own work (see ``request``).
-
-        Each empty request follows ``interlude``, work of the referee's own like the
-        baseline's that comes before a timed block: a request right after another costs a
-        third less than one after the process slept while the referee worked, and the
-        difference would stay in every block. The median, not the least: a request's
-        overhead varies by a tenth of a millisecond from one to the next, and the least would
-        leave that much, on average, in every block."""
-        answered, probes = [], []
-        for _ in range(CALIBRATION_REQUESTS):
-            interlude()
-            reply = self.request({"op": "noop"}, "timing an empty request")
-            answered.append(reply["answered_ms"])
-            probes.append(reply["probe_ms"])
-        self.request_floor_ms = float(sorted(answered)[len(answered) // 2])
-        if self.probe is not None:
-            self.probe.calibrate(probes)
-
-    # -- one request ---------------------------------------------------------------------------
-    def request(self, message: dict, what: str) -> dict:
-        """Send ``message``, wait for the reply, stop the process, check what it left running.
-
-        The reply carries ``block_ms``, the request's time for a timed block: from the send
-        to the reply, less what an empty request costs, plus whatever the device probe after
-        the process was stopped took beyond its idle time. So device work left behind is
-        counted as far as it delays the probe, and fails the evaluation past the probe's limit.
-        """
-        if self.watchdog is not None:
-            self.watchdog.begin(message)
-        self._signal(signal.SIGCONT)
-        start = _perf_counter_ns()
-        self._send(message)
-        reply = self._receive(what)
-        answered_ms = (_perf_counter_ns() - start) / 1e6
-        self._signal(signal.SIGSTOP)
-        self._wait_stopped(what)
-        probe_ms = self.probe.milliseconds() if self.probe is not None else 0.0
-        self._check_nothing_left(what, probe_ms)
-        if "raised" in reply:
-            raise SolutionFailed(str(reply["raised"])[:1000], str(reply.get("details", ""))[-4000:])
-        if "protocol" in reply:
-            raise SolutionFailed(f"the solution's process broke the exchange protocol while {what}: "
-                                 f"{str(reply['protocol'])[:300]}", str(reply.get("details", ""))[-4000:])
-        if reply.get("ok") is not True:
-            raise SolutionFailed(f"the solution's process answered {str(reply)[:200]} while {what}")
-        idle_ms = self.probe.idle_ms if self.probe is not None else 0.0
-        reply.update(answered_ms=answered_ms, probe_ms=probe_ms,
-                     block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms))
-        return reply
-
-    def _send(self, message: dict) -> None:
+    def send(self, message: dict) -> None:
         data = (json.dumps(message) + "\n").encode()
         try:
             view = memoryview(data)
@@ -206,13 +159,13 @@ class SolutionProcess:
         except BrokenPipeError:
             raise self._died("receiving a request") from None
 
-    def _receive(self, what: str) -> dict:
+    def receive(self, what: str) -> dict:
         selector = selectors.DefaultSelector()
         selector.register(self._replies, selectors.EVENT_READ)
         try:
             while b"\n" not in self._buffer:
                 if not selector.select(timeout=POLL_S):
-                    if self.process.poll() is not None:
+                    if self.proc.poll() is not None:
                         raise self._died(what)
                     if self.watchdog is not None:
                         self.watchdog.check(what)
@@ -222,8 +175,7 @@ class SolutionProcess:
                     raise self._died(what)
                 self._buffer += chunk
                 if len(self._buffer) > MAX_REPLY_BYTES:
-                    raise SolutionFailed(f"the solution's process sent more than {MAX_REPLY_BYTES} bytes "
-                                         f"of reply while {what}")
+                    raise self._failure(f"{self.label} sent more than {MAX_REPLY_BYTES} bytes of reply while {what}")
         finally:
             selector.close()
         line, self._buffer = self._buffer.split(b"\n", 1)
@@ -231,35 +183,85 @@ class SolutionProcess:
             reply = json.loads(line)
         except ValueError:
             reply = None
-        if not isinstance(reply, dict) or self._buffer:
-            raise SolutionFailed(f"the solution's process wrote something other than its reply to the "
-                                 f"referee while {what}: {line[:120]!r}")
+        if not isinstance(reply, dict) or (self._buffer and not self.pipelined):
+            raise self._failure(f"{self.label} wrote something other than its reply to the referee while {what}: "
+                                f"{line[:120]!r}")
         return reply
 
-    def _died(self, what: str) -> SolutionFailed:
+    def checked(self, reply: dict, what: str) -> dict:
+        """``reply`` if it says ok; else the failure it reports, raised."""
+        if "raised" in reply:
+            raise self._failure(str(reply["raised"])[:1000], str(reply.get("details", ""))[-4000:])
+        if "protocol" in reply:
+            raise self._failure(f"{self.label} broke the exchange protocol while {what}: "
+                                f"{str(reply['protocol'])[:300]}", str(reply.get("details", ""))[-4000:])
+        if reply.get("ok") is not True:
+            raise self._failure(f"{self.label} answered {str(reply)[:200]} while {what}")
+        return reply
+
+    def _failure(self, message: str, details: str = "", crashed: bool = False) -> Exception:
+        return TrustedFailed(message, details)
+
+    def _died(self, what: str) -> Exception:
         try:
-            code = self.process.wait(timeout=5)
+            code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
         how = ("still running, but it closed its reply pipe" if code is None
                else f"killed by signal {-code}" if code < 0 else f"exit code {code}")
-        return SolutionFailed(f"the solution's process died while {what} ({how})", crashed=True)
+        return self._failure(f"{self.label} died while {what} ({how})", crashed=True)
 
-    def _signal(self, sig: int) -> None:
+    def signal(self, sig: int) -> None:
         try:
-            os.kill(self.process.pid, sig)
+            os.kill(self.proc.pid, sig)
         except ProcessLookupError:
             pass  # dead: the next read says so
 
-    def _wait_stopped(self, what: str) -> None:
-        deadline = time.monotonic() + 5
-        while _state(self.process.pid) not in ("T", "t", "Z", None):
-            if time.monotonic() > deadline:
-                raise SolutionFailed(f"the solution's process could not be stopped after {what}")
-            time.sleep(0.0002)
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+        for fd in (self._requests, self._replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
-    def _check_nothing_left(self, what: str, probe_ms: float) -> None:
-        strays = self.stray_processes()
+
+class Watch:
+    """What the referee checks after every answer of a contestant: no stray process of the
+    evaluation, and (on CUDA) an idle device.
+
+    ``known`` are the evaluation's own processes (the jail's init, the referee, each
+    contestant's and worker's process); ``suspect`` the solution's process."""
+
+    def __init__(self, device: torch.device, pid_namespace: bool):
+        self.pid_namespace = pid_namespace
+        self.known: set[int] = {1, os.getpid()} if pid_namespace else {os.getpid()}
+        self.suspect: Optional["ContestantProcess"] = None
+        self.probe = DeviceIdleProbe(device) if device.type == "cuda" else None
+
+    def strays(self) -> list[str]:
+        """Live processes of the evaluation other than its own: in a pid namespace of its
+        own every other process there; without one, what descends from the solution's
+        process or shares its session."""
+        suspect = self.suspect.pid if self.suspect is not None and self.suspect.proc is not None else None
+        if suspect is None and not self.pid_namespace:
+            return []
+        session = _session(suspect) if suspect is not None else None
+        table = _processes()
+        found = []
+        for pid, (state, _, sid, name) in table.items():
+            if pid in self.known or state in ("Z", "X"):
+                continue
+            if self.pid_namespace or sid == session or _descends(table, pid, suspect):
+                found.append(f"{pid} ({name})")
+        return found
+
+    def check(self, what: str, probe_ms: float) -> None:
+        strays = self.strays()
         if strays:
             raise LeftRunning(f"the solution left {len(strays)} process(es) running after {what}: "
                               + ", ".join(strays[:5]))
@@ -268,20 +270,82 @@ class SolutionProcess:
                               f"(idle: {self.probe.idle_ms:.3f} ms, allowed {self.probe.limit_ms:.3f} ms); the "
                               f"solution left work running on the GPU past its answer")
 
-    def stray_processes(self) -> list[str]:
-        """Live processes of the evaluation other than the jail, the referee and the solution's
-        process: in a pid namespace of its own every process there; without one, what
-        descends from the solution's process or shares its session."""
-        known = {1, os.getpid(), self.process.pid} if self.pid_namespace else {os.getpid(), self.process.pid}
-        session = _session(self.process.pid)
-        table = _processes()
-        found = []
-        for pid, (state, _, sid, name) in table.items():
-            if pid in known or state in ("Z", "X"):
-                continue
-            if self.pid_namespace or sid == session or _descends(table, pid, self.process.pid):
-                found.append(f"{pid} ({name})")
-        return found
+
+class ContestantProcess(Peer):
+    """A contestant's server. Start with ``launch`` and ``connect``; every ``request`` resumes
+    the process, waits for its reply and stops it again (``begin`` and ``finish`` do the two
+    halves, for a request the referee overlaps with work of its own); ``close`` ends it."""
+
+    def __init__(self, who: str, device: torch.device, scratch: Path, env: dict[str, str], watch: Watch):
+        trusted = who == "baseline"
+        super().__init__([str(SERVER), "--device", str(device), *(["--non-dumpable"] if trusted else [])],
+                         scratch, env)
+        self.who, self.device, self.watch = who, device, watch
+        self.label = f"the {who}'s process"
+        self.trusted = trusted
+        self.request_floor_ms = 0.0
+        self._started_ns = 0
+
+    def launch(self) -> None:
+        super().launch()
+        self.watch.known.add(self.pid)
+        if not self.trusted:
+            self.watch.suspect = self
+
+    def connect(self, arena: Arena) -> None:
+        """Share ``arena`` with the process."""
+        self.arena = arena
+        self.slots = SlotAllocator(arena)
+        self.request({"op": "attach", "arena": arena.description}, "attaching the exchange arena")
+
+    def _failure(self, message: str, details: str = "", crashed: bool = False) -> Exception:
+        if self.trusted:
+            return TrustedFailed(message, details)
+        return SolutionFailed(message, details, crashed)
+
+    # -- one request ---------------------------------------------------------------------------
+    def request(self, message: dict, what: str) -> dict:
+        """Send ``message``, wait for the reply, stop the process, check what it left running.
+
+        The reply carries ``block_ms``, the request's time for a timed block: from the send
+        to the reply, less what an empty request costs (``request_floor_ms``), plus whatever
+        the device probe after the process was stopped took beyond its idle time. So device
+        work left behind is counted as far as it delays the probe, and fails the evaluation
+        past the probe's limit."""
+        self.begin(message)
+        return self.finish(what)
+
+    def begin(self, message: dict) -> None:
+        # What the referee copied into the arena is there before the process reads it: its
+        # copies ran on the referee's stream, and nothing orders them before the process's own.
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if self.watchdog is not None:
+            self.watchdog.begin(message)
+        self.signal(signal.SIGCONT)
+        self._started_ns = _perf_counter_ns()
+        self.send(message)
+
+    def finish(self, what: str) -> dict:
+        reply = self.receive(what)
+        answered_ms = (_perf_counter_ns() - self._started_ns) / 1e6
+        self.signal(signal.SIGSTOP)
+        self._wait_stopped(what)
+        probe = self.watch.probe
+        probe_ms = probe.milliseconds() if probe is not None else 0.0
+        self.watch.check(what, probe_ms)
+        self.checked(reply, what)
+        idle_ms = probe.idle_ms if probe is not None else 0.0
+        reply.update(answered_ms=answered_ms, probe_ms=probe_ms,
+                     block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms))
+        return reply
+
+    def _wait_stopped(self, what: str) -> None:
+        deadline = time.monotonic() + 5
+        while _state(self.proc.pid) not in ("T", "t", "Z", None):
+            if time.monotonic() > deadline:
+                raise self._failure(f"{self.label} could not be stopped after {what}")
+            time.sleep(0.0002)
 
     # -- the arena -----------------------------------------------------------------------------
     def put(self, value: Any) -> dict:
@@ -292,6 +356,12 @@ class SolutionProcess:
             return slot
         return encode(value, put_tensor)
 
+    def put_into(self, node: dict, value: Any) -> None:
+        """Copy the tensors of ``value`` into the slots ``node`` names (made by ``put`` from a
+        value of the same structure): the arena's inputs as they were, whatever the process
+        did to them since."""
+        copy_tree(decode(node, self.arena.view), value)
+
     def expect(self, layout: Any) -> dict:
         """Fresh output slots for ``layout`` (Layouts in place of tensors)."""
         return encode(layout, lambda want: self.slots.slot(tuple(want.shape), want.dtype))
@@ -300,17 +370,56 @@ class SolutionProcess:
         """The tensors of ``node``, copied out of the arena into the referee's own memory."""
         return decode(node, lambda slot: self.arena.view(slot).clone())
 
-    def close(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self._signal(signal.SIGKILL)
-            self.proc.wait()
-        for fd in (self._requests, self._replies):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+
+def calibrate(contestants: list[ContestantProcess], interlude: Callable[[], None],
+              requests_for: Callable[[ContestantProcess], tuple[dict, dict]],
+              requests: int = CALIBRATION_REQUESTS) -> None:
+    """What a timed request costs when it runs no step: the pipes, waking the process,
+    staging inputs and recording nothing, and on CUDA the device's switch into its context
+    and back. Measured before the solution is imported, so the solution cannot inflate it,
+    and taken off every timed block, which leaves the block's own work (see
+    ``ContestantProcess.request``).
+
+    ``requests_for(contestant)`` gives the two requests that mirror a timed block: the
+    untimed one that stages its inputs, and the block itself with no step (the same kind of
+    request, with the same slots, as timing.Contestant.next_block sends). The contestants
+    take turns in ABBA order, each pair after ``interlude``, work of the referee's own, the
+    device synchronized. One figure for every contestant, the median of all: the same for
+    both sides of an A/A run, so the run stays exact by symmetry. The median, not the
+    least: a request's overhead varies by a tenth of a millisecond from one to the next, and
+    the least would leave that much, on average, in every block. The probe's idle time comes
+    from the same requests."""
+    pairs = {id(c): requests_for(c) for c in contestants}
+    answered, probes = [], []
+    for i in range(requests):
+        interlude()
+        for contestant in (contestants if i % 2 == 0 else contestants[::-1]):
+            staging, empty = pairs[id(contestant)]
+            contestant.request(staging, "staging an empty request's inputs")
+            reply = contestant.request(empty, "timing an empty request")
+            answered.append(reply["answered_ms"])
+            probes.append(reply["probe_ms"])
+    floor = float(sorted(answered)[len(answered) // 2])
+    for contestant in contestants:
+        contestant.request_floor_ms = floor
+    probe = contestants[0].watch.probe
+    if probe is not None:
+        probe.calibrate(probes)
+
+
+def wait_any(peers: Iterable[Peer], timeout: Optional[float] = None) -> list[Peer]:
+    """The peers among ``peers`` with a reply (or an end) waiting to be read."""
+    peers = list(peers)
+    ready = [p for p in peers if b"\n" in p._buffer]
+    if ready:
+        return ready
+    selector = selectors.DefaultSelector()
+    for peer in peers:
+        selector.register(peer.replies_fd, selectors.EVENT_READ, peer)
+    try:
+        return [key.data for key, _ in selector.select(timeout=timeout)]
+    finally:
+        selector.close()
 
 
 def _state(pid: int) -> Optional[str]:

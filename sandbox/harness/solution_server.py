@@ -1,12 +1,21 @@
-"""The solution's own process: imports the solution and runs what the referee asks, nothing else.
+"""A contestant's own process: imports one contestant and runs what the referee asks, nothing else.
+
+Every contestant of a timed run is served by this same code, each in a process of its own:
+the solution's process, and the baseline's (which loads the task's baseline and never any
+solution code; in an A/A run the baseline stands in for the solution too). So both pay the
+same cost for every request the referee times (pipes, waking a stopped process, the device's
+switch into its context, caches cold after the other ran), and an A/A run is exact by
+symmetry.
 
 Started by the referee (remote.py) as ``python -I -B -u solution_server.py --requests-fd R
---replies-fd W --device D`` from an empty working directory: a fresh interpreter that ignores
-PYTHON* variables, user site-packages and the working directory, so no file beside the
-solution can shadow a module before the solution itself is imported, and then only here.
-This process holds no reference, no baseline, no expected value, no key and no clock that a
-verdict depends on: whatever the solution does to it changes only what the referee reads
-back from the shared arena, and that is judged there.
+--replies-fd W --device D [--non-dumpable]`` from an empty working directory: a fresh
+interpreter that ignores PYTHON* variables, user site-packages and the working directory, so
+no file beside the solution can shadow a module before the solution itself is imported, and
+then only here. The solution's process holds no reference, no expected value, no key and no
+clock that a verdict depends on: whatever the solution does to it changes only what the
+referee reads back from the shared arena, and that is judged there. The baseline's process
+makes itself non-dumpable first of all (``--non-dumpable``), so that the solution's process,
+which has no capabilities, can neither read nor trace it.
 
 One JSON request per line on R, one JSON reply per line on W (see ``Session``). Standard
 library and torch only.
@@ -15,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import sys
@@ -28,8 +36,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from kagent_harness import launches  # noqa: E402
-from kagent_harness.exchange import Arena, BadReturn, ExchangeError, decode, fill  # noqa: E402
+
+from kagent_harness import building, launches  # noqa: E402
+from kagent_harness.exchange import Arena, BadReturn, ExchangeError, copy_tree, decode, fill  # noqa: E402
+from kagent_harness.protocol import make_non_dumpable  # noqa: E402
 
 DETAILS_CHARS = 4000
 
@@ -50,18 +60,6 @@ def solution_call(what: str, fn: Any, *args: Any) -> Any:
         raise SolutionRaised(f"{what} raised {type(exc).__name__}: {str(exc)[:500]}", details) from exc
 
 
-def _import(name: str, path: Path, search: list[str]) -> Any:
-    for folder in reversed(search):
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 class Session:
     """The state between requests: the arena, the model, and what a chain goes on from."""
 
@@ -72,6 +70,7 @@ class Session:
         self.args: list | None = None  # the arguments of the last call, kept for a second call
         self.containers: list = []  # (container, its original items) inside self.args
         self.chain: Any = None  # the (hidden, state) the next chained step starts from
+        self.staged: list = []  # fresh copies of inputs for the next timed request (op_stage)
         # Every single call's inputs and outputs stay alive, as they would in one process
         # holding all its cases: each case has addresses of its own, so an answer cached by
         # pointer can only go stale where the referee means it to (the second call).
@@ -94,35 +93,21 @@ class Session:
         self.arena = Arena.attach(request["arena"])
 
     def op_noop(self, request: dict) -> dict:
-        """Nothing but a one-element kernel, timed as a chain's steps are: the referee times
-        empty requests with it, to take a request's own cost off a timed chain's."""
+        """Nothing but a one-element kernel, timed as a chain's steps are (scripts that study
+        the exchange's overhead use it)."""
         events = self._events()
         if self.cell is not None:
             self.cell.add_(1.0)
         return {"device_ms": events()}
 
     def op_load(self, request: dict) -> None:
-        module = solution_call("importing the solution", _import, request["module"], Path(request["path"]),
-                               list(request.get("search", [])))
-        label = request["label"]
-        cls = getattr(module, request["class"], None)
-        if cls is None:
-            raise SolutionRaised(f"{label} defines no class {request['class']}", "")
+        """Import and build the contestant (building.build), then freeze the heap."""
         init = decode(request["init"], self._fresh)
-        if request.get("seed") is not None:
-            torch.manual_seed(int(request["seed"]))
-        model = solution_call(f"{label} {request['class']}(...)", lambda: cls(*init))
-        model = solution_call(f"{label} .to(device)", lambda: model.to(self.device))
-        weights_file = request.get("weights")
-        if weights_file:
-            weights = torch.load(weights_file, map_location=self.device, weights_only=True, mmap=True)
-            if request.get("weights_strict", True):
-                solution_call(f"{label} load_state_dict (strict)", model.load_state_dict, weights, True)
-            else:  # KernelBench: the reference's values where the parameters are the same
-                own = model.state_dict()
-                if own.keys() == weights.keys() and all(own[k].shape == v.shape for k, v in weights.items()):
-                    solution_call(f"{label} load_state_dict", model.load_state_dict, weights)
-        self.model = solution_call(f"{label} .eval()", model.eval)
+        try:
+            self.model = building.build(building.Spec.of(request), init, self.device, request.get("weights"),
+                                        guard=solution_call)
+        except LookupError as err:  # the class it was to build is missing
+            raise SolutionRaised(str(err), "") from err
         gc.collect()  # as the referee does before it times anything (timing.freeze_heap)
         gc.freeze()
 
@@ -149,23 +134,30 @@ class Session:
             self.chain = returned
         return {}
 
+    def op_stage(self, request: dict) -> None:
+        """Fresh copies of a timed request's inputs, made in a request of their own so that
+        the timed one spends nothing on them: one of each of ``begins``, one for each chain
+        the next timed request starts (none: it goes on from where the chain is)."""
+        self.staged = [list(decode(begin, self._fresh)) for begin in request["begins"]]
+
     def op_chain(self, request: dict) -> dict:
         """``steps`` chained steps, each output fed back in, each step's hidden recorded into
-        the arena; ``chains`` times over, each from fresh copies of ``begin`` (recorded one
-        chain after another). The referee times this whole request with its own clock; the
-        events here are the solution process's own view, reported for information only."""
-        record = self._attached().view(request["record"])
+        the arena; ``chains`` times over, each from a staged copy of its inputs when
+        ``fresh`` (recorded one chain after another), else going on from the last step. The
+        referee times this whole request with its own clock; the events here are this
+        process's own view, reported for information only."""
+        record = self.arena.view(request["record"])
         first = int(request["record_from"])
-        steps, chains = int(request["steps"]), int(request.get("chains", 1))
-        step = self.model.step
+        steps, chains, fresh = int(request["steps"]), int(request.get("chains", 1)), bool(request.get("fresh"))
+        if fresh and len(self.staged) < chains:
+            raise ExchangeError(f"{chains} fresh chains asked for, {len(self.staged)} staged")
         events = self._events()
         for run in range(chains):
-            if request.get("begin") is not None:
-                self.chain = list(decode(request["begin"], self._fresh))
-            for i in range(steps):
-                returned = solution_call("step", step, *self.chain)
-                if (not isinstance(returned, (tuple, list)) or len(returned) != 2
-                        or type(returned[0]) is not torch.Tensor):
+            if fresh:
+                self.chain = self.staged.pop(0)
+            for i in range(steps):  # none when the referee times an empty request: nothing of the model is touched
+                returned = solution_call("step", self.model.step, *self.chain)
+                if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
                     return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
                                           f"{type(returned).__name__}"}
                 record[first + run * steps + i].copy_(returned[0])
@@ -173,17 +165,18 @@ class Session:
         return {"device_ms": events()}
 
     def op_repeat(self, request: dict) -> dict:
-        """``steps`` calls of the method on the same inputs (KernelBench's timed calls); the
-        last output is copied to the arena."""
-        args = self._materialize(request["begin"]) if request.get("begin") is not None else self.args
-        if args is None:
-            raise ExchangeError("repeated calls were asked for before a first one")
-        method = getattr(self.model, request["method"])
+        """``steps`` calls of the method on the same inputs (KernelBench's timed calls), from
+        the staged copy where there is one; the last output is copied to the arena."""
+        if self.staged:
+            self.args = self.staged.pop(0)
+        steps = int(request["steps"])
         events = self._events()
         returned = None
-        for _ in range(int(request["steps"])):
-            returned = solution_call(request["what"], method, *args)
+        for _ in range(steps):  # none when the referee times an empty request: nothing of the model is touched
+            returned = solution_call(request["what"], getattr(self.model, request["method"]), *self.args)
         reported = events()
+        if not steps:
+            return {"device_ms": reported}
         try:
             fill(request["out"], returned, self.arena, request["returns"])
         except BadReturn as err:
@@ -201,13 +194,8 @@ class Session:
             return {"report": {"launches": None, "note": f"profiling failed: {type(exc).__name__}: {exc}"}}
 
     # -- arguments ---------------------------------------------------------------------------
-    def _attached(self) -> Arena:
-        if self.arena is None:
-            raise ExchangeError("a request came before the arena was attached")
-        return self.arena
-
     def _fresh(self, slot: dict) -> torch.Tensor:
-        return self._attached().view(slot).clone()
+        return self.arena.view(slot).clone()
 
     def _materialize(self, node: dict) -> list:
         args = list(decode(node, self._fresh))
@@ -233,8 +221,8 @@ class Session:
                 container.update(items)
             else:
                 container[:] = items
-        fresh = decode(node, self._attached().view)
-        _copy_into(self.args, fresh)
+        fresh = decode(node, lambda slot: self.arena.view(slot))
+        copy_tree(self.args, fresh)
         return self.args
 
     def _events(self):
@@ -251,18 +239,7 @@ class Session:
         return stop
 
 
-def _copy_into(target: Any, source: Any) -> None:
-    if isinstance(target, torch.Tensor):
-        target.copy_(source)
-    elif isinstance(target, dict):
-        for key, value in target.items():
-            _copy_into(value, source[key])
-    elif isinstance(target, (list, tuple)):
-        for mine, theirs in zip(target, source, strict=False):
-            _copy_into(mine, theirs)
-
-
-def serve(requests: Any, replies: Any, session: Session) -> None:
+def serve(requests: Any, replies: Any, session: Any) -> None:
     for line in requests:
         received = time.perf_counter_ns()
         try:
@@ -282,18 +259,25 @@ def serve(requests: Any, replies: Any, session: Session) -> None:
         replies.flush()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="solution_server", description=__doc__)
+def main(make_session: Any = None, prog: str = "solution_server", description: str = __doc__,
+         non_dumpable: bool = False) -> None:
+    """Serve requests on the descriptors the command line names: a contestant's session by
+    default; ``make_session(device)`` another (a reference worker's, always ``non_dumpable``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--device", required=True)
+    parser.add_argument("--non-dumpable", action="store_true", help="make this process non-dumpable first of all "
+                                                                    "(the baseline's: no other process may read it)")
     args = parser.parse_args()
+    if args.non_dumpable or non_dumpable:
+        make_non_dumpable()
     torch.set_grad_enabled(False)
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     with os.fdopen(args.requests_fd, "r") as requests, os.fdopen(args.replies_fd, "w") as replies:
-        serve(requests, replies, Session(device))
+        serve(requests, replies, (make_session or Session)(device))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Timing: blocks of consecutive steps, baseline and candidate alternating block by block.
+"""Timing: the one place that times contestants, block by block, in alternating order.
 
 Why blocks: a fast kernel's steady time per step is what a user's decode loop sees, and
 only a run of consecutive steps shows it: a single step after an idle device pays its full
@@ -9,85 +9,84 @@ block by block, in alternating order (ABBA), exposes both to the same drift, so 
 stays true even when the absolute numbers move. An A/A run (the baseline against itself)
 shows it.
 
-Every block is timed by the referee's own clock, from before its inputs are copied to after
-the device is idle again: for the candidate, whose steps run in a process of its own, that is
-the only measurement that counts (see remote.py); the baseline's blocks are timed the same
-way in the referee.
+Why both in processes of their own: every block is a request to a contestant's process,
+timed by the referee's clock from the request to the answer, less what an empty request
+costs, plus whatever the device probe after it took beyond its idle time (remote.py). The
+baseline's process and the solution's run the same server code, so both pay the same for a
+request (pipes, waking a stopped process, the device's switch into its context, caches cold
+after the other ran): an A/A run is exact by symmetry whatever that cost is, and the blocks
+can be short (many pairs, each pair close in time) without biasing it. Nothing measured in
+a contestant's process counts.
+
+The sequence for each timed shape (``time_shape``): a warm-up chain per contestant, untimed,
+whose pace sizes that contestant's blocks (``block_plan``, the same rule for both); then
+pairs of blocks in ABBA order, each block after an untimed request that stages its fresh
+inputs; then the candidate's isolated latency; then a summary, the speedup with its
+interval, and the roofline. Work left running and stray processes are checked after every
+answer (remote.Watch), and the contestants' own checks (a timed chain must repeat the
+validated one) after every chain. ``time_contestants`` runs it for every shape of an
+evaluation and counts launches afterwards.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Optional, Protocol
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
+from .loading import CandidateError
+from .remote import TrustedFailed
+
 # Bound at import (the referee runs no solution code, but a later edit must not make a
 # timer depend on a name someone can rebind).
-_perf_counter_ns = time.perf_counter_ns
 _synchronize = torch.cuda.synchronize
-
-
-class Contestant(Protocol):
-    """One side of a timed run: a chain of consecutive steps, run block by block."""
-
-    name: str
-    # Steps per block of this contestant's own, or None for the run's. A fast candidate runs
-    # longer blocks, up to a whole chain per request: each request to the solution's process
-    # costs a fixed overhead (pipes, waking the process, the device's switch between two
-    # contexts) that is taken off only on average (see candidate_blocks).
-    block_steps: Optional[int]
-
-    def begin_chain(self, round_index: int) -> None:
-        """Prepare a new chain from fresh copies of its inputs; not timed."""
-
-    def block(self, first_step: int, steps: int) -> float:
-        """Run ``steps`` consecutive steps of the chain, starting at ``first_step``; return
-        the block's milliseconds as the referee's clock saw them, up to an idle device."""
-
-    def end_chain(self, round_index: int) -> None:
-        """Called after the chain's last block; not timed (validation goes here)."""
+_perf_counter_ns = time.perf_counter_ns
 
 
 def freeze_heap() -> None:
     """Collect, then exempt every object alive now from later garbage collections.
 
     A host-bound step allocates many small objects, which trigger Python's collections; a
-    full one walks every object alive, and the referee holds far more of them (the
-    reference, the expected cases) than a process with only a model does. Frozen, those
-    objects cost no collection a walk, so the same step takes the same time in either
-    process. The solution's process does the same after it loads the solution."""
+    full one walks every object alive. Frozen, the objects of the process as it stands cost
+    no collection a walk, so a step takes the same time whatever the process holds. Each
+    contestant's process does this after it loads its contestant, the referee before it
+    times anything."""
     gc.collect()
     gc.freeze()
 
 
 @contextmanager
-def one_cpu_for_both(solution_pid: int) -> Iterator[None]:
-    """While timing, this process's thread and the solution process's main thread on one and
-    the same CPU (the last this process may use: the first ones take most of the system's
-    interrupts). They never run at once: the solution's process is stopped while the
-    baseline runs, and this one sleeps in a read while the solution runs. A host-bound
-    step's time depends on the core it runs on, its clock and how warm its caches are: on
-    one core both contestants see the same. (Each on a core of its own, an H200 machine's
-    A/A read one process 10-40% slower than the other for seconds at a time, 2026-12-01.)
-    Where the CPUs cannot be set, nothing changes."""
+def one_cpu_for_all(pids: Iterable[int]) -> Iterator[None]:
+    """While timing, this process's thread and each contestant process's main thread on one
+    and the same CPU (the last this process may use: the first ones take most of the
+    system's interrupts). They never run at once: each contestant's process is stopped while
+    the other runs, and this one sleeps in a read while either runs. A host-bound step's
+    time depends on the core it runs on, its clock and how warm its caches are: on one core
+    every contestant sees the same. (Each on a core of its own, an H200 machine's A/A read
+    one process 10-40% slower than the other for seconds at a time, 2026-12-01.) Where the
+    CPUs cannot be set, nothing changes."""
     allowed = sorted(os.sched_getaffinity(0))
-    own_before, theirs_before = set(allowed), os.sched_getaffinity(solution_pid)
+    pids = list(pids)
+    before = {pid: os.sched_getaffinity(pid) for pid in pids}
+    own_before = set(allowed)
     os.sched_setaffinity(0, {allowed[-1]})
-    os.sched_setaffinity(solution_pid, {allowed[-1]})
+    for pid in pids:
+        os.sched_setaffinity(pid, {allowed[-1]})
     try:
         yield
     finally:
         os.sched_setaffinity(0, own_before)
-        try:
-            os.sched_setaffinity(solution_pid, theirs_before)
-        except ProcessLookupError:  # it died; its death is reported where it was noticed
-            pass
+        for pid, cpus in before.items():
+            try:
+                os.sched_setaffinity(pid, cpus)
+            except ProcessLookupError:  # it died; its death is reported where it was noticed
+                pass
 
 
 def synchronize(device: torch.device) -> None:
@@ -103,97 +102,280 @@ def wall_ms(device: torch.device, work: Callable[[], None]) -> float:
     return (_perf_counter_ns() - start) / 1e6
 
 
-def block_starts(steps: int, block_steps: int) -> list[tuple[int, int]]:
-    """(first step, steps) of each block of a chain of ``steps``."""
-    return [(first, min(block_steps, steps - first)) for first in range(0, steps, block_steps)]
-
-
-def run_blocks(device: torch.device, contestants: Sequence[Contestant], rounds: int, steps: int,
-               block_steps: int) -> dict[str, list[float]]:
-    """``rounds`` chains of ``steps`` per contestant, timed block by block, the contestants
-    taking turns block for block in ABBA order (each contestant's blocks of
-    ``contestant.block_steps`` steps, or ``block_steps``).
-
-    Returns each contestant's milliseconds per step, paired: the k-th values of two
-    contestants ran in the same round, beside each other. Where one contestant ran fewer
-    blocks in a round (a whole chain against blocks of 8), its values are repeated to stand
-    beside each of the other's.
-    """
-    samples: dict[str, list[float]] = {c.name: [] for c in contestants}
-    for r in range(rounds):
-        for c in contestants:
-            c.begin_chain(r)
-        synchronize(device)
-        plans = {c.name: block_starts(steps, c.block_steps or block_steps) for c in contestants}
-        times: dict[str, list[float]] = {c.name: [] for c in contestants}
-        for position in range(max(len(plan) for plan in plans.values())):
-            order = contestants if (r + position) % 2 == 0 else list(reversed(contestants))
-            for c in order:
-                if position < len(plans[c.name]):
-                    first, count = plans[c.name][position]
-                    times[c.name].append(c.block(first, count) / count)
-        for c in contestants:
-            c.end_chain(r)
-        width = max(len(values) for values in times.values())
-        for name, values in times.items():
-            samples[name] += [values[i * len(values) // width] for i in range(width)]
-    return samples
-
-
-# Steps per timed block unless the job says otherwise. On the H200, blocks of single steps
-# read the host-bound baseline against itself (A/A) at 0.84-0.92 in two runs of three: the
-# step after a switch from the other process pays for it. Blocks of 8 read 0.88-1.10 per
-# context, 0.98-1.00 overall (MEASUREMENTS.md, 2026-12-01).
-DEFAULT_BLOCK_STEPS = 8
-
-
-def isolated_step_ms(contestant: Contestant, steps: int, interlude: Callable[[], None]) -> float:
-    """The latency of one step on its own: a chain of ``steps`` run one step per block, each
-    timed alone (synchronized around, as a caller that waits for every token sees it) and
-    each after ``interlude``, the referee's own work that the solution's empty requests were
-    calibrated after (remote.py): back to back, a request costs less than that calibration
-    assumes. The median over the chain's steps. Its difference from the steady time per
-    step is what the host adds to a step that no neighbour hides. The chain ends as a timed
-    chain does (the candidate's is validated)."""
-    contestant.begin_chain(0)
-    samples = []
-    for first in range(steps):
-        interlude()
-        samples.append(contestant.block(first, 1))
-    contestant.end_chain(0)
-    return float(np.median(samples))
-
-
-# A request to the solution's process lasts at least this long where the candidate allows:
-# each request costs a fixed overhead (pipes, waking the process, the device's switch between
-# two contexts, the first step's launch that no earlier step hides) that calibration takes
-# off only on average, and its rest, about 0.2 ms either way on an H200, must stay small
-# beside the request. A fast candidate runs whole chains per request, several of them; a
-# host-bound one of several milliseconds a step keeps the run's blocks, as the baseline
-# does, so that an A/A run pairs blocks alike.
+# -- how a contestant's blocks are sized ------------------------------------------------------
+# The fewest steps per timed block, unless the job says otherwise. With both contestants in
+# processes of their own, short blocks bias nothing (the A/A run is symmetric), and they put
+# the two sides of each pair close in time.
+DEFAULT_BLOCK_STEPS = 1
+# A timed request lasts at least this long where the contestant allows: each request costs a
+# fixed overhead (pipes, waking the process, the device's switch between contexts, the first
+# launch that no earlier step hides) that is taken off as its calibrated median, and its
+# rest, about 0.1 ms either way on an H200, must stay small beside the request. A contestant
+# runs as many steps per block as that takes, and one whose whole chain is shorter runs the
+# whole chain several times per request, each from fresh inputs. A host-bound one, whose
+# single step takes a quarter of that or more, runs blocks of ``block_steps`` (single steps
+# by default): shorter blocks give more pairs in the same time, and its noise is its own,
+# not the request's. The host-bound baseline, 8-16 ms a step on an H200, runs single steps,
+# far from where the rule changes: in an A/A run both sides must get the same blocks, and a
+# threshold within the baseline's range of paces would give them different ones whenever
+# their warm-ups fell on either side of it.
 MIN_REQUEST_MS = 20.0
 MAX_CHAINS_PER_REQUEST = 16
+# What a block is taken to have lasted at least (see Contestant.next_block).
+SHORTEST_BLOCK_MS = 1e-6
 
 
-def candidate_blocks(step_ms: float, steps: int, block_steps: int,
-                     min_request_ms: float = MIN_REQUEST_MS) -> tuple[int, int]:
-    """(steps per block, chains per request) for a candidate that took ``step_ms`` a step
-    when warming up: the run's blocks where one lasts ``min_request_ms``; else a whole chain
-    per block, run as many times in one request as it takes to last that long."""
-    run_block = min(block_steps, steps)
-    if step_ms <= 0 or run_block * step_ms >= min_request_ms:
-        return run_block, 1
+def block_plan(step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEPS,
+               min_request_ms: float = MIN_REQUEST_MS) -> tuple[int, int]:
+    """(steps per block, chains per request) for a contestant that took ``step_ms`` a step
+    when warming up, within chains of ``steps``: ``block_steps`` steps where one step takes a
+    quarter of ``min_request_ms`` or more; else as many as last ``min_request_ms``; and where
+    a whole chain is shorter than that, the whole chain as many times in one request as make
+    it. The same rule for every contestant."""
+    least = min(block_steps, steps)
+    if step_ms <= 0:  # faster than a request's own noise: as fast as can be
+        return steps, MAX_CHAINS_PER_REQUEST
+    if step_ms >= min_request_ms / 4:
+        return least, 1
+    wanted = max(least, math.ceil(min_request_ms / step_ms))
+    if wanted <= steps:
+        return wanted, 1
     return steps, min(MAX_CHAINS_PER_REQUEST, math.ceil(min_request_ms / (steps * step_ms)))
 
 
-def run_untimed(contestant: Contestant, steps: int, block_steps: int) -> float:
-    """A warm-up: one chain of ``steps`` of ``contestant``, neither timed nor validated;
-    returns its milliseconds per step as the blocks reported them (a rough figure)."""
-    contestant.begin_chain(0)
-    total_ms = 0.0
-    for first, count in block_starts(steps, contestant.block_steps or block_steps):
-        total_ms += contestant.block(first, count)
-    return total_ms / max(steps, 1)
+# -- a contestant ----------------------------------------------------------------------------
+class Contestant:
+    """One side of a timed run: steps of one contestant, run in its process block by block.
+
+    Its blocks go through chains of ``steps``: the first block of a chain starts it from
+    fresh copies of its inputs, staged in an untimed request of their own; every other block
+    goes on from where the last one stopped. Every block, first or not, follows such an
+    untimed request, so that every timed request follows the same pattern. Subclasses say
+    what the requests are (``stage_request``, ``block_request``) and check what a chain
+    left (``chain_done``)."""
+
+    def __init__(self, name: str, process: Any, steps: int):
+        self.name, self.process, self.steps = name, process, steps
+        self.block_steps, self.chains_per_request = min(DEFAULT_BLOCK_STEPS, steps), 1
+        self.position = 0  # steps of the current chain done; 0: the next block starts a chain
+        self.chains_in_block = 1
+        self.checking = True  # chain_done after each chain (not for a warm-up's)
+        # Milliseconds per step as the contestant's own process timed its blocks (CUDA
+        # events): reported beside the referee's figure, never used for it.
+        self.self_timed_ms: list[float] = []
+
+    def plan(self, block_steps: int, chains_per_request: int = 1) -> None:
+        """How the following blocks run (block_plan); the next block starts a new chain."""
+        self.finish()
+        self.block_steps, self.chains_per_request = block_steps, chains_per_request
+
+    def next_block(self) -> float:
+        """Run the next block; its milliseconds per step by the referee's clock."""
+        first = self.position
+        count = min(self.block_steps, self.steps - first)
+        chains = self.chains_per_request if count == self.steps else 1
+        self.process.request(self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps")
+        reply = self.process.request(self.block_request(first, count, chains, first == 0),
+                                     f"running steps {first + 1}-{first + count} of a timed chain"
+                                     + (f", {chains} times from fresh inputs" if chains > 1 else ""))
+        if "bad_return" in reply:
+            raise CandidateError(str(reply["bad_return"])[:500])
+        if isinstance(reply.get("device_ms"), (int, float)):
+            self.self_timed_ms.append(float(reply["device_ms"]) / (count * chains))
+        self.chains_in_block = chains
+        self.position = first + count
+        if self.position == self.steps:
+            self.finish()
+        # A block shorter than a request's noise can come out at or below nothing once the
+        # request's calibrated cost is taken off; it stays a (tiny) time.
+        return max(float(reply["block_ms"]), SHORTEST_BLOCK_MS) / (count * chains)
+
+    def finish(self) -> None:
+        """Check the chain in progress (or just ended): every run of it recorded since it
+        began; the next block starts a new chain."""
+        if self.position and self.checking:
+            self.chain_done(self.position, self.chains_in_block)
+        self.position, self.chains_in_block = 0, 1
+
+    def empty_requests(self) -> tuple[dict, dict]:
+        """A block with no step, and the request that stages its inputs: what calibration
+        times as a request's own cost (remote.calibrate)."""
+        return self.stage_request(1), self.block_request(0, 0, 1, True)
+
+    def stage_request(self, copies: int) -> dict:
+        raise NotImplementedError
+
+    def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
+        raise NotImplementedError
+
+    def chain_done(self, steps_done: int, chains: int) -> None:
+        """Called, untimed, after a chain's last block (or when timing stops within one)."""
+
+    def verdict(self) -> tuple[str, str]:
+        """(status, reason) for everything this contestant's timed chains returned."""
+        return "pass", "not checked"
+
+
+# The steps of the warm-up whose pace sizes a fast contestant's blocks, at least (or a whole
+# chain): a request's own cost, some 0.45 ms beyond its calibrated floor for a fast kernel on
+# an H200 (run 11), spread over 2 steps would make a 0.23 ms step read 0.35 ms, and its chains
+# too few per request.
+PACE_STEPS = 8
+
+
+def warm_up(contestant: Contestant, steps: int, host_bound_ms: float = MIN_REQUEST_MS / 4) -> float:
+    """Untimed chains, one request each, neither kept for the result nor checked, and the
+    last one's milliseconds per step as the referee saw them (the pace that sizes the
+    blocks): one of ``steps`` (it can still pay for a kernel's compilation or a first
+    allocation), then another as long; and where that one reads faster than
+    ``host_bound_ms`` a step, a third of at least PACE_STEPS steps. The same rule for every
+    contestant: a host-bound one warms up with two short chains."""
+    counts, pace = [max(1, steps)] * 2, 0.0
+    contestant.checking = False  # a warm-up's outputs are no chain to check
+    try:
+        while counts:
+            contestant.plan(min(counts.pop(0), contestant.steps))
+            pace = contestant.next_block()
+            contestant.position = 0
+            if not counts and pace < host_bound_ms and steps < PACE_STEPS:
+                counts, steps = [PACE_STEPS], PACE_STEPS
+    finally:
+        contestant.checking = True
+    return pace
+
+
+def run_pairs(contestants: Sequence[Contestant], pairs: int) -> dict[str, list[float]]:
+    """``pairs`` blocks per contestant, the contestants taking turns block for block in ABBA
+    order; each contestant's milliseconds per step, the k-th values of two contestants
+    side by side in time."""
+    samples: dict[str, list[float]] = {c.name: [] for c in contestants}
+    for p in range(pairs):
+        for c in (contestants if p % 2 == 0 else list(reversed(contestants))):
+            samples[c.name].append(c.next_block())
+    for c in contestants:
+        c.finish()
+    return samples
+
+
+def isolated_step_ms(contestant: Contestant, steps: int, interlude: Callable[[], Any]) -> float:
+    """The latency of one step on its own: a chain of ``steps`` run one step per block, each
+    timed alone (synchronized around, as a caller that waits for every token sees it) and
+    each after ``interlude``, the other contestant's block, as in the timing. The median over
+    the chain's steps. Its difference from the steady time per step is what the host adds to
+    a step that no neighbour hides. The chain is checked as a timed chain is."""
+    contestant.plan(1)
+    samples = []
+    for _ in range(steps):
+        interlude()
+        samples.append(contestant.next_block())
+    contestant.finish()
+    return float(np.median(samples))
+
+
+# Isolated steps per shape: information only, and each costs a block of the other contestant.
+ISOLATED_STEPS = 8
+
+
+@dataclasses.dataclass
+class Settings:
+    """How an evaluation times (the job's keys, with these defaults)."""
+
+    rounds: int = 4  # chains of the contestant with the most blocks per chain; the other pairs up
+    warmup: int = 2
+    block_steps: int = DEFAULT_BLOCK_STEPS
+    min_request_ms: float = MIN_REQUEST_MS
+    isolated_steps: int = ISOLATED_STEPS
+
+    @classmethod
+    def of(cls, job: dict, **defaults: Any) -> "Settings":
+        values = {**defaults}
+        for field in dataclasses.fields(cls):
+            if job.get(field.name) is not None:
+                values[field.name] = type(field.default)(job[field.name])
+        return cls(**values)
+
+
+def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, steps: int) -> dict:
+    """One shape: warm-ups, block plans, the timed pairs, the isolated latency; the figures
+    of the "timing" event, less the label and the roofline."""
+    plans = {}
+    for c in (baseline, candidate):
+        plans[c.name] = block_plan(warm_up(c, settings.warmup, settings.min_request_ms / 4), steps,
+                                   settings.block_steps, settings.min_request_ms)
+        c.plan(*plans[c.name])
+    blocks_per_chain = max(math.ceil(steps / plan[0]) for plan in plans.values())
+    samples = run_pairs([baseline, candidate], settings.rounds * blocks_per_chain)
+    self_timed = list(candidate.self_timed_ms)  # of the timed blocks only
+    isolated_ms = isolated_step_ms(candidate, min(steps, settings.isolated_steps), baseline.next_block)
+    baseline.finish()
+    result = {"steps": steps, "rounds": settings.rounds, "pairs": len(samples["candidate"]),
+              "block_steps": plans["baseline"][0], "candidate_block_steps": plans["candidate"][0],
+              "candidate_chains_per_request": plans["candidate"][1],
+              "baseline": summarize(samples["baseline"]), "candidate": summarize(samples["candidate"]),
+              **speedup_with_noise(samples["baseline"], samples["candidate"]),
+              "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"],
+              "candidate_isolated_ms": isolated_ms}
+    if self_timed:
+        result["candidate_self_timed_ms"] = float(np.median(self_timed))
+    return result
+
+
+@dataclasses.dataclass
+class Shape:
+    """One timed shape of an evaluation: its check, its label and its contestants (made when
+    its turn comes, so that each shape's arena slots are its own)."""
+
+    check: str  # the name of the check its timed chains get: "timed_chain_ctx_2048", "timed_calls"
+    label: str
+    context_len: Optional[int]
+    steps: int
+    contestants: Callable[[], tuple[Contestant, Contestant]]
+    bytes_per_step: Optional[int] = None  # the roofline's bytes, where known
+    physics: bool = True  # whether a time below the bytes floor is rejected
+
+
+def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Settings) -> Optional[list[dict]]:
+    """Time every shape (time_shape), send each shape's check and "timing" event and then the
+    score: the one sequence both kinds of evaluation share. The evaluation provides the
+    contestants' processes, the checks and the channel (base.EvaluationBase). None where a
+    check failed (sent already)."""
+    per_shape = []
+    bw = evaluation.bw
+    freeze_heap()
+    clocks_before = evaluation.clocks()
+    with one_cpu_for_all(evaluation.contestant_pids()):
+        for shape in shapes:
+            try:
+                baseline, candidate = shape.contestants()
+                result = time_shape(baseline, candidate, settings, shape.steps)
+            except (CandidateError, TrustedFailed) as err:
+                evaluation.solution_failed(shape.check, err)
+                return None
+            if not evaluation.send_check(shape.check, *candidate.verdict()):
+                return None
+            result = {"label": shape.label, "context_len": shape.context_len, **result}
+            if bw and shape.bytes_per_step is not None:
+                result["roofline"] = roofline(shape.bytes_per_step, bw["bytes_per_s"], result)
+                impossible = (physics_violation(result["candidate"]["median_ms"], shape.bytes_per_step,
+                                                bw["bytes_per_s"]) if shape.physics else None)
+                if impossible:
+                    label = f"{shape.label}: " if shape.context_len is not None else ""
+                    evaluation.send_check("physics", "fail", f"{label}{impossible}", roofline=result["roofline"])
+                    return None
+            evaluation.channel.send("timing", **result)
+            per_shape.append(result)
+    evaluation.phase("timing")
+    evaluation.channel.send("score", geomean_speedup=geomean([r["speedup"] for r in per_shape]),
+                            clocks_before=clocks_before, clocks_after=evaluation.clocks())
+    return per_shape
+
+
+def roofline(bytes_per_step: int, bytes_per_s: float, result: dict) -> dict:
+    """The bytes floor of a step and the fraction of it each contestant's median reaches."""
+    floor_ms = bytes_per_step / bytes_per_s * 1e3
+    return {"bytes_per_step": int(bytes_per_step), "floor_ms": floor_ms,
+            "candidate_fraction": floor_ms / result["candidate"]["median_ms"],
+            "baseline_fraction": floor_ms / result["baseline"]["median_ms"]}
 
 
 # Physics: no step can beat the bytes floor; 10% slack covers bandwidth measurement noise.
@@ -229,25 +411,43 @@ def summarize(samples_ms: Sequence[float]) -> dict:
     }
 
 
+def abba_units(baseline_ms: Sequence[float], candidate_ms: Sequence[float]) -> np.ndarray:
+    """The speedup of each ABBA unit: pairs 2k and 2k+1, as their geometric mean ratio
+    (a lone last pair stands alone).
+
+    In ABBA order the first block of every pair follows a block of its own contestant and the
+    second follows the other's, so the pairs' ratios alternate: a block after the other
+    process ran pays for the switch (caches, the device's context), after its own it does
+    not (on an H200, single steps of the host-bound baseline read 5% apart that way). Each
+    unit gives both contestants one block of each kind, so that the switch cancels within
+    it rather than splitting the pairs' ratios into two modes that a median would land
+    between."""
+    ratios = np.asarray(baseline_ms, dtype=np.float64) / np.asarray(candidate_ms, dtype=np.float64)
+    whole = ratios.size // 2 * 2
+    units = np.sqrt(ratios[0:whole:2] * ratios[1:whole:2])
+    return np.concatenate([units, ratios[whole:]])
+
+
 def speedup_with_noise(baseline_ms: Sequence[float], candidate_ms: Sequence[float],
                        resamples: int = 2000, seed: int = 0) -> dict:
-    """The speedup and its 95% bootstrap interval, from paired samples.
+    """The speedup and its 95% bootstrap interval, from paired samples in ABBA order.
 
     ``baseline_ms[k]`` and ``candidate_ms[k]`` ran back to back (adjacent blocks of a run),
-    so their ratio sees the same clocks and the same neighbours on the machine; the median
-    of those ratios estimates baseline time / candidate time and shrugs off a burst of noise
-    that hits a few blocks. The ratio of the two medians is
+    so their ratio sees the same clocks and the same neighbours on the machine; each two
+    consecutive pairs make one ABBA unit (``abba_units``), and the median of the units'
+    ratios estimates baseline time / candidate time and shrugs off a burst of noise that
+    hits a few blocks; the interval resamples units. The ratio of the two medians is
     reported beside it. The difference is "within noise" when the interval contains 1.0.
     """
     b = np.asarray(baseline_ms, dtype=np.float64)
     c = np.asarray(candidate_ms, dtype=np.float64)
     if b.shape != c.shape:
         raise ValueError("paired samples need equal counts")
-    ratios = b / c
+    units = abba_units(b, c)
     rng = np.random.default_rng(seed)
-    medians = np.median(ratios[rng.integers(0, ratios.size, size=(resamples, ratios.size))], axis=1)
+    medians = np.median(units[rng.integers(0, units.size, size=(resamples, units.size))], axis=1)
     low, high = np.percentile(medians, [2.5, 97.5])
-    return {"speedup": float(np.median(ratios)), "ci_low": float(low), "ci_high": float(high),
+    return {"speedup": float(np.median(units)), "ci_low": float(low), "ci_high": float(high),
             "within_noise": bool(low <= 1.0 <= high), "ratio_of_medians": float(np.median(b) / np.median(c))}
 
 

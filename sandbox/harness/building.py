@@ -1,0 +1,134 @@
+"""How a contestant is built: the one place that says what a contestant's process imports
+and how it makes a model of it.
+
+A contestant is what a timed run compares: the solution, the task's baseline, or (in an A/A
+run) the baseline standing in for the solution. Each is built in a process of its own, the
+contestant's server (solution_server.py), from a ``Spec`` the referee sends: the file to
+import and under which name, the class, its constructor's arguments, the seed set before
+construction, and the weights it is given after. ``build`` is what that process runs; the
+profile tool's child (kagent.tools.evaluation) runs the same function, so that what it
+profiles is built exactly as what an evaluation times.
+
+Built as a plain harness would: no device context while the class is constructed (a solution
+may seed CPU generators while it builds), then moved, then given the reference's weights.
+
+Standard library and torch only: the contestant's process imports this module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+# What the task's reference.py / problem file exposes, and what a solution defines instead.
+MEGA_CLASS = "Model"
+KERNELBENCH_TASK_CLASS = "Model"
+KERNELBENCH_SOLUTION_CLASS = "ModelNew"
+# KernelBench builds both its models after this seed.
+KERNELBENCH_SEED = 42
+KERNELBENCH_MODULE = "_kagent_kernelbench_problem"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What one contestant's process imports and builds (plain data: it crosses as JSON)."""
+
+    module: str  # the name it is imported under
+    path: str  # the file
+    search: list[str]  # folders put first on sys.path for its own imports (and only there)
+    cls: str  # the class to construct
+    label: str  # how messages name it: "the solution", "the baseline", ...
+    seed: Optional[int] = None  # torch.manual_seed before construction (KernelBench)
+    strict: bool = True  # weights must match every key (decode tasks) or only where they fit (KernelBench)
+
+    def request(self, init: dict, weights: Optional[str]) -> dict:
+        """The server's load request: ``init`` the tagged constructor arguments, ``weights``
+        the file of the reference's weights (None: none)."""
+        return {"op": "load", **dataclasses.asdict(self), "init": init, "weights": weights}
+
+    @classmethod
+    def of(cls, request: dict) -> "Spec":
+        return cls(**{f.name: request[f.name] for f in dataclasses.fields(cls) if f.name in request})
+
+
+def mega_spec(who: str, task_dir: Path, solution: Optional[Path], has_baseline: bool) -> Spec:
+    """A decode task's contestant: ``who`` is "solution" (the solution's file, or in an A/A
+    run, ``solution`` None, the task's baseline) or "baseline" (the task's baseline.py, or its
+    reference.py where the folder has none)."""
+    if who == "solution" and solution is not None:
+        return Spec("solution", str(solution), [str(solution.parent)], MEGA_CLASS, "the solution")
+    path = task_dir / ("baseline.py" if has_baseline else "reference.py")
+    return Spec(path.stem, str(path), [str(task_dir)], MEGA_CLASS, f"the {path.stem}")
+
+
+def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path]) -> Spec:
+    """A KernelBench file's contestant: the solution's ModelNew, or the file's own Model."""
+    if who == "solution" and solution is not None:
+        return Spec("solution", str(solution), [str(solution.parent)], KERNELBENCH_SOLUTION_CLASS, "the solution",
+                    seed=KERNELBENCH_SEED, strict=False)
+    return Spec(KERNELBENCH_MODULE, str(task_file), [str(task_file.parent)], KERNELBENCH_TASK_CLASS, "the task",
+                seed=KERNELBENCH_SEED, strict=False)
+
+
+def _run(what: str, fn: Callable, *args: Any) -> Any:
+    return fn(*args)
+
+
+def import_file(name: str, path: Path, search: list[str]) -> Any:
+    """Import ``path`` as module ``name``, with ``search`` first on sys.path for its imports."""
+    for folder in reversed(search):
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(spec: Spec, init: list, device: torch.device, weights: Any = None, guard: Callable = _run,
+          module: Any = None) -> Any:
+    """Import ``spec``'s file (unless ``module`` is it, imported already), construct its class
+    from ``init``, move it to ``device``, load ``weights`` (a state dict, or the path of a file
+    of one) and put it in eval mode.
+
+    ``guard(what, fn, *args)`` runs each stage: the contestant's server attributes whatever
+    a stage raises to the code it built (see solution_server.solution_call)."""
+    if module is None:
+        module = guard(f"importing {spec.label}", import_file, spec.module, Path(spec.path), list(spec.search))
+    cls = getattr(module, spec.cls, None)
+    if cls is None:
+        raise LookupError(f"{spec.label} defines no class {spec.cls}")
+    if spec.seed is not None:
+        torch.manual_seed(int(spec.seed))
+    model = guard(f"{spec.label} {spec.cls}(...)", lambda: cls(*init))
+    model = guard(f"{spec.label} .to(device)", lambda: model.to(device))
+    if isinstance(weights, (str, Path)):
+        weights = torch.load(weights, map_location=device, weights_only=True, mmap=True)
+    if weights is not None:
+        if spec.strict:
+            guard(f"{spec.label} load_state_dict (strict)", model.load_state_dict, weights, True)
+        else:  # KernelBench: the reference's values where the parameters are the same
+            own = model.state_dict()
+            if own.keys() == weights.keys() and all(own[k].shape == v.shape for k, v in weights.items()):
+                guard(f"{spec.label} load_state_dict", model.load_state_dict, weights)
+    return guard(f"{spec.label} .eval()", model.eval)
+
+
+def kernelbench_inputs(problem: Any, seed: int, device: torch.device) -> list:
+    """A KernelBench file's inputs for ``seed``: ``get_inputs()`` after the seed, on ``device``."""
+    torch.manual_seed(seed)
+    return [_to(value, device) for value in problem.get_inputs()]
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device) for v in value)
+    return value

@@ -1,0 +1,160 @@
+"""Reference workers: processes of the referee's own code that compute expected outputs beside it.
+
+A decode task's secret cases (mega.draw_secret_case: seeds drawn now, each drawn again at a
+routing near-tie, about three draws a case at full scale, a reference step each) are most of
+a warm evaluation's trusted work, and each is independent of the others. The referee starts
+a few workers (reference_worker.py) with the solution's and the baseline's processes, has
+each load the reference from the same weights file before any solution code runs, and then
+deals the cases out one at a time while the solution's process loads the solution. Each
+worker draws its case's seeds itself (secrets, in its own memory), computes the case and
+leaves its expected outputs, and a salient case's inputs, in an arena of its own; the referee
+copies them out into its own memory before it asks that worker for the next one.
+
+The workers never run a contestant, and the solution's process cannot reach them: they are
+non-dumpable, their arenas are shared with them alone (a CUDA IPC handle sent down their own
+pipe; on the CPU a file that is unlinked once mapped, before the solution loads), and they
+are ended before any timing starts. A worker that dies or fails ends the evaluation: the
+solution's process runs as the same user and could have signalled it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .exchange import Arena, SlotAllocator, decode, encode
+from .loading import TaskError
+from .remote import WORKER, Peer, Watch, wait_any
+
+
+class Worker(Peer):
+    pipelined = True
+
+    def __init__(self, index: int, device: torch.device, scratch: Path, env: dict[str, str]):
+        super().__init__([str(WORKER), "--device", str(device)], scratch, env)
+        self.label = f"reference worker {index + 1}"
+        self.arena: Arena | None = None
+        self.slots: SlotAllocator | None = None
+
+    def answer(self, what: str) -> dict:
+        """The next reply, checked; a task error in the worker is the task's."""
+        reply = self.receive(what)
+        if "task_error" in reply:
+            raise TaskError(str(reply["task_error"]))
+        return self.checked(reply, what)
+
+
+class Pending:
+    """A request dealt to a worker: ``result()`` waits for its answer (read, and what it
+    left in the worker's arena taken out, as soon as it arrives, by whoever waits first)."""
+
+    def __init__(self, pool: "ReferenceWorkers", worker: Worker, take: Callable[[dict, Worker], Any], what: str):
+        self.pool, self.worker, self.take, self.what = pool, worker, take, what
+        self.done, self.value = False, None
+
+    def result(self) -> Any:
+        while not self.done:
+            self.pool._collect(self.worker)
+        return self.value
+
+    __call__ = result
+
+
+class ReferenceWorkers:
+    """A pool of reference workers (started at once; ``begin_prepare``/``finish_prepare``
+    load the reference in each; ``secret_cases`` and ``judge`` deal work out to whichever
+    worker is free next; ``close`` ends them)."""
+
+    def __init__(self, count: int, device: torch.device, scratch: Path, env: dict[str, str], watch: Watch):
+        self.device = device
+        self.workers = [Worker(i, device, scratch, env) for i in range(count)]
+        for worker in self.workers:
+            worker.launch()
+            watch.known.add(worker.pid)
+        self.busy: dict[Worker, Pending] = {}
+        self.closed = False
+
+    def begin_prepare(self, job: dict, weights: str) -> None:
+        """Have each worker build the task and the reference from ``weights``; answered in
+        ``finish_prepare``."""
+        for worker in self.workers:
+            worker.send({"op": "prepare", "task_dir": job["task_dir"], "scale": job["scale"], "weights": weights})
+
+    def finish_prepare(self) -> None:
+        for worker in self.workers:
+            worker.answer("loading the reference")
+
+    def attach(self, arena_bytes: int, exchange_dir: Path) -> None:
+        """Share an arena of ``arena_bytes`` with each worker, its file (on the CPU) unlinked
+        once mapped, before any solution code runs."""
+        for i, worker in enumerate(self.workers):
+            folder = exchange_dir / f"worker-{i + 1}"
+            folder.mkdir()
+            worker.arena = Arena.create(self.device, arena_bytes, folder)
+            worker.slots = SlotAllocator(worker.arena)
+            worker.send({"op": "attach", "arena": worker.arena.description})
+        for worker in self.workers:
+            worker.answer("attaching its arena")
+            worker.arena.unlink_file()
+
+    # -- dealing work out ------------------------------------------------------------------------
+    def submit(self, request: Callable[[Worker], dict], take: Callable[[dict, Worker], Any], what: str) -> Pending:
+        """Deal one request to the next free worker (waiting for one where all are busy):
+        ``request(worker)`` fills its arena and makes the message, ``take(reply, worker)``
+        what the answer comes to, taken out of its arena before it gets more work."""
+        worker = next((w for w in self.workers if w not in self.busy), None)
+        while worker is None:
+            for ready in wait_any(self.busy):
+                self._collect(ready)
+            worker = next((w for w in self.workers if w not in self.busy), None)
+        worker.slots.reset()
+        message = request(worker)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the arena's new contents first (see ContestantProcess.begin)
+        worker.send(message)
+        self.busy[worker] = pending = Pending(self, worker, take, what)
+        return pending
+
+    def _collect(self, worker: Worker) -> None:
+        pending = self.busy.pop(worker)
+        pending.value, pending.done = pending.take(worker.answer(pending.what), worker), True
+
+    def secret_cases(self, kinds: list[tuple[int, bool]]) -> list:
+        """One secret case (mega.SecretCase) per (context, salient) of ``kinds``, in order: each
+        worker draws its case's seeds itself and leaves the case in its arena."""
+        from .mega import SecretCase  # mega imports this module
+
+        def take(reply: dict, worker: Worker) -> Any:
+            hidden, state, inputs = decode(reply["out"], lambda slot: worker.arena.view(slot).clone())
+            margin = reply.get("margin")
+            return SecretCase(int(reply["seed"]), list(inputs) if inputs is not None else None, hidden, list(state),
+                              float(margin) if margin is not None else None, int(reply["redrawn"]))
+
+        pending = [self.submit(lambda w, c=context_len, s=salient: {"op": "case", "context_len": c, "salient": s},
+                               take, "computing a secret case") for context_len, salient in kinds]
+        return [p.result() for p in pending]
+
+    def judge(self, tensors: list) -> Pending:
+        """A chained step judged against the reference from its own input and state
+        (mega.judge_chained_step); ``tensors`` are (hidden in, state in, hidden, state)."""
+        def request(worker: Worker) -> dict:
+            return {"op": "judge", "tensors": encode(tensors, lambda t: _put(worker, t))}
+
+        return self.submit(request, lambda reply, worker: (reply["result"], reply.get("margin")),
+                           "judging a chained step")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for worker in self.workers:
+            worker.close()
+            if worker.arena is not None:
+                worker.arena.unlink_file()
+
+
+def _put(worker: Worker, tensor: torch.Tensor) -> dict:
+    slot = worker.slots.slot(tuple(tensor.shape), tensor.dtype)
+    worker.arena.view(slot).copy_(tensor)
+    return slot
