@@ -592,6 +592,7 @@ def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: To
 def test_profile_of_a_kernelbench_solution_builds_it_as_an_evaluation_does(ctx: ToolContext, workspace: Path,
                                                                          tmp_path: Path):
     from kagent.tasks import resolve_task
+
     from test_foreign_tasks import KB_SOLUTION, KERNELBENCH_PROBLEM
 
     problem = tmp_path / "problems" / "linear_relu.py"

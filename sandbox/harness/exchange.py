@@ -266,7 +266,7 @@ def copy_tree(target: Any, source: Any) -> None:
         for key, value in target.items():
             copy_tree(value, source[key])
     elif isinstance(target, (list, tuple)):
-        for mine, theirs in zip(target, source):
+        for mine, theirs in zip(target, source, strict=False):
             copy_tree(mine, theirs)
 
 
