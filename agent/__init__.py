@@ -1,1 +1,3 @@
-"""The agent side: the command line, errors users see, and (later) the loop that drives a model."""
+"""The agent: a run's settings and how it ends (this package's own modules, which every part
+of it reads), what a run keeps on disk (storage), the loop that drives a model (loop), a run
+from start to end (lifecycle), and the command line (cli)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kagent.core.errors import EXIT_USAGE
+
 # The model sent the same tool call, with the same arguments, and it failed this many times
 # in a row: the run ends (see RunConfig.max_repeated_failures).
 REPEATED_FAILURE_LIMIT = 5
@@ -18,8 +20,7 @@ RunState = Literal["running", EndState]
 # decides the state (see end_state).
 Cause = Literal["model", "budget", "stuck", "error", "unavailable"]
 
-# Exit codes outside the table: bad usage before a run starts, and Ctrl-C.
-EXIT_USAGE = 2
+# Exit codes outside the table: bad usage before a run starts (EXIT_USAGE), and Ctrl-C.
 EXIT_CTRL_C = 130
 
 

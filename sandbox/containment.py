@@ -51,13 +51,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from kagent.agent.paths import kagent_home, runs_dir
+from kagent.core.paths import kagent_home, runs_dir
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # Each command gets an empty /tmp, /var/tmp and /dev/shm of its own, and a /dev with only these.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev", "/dev/shm")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidia-caps", "dri")
-KAGENT_PACKAGES = ("kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
+KAGENT_PACKAGES = ("kagent.core", "kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
 DEV_LINKS = {"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
              "/dev/stderr": "/proc/self/fd/2"}
 PR_SET_PDEATHSIG = 1
@@ -255,7 +256,7 @@ def _cgroup_support() -> Optional[CgroupSupport]:
 
 def _remove_stale_cgroups(support: CgroupSupport) -> None:
     """Remove cgroups left by kagent processes that are gone (a crash skips the cleanup)."""
-    for root in {support.pids_root, support.memory_root} - {None}:
+    for root in {path for path in (support.pids_root, support.memory_root) if path is not None}:
         for folder in root.glob(f"{_CGROUP_PREFIX}*"):
             owner = folder.name[len(_CGROUP_PREFIX):].split("-")[0]
             if owner.isdigit() and not Path(f"/proc/{owner}").exists():
@@ -519,7 +520,7 @@ class Contained:
         if self.cgroup is not None:
             self.cgroup.remove()
 
-    def __enter__(self) -> "Contained":
+    def __enter__(self) -> Contained:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,21 +21,30 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
-from kagent.sandbox.lease import LeaseRecord, open_lease
-from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
+from kagent.sandbox.lease import LeaseRecord, open_lease
 from kagent.sandbox.results import (
-    Bandwidth, CheckResult, Determinism, Environment, EvalResult, LaunchReport, ShapeTiming, StaticFinding, Verdict,
+    Bandwidth,
+    CheckResult,
+    Determinism,
+    Environment,
+    EvalResult,
+    LaunchReport,
+    ShapeTiming,
+    StaticFinding,
+    Verdict,
     check_verdict,
 )
+from kagent.sandbox.scrub import scrubbed_env
 from kagent.tasks import TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
@@ -207,7 +216,7 @@ class Bundle:
         self.task_file = None if task.kind == "mega" else self.task_dir / task.path.name
         if solution is not None:
             _copy_solution(solution, self.work)
-            self.solution = self.work / solution.name
+            self.solution: Optional[Path] = self.work / solution.name
         else:
             self.work.mkdir()
             self.solution = None
@@ -437,7 +446,7 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     poisoned weight file, a bandwidth that would switch the physics check off) never reaches a
     later evaluation.
     """
-    sealed = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
+    sealed: dict = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
     # Entries staged after the seal, once no solution code could run any more (the baseline's
     # launch count), each with the hash of the bytes the referee wrote.
     for event in events:

@@ -45,7 +45,9 @@ class JailError(Exception):
 
 
 def _mount(source, target, fstype, flags, data=None):
-    enc = (lambda s: None if s is None else os.fsencode(s))
+    def enc(s):
+        return None if s is None else os.fsencode(s)
+
     if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         err = ctypes.get_errno()
         raise JailError(f"mount {source} on {target} ({fstype}, flags {flags:#x}): {os.strerror(err)}")

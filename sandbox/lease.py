@@ -1,6 +1,6 @@
 """The device lease, agent side: which lease an evaluation takes, its files, and its records.
 
-A sweep (kagent.agent.sweep) points its members at a folder of leases with
+A sweep (kagent.agent.cli.sweep) points its members at a folder of leases with
 ``KAGENT_GPU_LEASE`` and names each member with ``KAGENT_GPU_LEASE_HOLDER``; anyone running
 several kagent runs on one GPU by hand may set them too. Without them no lease is taken.
 
@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -112,7 +113,7 @@ def exclusive_here(device: str, what: str) -> Iterator[None]:
     """Work of this process that needs the device alone (the profile tool), under the lease."""
     files = open_lease(device)
     spec = files.job_field
-    if spec is None:
+    if spec is None or files.name is None:
         yield
         return
     lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], files.holder, files.name)

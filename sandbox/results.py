@@ -6,13 +6,13 @@ what the agent side makes of them, validated field by field.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal, Optional
+from typing import Final, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kagent.sandbox.lease import LeaseRecord
 
-EVAL_RESULT_VERSION = 1
+EVAL_RESULT_VERSION: Final = 1
 
 
 class Verdict(str, Enum):

@@ -15,9 +15,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Optional, Sequence, Union
+from typing import IO, Optional, Union
 
 from kagent.sandbox import containment
 

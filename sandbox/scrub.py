@@ -6,7 +6,7 @@ print them into the trace or use them.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 # Substrings (upper case) that mark a variable as a secret, and prefixes of providers' settings.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")

@@ -207,8 +207,8 @@ class _Visitor(ast.NodeVisitor):
                 owner = self._dotted(node.func.value)
                 if owner:
                     self._named_lookup(node, owner, node.args[0])
-                elif len(node.args) > 1 and self._dotted(node.args[0]):
-                    self._named_lookup(node, self._dotted(node.args[0]), node.args[1])
+                elif len(node.args) > 1 and (named := self._dotted(node.args[0])):
+                    self._named_lookup(node, named, node.args[1])
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:

@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from kagent.agent.budget import Budget
-from kagent.agent.runs import RunOptions, start_run
-from kagent.agent.trace import TraceWriter, UserNotice
-from kagent.agent.workspace import Workspace
+from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.trace import TraceWriter, UserNotice
+from kagent.agent.storage.workspace import Workspace
 from kagent.tasks import resolve_task
 
 
@@ -52,7 +52,7 @@ def session_turn_ms(turns: int, folder: Path) -> float:
     script.append({"tool_calls": [{"name": "finish", "arguments": {"summary": "measured the loop"}}]})
     path = folder / "script.json"
     path.write_text(json.dumps(script))
-    options = RunOptions(task="02_kimi_linear_decode", model=f"scripted:{path}", budget=Budget(wall_s=3600),
+    options = RunSettings(task="02_kimi_linear_decode", model=f"scripted:{path}", budget=Budget(wall_s=3600),
                          device="cpu", scale="smoke", runs_root=folder / "runs")
     started = time.perf_counter()
     _, report = start_run(options)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 # The one form tests/test_packaging.py allows: a name, a lower bound and an upper bound.
-BOUNDED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*(?P<low>[0-9][0-9A-Za-z.]*)\s*,\s*<\s*[0-9][0-9.]*$")
+BOUNDED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*(?P<low>[0-9][0-9A-Za-z.]*)"
+                     r"\s*,\s*<\s*[0-9][0-9.]*$")
 
 
 def lower_bounds(project: dict, extras: list[str]) -> dict[str, str]:

@@ -17,8 +17,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 BARRIERS = 2000          # barriers per timed kernel
 LAUNCHES = 3000          # launches per launch-cost sample
@@ -226,7 +227,7 @@ def per_barrier_us(kernel_ms_with: float, kernel_ms_without: float, barriers: in
 
 def timer_resolution_ns(stamps: list[int]) -> dict[str, float]:
     """The least step of a clock read back to back, and how often it did not move."""
-    steps = [b - a for a, b in zip(stamps, stamps[1:])]
+    steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     moved = [s for s in steps if s > 0]
     return {"least_step_ns": min(moved) if moved else 0.0, "median_step_ns": statistics.median(moved) if moved else 0.0,
             "unchanged_share": 1 - len(moved) / len(steps) if steps else 0.0}
@@ -417,7 +418,7 @@ def measure_cuda() -> dict:
             ext.soft_barriers(counter, epoch, n, blocks, threads)
             epoch += n * blocks
 
-        for name, run, table in (("grid.sync", grid_sync, coop), ("software", software, soft)):
+        for _name, run, table in (("grid.sync", grid_sync, coop), ("software", software, soft)):
             run(10)
             without = [device_ms(lambda: run(0)) for _ in range(REPEATS)]
             with_n = [device_ms(lambda: run(BARRIERS)) for _ in range(REPEATS)]

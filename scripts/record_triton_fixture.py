@@ -41,7 +41,8 @@ def matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.c
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, K, BK):
-        acc += tl.dot(tl.load(a + rm[:, None] * K + (k + rk)[None, :]), tl.load(b + (k + rk)[:, None] * N + rn[None, :]))
+        acc += tl.dot(tl.load(a + rm[:, None] * K + (k + rk)[None, :]),
+                      tl.load(b + (k + rk)[:, None] * N + rn[None, :]))
     tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
 
 

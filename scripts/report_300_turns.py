@@ -27,15 +27,34 @@ import tempfile
 import time
 from pathlib import Path
 
-from kagent.agent.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, Usage
-from kagent.agent.pricing import cost
-from kagent.agent.trace import (
-    INLINE_LIMIT, AttemptRecorded, Compacted, Finalized, ModelRequested, ModelResponded, ModelRetried, RunEnded,
-    RunResumed, RunStarted, ToolFinished, ToolStarted, TraceWriter, UserNotice,
+from kagent.agent.loop.pricing import cost
+from kagent.agent.storage.trace import (
+    INLINE_LIMIT,
+    AttemptRecorded,
+    Compacted,
+    Finalized,
+    ModelRequested,
+    ModelResponded,
+    ModelRetried,
+    RunEnded,
+    RunResumed,
+    RunStarted,
+    ToolFinished,
+    ToolStarted,
+    TraceWriter,
+    UserNotice,
 )
-from kagent.agent.workspace import Workspace
+from kagent.agent.storage.workspace import Workspace
+from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, Usage
 from kagent.sandbox.results import (
-    CheckResult, Environment, EvalResult, LaunchReport, Roofline, ShapeTiming, Stats, Verdict,
+    CheckResult,
+    Environment,
+    EvalResult,
+    LaunchReport,
+    Roofline,
+    ShapeTiming,
+    Stats,
+    Verdict,
 )
 from kagent.tasks import resolve_task
 from kagent.tools.evaluation import summarize

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kagent.agent.resume import rebuild
-from kagent.agent.trace import read_trace
+from kagent.agent.lifecycle.resume import rebuild
+from kagent.agent.storage.trace import read_trace
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 

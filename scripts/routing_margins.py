@@ -33,7 +33,9 @@ def main() -> None:
     for seed in range(first, end):
         state = reference.init_state(cfg, context_len, seed, "cpu")
         hidden = reference.init_token(cfg, seed, "cpu")
-        copy = lambda: [{k: v.clone() for k, v in layer.items()} for layer in state]  # noqa: E731
+        def copy(state=state):
+            return [{k: v.clone() for k, v in layer.items()} for layer in state]
+
         expected, _ = ref.step(hidden.clone(), copy())
         margins = [float(block.moe.last_margin) for block in ref.blocks]
         got, _ = fast.step(hidden.clone(), copy())

@@ -110,4 +110,5 @@ def main(part: str, out: Path, root: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/kagent-stage-tools")))
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]),
+                  Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/kagent-stage-tools")))

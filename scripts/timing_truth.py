@@ -61,7 +61,7 @@ class RequestLog:
         self.entries: list[dict] = []
         self._request = remote.ContestantProcess.request
 
-    def __enter__(self) -> "RequestLog":
+    def __enter__(self) -> RequestLog:
         log, request = self, self._request
 
         def logged(process, message: dict, what: str) -> dict:
@@ -169,7 +169,7 @@ def in_process(folder: Path, task_dir: Path, scale: str, contexts: list[int], de
             state = reference.init_state(cfg, ctx, 0, device=device)
             chain = [hidden, state]
 
-            def steps(count: int) -> None:
+            def steps(count: int, chain: list = chain, model=model) -> None:
                 for _ in range(count):
                     chain[:] = model.step(*chain)
 

@@ -20,7 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 MEGA_REQUIRED_FILES = ("reference.py", "shapes.py")
@@ -162,7 +162,8 @@ def _kernelbench(file: Path) -> TaskRef:
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in defined]
     if missing:
         raise KagentError(f"{file} is not a KernelBench problem file: it defines no {', '.join(missing)}")
-    doc = ast.get_docstring(tree) or ast.get_docstring(next(n for n in tree.body if getattr(n, "name", "") == "Model"))
+    model = next(n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == "Model")
+    doc = ast.get_docstring(tree) or ast.get_docstring(model)
     return TaskRef(name=file.stem, kind="kernelbench", path=file.resolve(),
                    description=(doc or "KernelBench problem").strip().splitlines()[0])
 

@@ -207,7 +207,7 @@ class FakeLLMServer:
     def openai_url(self) -> str:
         return self.url + "/v1"
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> FakeLLMServer:
         self._thread.start()
         return self
 

@@ -10,7 +10,8 @@ import subprocess
 import termios
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 CTRL_C = b"\x03"
 # Colours, cursor moves and the like: what a terminal acts on rather than shows.
@@ -76,7 +77,7 @@ class Terminal:
         self._reader.join(timeout=5)
         return code
 
-    def __enter__(self) -> "Terminal":
+    def __enter__(self) -> Terminal:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

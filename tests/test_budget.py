@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kagent.agent.budget import Budget, BudgetTracker, FakeClock, SystemClock, format_duration, parse_duration
-from kagent.agent.errors import KagentError
+from kagent.agent.loop.budget import BudgetTracker, FakeClock, SystemClock
+from kagent.agent.settings import Budget, format_duration, parse_duration
+from kagent.core.errors import KagentError
 
 
 @pytest.mark.parametrize("text, seconds", [

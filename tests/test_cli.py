@@ -13,7 +13,6 @@ import pytest
 from conftest import WAIT_S, reference_solution
 from terminal import Terminal
 
-
 # The console script the install put next to this interpreter: what a user types.
 KAGENT = str(Path(sys.executable).parent / "kagent")
 
@@ -35,7 +34,7 @@ def test_help_reads_well(args):
 def test_every_command_is_one_whole_sentence_in_the_list():
     """`kagent --help` lists each command by the first line of its docstring: a sentence cut at
     a line break there (replay's was) shows as half a sentence."""
-    from kagent.agent.cli import app
+    from kagent.agent.cli.app import app
 
     names = [command.name for command in app.registered_commands]
     lines = kagent("--help").stdout.splitlines()
@@ -91,6 +90,7 @@ def test_cuda_asked_for_on_a_machine_without_it(kimi, tmp_path):
     assert "sees no CUDA device" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
     out = tmp_path / "r.json"
     proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(reference_solution(kimi, tmp_path)),
@@ -105,6 +105,7 @@ def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
     assert out.exists()
 
 
+@pytest.mark.slow
 def test_default_result_file_goes_under_runs(kimi, tmp_path, monkeypatch):
     runs = tmp_path / "my_runs"
     monkeypatch.setenv("KAGENT_RUNS", str(runs))
@@ -115,6 +116,7 @@ def test_default_result_file_goes_under_runs(kimi, tmp_path, monkeypatch):
     assert '"mode": "aa"' in written.read_text()
 
 
+@pytest.mark.slow
 def test_unwritable_result_path_is_one_clear_message(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -125,6 +127,7 @@ def test_unwritable_result_path_is_one_clear_message(tmp_path):
     assert "PASS" in proc.stdout  # the evaluation itself is still shown
 
 
+@pytest.mark.slow
 def test_each_eval_builds_in_a_home_of_its_own(kimi, tmp_path):
     # The first solution leaves a file in its HOME (where builds are cached); the second
     # refuses to load if it finds one there. Each `kagent eval` must start from a fresh HOME.
@@ -139,6 +142,7 @@ def test_each_eval_builds_in_a_home_of_its_own(kimi, tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_eval_shows_progress_on_a_terminal_and_keeps_json_clean(kimi, tmp_path):
     """stderr is a terminal, stdout a file: the harness's steps show as they happen on the
     one, the result alone goes to the other."""

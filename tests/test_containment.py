@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import ctypes
 import json
-import shutil
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -97,6 +97,7 @@ def test_shell_cannot_reach_a_loopback_listener(ctx: ToolContext, listener: int)
     assert "UNREACHABLE" in out.content and "CONNECTED" not in out.content, out.content
 
 
+@pytest.mark.slow
 @needs_netns
 def test_solution_cannot_reach_a_loopback_listener(kimi, kagent_home, tmp_path, listener: int):
     # At import the solution tries the listener; if it got through, the load would fail.
@@ -251,7 +252,8 @@ def test_contained_wraps_only_what_works(monkeypatch):
 def test_describe_names_each_mechanism(monkeypatch):
     monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
     text = containment.describe()
-    for words in ("network namespace", "IPC namespace", "pid namespace", "mount namespace", "pids cgroup", "memory cgroup",
+    for words in ("network namespace", "IPC namespace", "pid namespace", "mount namespace", "pids cgroup",
+                  "memory cgroup",
                   "rlimits"):
         assert words in text
     assert "NOT" not in text
@@ -423,6 +425,7 @@ def survivors_of_killing(kagent: subprocess.Popen, marker: str, started: Callabl
                 pass  # it died meanwhile
 
 
+@pytest.mark.slow
 @needs_pidns
 def test_a_hanging_evaluation_dies_with_kagent(kimi, kagent_home: Path, tmp_path: Path):
     # The evaluation's temporary folder, and so every command line of its processes (unshare,
@@ -515,6 +518,7 @@ def test_shell_cannot_see_home_project_kagent_home_or_other_runs(ctx: ToolContex
     assert "2.0" in out.content, out.content
 
 
+@pytest.mark.slow
 @needs_files
 def test_solution_cannot_write_outside_its_folder_or_read_the_project(kimi, kagent_home, tmp_path, monkeypatch):
     project = tmp_path / "project"
@@ -561,6 +565,7 @@ def test_memory_hog_is_killed_and_reported_and_the_next_command_runs(ctx: ToolCo
     assert "still-fine" in after.content and "out of memory" not in after.content
 
 
+@pytest.mark.slow
 @needs_memory_cap
 @needs_pidns
 def test_solution_that_exhausts_memory_is_a_crash_that_says_so(kimi, kagent_home, tmp_path, monkeypatch):
@@ -571,6 +576,7 @@ def test_solution_that_exhausts_memory_is_a_crash_that_says_so(kimi, kagent_home
     assert result.limits_hit and result.peak_host_memory_bytes
 
 
+@pytest.mark.slow
 @needs_files
 def test_a_solution_cannot_poison_the_cache(kimi, tmp_path: Path):
     # It finds the cache and the staging folder in the job file named on its parent's (the
@@ -621,6 +627,7 @@ def test_a_user_other_than_root_gets_the_jail_through_a_user_namespace(ctx: Tool
         containment.probe.cache_clear()
 
 
+@pytest.mark.slow
 def test_a_load_inline_build_works_in_the_jail_and_is_cached_in_the_home(tmp_path: Path):
     # The agent's main path: a solution that compiles its own extension when imported. The
     # build lands in the HOME the evaluation gives it and is reused by the next evaluation.
@@ -674,6 +681,7 @@ def test_the_jail_keeps_locked_mount_flags_inside_a_user_namespace(tmp_path: Pat
         subprocess.run(["umount", str(mounted)], check=False)
 
 
+@pytest.mark.slow
 @needs_files
 def test_a_cache_in_the_home_folder_beside_the_interpreter(kimi, tmp_path: Path, monkeypatch):
     # The usual layout: kagent's cache under ~/.cache and, often, the interpreter under the

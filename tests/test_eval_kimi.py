@@ -12,11 +12,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from conftest import check_named, reference_solution, run_eval, write_solution
-from kagent.agent.views import print_result
+from kagent.agent.cli.views import print_result
 from kagent.sandbox import containment, evaluate
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
+
+from conftest import check_named, reference_solution, run_eval, write_solution
 
 REDTEAM = Path(__file__).resolve().parent / "redteam"
 
@@ -203,6 +204,7 @@ def test_every_part_of_the_math_has_a_broken_variant():
     assert all(PARTS.values()) and {n for names in PARTS.values() for n in names} <= set(BROKEN)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, tmp_path):
     patch, verdict, check = BROKEN[name]
@@ -213,6 +215,7 @@ def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, t
     assert result.score is None
 
 
+@pytest.mark.slow
 def test_the_cache_attention_is_caught_on_the_salient_state(kimi, kagent_home, tmp_path):
     # From init_state's draw the attention's share of the output rounds away (every cache row
     # scores about the same and the values average out): those cases pass without it, and the
@@ -243,8 +246,9 @@ def test_salient_state_scales_the_kda_states_and_plants_rows_the_query_attends_t
     hidden, drawn = reference.init_token(cfg, 0, device="cpu"), reference.init_state(cfg, 32, 0, device="cpu")
     kept = _copy(drawn)
     salient = reference.salient_state(model, hidden, drawn)
-    assert all(torch.equal(a, b) for layer, copy in zip(drawn, kept) for a, b in zip(layer.values(), copy.values()))
-    for layer, original in zip(salient[:3], drawn[:3]):
+    assert all(torch.equal(a, b) for layer, copy in zip(drawn, kept, strict=True)
+               for a, b in zip(layer.values(), copy.values(), strict=True))
+    for layer, original in zip(salient[:3], drawn[:3], strict=True):
         # Each KDA state scaled as a whole (so that the step's write weighs as much as what it
         # keeps); the convolution windows as drawn.
         ratio = layer["S"] / original["S"]
@@ -288,6 +292,7 @@ def test_runner_up_takes_one_other_expert_at_that_layer_only(smoke_reference, mo
     assert torch.equal(routed_experts()[0], expected)  # taken back on leaving
 
 
+@pytest.mark.slow
 def test_secret_seeds_start_from_both_kinds_of_state_at_every_context(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, mode="check", hidden_seeds=8)
     assert result.verdict is Verdict.PASS, result.reason
@@ -320,6 +325,7 @@ class Model(Model):
 '''
 
 
+@pytest.mark.slow
 def test_fixed_seeds_at_a_near_tie_are_reported_and_the_runner_up_excused(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path, TAKES_THE_RUNNER_UP), kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason
@@ -334,6 +340,7 @@ def test_fixed_seeds_at_a_near_tie_are_reported_and_the_runner_up_excused(kimi, 
            "runner-up)" in fixed.reason
 
 
+@pytest.mark.slow
 def test_a_step_that_returns_its_input_at_a_near_tie_fails(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path, RETURNS_ITS_INPUT_AT_NEAR_TIES), kagent_home,
                       mode="check")
@@ -342,6 +349,7 @@ def test_a_step_that_returns_its_input_at_a_near_tie_fails(kimi, kagent_home, tm
     assert "does not match the reference that took the runner-up either" in result.reason
 
 
+@pytest.mark.slow
 def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home)
     assert result.verdict is Verdict.PASS, result.reason
@@ -368,6 +376,7 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     assert (kagent_home / "weights").is_dir() and (kagent_home / "outputs").is_dir()
 
 
+@pytest.mark.slow
 def test_second_run_uses_the_cache(kimi, kagent_home, tmp_path):
     solution = reference_solution(kimi, tmp_path)
     run_eval(kimi, solution, kagent_home, mode="check")
@@ -377,6 +386,7 @@ def test_second_run_uses_the_cache(kimi, kagent_home, tmp_path):
     assert [c.name for c in again.checks][-1] == "chained_steps"  # check-only runs an untimed chain
 
 
+@pytest.mark.slow
 def test_aa_run_of_the_baseline_reads_close_to_one(kimi, kagent_home):
     result = run_eval(kimi, None, kagent_home, mode="aa", rounds=6)
     assert result.verdict is Verdict.PASS, result.reason
@@ -385,19 +395,22 @@ def test_aa_run_of_the_baseline_reads_close_to_one(kimi, kagent_home):
     assert 0.85 < result.score < 1.15, [t.speedup for t in result.timings]
 
 
+@pytest.mark.slow
 def test_contexts_can_be_chosen(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[32])
     assert result.verdict is Verdict.PASS
     assert [t.context_len for t in result.timings] == [32]
 
 
+@pytest.mark.slow
 def test_unknown_context_is_a_clear_error(kimi, kagent_home, tmp_path):
-    from kagent.agent.errors import KagentError
+    from kagent.core.errors import KagentError
 
     with pytest.raises(KagentError, match="no shape with context in \\[999\\]"):
         run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[999])
 
 
+@pytest.mark.slow
 def test_hanging_solution_is_killed_at_the_limit(kimi, kagent_home, tmp_path):
     patch = '''
 class Model(Model):
@@ -414,6 +427,7 @@ class Model(Model):
     assert "killed" in result.reason
 
 
+@pytest.mark.slow
 def test_hang_at_import_is_killed_too(kimi, kagent_home, tmp_path):
     solution = write_solution(tmp_path, "import time\nwhile True:\n    time.sleep(1)\n")
     result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=10)
@@ -425,6 +439,7 @@ def test_hang_at_import_is_killed_too(kimi, kagent_home, tmp_path):
     ("import ctypes\nctypes.string_at(0)", "killed by signal 11"),
     ("import os\nos.abort()", "killed by signal 6"),
 ])
+@pytest.mark.slow
 def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home, tmp_path):
     body = "\n".join("        " + line for line in how.splitlines())
     patch = f"\nclass Model(Model):\n    def step(self, hidden, state):\n{body}\n"
@@ -435,12 +450,14 @@ def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home
     assert result.reason.startswith("fixed_seeds: the solution's process died while running a step")
 
 
+@pytest.mark.slow
 def test_printed_pass_and_early_exit_do_not_pass(kimi, kagent_home, tmp_path):
     patch = _corpus("fake_pass_and_exit")
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     assert result.verdict is Verdict.CRASH
 
 
+@pytest.mark.slow
 def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path, monkeypatch):
     # Inside the jail the task's files are on a read-only mount and the write is refused (the
     # red-team corpus checks that); without the jail, as here on purpose, root can write them,
@@ -456,6 +473,7 @@ def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path, monk
         assert result.verdict is Verdict.PASS
 
 
+@pytest.mark.slow
 def test_patching_the_installed_harness_is_caught_and_undone(kimi, kagent_home, tmp_path, monkeypatch):
     # Code that escaped its sandbox (here: none, on purpose) could patch kagent's harness on
     # disk to weaken every later evaluation. The evaluation copies from what this process
@@ -475,6 +493,7 @@ _pathlib.Path({str(installed / "compare.py")!r}).write_text("# weakened\\n")
     assert (installed / "compare.py").read_text() == original
 
 
+@pytest.mark.slow
 def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_path):
     (tmp_path / "helpers.py").write_text("SCALE = 1.0\n")
     patch = "\nfrom helpers import SCALE\nassert SCALE == 1.0\n"
@@ -482,6 +501,7 @@ def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_pa
     assert result.verdict is Verdict.PASS, result.reason
 
 
+@pytest.mark.slow
 def test_the_solution_does_not_see_api_keys(kimi, kagent_home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "secret")
@@ -532,6 +552,7 @@ def test_the_rarely_wrong_solution_is_wrong_on_one_input_in_ten(kimi):
     assert not any(namespace["unlucky"](reference.init_token(cfg, seed, device="cpu")) for seed in (0, 1, 2))
 
 
+@pytest.mark.slow
 def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagent_home, tmp_path):
     # With 96 secret seeds (a final re-verification's count) it passes an evaluation with
     # probability 0.9**96 (about 4e-5), so evaluations in a row all fail it, and each failure
@@ -585,6 +606,7 @@ class Model(Model):
 '''
 
 
+@pytest.mark.slow
 def test_a_nondeterministic_solution_passes_and_is_said_to_be_nondeterministic(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path, NOISY), kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason

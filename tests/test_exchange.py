@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from kagent.sandbox.harness.exchange import (
-    Arena, BadReturn, ExchangeError, Layout, SlotAllocator, bytes_needed, decode, encode, fill,
+    Arena,
+    BadReturn,
+    ExchangeError,
+    Layout,
+    SlotAllocator,
+    bytes_needed,
+    decode,
+    encode,
+    fill,
 )
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S, check_named, run_eval, write_solution
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
+
+from conftest import WAIT_S, check_named, run_eval, write_solution
 
 KERNELBENCH_PROBLEM = '''
 import torch
@@ -71,6 +72,7 @@ def test_kernelbench_file_is_recognized(kb_task):
     assert kb_task.description == "A linear layer followed by ReLU."
 
 
+@pytest.mark.slow
 def test_kernelbench_correct_solution_passes_and_is_timed(kb_task, kagent_home, tmp_path):
     result = run_eval(kb_task, kb_solution(tmp_path / "s"), kagent_home)
     assert result.verdict is Verdict.PASS, result.reason
@@ -82,12 +84,14 @@ def test_kernelbench_correct_solution_passes_and_is_timed(kb_task, kagent_home, 
     assert result.score == pytest.approx(timing.speedup)
 
 
+@pytest.mark.slow
 def test_kernelbench_wrong_solution_fails(kb_task, kagent_home, tmp_path):
     result = run_eval(kb_task, kb_solution(tmp_path / "s", " - 1.0"), kagent_home, mode="check")
     assert result.verdict is Verdict.INCORRECT
     assert result.reason.startswith("fixed_seeds: seed 0: output 0: max abs difference")
 
 
+@pytest.mark.slow
 def test_kernelbench_tolerance_is_the_users(kb_task, kagent_home, tmp_path):
     solution = kb_solution(tmp_path / "s", " + 1e-3")
     assert run_eval(kb_task, solution, kagent_home, mode="check", atol=1e-2, rtol=0.0).verdict is Verdict.PASS
@@ -95,6 +99,7 @@ def test_kernelbench_tolerance_is_the_users(kb_task, kagent_home, tmp_path):
     assert strict.verdict is Verdict.INCORRECT
 
 
+@pytest.mark.slow
 def test_kernelbench_pointer_cache_fails_the_overwrite_check(kb_task, kagent_home, tmp_path):
     solution = write_solution(tmp_path / "s", KB_SOLUTION.replace("{extra}", "") + '''
 _forward = ModelNew.forward
@@ -110,11 +115,13 @@ ModelNew.forward = _cached
     assert check_named(result, "overwrite_in_place").status == "fail"
 
 
+@pytest.mark.slow
 def test_kernelbench_missing_model_new_is_an_error(kb_task, kagent_home, tmp_path):
     result = run_eval(kb_task, write_solution(tmp_path / "s", "import torch\n"), kagent_home, mode="check")
     assert result.verdict is Verdict.ERROR and "defines no class ModelNew" in result.reason
 
 
+@pytest.mark.slow
 def test_kernelbench_aa_run(kb_task, kagent_home):
     result = run_eval(kb_task, None, kagent_home, mode="aa")
     assert result.verdict is Verdict.PASS and result.score > 0
@@ -207,6 +214,7 @@ def mega_task(tmp_path):
     return resolve_task(str(folder))
 
 
+@pytest.mark.slow
 def test_mega_folder_correct_solution_passes(mega_task, kagent_home, tmp_path):
     assert mega_task.kind == "mega" and mega_task.name == "my_problem" and mega_task.prompt == "Make step fast.\n"
     solution = write_solution(tmp_path / "s", MEGA_SOLUTION.replace("{activation}", "torch.tanh"))
@@ -216,12 +224,14 @@ def test_mega_folder_correct_solution_passes(mega_task, kagent_home, tmp_path):
     assert all(t.roofline is None for t in result.timings)  # this folder has no roofline.py
 
 
+@pytest.mark.slow
 def test_mega_folder_wrong_solution_fails(mega_task, kagent_home, tmp_path):
     solution = write_solution(tmp_path / "s", MEGA_SOLUTION.replace("{activation}", "torch.sigmoid"))
     result = run_eval(mega_task, solution, kagent_home, mode="check")
     assert result.verdict is Verdict.INCORRECT and result.reason.startswith("fixed_seeds")
 
 
+@pytest.mark.slow
 def test_mega_folder_forbidden_import_from_its_yaml(mega_task, kagent_home, tmp_path):
     source = "import numpy\n" + MEGA_SOLUTION.replace("{activation}", "torch.tanh")
     result = run_eval(mega_task, write_solution(tmp_path / "s", source), kagent_home)
@@ -234,6 +244,7 @@ def test_incomplete_folder_is_refused(tmp_path):
         resolve_task(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_cli_grades_a_folder_with_json_output(mega_task, tmp_path):
     solution = write_solution(tmp_path / "s", MEGA_SOLUTION.replace("{activation}", "torch.tanh"))
     out = tmp_path / "result.json"
@@ -246,7 +257,8 @@ def test_cli_grades_a_folder_with_json_output(mega_task, tmp_path):
     assert json.loads(out.read_text()) == printed
     wrong = write_solution(tmp_path / "w", MEGA_SOLUTION.replace("{activation}", "torch.sigmoid"))
     proc = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", str(mega_task.path), "--solution",
-                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True, timeout=WAIT_S)
+                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True,
+                          timeout=WAIT_S)
     assert proc.returncode == 1
     assert "INCORRECT" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
@@ -312,6 +324,7 @@ def solution_wrong_when(condition: str) -> str:
         "        return x.to(torch.bfloat16), state", "        return (-x if wrong else x).to(torch.bfloat16), state")
 
 
+@pytest.mark.slow
 def test_secret_seeds_are_drawn_clear_of_near_ties(margin_task, kagent_home, tmp_path):
     solution = write_solution(tmp_path / "s", solution_wrong_when("False"))
     result = run_eval(margin_task, solution, kagent_home, mode="check", hidden_seeds=6)
@@ -322,6 +335,7 @@ def test_secret_seeds_are_drawn_clear_of_near_ties(margin_task, kagent_home, tmp
     assert check_named(result, "fixed_seeds").data["cases"][0]["decision_margin"] > 0
 
 
+@pytest.mark.slow
 def test_chained_mismatch_at_a_near_tie_is_excused(margin_task, kagent_home, tmp_path):
     # At the near-tie the solution negates its output: what the reference does with the
     # runner-up taken there, so the mismatch is explained.
@@ -332,6 +346,7 @@ def test_chained_mismatch_at_a_near_tie_is_excused(margin_task, kagent_home, tmp
             "the runner-up") in check_named(result, "chained_steps").reason
 
 
+@pytest.mark.slow
 def test_unexplained_mismatch_at_a_near_tie_fails(margin_task, kagent_home, tmp_path):
     # At the near-tie the solution hands back its input: neither the reference's choice nor
     # the runner-up's.
@@ -344,6 +359,7 @@ def test_unexplained_mismatch_at_a_near_tie_fails(margin_task, kagent_home, tmp_
     assert "does not match the reference that took the runner-up either" in result.reason
 
 
+@pytest.mark.slow
 def test_near_tie_without_a_runner_up_hook_excuses_nothing(margin_task, kagent_home, tmp_path):
     # A reference that says how close its choices came to a tie, but not how it steps with
     # the other choice, cannot explain a mismatch: it counts.
@@ -354,6 +370,7 @@ def test_near_tie_without_a_runner_up_hook_excuses_nothing(margin_task, kagent_h
     assert result.reason.startswith("chained_steps: ctx 8 step 3 of a chain"), result.reason
 
 
+@pytest.mark.slow
 def test_chained_mismatch_away_from_ties_fails(margin_task, kagent_home, tmp_path):
     solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 9"))
     result = run_eval(margin_task, solution, kagent_home, mode="check")
@@ -539,6 +556,7 @@ def test_board_folder_is_recognized_with_its_settings(tmp_path):
     assert task.forbidden_imports == ["numpy", "reference"]
 
 
+@pytest.mark.slow
 def test_board_folder_correct_solution_passes_against_its_own_baseline(kagent_home, tmp_path):
     task = board_folder(tmp_path / "t")
     result = run_eval(task, board_solution(tmp_path / "s"), kagent_home, scale="full")
@@ -551,15 +569,18 @@ def test_board_folder_correct_solution_passes_against_its_own_baseline(kagent_ho
     assert result.score > 3, [(t.baseline.median_ms, t.candidate.median_ms) for t in result.timings]
 
 
+@pytest.mark.slow
 def test_board_folder_wrong_solution_is_incorrect(kagent_home, tmp_path):
     task = board_folder(tmp_path / "t")
     result = run_eval(task, board_solution(tmp_path / "s", activation="torch.sigmoid"), kagent_home,
                       scale="full", mode="check")
     assert result.verdict is Verdict.INCORRECT
-    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.98 ", result.reason), \
+    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.98 ",
+                    result.reason), \
         result.reason
 
 
+@pytest.mark.slow
 def test_board_folder_tolerance_is_its_own(kagent_home, tmp_path):
     solution = board_solution(tmp_path / "s", perturbation=BLURRED)
     loose = run_eval(board_folder(tmp_path / "loose", cos_sim=0.8), solution, kagent_home, scale="full",
@@ -570,10 +591,12 @@ def test_board_folder_tolerance_is_its_own(kagent_home, tmp_path):
     strict = run_eval(board_folder(tmp_path / "strict", cos_sim=0.99), solution, kagent_home, scale="full",
                       mode="check")
     assert strict.verdict is Verdict.INCORRECT
-    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.99 ", strict.reason), \
+    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.99 ",
+                    strict.reason), \
         strict.reason
 
 
+@pytest.mark.slow
 def test_board_folder_forbidden_list_applies(kagent_home, tmp_path):
     task = board_folder(tmp_path / "t")
     solution = write_solution(tmp_path / "s", "import numpy\n" + BOARD_SOLUTION.replace("{activation}", "torch.tanh")
@@ -582,6 +605,7 @@ def test_board_folder_forbidden_list_applies(kagent_home, tmp_path):
     assert result.verdict is Verdict.FORBIDDEN and "numpy" in result.reason
 
 
+@pytest.mark.slow
 def test_board_folder_has_no_smoke_scale(kagent_home, tmp_path):
     task = board_folder(tmp_path / "t")
     with pytest.raises(KagentError, match="defines no smoke scale.*--scale full"):
@@ -595,6 +619,7 @@ def test_board_folder_has_no_smoke_scale(kagent_home, tmp_path):
     ('SHAPES = [{"context_len": 8, "steps": 2, "n_slots": 4}, {"context_len": 12, "steps": 2, "n_slots": 8}]\n',
      "build different configs"),
 ])
+@pytest.mark.slow
 def test_board_folder_with_shapes_kagent_cannot_grade_is_a_task_error(kagent_home, tmp_path, shapes, message):
     task = board_folder(tmp_path / "t", shapes=shapes)
     with pytest.raises(KagentError, match=f"the task cannot be evaluated: .*{message}"):
@@ -626,6 +651,7 @@ def solution_wrong_from_second_time(rows: int) -> str:
         f"state[0]['memory'].shape[0] == {rows} and next(_TIMES_SEEN) > 0")
 
 
+@pytest.mark.slow
 def test_timed_chain_departing_after_a_near_tie_is_excused(margin_task, kagent_home, tmp_path):
     # ctx 8: step 3 finds 10 rows, where the reference's margin is 0: a near-tie.
     solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(10))
@@ -638,6 +664,7 @@ def test_timed_chain_departing_after_a_near_tie_is_excused(margin_task, kagent_h
                             "routing at step 3: not counted from there")
 
 
+@pytest.mark.slow
 def test_every_run_of_a_chain_repeated_within_one_request_is_judged(margin_task, kagent_home, tmp_path):
     # Wrong only the seventh time a step finds 9 rows (ctx 8, step 2; after the validated chain
     # and two warm-ups): one run in the middle of the first timed request; the runs before and
@@ -655,6 +682,7 @@ def test_every_run_of_a_chain_repeated_within_one_request_is_judged(margin_task,
     assert (timing.candidate_block_steps, timing.candidate_chains_per_request) == (1, 1)
 
 
+@pytest.mark.slow
 def test_a_fast_candidate_runs_its_whole_chain_many_times_a_request(margin_task, kagent_home, tmp_path):
     solution = write_solution(tmp_path / "s", solution_wrong_when("False"))
     result = run_eval(margin_task, solution, kagent_home, contexts=[8], min_request_ms=1e6)
@@ -665,6 +693,7 @@ def test_a_fast_candidate_runs_its_whole_chain_many_times_a_request(margin_task,
     assert check_named(result, "timed_chain_ctx_8").reason.startswith("33 timed chain(s) of 3 steps at ctx 8")
 
 
+@pytest.mark.slow
 def test_timed_chain_departing_before_a_near_tie_fails(margin_task, kagent_home, tmp_path):
     solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(9))
     result = run_eval(margin_task, solution, kagent_home, contexts=[8])

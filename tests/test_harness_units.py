@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from kagent.sandbox.evaluate import authentic_event, promote_cache
 from kagent.sandbox.harness import compare, launches, timing
 from kagent.sandbox.harness.loading import DiskCache
 from kagent.sandbox.harness.mega import StepChecker
-from kagent.sandbox.evaluate import authentic_event, promote_cache
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
 
 

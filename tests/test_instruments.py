@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import reference_solution
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext, scrubbed_env
 from kagent.tools.ncu import details_text, parse_ncu_details
 from kagent.tools.stages import declared_stages, resolve_bytes, stage_table, stamp_times, sweep_points
+
+from conftest import reference_solution
 
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 
@@ -101,7 +102,8 @@ def kimi_parts(kimi) -> dict[str, int]:
 # -- the convention's pieces ------------------------------------------------------------------
 def test_declared_stages_and_their_bytes(kimi):
     class Model:
-        kagent_stages = ["plain", {"name": "own bytes", "bytes": 1000}, {"name": "L3 attention", "parts": ["L3.attn.*"]}]
+        kagent_stages = ["plain", {"name": "own bytes", "bytes": 1000},
+                         {"name": "L3 attention", "parts": ["L3.attn.*"]}]
 
     stages = declared_stages(Model(), 2048)
     parts = kimi_parts(kimi)
@@ -229,7 +231,8 @@ def test_reference_dump_compares_a_solutions_values(kimi_ctx: ToolContext):
     assert lines[2] == "first that differs (cosine below 0.999): blocks.0.attn.k_proj.out"
     rows = {line.split(" | ")[0]: line for line in lines[4:]}
     assert " | 1.000000 | 0 | " in rows["blocks.0.attn.q_proj.out"]
-    assert " | -1.000000 | " in rows["blocks.0.attn.k_proj.out"] and rows["blocks.0.attn.k_proj.out"].endswith("<- differs")
+    assert (" | -1.000000 | " in rows["blocks.0.attn.k_proj.out"]
+            and rows["blocks.0.attn.k_proj.out"].endswith("<- differs"))
     assert "| integers" in rows["blocks.0.moe.ffn#1.in4"]
     missing = TOOLS["reference_dump"].run({"compare": "nothing.pt"}, kimi_ctx)
     assert missing.is_error and "no file nothing.pt" in missing.content

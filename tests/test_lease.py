@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S, run_eval
 from kagent.sandbox.harness.lease import Lease
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV, exclusive_here, lease_name, open_lease, read_records
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
+
+from conftest import WAIT_S, run_eval
 
 
 @pytest.fixture
@@ -177,17 +178,18 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
     # per machine, then shared again); one hold after the other.
     assert mine[0].kind == "shared" and (mine[-1].kind, mine[-1].what) == ("exclusive", "timing")
     assert {r.what for r in mine if r.kind == "exclusive"} <= {"timing", "bandwidth"}
-    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:]))
+    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:], strict=False))
     # It waited for the blocker at its start (which let go a second after it saw it wait).
     assert mine[0].waited_s >= 0.9
 
 
 def test_the_profile_tool_holds_the_lease_alone(lease_dir, kimi, kagent_home, tmp_path):
-    from conftest import reference_solution
     from kagent.sandbox.evaluate import EvalOptions
     from kagent.sandbox.scrub import scrubbed_env
     from kagent.tools import default_tools
     from kagent.tools.base import ToolContext
+
+    from conftest import reference_solution
 
     workspace = tmp_path / "ws"
     (workspace / "task").mkdir(parents=True)

@@ -45,7 +45,8 @@ def test_co_resident_programs_per_sm():
 
 
 def test_summary_lines():
-    env = {"nvidia_smi": "NVIDIA H200, GPU-1234, 580.1", "torch": "2.11", "triton": "3.6", "utc": "2026-12-02T10:00:00Z"}
+    env = {"nvidia_smi": "NVIDIA H200, GPU-1234, 580.1", "torch": "2.11", "triton": "3.6",
+           "utc": "2026-12-02T10:00:00Z"}
     tri = {"environment": env, "triton": {
         "launch_1_arg": {"queued_us": 21.0, "completed_us": 21.5}, "launch_24_args": {"queued_us": 40.0,
                                                                                       "completed_us": 40.2},

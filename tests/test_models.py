@@ -9,17 +9,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_llm_server import (BAD_KEY, UNKNOWN_MODEL, FakeLLMServer,  # noqa: E402
-                             anthropic_violations, openai_violations)
+from kagent.agent.loop.models import make_model
+from kagent.agent.loop.models.anthropic import to_anthropic_messages
+from kagent.agent.loop.models.retry import RetryingModel
+from kagent.agent.loop.models.scripted import ScriptedModel, load_script
+from kagent.agent.loop.pricing import cost, load_prices, price_known
+from kagent.core.errors import ModelError, TransientModelError
+from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, ToolResult, ToolSpec, Usage
 
-from kagent.agent.errors import ModelError, TransientModelError
-from kagent.agent.messages import (Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall,
-                                   ToolResult, ToolSpec, Usage)
-from kagent.agent.models import make_model
-from kagent.agent.models.anthropic import to_anthropic_messages
-from kagent.agent.models.retry import RetryingModel
-from kagent.agent.models.scripted import ScriptedModel, load_script
-from kagent.agent.pricing import cost, load_prices, price_known
+from fake_llm_server import BAD_KEY, UNKNOWN_MODEL, FakeLLMServer, anthropic_violations, openai_violations  # noqa: E402
 
 TOOLS = [ToolSpec(name="run", description="Run a command", parameters={"type": "object"}),
          ToolSpec(name="read", description="Read a file", parameters={"type": "object"})]

@@ -11,21 +11,28 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
-
-from conftest import WAIT_S
 from test_models import _keys  # noqa: F401  (autouse: test keys, no base URLs from the environment)
-from kagent.agent.budget import Budget
-from kagent.agent.errors import KagentError
-from kagent.agent.messages import Message, TextBlock, ToolSpec
-from kagent.agent.models import make_model
-from kagent.agent.models.limits import (DEFAULT_LIMITS, ModelLimits, limits_of, load_limits, output_settings,
-                                        OutputSettings)
-from kagent.agent.runs import RunOptions, start_run
-from kagent.agent.trace import read_trace
+
+from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.loop.models import make_model
+from kagent.agent.loop.models.limits import (
+    DEFAULT_LIMITS,
+    ModelLimits,
+    OutputSettings,
+    limits_of,
+    load_limits,
+    output_settings,
+)
+from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.trace import read_trace
+from kagent.core.errors import KagentError
+from kagent.core.messages import Message, TextBlock, ToolSpec
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
+
+from conftest import WAIT_S
+from fake_llm_server import FakeLLMServer  # noqa: E402
 
 TOOLS = [ToolSpec(name="write_file", description="Write a file", parameters={"type": "object"})]
 # What the cap leaves of a write_file call: its JSON ends in the middle of the content.
@@ -161,12 +168,13 @@ def test_a_call_the_cap_cuts_is_raw_even_without_any_json(provider, stop):
 
 
 # -- the loop: what the model is told -------------------------------------------------------------
-def _options(tmp_path: Path, provider: str, **update) -> RunOptions:
-    return RunOptions(task="02_kimi_linear_decode", model=f"{provider}:test-model", budget=Budget(wall_s=900),
+def _options(tmp_path: Path, provider: str, **update) -> RunSettings:
+    return RunSettings(task="02_kimi_linear_decode", model=f"{provider}:test-model", budget=Budget(wall_s=900),
                       device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S,
                       **update)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider, stop", [("anthropic", "max_tokens"), ("openai", "length")])
 def test_a_cut_write_is_answered_with_how_to_write_in_parts(provider, stop, tmp_path):
     turns = [{"tool_calls": [{"id": "w1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
@@ -189,6 +197,7 @@ def test_a_cut_write_is_answered_with_how_to_write_in_parts(provider, stop, tmp_
     assert "appended to notes.md" in finished[2].content
 
 
+@pytest.mark.slow
 def test_answers_the_cap_cuts_before_any_call_are_told_then_end_the_run(tmp_path):
     cut = {"thinking": "hmm " * 50, "stop_reason": "max_tokens"}
     with FakeLLMServer([cut, cut, cut]) as server:
@@ -204,6 +213,7 @@ def test_answers_the_cap_cuts_before_any_call_are_told_then_end_the_run(tmp_path
 # -- the command line ---------------------------------------------------------------------------
 @pytest.mark.parametrize("flags, cap, budget", [([], 64_000, 32_000), (["--thinking", "off"], 64_000, None),
                                                (["--max-output-tokens", "20000", "--thinking", "5000"], 20_000, 5000)])
+@pytest.mark.slow
 def test_kagent_run_asks_for_the_models_own_cap_and_thinks_by_default(flags, cap, budget, tmp_path):
     finish = {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "nothing to do"}}]}
     with FakeLLMServer([finish]) as server:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE = ("import importlib.util as u, json, kagent.agent.cli, kagent.tasks, kagent.sandbox.harness as h;"
-         "print(json.dumps({'cli': kagent.agent.cli.__file__, 'harness': h.__file__,"
+PROBE = ("import importlib.util as u, json, kagent.agent.cli.app, kagent.tasks, kagent.sandbox.harness as h;"
+         "print(json.dumps({'cli': kagent.agent.cli.app.__file__, 'harness': h.__file__,"
          "'generic': [n for n in ('agent', 'tools', 'sandbox', 'tasks', 'prompts') if u.find_spec(n)]}))")
 
 
@@ -28,7 +28,7 @@ def test_editable_install_maps_the_repository_folders(tmp_path):
     if not json.loads(direct).get("dir_info", {}).get("editable"):
         pytest.skip("kagent is not installed in editable mode here")
     found = probe(tmp_path)
-    assert Path(found["cli"]) == REPO / "agent" / "cli.py"
+    assert Path(found["cli"]) == REPO / "agent" / "cli" / "app.py"
     assert Path(found["harness"]) == REPO / "sandbox" / "harness" / "__init__.py"
     assert found["generic"] == []
 
@@ -46,7 +46,7 @@ def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"kagent", next(t for t in tops if t.endswith(".dist-info"))}
-    for needed in ("kagent/agent/cli.py", "kagent/sandbox/harness/mega.py",
+    for needed in ("kagent/agent/cli/app.py", "kagent/sandbox/harness/mega.py",
                    "kagent/tasks/02_kimi_linear_decode/reference.py",
                    "kagent/tasks/02_kimi_linear_decode/problem.yaml",
                    "kagent/tasks/02_kimi_linear_decode/PROMPT.txt", "kagent/prompts/playbook.md",
@@ -55,6 +55,7 @@ def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
     assert not any("__pycache__" in n or n.startswith("kagent/tests") for n in names)
 
 
+@pytest.mark.slow
 def test_normal_install_runs_from_its_own_copy(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],

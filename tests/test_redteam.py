@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import WAIT_S, check_named, reference_solution, run_eval
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
 from kagent.sandbox.results import CheckResult, Verdict, check_verdict
 from kagent.tasks import TaskRef, resolve_task
+
+from conftest import WAIT_S, check_named, reference_solution, run_eval
 
 CORPUS = Path(__file__).parent / "redteam"
 # Hangs are killed here; everything else finishes in a few seconds at smoke scale.
@@ -147,6 +148,7 @@ def _live_fork_bomb_children() -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", corpus_cases(), ids=lambda c: c.name)
 def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-redteam-secret")
@@ -214,6 +216,7 @@ def test_physics_leaves_ten_percent_for_noise():
     assert timing.physics_violation(0.0, 243_000_000, 4.2e12) is not None
 
 
+@pytest.mark.slow
 def test_a_task_claiming_enormous_bytes_fails_physics(kagent_home, tmp_path):
     folder = tmp_path / "kimi_huge_roofline"
     shutil.copytree(resolve_task("02_kimi_linear_decode").path, folder)
@@ -228,6 +231,7 @@ def test_a_task_claiming_enormous_bytes_fails_physics(kagent_home, tmp_path):
     assert result.reason.endswith("rejected") and result.score is None
 
 
+@pytest.mark.slow
 def test_an_honest_task_never_trips_physics(kimi, kagent_home, tmp_path):
     result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[16], rounds=1)
     assert result.verdict is Verdict.PASS, result.reason
@@ -252,7 +256,8 @@ def _rules(tmp_path: Path, source: str) -> list[str]:
     ("import torch\ntorch._inductor.config.x = 1\n", "torch_compile"),
     ("import torch\nname = 'CUDA' + 'Graph'\nG = getattr(torch.cuda, name)\n", "computed_getattr"),
     ("import torch as t\nG = getattr(t, ''.join(['comp', 'ile']))\n", "computed_getattr"),
-    ("from torch.utils.cpp_extension import load_inline\nSRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
+    ("from torch.utils.cpp_extension import load_inline\n"
+     "SRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
      "cuda_graph"),
 ])
 def test_static_tripwire(source, rule, tmp_path):

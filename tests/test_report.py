@@ -20,15 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from kagent.agent.cli.report import charts
+from kagent.agent.cli.report.board import write_board
+from kagent.agent.cli.report.page import render_run, write_run_page
+from kagent.agent.cli.report.story import AttemptRow, read_story
+from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.settings import Budget, RunConfig, RunSettings
+from kagent.agent.storage.trace import RunStarted, ToolStarted, TraceWriter
+from kagent.core.errors import KagentError
+
 from conftest import WAIT_S
-from kagent.agent.budget import Budget
-from kagent.agent.errors import KagentError
-from kagent.agent.report import charts
-from kagent.agent.report.board import write_board
-from kagent.agent.report.page import render_run, write_run_page
-from kagent.agent.report.story import AttemptRow, read_story
-from kagent.agent.runs import RunOptions, start_run
-from kagent.agent.trace import RunStarted, ToolStarted, TraceWriter
 
 pytest.importorskip("matplotlib", reason="kagent report needs its extra: pip install 'kagent[report]'")
 
@@ -86,7 +87,7 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     script.write_text(json.dumps(turns))
     with pytest.MonkeyPatch.context() as patch:  # module-scoped: conftest's per-test environment is not set yet
         patch.setenv("KAGENT_HOME", str(kagent_home))
-        run_dir, report = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
+        run_dir, report = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
                                                budget=Budget(wall_s=1800), device="cpu", scale="smoke",
                                                runs_root=folder / "runs", eval_timeout_s=WAIT_S))
     assert report.status == "finished" and report.attempts == 3 and report.final_verdict == "pass"
@@ -149,7 +150,7 @@ def test_the_page_of_a_finished_run(session_run, session_page):
         assert tags.count("svg") == 1 and tags.count("path") > 10, (name, tags[:20])
     # The ledger: a row per attempt, linked to its diff and file, each target on the page.
     ids = page.ids()
-    for number, verdict in ((1, "PASS"), (2, "PASS"), (3, "INCORRECT")):
+    for number, _verdict in ((1, "PASS"), (2, "PASS"), (3, "INCORRECT")):
         assert f"attempt-{number}" in ids and f"attempt-{number}-diff" in ids and f"attempt-{number}-file" in ids
     links = {a.get("href") for tag, a in page.tags if tag == "a"}
     assert {"#attempt-1-diff", "#attempt-2-file", "#attempt-3-diff"} <= links
@@ -233,7 +234,8 @@ def test_a_trace_alone_renders(tmp_path):
     """No status, no workspace, no attempt: what the trace holds, and why the rest is missing."""
     run = tmp_path / "bare"
     trace = TraceWriter(run)
-    trace.append(RunStarted(run_id="bare", config={"task": "t", "model": "scripted:x"}, versions={},
+    config = RunConfig(run_id="bare", task="t", model="scripted:x", device="cpu", scale="smoke")
+    trace.append(RunStarted(run_id="bare", config=config, versions={},
                             prompt_sha256="", tools_sha256="", system="sys", first_message={}, tools=[]))
     trace.append(ToolStarted(turn=1, call_id="c", name="read_file", arguments={"path": "<b>x</b>"}))
     trace.close()
@@ -276,7 +278,7 @@ def test_a_long_run_folds_and_links_what_is_long(tmp_path):
 
 
 def test_the_long_run_files_budget_shows_the_best_and_the_latest_first(tmp_path, monkeypatch):
-    from kagent.agent.report import page as page_module
+    from kagent.agent.cli.report import page as page_module
 
     run = _long_run_script().build_run(tmp_path / "long", turns=60)
     story = read_story(run)

@@ -9,18 +9,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import git
 import pytest
 
+from kagent.agent.lifecycle.runs import resume_run, start_run
+from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.lock import RunLock
+from kagent.agent.storage.trace import read_trace
+from kagent.core.errors import KagentError
+
 from conftest import WAIT_S
-from kagent.agent.budget import Budget
-from kagent.agent.errors import KagentError
-from kagent.agent.lock import RunLock
-from kagent.agent.runs import RunOptions, resume_run, start_run
-from kagent.agent.trace import read_trace
 from test_run_session import session_turns, write_script
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
@@ -42,7 +44,8 @@ def events_of(trace: Path) -> list[dict]:
     return events
 
 
-def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate], timeout: float = WAIT_S) -> Optional[int]:
+def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate],
+                   timeout: float = WAIT_S) -> Optional[int]:
     """Run the kagent command; SIGKILL it as soon as ``kill_when`` holds for its trace so far.
     Returns its exit code, or None when it was killed."""
     env = {**os.environ, "KAGENT_RUNS": str(runs)}
@@ -71,7 +74,8 @@ def inside(name: str, nth: int = 1) -> Predicate:
     """The nth call of tool ``name`` has started and not finished."""
     def match(events: list[dict]) -> bool:
         starts = [e for e in events if e["type"] == "tool_started" and e["name"] == name]
-        return len(starts) >= nth and not any(e["type"] == "tool_finished" and e["call_id"] == starts[nth - 1]["call_id"]
+        return len(starts) >= nth and not any(e["type"] == "tool_finished"
+                                              and e["call_id"] == starts[nth - 1]["call_id"]
                                               for e in events)
     return match
 
@@ -110,7 +114,7 @@ def ledger_of(run_dir: Path) -> list[tuple]:
 def uninterrupted(tmp_path_factory, kimi):
     tmp = tmp_path_factory.mktemp("uninterrupted")
     script = write_script(tmp / "script.json", session_turns((kimi.path / "reference.py").read_text()))
-    options = RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
+    options = RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
                          device="cpu", scale="smoke", runs_root=tmp / "runs", eval_timeout_s=WAIT_S)
     run_dir, report = start_run(options)
     return script, run_dir, report
@@ -124,6 +128,7 @@ KILL_POINTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KILL_POINTS))
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted, tmp_path):
     script, reference_dir, reference = uninterrupted
@@ -144,7 +149,8 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted
     report = json.loads((run_dir / "report.json").read_text())
     assert report["best_attempt"] == reference.best_attempt and report["final_verdict"] == "pass"
     assert report["usage"] == reference.usage.model_dump()
-    assert (run_dir / "workspace" / "solution.py").read_text() == (reference_dir / "workspace" / "solution.py").read_text()
+    assert ((run_dir / "workspace" / "solution.py").read_text()
+            == (reference_dir / "workspace" / "solution.py").read_text())
     repo, reference_repo = git.Repo(run_dir / "workspace"), git.Repo(reference_dir / "workspace")
     attempt_refs = sorted(r.path for r in repo.refs if r.path.startswith("refs/kagent/attempts/"))
     assert attempt_refs == sorted(r.path for r in reference_repo.refs if r.path.startswith("refs/kagent/attempts/"))
@@ -157,6 +163,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted
     assert events[-1].type == "run_ended"
 
 
+@pytest.mark.slow
 def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi):
     """Through the real Anthropic SDK: the loopback server checks every request it gets."""
     from fake_llm_server import FakeLLMServer
@@ -183,6 +190,7 @@ def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi
     assert [a[2] for a in ledger_of(run_dir)] == ["pass", "pass", "incorrect"]
 
 
+@pytest.mark.slow
 def test_torn_trace_tail_is_dropped_and_reported(uninterrupted, tmp_path):
     import shutil
 
@@ -198,6 +206,7 @@ def test_torn_trace_tail_is_dropped_and_reported(uninterrupted, tmp_path):
     assert read_trace(run_dir / "trace.jsonl").torn_tail  # refused before touching anything
 
 
+@pytest.mark.slow
 def test_missing_workspace_is_a_clear_error(uninterrupted, tmp_path):
     import shutil
 
@@ -209,6 +218,7 @@ def test_missing_workspace_is_a_clear_error(uninterrupted, tmp_path):
         resume_run(str(run_dir), extra_budget_s=60)
 
 
+@pytest.mark.slow
 def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
     import shutil
 
@@ -222,6 +232,7 @@ def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
     assert f"is being driven by process {os.getpid()}" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_stale_lock_of_a_dead_process_is_taken_over(uninterrupted, tmp_path):
     import shutil
     import socket
@@ -245,8 +256,9 @@ def test_resume_of_an_unknown_run(tmp_path):
     assert proc.returncode == 2 and "no run 'no-such-run'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
-    from kagent.agent.reexecute import execute_replay
+    from kagent.agent.lifecycle.reexecute import execute_replay
 
     _, reference_dir, _ = uninterrupted
     # Minutes apart on a loaded two-core CPU, smoke-scale speedups drift by more than the 10%
@@ -259,6 +271,7 @@ def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
     assert audit.attempts[1].shapes and all(s.reproduces for s in audit.attempts[1].shapes)
 
 
+@pytest.mark.slow
 def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
     """Someone edits the recorded write_file so the benchmarked solution is not what was
     written: the re-executed attempts diverge from the recorded verdicts."""
@@ -280,8 +293,8 @@ def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
 
 
 def test_a_speedup_far_from_the_record_diverges():
-    from kagent.agent.reexecute import REPRODUCE_TOLERANCE, _compare
-    from kagent.agent.trace import AttemptRecorded
+    from kagent.agent.lifecycle.reexecute import REPRODUCE_TOLERANCE, _compare
+    from kagent.agent.storage.trace import AttemptRecorded
 
     def recorded(speedup: float, low: float, high: float) -> AttemptRecorded:
         timing = {"label": "ctx 16", "speedup": speedup, "ci_low": low, "ci_high": high}
@@ -297,16 +310,17 @@ def test_a_speedup_far_from_the_record_diverges():
     assert not claimed_vs_real.reproduces and "ctx 16" in claimed_vs_real.why
 
 
+@pytest.mark.slow
 def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path, kimi):
     """The trace is lost (empty) but the workspace holds the run's work, a `final` commit on main
     and an attempt among it: resuming starts over from turn 1, says so, and every one of those
     commits stays on a ref."""
-    from kagent.agent.workspace import Workspace
+    from kagent.agent.storage.workspace import Workspace
 
     turns = [{"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "first"}}]},
              {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}]
     script = write_script(tmp_path / "script.json", turns)
-    run_dir, _ = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
+    run_dir, _ = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
                                       budget=Budget(wall_s=900), device="cpu", scale="smoke",
                                       runs_root=tmp_path / "runs"))
     workspace = Workspace.open(run_dir / "workspace")

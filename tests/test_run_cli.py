@@ -6,13 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S
 from kagent.agent.outcome import ENDINGS, exit_codes_text
+
+from conftest import WAIT_S
 from terminal import CTRL_C, Terminal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +25,7 @@ def kagent(*args: str, cwd: Path, timeout: float = WAIT_S) -> subprocess.Complet
     return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_demo_session_as_json(tmp_path):
     proc = kagent("run", "02_kimi_linear_decode", "--model", f"scripted:{DEMO}", "--budget", "20m",
                   "--device", "cpu", "--json", cwd=tmp_path)
@@ -36,6 +37,7 @@ def test_demo_session_as_json(tmp_path):
     assert (run_dir / "trace.jsonl").exists() and (run_dir / "workspace" / ".git").is_dir()
 
 
+@pytest.mark.slow
 def test_settings_from_a_config_file_and_quiet_output(tmp_path):
     config = tmp_path / "kagent.yaml"
     config.write_text(f"model: scripted:{DEMO}\nbudget: 20m\ndevice: cpu\nscale: smoke\n")
@@ -74,6 +76,7 @@ def read_status(runs: Path) -> dict:
         return {}
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
     """Ctrl-C typed at the terminal during a long tool, after a benchmark: status.json keeps
     the best score, the time and the tokens; the screen says interrupted and how to go on."""
@@ -129,6 +132,7 @@ def tool(name: str, usage: dict | None = None, **arguments) -> dict:
     # The same failing read, again and again: at the fifth in a row the run ends as stuck.
     ([*[tool("read_file", path="missing.txt")] * 5, tool("finish", summary="never reached")], [], "stuck"),
 ], ids=["no_result", "stopped", "failed", "stuck"])
+@pytest.mark.slow
 def test_a_run_that_achieves_nothing_says_so_in_its_state_and_exit_code(turns, options, state, tmp_path):
     proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, *turns), "--device", "cpu",
                   "--budget", "10m", "--quiet", *options, cwd=tmp_path, timeout=WAIT_S)
@@ -169,7 +173,7 @@ def test_exit_codes_are_documented_in_help_and_readme():
 ])
 def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):
     """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it."""
-    probe = ("import sys\nfrom kagent.agent.cli import main\n"
+    probe = ("import sys\nfrom kagent.agent.cli.app import main\n"
              "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", probe, "run", "02_kimi_linear_decode", *args], capture_output=True,
                           text=True, timeout=WAIT_S, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
@@ -177,6 +181,7 @@ def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tm
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_full_scale_on_the_cpu_warns(tmp_path):
     proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, tool("finish", summary="-")),
                   "--device", "cpu", "--scale", "full", "--quiet", cwd=tmp_path, timeout=WAIT_S)

@@ -12,12 +12,13 @@ from pathlib import Path
 import git
 import pytest
 
-from conftest import WAIT_S, processes_with
-from kagent.agent.budget import Budget
-from kagent.agent.loop import FINAL_HIDDEN_SEEDS_FACTOR
-from kagent.agent.runs import RunOptions, start_run
-from kagent.agent.trace import read_trace
+from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
+from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
+
+from conftest import WAIT_S, processes_with
 
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
 
@@ -53,11 +54,12 @@ def reference_text(kimi) -> str:
     return (kimi.path / "reference.py").read_text()
 
 
-def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunOptions:
-    return RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
+def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunSettings:
+    return RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
                       device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S)
 
 
+@pytest.mark.slow
 def test_scripted_session_end_to_end(tmp_path, reference_text):
     script = write_script(tmp_path / "script.json", session_turns(reference_text))
     updates = []
@@ -90,7 +92,8 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert {f"refs/kagent/attempts/{n}" for n in range(4)} <= set(refs)
     assert repo.tags["best"].commit.hexsha == refs["refs/kagent/attempts/2"]
     bad = repo.commit(refs["refs/kagent/attempts/3"])
-    assert "Kagent-Verdict: incorrect" in bad.message and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode()
+    assert ("Kagent-Verdict: incorrect" in bad.message
+            and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode())
     log = [c.summary for c in repo.iter_commits("main")]
     assert any(s.startswith("revert to attempt 2 after attempt 3") for s in log)
     assert log[0].startswith("final: attempt 2")
@@ -133,6 +136,7 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert status["result_score"] == report.final_score
 
 
+@pytest.mark.slow
 def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
     turns = [
         {"tool_calls": [call("write_file", path="solution.py", content=reference_text)]},
@@ -171,13 +175,14 @@ def test_background_jobs_end_with_the_exploration(tmp_path):
 FAULTS = {1: "429", 3: "529", 5: "500", 7: "cut", 9: "error_event", 11: "slow"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, monkeypatch):
     """The real SDK against a loopback server that fails every other request: the session
     completes, no tool runs twice, no orphaned tool call reaches the server, usage counted once."""
-    from fake_llm_server import FakeLLMServer
+    from kagent.agent.loop.models import make_model
 
-    from kagent.agent.models import make_model
+    from fake_llm_server import FakeLLMServer
 
     turns = []
     for number, turn in enumerate(session_turns(reference_text)):
@@ -204,12 +209,13 @@ def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, m
     assert report.usage.cache_read_tokens == 500 * len(turns)
 
 
+@pytest.mark.slow
 def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     """Older turns are summarized once the context estimate passes the limit; every request
     the provider sees still pairs each tool call with its result."""
-    from fake_llm_server import FakeLLMServer
+    from kagent.agent.loop.models import make_model
 
-    from kagent.agent.models import make_model
+    from fake_llm_server import FakeLLMServer
 
     reads = [{"tool_calls": [{"id": f"read_{i}", "name": "read_file",
                               "arguments": {"path": "task/reference.py", "max_lines": 200}}]} for i in range(8)]
@@ -229,6 +235,7 @@ def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
     assert len(last) <= 4 + 2
 
 
+@pytest.mark.slow
 def test_attempt_judgement_new_best_within_noise_and_regression(tmp_path, reference_text, monkeypatch):
     """Three benchmarks of the same code whose scores read 1.0x, 0.99x and 0.5x: the first is
     the best, the second is kept (within 2%), the third is a regression and is reverted."""
@@ -258,7 +265,7 @@ class ClockedModel:
     """A scripted model whose every answer takes ``seconds`` of a fake clock."""
 
     def __init__(self, turns: list[dict], clock, seconds: float, name: str = "scripted"):
-        from kagent.agent.models.scripted import ScriptedModel, parse_script
+        from kagent.agent.loop.models.scripted import ScriptedModel, parse_script
 
         self._inner = ScriptedModel(parse_script(turns), name=name)
         self.name, self._clock, self._seconds = name, clock, seconds
@@ -268,10 +275,11 @@ class ClockedModel:
         return self._inner.complete(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     """`--budget 1m` and a model that takes 40 s a turn: the final slice (the last 30 s)
     comes before anything was measured."""
-    from kagent.agent.budget import FakeClock
+    from kagent.agent.loop.budget import FakeClock
 
     clock = FakeClock()
     model = ClockedModel([call_turn("list_files"), call_turn("finish", summary="never reached")], clock, 40)
@@ -280,11 +288,12 @@ def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
 
 
+@pytest.mark.slow
 def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
     """`--max-cost 0.01` and a priced model whose first turn costs $0.03."""
-    from kagent.agent.budget import FakeClock
-    from kagent.agent.pricing import cost
-    from kagent.agent.messages import Usage
+    from kagent.agent.loop.budget import FakeClock
+    from kagent.agent.loop.pricing import cost
+    from kagent.core.messages import Usage
 
     name, usage = "anthropic:claude-sonnet-4-5", {"input_tokens": 10_000}
     assert cost(name, Usage(**usage)) > 0.01
@@ -303,11 +312,12 @@ class OverloadedModel:
     name = "scripted"
 
     def complete(self, *args, **kwargs):
-        from kagent.agent.errors import TransientModelError
+        from kagent.core.errors import TransientModelError
 
         raise TransientModelError("529 overloaded", retry_after=50, status=529)
 
 
+@pytest.mark.slow
 def test_a_run_whose_model_stays_unavailable_ends_interrupted(tmp_path):
     """A 1-minute budget explores for 30 s; the provider asks for 50 s before a retry, which
     would come too late: the run ends interrupted (not finished, not failed), for resume."""
@@ -323,6 +333,7 @@ def call_turn(name: str, **arguments) -> dict:
     return {"tool_calls": [call(name, **arguments)]}
 
 
+@pytest.mark.slow
 def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     """The same failing read, again and again: from the second failure the model is told so in
     the result; at the fifth in a row the run ends, stuck. A success in between starts over."""
@@ -341,10 +352,11 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
 
 
+@pytest.mark.slow
 def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, reference_text, monkeypatch):
     """The benchmark passed, the final re-verification does not (say a hidden seed fails): no
     verified result, and the report says which attempt failed and how."""
-    import kagent.agent.loop as loop_module
+    import kagent.agent.loop.agent as loop_module
     from kagent.sandbox.results import EvalResult, Verdict
 
     def refuting(task, solution, options, progress=None):
@@ -359,4 +371,5 @@ def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, refer
     assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
     assert "the best attempt (1) failed its final re-verification: incorrect: hidden_seeds" in report.reason
     assert report.final_score is None and report.result_score is None and report.result_from is None
-    assert "- result: none: attempt 1 failed its final re-verification (incorrect)" in (run_dir / "report.md").read_text()
+    assert ("- result: none: attempt 1 failed its final re-verification (incorrect)"
+            in (run_dir / "report.md").read_text())

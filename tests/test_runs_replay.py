@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from kagent.agent.cli.replay import follow, render_trace, replay
+from kagent.agent.cli.run_list import list_runs
+from kagent.agent.lifecycle.runs import RunStatus, start_run
+from kagent.agent.settings import Budget, RunSettings
+from kagent.agent.storage.trace import RunEnded, read_trace
+
 from conftest import WAIT_S
-from kagent.agent.budget import Budget
-from kagent.agent.replay import follow, render_trace, replay
-from kagent.agent.run_list import list_runs
-from kagent.agent.runs import RunOptions, RunStatus, start_run
-from kagent.agent.trace import RunEnded, read_trace
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 BAD_LINE = "w = w / (w.sum() + 1e-9) * cfg.routed_scaling"
@@ -59,7 +60,8 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
         {"tool_calls": [call("design", hypothesis="a straight port", predicted="about 1x"),
                         call("write_file", path="solution.py", content=reference)]},
         {"tool_calls": [call("check")]},
-        {"text": "Dropping the routed scaling.", "tool_calls": [call("write_file", path="solution.py", content=broken)]},
+        {"text": "Dropping the routed scaling.",
+         "tool_calls": [call("write_file", path="solution.py", content=broken)]},
         {"tool_calls": [call("check")]},
         # Applies only to the reverted file (the port): its diff proves the revert was followed.
         {"tool_calls": [call("edit_file", path="solution.py", old=BAD_LINE, new=BAD_LINE + "  # needed")]},
@@ -72,13 +74,14 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     # Module-scoped, so it runs before conftest's per-test environment: point KAGENT_HOME at the shared cache here.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KAGENT_HOME", str(kagent_home))
-        run_dir, report = start_run(RunOptions(task="02_kimi_linear_decode", model=f"scripted:{script}",
+        run_dir, report = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
                                                budget=Budget(wall_s=900), device="cpu", scale="smoke",
                                                runs_root=folder / "runs", eval_timeout_s=WAIT_S))
     assert report.status == "no_result" and report.attempts == 2  # checks only: nothing was benchmarked
     return run_dir
 
 
+@pytest.mark.slow
 def test_replay_tells_the_session_turn_by_turn(session_run):
     text = as_text(replay(session_run))
     lines = text.splitlines()
@@ -106,6 +109,7 @@ def test_replay_tells_the_session_turn_by_turn(session_run):
     assert lines[-1].startswith("run ended: no_result — the model finished: the port stays")
 
 
+@pytest.mark.slow
 def test_replay_filters(session_run):
     attempts = as_text(replay(session_run, only_attempts=True))
     assert "attempt 1 check PASS" in attempts and "attempt 2 check INCORRECT" in attempts
@@ -122,6 +126,7 @@ def test_replay_filters(session_run):
         assert noise not in errors
 
 
+@pytest.mark.slow
 def test_follow_prints_events_as_they_are_appended(session_run, tmp_path):
     data = (session_run / "trace.jsonl").read_bytes()
     lines = data.splitlines(keepends=True)
@@ -154,6 +159,7 @@ def test_follow_prints_events_as_they_are_appended(session_run, tmp_path):
     assert console.export_text() == as_text(render_trace(read_trace(session_run / "trace.jsonl").events))
 
 
+@pytest.mark.slow
 def test_follow_stops_when_asked_and_waits_for_a_trace(tmp_path, session_run):
     polls: list[int] = []
 
@@ -172,6 +178,7 @@ def test_follow_stops_when_asked_and_waits_for_a_trace(tmp_path, session_run):
     assert "▶ list_files" in console.export_text() and len(polls) == 3
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_noted_not_shown(tmp_path, session_run):
     lines = (session_run / "trace.jsonl").read_bytes().splitlines(keepends=True)
     (tmp_path / "trace.jsonl").write_bytes(b"".join(lines[:-1]) + lines[-1][:30])
@@ -179,6 +186,7 @@ def test_a_torn_last_line_is_noted_not_shown(tmp_path, session_run):
     assert "run ended" not in text and "cut short" in text and "final: no attempt" in text
 
 
+@pytest.mark.slow
 def test_replay_command(session_run):
     proc = kagent("replay", session_run.name, "--attempts", runs=session_run.parent)
     assert proc.returncode == 0, proc.stderr

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import reference_solution, run_eval
 from kagent.sandbox.results import Verdict
 from kagent.sandbox.static_checks import scan
+
+from conftest import reference_solution, run_eval
 
 FORBIDDEN = ["fla", "vllm", "reference", "baseline"]
 

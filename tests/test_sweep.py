@@ -15,19 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S
-from kagent.agent.errors import KagentError
-from kagent.agent.models import make_model
-from kagent.agent.models.scripted import parse_spec
-from kagent.agent.sweep import member as member_module
-from kagent.agent.sweep.driver import Budgets, create_sweep
-from kagent.agent.sweep.member import MemberJob, drive_member, heartbeat_path, member_command
-from kagent.agent.sweep.plan import SweepSpec, expand_tasks, plan_members
-from kagent.agent.sweep.record import (
-    MemberEnded, MemberLaunched, RecordWriter, SweepEnded, fold, read_record,
+from kagent.agent.cli.sweep import member as member_module
+from kagent.agent.cli.sweep.driver import Budgets, create_sweep
+from kagent.agent.cli.sweep.member import MemberJob, drive_member, heartbeat_path, member_command
+from kagent.agent.cli.sweep.plan import SweepSpec, expand_tasks, plan_members
+from kagent.agent.cli.sweep.record import (
+    MemberEnded,
+    MemberLaunched,
+    RecordWriter,
+    fold,
+    read_record,
 )
-from kagent.agent.sweep.usage import GpuSampler, gpu_usage, read_samples
+from kagent.agent.cli.sweep.usage import GpuSampler, gpu_usage, read_samples
+from kagent.agent.loop.models import make_model
+from kagent.agent.loop.models.scripted import parse_spec
+from kagent.core.errors import KagentError
 from kagent.sandbox.lease import LeaseRecord
+
+from conftest import WAIT_S
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 KB_TASK = '''
@@ -123,7 +128,7 @@ def test_a_member_is_an_ordinary_kagent_run_with_its_id_and_direction(tmp_path):
 
 
 def test_local_slots_share_each_gpu_and_name_it_as_the_member_sees_it(monkeypatch):
-    from kagent.agent.sweep.engines import local_slots
+    from kagent.agent.cli.sweep.engines import local_slots
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert local_slots("cuda", 2, [0, 1]) == ["0", "1", "0", "1"]
@@ -374,7 +379,8 @@ def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_pa
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline and not any(  # its member waits for its model's first answer
-            b'"model_requested"' in trace.read_bytes() for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")):
+            b'"model_requested"' in trace.read_bytes()
+            for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=WAIT_S)

@@ -16,17 +16,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import pytest
 import yaml
-
-from conftest import WAIT_S
-from kagent.agent.sweep.usage import gpu_usage
 from test_resume import events_of
 from test_sweep import KB_SOLUTION, write_tasks
+
+from kagent.agent.cli.sweep.usage import gpu_usage
+
+from conftest import WAIT_S
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 THINK_S = 2

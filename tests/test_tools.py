@@ -14,14 +14,13 @@ import pytest
 
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import Verdict
-from kagent.tools import default_tools
+from kagent.tools import compile as compile_tool, default_tools
 from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace, scrubbed_env
-from kagent.tools import compile as compile_tool
 from kagent.tools.compile import parse_ptxas
 from kagent.tools.compile_child import TritonCompiles
-from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
 from kagent.tools.evaluation import parse_ncu_csv
 from kagent.tools.jobs import Jobs
+from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
 
 from conftest import processes_with, reference_solution
 
@@ -528,6 +527,7 @@ def test_each_triton_compile_is_recorded_and_timed(tmp_path: Path, monkeypatch):
 
 
 # -- check, benchmark, profile ---------------------------------------------------------------
+@pytest.mark.slow
 def test_check_and_benchmark_pass_with_the_reference(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace)
     checked = call("check", ctx)
@@ -544,6 +544,7 @@ def test_check_and_benchmark_pass_with_the_reference(ctx: ToolContext, kimi, wor
     assert timed.data["verdict"] == "pass"
 
 
+@pytest.mark.slow
 def test_wrong_solution_is_a_measurement_not_an_error(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace, patch=WRONG_STEP)
     out = call("check", ctx)
@@ -551,6 +552,7 @@ def test_wrong_solution_is_a_measurement_not_an_error(ctx: ToolContext, kimi, wo
     assert out.content.startswith("verdict: INCORRECT") and "cosine" in out.content
 
 
+@pytest.mark.slow
 def test_evaluation_errors_the_model_can_cause(ctx: ToolContext, kimi, workspace: Path):
     missing = call("check", ctx)
     assert missing.is_error and "solution.py" in missing.content and missing.evaluation is None
@@ -559,6 +561,7 @@ def test_evaluation_errors_the_model_can_cause(ctx: ToolContext, kimi, workspace
     assert unknown.is_error and "cannot be evaluated" in unknown.content and "12345" in unknown.content
 
 
+@pytest.mark.slow
 def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace)
     ctx.env = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}  # no ncu there
@@ -571,6 +574,7 @@ def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
     assert len(table) - 3 <= 15  # title, header and footer around at most 15 ops
 
 
+@pytest.mark.slow
 def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: ToolContext, kimi, workspace: Path,
                                                                          tmp_path: Path):
     # The cache is read-only to the profiler's child (inside the jail): weights it builds
@@ -584,9 +588,11 @@ def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: To
     assert not [p for p in cold.rglob("*") if p.is_file()]
 
 
+@pytest.mark.slow
 def test_profile_of_a_kernelbench_solution_builds_it_as_an_evaluation_does(ctx: ToolContext, workspace: Path,
                                                                          tmp_path: Path):
     from kagent.tasks import resolve_task
+
     from test_foreign_tasks import KB_SOLUTION, KERNELBENCH_PROBLEM
 
     problem = tmp_path / "problems" / "linear_relu.py"
@@ -613,6 +619,7 @@ ModelNew.forward = _checked_forward
     assert out.data["context_len"] is None and "aten::" in out.content
 
 
+@pytest.mark.slow
 def test_profile_reports_a_raising_solution(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace, patch=RAISING_STEP)
     out = call("profile", ctx, ncu=False)
@@ -644,6 +651,7 @@ def test_parse_ncu_csv():
     assert parse_ncu_csv("no csv here") == []
 
 
+@pytest.mark.slow
 def test_baseline_reports_time_per_token_and_the_floor(tmp_path, kimi, kagent_home):
     from kagent.sandbox.evaluate import EvalOptions
     from kagent.tools.base import ToolContext

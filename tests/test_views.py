@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from kagent.agent.budget import FakeClock
-from kagent.agent.loop import ViewUpdate
-from kagent.agent.views import LiveRunView, result_view
+from kagent.agent.cli.views import LiveRunView, result_view
+from kagent.agent.loop.agent import ViewUpdate
+from kagent.agent.loop.budget import FakeClock
 from kagent.sandbox.results import CheckResult, EvalResult, ShapeTiming, Stats, Verdict
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WAIT_S, check_named, reference_solution
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.harness import watchdog
 from kagent.sandbox.harness.watchdog import Hung, StepWatchdog
 from kagent.sandbox.results import Verdict
+
+from conftest import WAIT_S, check_named, reference_solution
 
 # The solution's second step waits at a barrier that no one else will ever reach, as a
 # kernel whose second launch finds its grid barrier's counter carried over from the first.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kagent.agent.errors import KagentError
-from kagent.agent.workspace import Workspace
+from kagent.agent.storage.workspace import Workspace
+from kagent.core.errors import KagentError
 
 
 def git(root: Path, *args: str) -> str:
@@ -74,6 +74,19 @@ def test_task_file_edits_are_detected(ws):
 def test_a_removed_task_folder_is_detected(ws):
     shutil.rmtree(ws.root / "task")
     assert ws.task_files_changed() == ["task/data/shapes.json", "task/reference.py", "task/task.yaml"]
+
+
+def test_changed_task_files_are_put_back_as_the_task_gave_them(ws):
+    reference = ws.root / "task" / "reference.py"
+    original = reference.read_text()
+    reference.chmod(0o644)
+    reference.write_text("def ref():\n    return 2\n")
+    shutil.rmtree(ws.root / "task" / "data")
+    (ws.root / "task" / "extra.py").write_text("x = 1\n")
+    assert ws.put_back_task_files() == ["task/data/shapes.json", "task/extra.py", "task/reference.py"]
+    assert reference.read_text() == original and not (ws.root / "task" / "extra.py").exists()
+    assert ws.task_files_changed() == [] and ws.put_back_task_files() == []
+    assert not reference.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
 def test_create_refuses_bad_input(tmp_path, task_files):
@@ -240,7 +253,8 @@ def test_diffs_and_files_of_many_commits_in_one_call(ws):
     second = ws.commit("attempt 1")
     third = ws.commit("attempt 2, nothing changed")
     diffs = ws.diffs([(first, second), (second, third), (third, first)])
-    assert diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second] and "+// kernel" in diffs[second]
+    assert (diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second]
+            and "+// kernel" in diffs[second])
     assert diffs[third] == "" and diffs[first] == ws.diff(third, first) and "-// kernel" in diffs[first]
     assert ws.files([(first, "solution.py"), (second, "solution.py"), (second, "kernels/k.cu"),
                      (first, "kernels/k.cu"), (second, "kernels"), (second, "k.o"), (third, "solution.py")]) == [

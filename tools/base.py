@@ -1,5 +1,7 @@
 """What every tool shares: the context of a run, the outcome the model sees, argument
-validation, output capping, a scrubbed environment and workspace-confined paths.
+validation, output capping, a scrubbed environment and workspace-confined paths, and the facts
+each tool declares about itself (ToolFacts, file_change), which the loop, a resume and a replay
+read instead of keeping lists of tool names.
 
 Errors the model can cause (a bad path, bad arguments, a failing command) are data: a
 ToolError turned into an ``is_error`` outcome it can act on. Bugs in kagent still raise.
@@ -11,13 +13,14 @@ import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Optional, Protocol, Union, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kagent.agent.messages import ToolSpec
+from kagent.core.messages import ToolSpec
 from kagent.sandbox import containment, runner
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.sandbox.results import EvalResult
@@ -32,6 +35,21 @@ class ToolError(Exception):
     """A mistake the model made (or a limit it hit); its message is what the model sees."""
 
 
+class LoopControl(Protocol):
+    """What a loop-control tool (design, revert, finish) may do to the loop that runs it; the
+    agent's loop implements it and hands itself to the tools in their context."""
+
+    def record_design(self, hypothesis: str, predicted: str) -> None:
+        """The next attempt carries this design in the ledger."""
+
+    def revert_to(self, attempt: Optional[int]) -> tuple[int, list[str]]:
+        """Put the workspace back to ``attempt`` (None: the best) and commit that; returns the
+        attempt's number and the files that changed. ToolError when there is no such attempt."""
+
+    def finish(self, summary: str) -> None:
+        """End exploring once this turn's calls are answered."""
+
+
 @dataclass
 class ToolContext:
     """Everything a tool needs about the run it serves."""
@@ -44,6 +62,7 @@ class ToolContext:
     max_output_chars: int = 8000
     env: Optional[dict[str, str]] = None  # None: os.environ, scrubbed of credentials
     progress: Optional[Callable[[dict], None]] = None  # an evaluation's harness events as they arrive (live view)
+    loop: Optional[LoopControl] = None  # the loop running the tool; only loop-control tools use it
 
     def timeout(self, own_limit: float) -> float:
         """The seconds a step may take: its own limit, cut to what is left of the run."""
@@ -67,6 +86,13 @@ class ToolContext:
     def solution_path(self) -> Path:
         return self.workspace / self.solution_name
 
+    def control(self) -> LoopControl:
+        """The loop, for a tool that controls it. Without one it is a bug: such a tool is run
+        only by a loop."""
+        if self.loop is None:
+            raise RuntimeError("a loop-control tool was run without a loop")
+        return self.loop
+
 
 class ToolOutcome(BaseModel):
     content: str = Field(description="What the model sees, already capped")
@@ -75,11 +101,77 @@ class ToolOutcome(BaseModel):
     evaluation: Optional[EvalResult] = Field(None, description="Set by check/benchmark: the attempt's result")
 
 
+@dataclass(frozen=True)
+class ToolFacts:
+    """What kagent needs to know of a tool beyond running it. Each tool declares its own; the
+    loop, a resumed run and a replay read them (nothing else keeps lists of tool names)."""
+
+    changes_files: bool = False
+    """It may change the workspace: its files, or its git history (an attempt's commit, a
+    revert). The loop snapshots the workspace after each such call: the state a resumed run
+    goes back to."""
+    rerun_after_crash: bool = True
+    """A call that a crash cut short runs again when the run is resumed, on the workspace as it
+    was after the last call that finished. False for a tool that may act outside the
+    workspace: the call is answered with ``interrupted_answer`` instead."""
+    interrupted_answer: str = ""
+    records_attempt: bool = False
+    """Its evaluation of the solution is committed as an attempt and judged against the best."""
+    scores_attempt: bool = False
+    """The attempt it records carries the evaluation's score (a benchmark; a check only passes
+    or fails)."""
+    needs_loop: bool = False
+    """It controls the loop (ToolContext.loop): only a loop can run it."""
+
+
+@dataclass(frozen=True)
+class Untouched:
+    """The call leaves the files the model wrote as they were."""
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """Any file may have changed, in ways the trace does not say (a shell command)."""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A change of one file that the call's arguments spell out (write_file, edit_file): a
+    replay rebuilds the file's content from it and shows the change as a diff."""
+
+    path: str
+    after: Callable[[Optional[str]], Optional[str]]
+    """The file's content after the call, from its content before (None: not known)."""
+    note: str = ""
+    """Said beside the path, such as how many lines a whole new content has."""
+    excerpt: Optional[tuple[str, str]] = None
+    """The changed text alone, before and after: shown when the file's content is not known.
+    None: the arguments hold the whole new file, so a diff against the previous version is
+    what shows the change."""
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The files go back to those of an attempt (None: the best one)."""
+
+    attempt: Optional[int]
+
+
+FileEffect = Union[Untouched, Unknown, Rewrite, Restore]
+UNTOUCHED = Untouched()
+UNKNOWN = Unknown()
+
+
 @runtime_checkable
 class Tool(Protocol):
     spec: ToolSpec
+    facts: ToolFacts
 
     def run(self, args: dict, ctx: ToolContext) -> ToolOutcome: ...
+
+    def file_change(self, args: dict) -> FileEffect:
+        """What a call with these arguments does to the files, as far as they tell."""
+        ...
 
     def close(self) -> None:
         """The run's exploration has ended: let go of what the tool still holds (jobs)."""
@@ -97,6 +189,7 @@ class BaseTool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     Arguments: ClassVar[type[Args]]
+    facts: ToolFacts = ToolFacts()
 
     def __init__(self) -> None:
         schema = _untitled(self.Arguments.model_json_schema())
@@ -120,7 +213,12 @@ class BaseTool(ABC):
     def execute(self, args: Any, ctx: ToolContext) -> ToolOutcome:
         """Run with validated arguments; raise ToolError for the model's mistakes."""
 
-    def close(self) -> None:
+    def file_change(self, args: dict) -> FileEffect:
+        """What a call with ``args`` does to the files the model wrote, as far as the arguments
+        tell: by default nothing (a tool that writes files says how, or that it cannot tell)."""
+        return UNTOUCHED
+
+    def close(self) -> None:  # noqa: B027  (a hook: most tools hold nothing past a call)
         """The run's exploration has ended; most tools hold nothing past a call."""
 
 

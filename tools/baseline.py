@@ -1,7 +1,7 @@
 """The baseline tool: what the task's own baseline costs, and the floor that the bytes set."""
 from __future__ import annotations
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome
 
@@ -18,7 +18,8 @@ class Baseline(BaseTool):
     Arguments = BaselineArgs
 
     def execute(self, args: BaselineArgs, ctx: ToolContext) -> ToolOutcome:
-        options = ctx.eval_options.model_copy(update={"mode": "aa", "timeout_s": ctx.timeout(ctx.eval_options.timeout_s)})
+        options = ctx.eval_options.model_copy(update={"mode": "aa",
+                                                      "timeout_s": ctx.timeout(ctx.eval_options.timeout_s)})
         try:
             result = evaluate(ctx.task, None, options, progress=ctx.progress)
         except KagentError as err:

@@ -8,8 +8,9 @@ weights the evaluations cached, read-only.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from kagent.tools.base import Completed, ToolContext, ToolError, run_command
 

@@ -14,7 +14,15 @@ from typing import Any, Optional
 from pydantic import Field
 
 from kagent.tools.base import (
-    Args, BaseTool, Completed, ToolContext, ToolError, ToolOutcome, relative_name, resolve_in_workspace,
+    Args,
+    BaseTool,
+    Completed,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    relative_name,
+    resolve_in_workspace,
     run_command,
 )
 from kagent.tools.evaluation import step_child_files
@@ -83,7 +91,7 @@ def demangle(names: list[str], ctx: ToolContext) -> dict[str, str]:
     readable = done.output.splitlines()
     if done.exit_code != 0 or len(readable) != len(names):
         return {n: n for n in names}
-    return dict(zip(names, readable))
+    return dict(zip(names, readable, strict=True))
 
 
 def resource_table(kernels: list[dict[str, Any]]) -> str:
@@ -121,6 +129,8 @@ class Compile(BaseTool):
                    "every library the file loaded (load_inline extensions; no flags needed); then compiler "
                    "warnings and errors.")
     Arguments = CompileArgs
+    # Importing a .py file runs its code, in the workspace.
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: CompileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path)
@@ -150,8 +160,9 @@ class Compile(BaseTool):
                    "cache_dir": str(options.cache_dir) if options.cache_dir else None, "result": str(result)}
             job_file = Path(tmp) / "job.json"
             job_file.write_text(json.dumps(job))
+            files = step_child_files(ctx, tmp)
             done = run_command([options.python, "-c", _CHILD, str(job_file)], ctx, IMPORT_TIMEOUT_S,
-                               **step_child_files(ctx, tmp))
+                               writable=files.writable, show=files.show)
             built = json.loads(result.read_text()) if result.exists() else {}
         what = f"import {shown} in a fresh python"
         if built.get("model_class"):

@@ -16,8 +16,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kagent.tools.kernel_reports import triton_kernel_record
 
@@ -111,7 +112,7 @@ def main(job_file: str) -> None:
         _import_and_step(job, solution, result)
     except BaseException:
         traceback.print_exc()
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     finally:
         result["triton"] = triton.records(on_gpu) if triton else []
         extensions = os.environ.get("TORCH_EXTENSIONS_DIR")

@@ -11,16 +11,16 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from pydantic import Field
 
-from kagent.agent.errors import KagentError
+from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
 from kagent.sandbox.lease import exclusive_here
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, run_command
+from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolFacts, ToolOutcome, run_command
 
 PROFILE_TIMEOUT_S = 300.0
 NCU_TIMEOUT_S = 300.0
@@ -76,8 +76,9 @@ def summarize(result: EvalResult) -> str:
                      f"ms/token → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
                      f"{t.tokens_per_s:.0f} tok/s{fraction}")
         if t.candidate_host_overhead_ms is not None:
-            lines.append(f"{t.label}: one step on its own (synchronized around) takes {t.candidate_isolated_ms:.4g} ms: "
-                         f"host overhead {t.candidate_host_overhead_ms:.3g} ms over the steady time")
+            lines.append(f"{t.label}: one step on its own (synchronized around) takes "
+                         f"{t.candidate_isolated_ms:.4g} ms: host overhead {t.candidate_host_overhead_ms:.3g} ms over "
+                         "the steady time")
     reports = [r for r in (result.launches_of("baseline"), result.launches_of("candidate")) if r is not None]
     if reports and all(r.launches is None for r in reports):
         lines.append(f"launches per step: not counted ({reports[0].note or 'no count'})")
@@ -113,6 +114,8 @@ class Check(BaseTool):
     description = ("Check the workspace's solution for correctness against the reference (no timing): fixed "
                    "and secret seeds, in-place overwrite, a chain of steps. Returns the verdict and why.")
     Arguments = CheckArgs
+    # Its attempt is a commit of the workspace.
+    facts = ToolFacts(changes_files=True, records_attempt=True)
 
     def execute(self, args: CheckArgs, ctx: ToolContext) -> ToolOutcome:
         return _evaluate(ctx, "check", None)
@@ -129,6 +132,7 @@ class Benchmark(BaseTool):
                    "speedup with a 95% interval, tokens/s, fraction of the memory-bandwidth floor, launches "
                    "per step, and the score (geomean speedup).")
     Arguments = BenchmarkArgs
+    facts = ToolFacts(changes_files=True, records_attempt=True, scores_attempt=True)
 
     def execute(self, args: BenchmarkArgs, ctx: ToolContext) -> ToolOutcome:
         return _evaluate(ctx, "eval", args.contexts)
@@ -150,6 +154,8 @@ class Profile(BaseTool):
                    "kernels by self device time (CPU time on the CPU); on CUDA with Nsight Compute installed, "
                    "also SM and DRAM throughput and duration of the top kernels. Does not check correctness.")
     Arguments = ProfileArgs
+    # It runs the solution's code, in the workspace.
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: ProfileArgs, ctx: ToolContext) -> ToolOutcome:
         solution = _solution(ctx)
@@ -181,9 +187,10 @@ class Profile(BaseTool):
     def _child(self, ctx: ToolContext, job: dict, tmp: str) -> dict:
         job_file = Path(tmp) / f"{job['mode']}_job.json"
         job_file.write_text(json.dumps(job))
+        files = step_child_files(ctx, tmp)
         with exclusive_here(ctx.eval_options.device, "profile"):  # the device alone (a sweep's lease)
             done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
-                               **step_child_files(ctx, tmp))
+                               writable=files.writable, show=files.show)
         result_file = Path(job["result"])
         if done.timed_out:
             raise ToolError(f"profiling timed out after {done.seconds:.0f} s (process group killed)\n{done.output}")
@@ -201,8 +208,9 @@ class Profile(BaseTool):
         argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
                 "--metrics", ",".join(NCU_METRICS), "--log-file", str(report), ctx.eval_options.python, "-c",
                 _CHILD, str(job_file)]
+        files = step_child_files(ctx, tmp)
         with exclusive_here(ctx.eval_options.device, "profile (ncu)"):  # the device alone (a sweep's lease)
-            done = run_command(argv, ctx, NCU_TIMEOUT_S, **step_child_files(ctx, tmp))
+            done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=files.writable, show=files.show)
         kernels = parse_ncu_csv(report.read_text(errors="replace") if report.exists() else done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""
@@ -210,12 +218,20 @@ class Profile(BaseTool):
         return [], f"Nsight Compute gave no metrics ({why}):\n{_tail(done.output, DETAILS_CHARS)}"
 
 
-def step_child_files(ctx: ToolContext, tmp: str) -> dict[str, list[Path]]:
+class ChildFiles(NamedTuple):
+    """What a child that builds the solution's step may touch beyond the workspace (run_command's
+    ``writable`` and ``show``)."""
+
+    writable: list[Path]
+    show: list[Path]
+
+
+def step_child_files(ctx: ToolContext, tmp: str) -> ChildFiles:
     """What a child that builds the solution's step (the profiler's, the compile tool's) may
     touch beyond the workspace: it reads its job and writes its result in ``tmp``, and reads
     the task and the weights cached by evaluations."""
     cache = [ctx.eval_options.cache_dir] if ctx.eval_options.cache_dir else []
-    return {"writable": [Path(tmp)], "show": [ctx.task.path, *cache]}
+    return ChildFiles(writable=[Path(tmp)], show=[ctx.task.path, *cache])
 
 
 def _ops_table(result: dict, cuda: bool) -> str:

@@ -2,10 +2,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, relative_name, resolve_in_workspace
+from kagent.tools.base import (
+    UNTOUCHED,
+    Args,
+    BaseTool,
+    FileEffect,
+    Rewrite,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    relative_name,
+    resolve_in_workspace,
+)
 
 # Folders a listing skips: history, caches and build products are noise to the model.
 SKIPPED_DIRS = {".git", "__pycache__", "build", "dist", ".ipynb_checkpoints", ".pytest_cache",
@@ -28,6 +41,10 @@ def _read_text(path: Path, shown: str) -> str:
         raise ToolError(f"{shown} is not UTF-8 text (a binary file?)") from None
     except OSError as err:  # permissions the model changed, say
         raise ToolError(f"cannot read {shown}: {err.strerror}") from None
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
 def _write_text(path: Path, shown: str, text: str) -> None:
@@ -101,7 +118,7 @@ class ListFilesArgs(Args):
     depth: int = Field(2, ge=1, le=6, description="How many folder levels to descend")
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB"):
         if n < 1024:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -164,6 +181,17 @@ class WriteFile(BaseTool):
     description = ("Create or overwrite a file of the workspace (parent folders are created), or with append=true "
                    "add to its end: write a large file in parts, one call each.")
     Arguments = WriteFileArgs
+    facts = ToolFacts(changes_files=True)
+
+    def file_change(self, args: dict) -> FileEffect:
+        try:
+            given = WriteFileArgs.model_validate(args)
+        except ValidationError:
+            return UNTOUCHED  # such a call fails, changing nothing
+        if given.append:  # the rest of the file is as it was: known only if it was known before
+            return Rewrite(given.path, after=lambda before: None if before is None else before + given.content,
+                           note=f" (appending {_line_count(given.content):,} lines)", excerpt=("", given.content))
+        return Rewrite(given.path, after=lambda _before: given.content, note=f" ({_line_count(given.content):,} lines)")
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path, for_writing=True)
@@ -173,7 +201,7 @@ class WriteFile(BaseTool):
         existed = path.exists()
         text = _read_text(path, shown) + args.content if args.append and existed else args.content
         _write_text(path, shown, text)
-        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        lines = _line_count(text)
         verb = "appended to" if args.append and existed else "overwrote" if existed else "created"
         added = f"{len(args.content.encode())} bytes added; now " if args.append and existed else ""
         return ToolOutcome(content=f"{verb} {shown} ({added}{lines} lines, {len(text.encode())} bytes)",
@@ -193,6 +221,21 @@ class EditFile(BaseTool):
     description = ("Replace an exact string in a file. Fails, changing nothing, unless `old` occurs exactly "
                    "expect_count times: include enough surrounding lines to make it unique.")
     Arguments = EditFileArgs
+    facts = ToolFacts(changes_files=True)
+
+    def file_change(self, args: dict) -> FileEffect:
+        try:
+            given = EditFileArgs.model_validate(args)
+        except ValidationError:
+            return UNTOUCHED
+
+        def after(before: Optional[str]) -> Optional[str]:
+            # As execute: the edit applies only where `old` occurs exactly expect_count times.
+            if before is None or before.count(given.old) != given.expect_count:
+                return None
+            return before.replace(given.old, given.new)
+
+        return Rewrite(given.path, after=after, excerpt=(given.old, given.new))
 
     def execute(self, args: EditFileArgs, ctx: ToolContext) -> ToolOutcome:
         path = resolve_in_workspace(ctx, args.path, for_writing=True)

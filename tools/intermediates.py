@@ -17,13 +17,22 @@ from __future__ import annotations
 import fnmatch
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from pydantic import Field
 
-from kagent.tools.base import (Args, BaseTool, ToolContext, ToolError, ToolOutcome, relative_name,
-                               resolve_in_workspace)
+from kagent.tools.base import (
+    Args,
+    BaseTool,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    relative_name,
+    resolve_in_workspace,
+)
 from kagent.tools.children import child_job, run_child
 
 DUMP_TIMEOUT_S = 600.0
@@ -104,7 +113,7 @@ class Recorder:
             return out
         return recorded
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         own = type(self.root).__module__
         for path, module in self.root.named_modules():
             prefix = path or "model"
@@ -150,7 +159,7 @@ def compare_values(reference: dict[str, Any], mine: dict[str, Any]) -> dict:
     """Each name both hold: cosine and the largest difference (equality for integers)."""
     import torch
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, ref in reference.items():
         if name not in mine:
             continue
@@ -183,6 +192,7 @@ def dump_child(job_file: str) -> None:
     job = json.loads(Path(job_file).read_text())
     device = torch.device(job["device"])
     cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
+    model: Any  # the task's Model: a torch Module with the task's own step
     with torch.no_grad():
         if job["task_kind"] == "kernelbench":
             problem = load_module("problem", Path(job["task_path"]))
@@ -279,6 +289,8 @@ class ReferenceDump(BaseTool):
                    "a file of your solution's values under the same names (cosine, largest difference, the first "
                    "that differs).")
     Arguments = ReferenceDumpArgs
+    # It saves the values in the workspace (save_as).
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: ReferenceDumpArgs, ctx: ToolContext) -> ToolOutcome:
         save_path = resolve_in_workspace(ctx, args.save_as, for_writing=True)

@@ -18,7 +18,18 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from kagent.sandbox import runner
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome, cap, command_sandbox
+from kagent.tools.base import (
+    UNKNOWN,
+    Args,
+    BaseTool,
+    FileEffect,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    cap,
+    command_sandbox,
+)
 
 LOG_DIR = Path("build") / "jobs"  # in the workspace; build/ is ignored by its git
 DEFAULT_LIMIT_S = 1800.0
@@ -86,6 +97,15 @@ class Jobs(BaseTool):
                    f"exploration ends; at most {MAX_RUNNING} run at once. A running job shares the CPU and GPU "
                    f"with check and benchmark: stop it before you time anything.")
     Arguments = JobsArgs
+    # A job runs any command, for as long as it lives, and dies with kagent: a call a crash cut
+    # short is not made again, and what the jobs did to the files cannot be told from the trace.
+    facts = ToolFacts(changes_files=True, rerun_after_crash=False, interrupted_answer=(
+        "interrupted: kagent stopped while this jobs call was being answered, and it was not made again: every "
+        "background job died with kagent, and one being started may have run in part. The workspace is back as it "
+        "was before the call; start again the jobs you need."))
+
+    def file_change(self, args: dict) -> FileEffect:
+        return UNKNOWN
 
     def __init__(self) -> None:
         super().__init__()

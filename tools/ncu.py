@@ -20,8 +20,17 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from kagent.tools.base import (Args, BaseTool, ToolContext, ToolError, ToolOutcome, relative_name,
-                               resolve_in_workspace, run_command)
+from kagent.tools.base import (
+    Args,
+    BaseTool,
+    ToolContext,
+    ToolError,
+    ToolFacts,
+    ToolOutcome,
+    relative_name,
+    resolve_in_workspace,
+    run_command,
+)
 
 NCU_TIMEOUT_S = 900.0
 NVCC_TIMEOUT_S = 300.0
@@ -109,6 +118,8 @@ class NcuKernel(BaseTool):
                    "advice and the key sections' metrics (throughput, memory, occupancy, warp stalls); saves the "
                    "whole report as CSV in build/. CUDA with ncu installed only.")
     Arguments = NcuKernelArgs
+    # It runs the kernel's file, in the workspace, and saves the report in build/.
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: NcuKernelArgs, ctx: ToolContext) -> ToolOutcome:
         if args.section_set not in SECTION_SETS:
@@ -116,7 +127,8 @@ class NcuKernel(BaseTool):
         path = resolve_in_workspace(ctx, args.path)
         shown = relative_name(ctx, path)
         if not path.is_file() or path.suffix not in (".py", ".cu"):
-            raise ToolError(f"{shown} is not a .py or .cu file of the workspace" if path.exists() else f"no file {shown}")
+            raise ToolError(f"{shown} is not a .py or .cu file of the workspace" if path.exists()
+                            else f"no file {shown}")
         tool_path = ctx.command_env().get("PATH")
         ncu = shutil.which("ncu", path=tool_path)
         if ncu is None:

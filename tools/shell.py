@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolOutcome, run_command
+from kagent.tools.base import UNKNOWN, Args, BaseTool, FileEffect, ToolContext, ToolFacts, ToolOutcome, run_command
 
 
 class ShellArgs(Args):
@@ -23,6 +23,15 @@ class Shell(BaseTool):
                    "workspace and in $HOME last from one command to the next. For a long command, or one to "
                    "look at while it runs, use the jobs tool.")
     Arguments = ShellArgs
+    # A command may have done anything anywhere (outside the workspace too): one that a crash cut
+    # short is not run again, and what it did to the files cannot be told from the trace.
+    facts = ToolFacts(changes_files=True, rerun_after_crash=False, interrupted_answer=(
+        "interrupted: kagent stopped while this shell command was running, and it was not run again because it "
+        "may have had side effects. The workspace is back as it was before the command; check what you need "
+        "before you go on."))
+
+    def file_change(self, args: dict) -> FileEffect:
+        return UNKNOWN
 
     def execute(self, args: ShellArgs, ctx: ToolContext) -> ToolOutcome:
         done = run_command(["bash", "-c", args.command], ctx, args.timeout_s)

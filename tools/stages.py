@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome
+from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolFacts, ToolOutcome
 from kagent.tools.children import child_job, run_child
 
 STAGES_TIMEOUT_S = 600.0
@@ -172,7 +172,8 @@ def stage_table(result: dict) -> str:
     declared = [b for b in result["stage_bytes"] if b is not None]
     floor = result["floor_bytes"]
     if floor:
-        lines.append(f"bytes floor {_mb(floor)} ({result['floor_from']}) at {result['bandwidth_bytes_per_s'] / 1e12:.2f}"
+        lines.append(f"bytes floor {_mb(floor)} ({result['floor_from']}) at "
+                     f"{result['bandwidth_bytes_per_s'] / 1e12:.2f}"
                      f" TB/s = {floor / result['bandwidth_bytes_per_s'] * 1e6:.1f} µs; the stages declare "
                      f"{_mb(sum(declared)) if declared else 'no bytes'}")
     if not agreed:
@@ -196,6 +197,8 @@ class Stages(BaseTool):
                    "GB/s against its share of the bytes floor, and whether the stages add up to the step. The "
                    "solution declares kagent_stages (names with bytes or the task's parts); see the playbook.")
     Arguments = StagesArgs
+    # It runs the solution's code, in the workspace.
+    facts = ToolFacts(changes_files=True)
 
     def execute(self, args: StagesArgs, ctx: ToolContext) -> ToolOutcome:
         solution = ctx.solution_path
@@ -260,9 +263,9 @@ class _Clock:
 def _floor(job: dict, model: Any, context_len: Optional[int]) -> tuple[dict[str, int], int, str]:
     """The task's parts, its bytes floor and where the floor comes from."""
     if job["task_kind"] == "mega":
-        from kagent.sandbox.harness.mega import Task
-
         import torch
+
+        from kagent.sandbox.harness.mega import Task
 
         task = Task(Path(job["task_path"]), job["scale"], torch.device(job["device"]))
         roofline = task.roofline

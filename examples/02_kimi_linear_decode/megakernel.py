@@ -48,8 +48,10 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
     _interpreter._patch_lang_tensor = _patch_tensor_index
 
-    from triton.language import core as _tl_core  # noqa: F401  (so that a launch patches it too)
-    from triton.language import standard as _tl_standard
+    from triton.language import (
+        core as _tl_core,  # noqa: F401  (so that a launch patches it too)
+        standard as _tl_standard,
+    )
 
     _call = _interpreter.InterpretedFunction.__call__
     _patched_by_launch = (globals(), vars(_tl_standard))

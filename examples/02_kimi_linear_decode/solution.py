@@ -19,10 +19,9 @@ import math
 import os
 from dataclasses import dataclass
 
+import megakernel as mk
 import torch
 import torch.nn as nn
-
-import megakernel as mk
 
 GROUP = 128
 CACHE_SLACK = 256  # rows a cache buffer has beyond the step that made it (a chain grows into them)
@@ -130,7 +129,7 @@ class Layout:
     consts: dict
 
     @staticmethod
-    def of(cfg, programs: int, gpu: bool, gpu_tiles: bool | None = None) -> "Layout":
+    def of(cfg, programs: int, gpu: bool, gpu_tiles: bool | None = None) -> Layout:
         """gpu: compiled for a GPU (else interpreted); gpu_tiles: the GPU's tile widths
         (the default where compiled; under the interpreter they check the GPU's tiling)."""
         gpu_tiles = gpu if gpu_tiles is None else gpu_tiles

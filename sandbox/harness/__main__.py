@@ -7,11 +7,16 @@ import os
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
 
 from . import lease
 from .loading import CandidateError, TaskError
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
 from .remote import TrustedFailed
+
+if TYPE_CHECKING:
+    from .kernelbench import KernelBenchEvaluation
+    from .mega import MegaEvaluation
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +50,7 @@ def run(job: dict, channel: Channel) -> None:
     """Evaluate the job, reporting every step on ``channel``; always ends with ``done``."""
     started = time.perf_counter()
     channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job["kind"], mode=job["mode"])
+    Evaluation: type[MegaEvaluation | KernelBenchEvaluation]
     if job["kind"] == "mega":
         from .mega import MegaEvaluation as Evaluation
     else:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -220,8 +221,9 @@ class EvaluationBase:
                 process.close()
                 if hasattr(process, "arena"):
                     process.arena.unlink_file()
-        if getattr(self, "workers", None) is not None:
-            self.workers.close()
+        workers = getattr(self, "workers", None)
+        if workers is not None:
+            workers.close()
 
     def weights_file(self, weights: dict, cached: Path | None) -> str:
         """A file every process loads the reference's weights from: the cache's own entry
@@ -233,7 +235,7 @@ class EvaluationBase:
         torch.save({k: v.detach().cpu() for k, v in weights.items()}, path)
         return str(path)
 
-    def solution_failed(self, check: str, err: Exception) -> bool:
+    def solution_failed(self, check: str, err: CandidateError | TrustedFailed) -> bool:
         """Send the check that ``err`` fails: work left running is hidden work; a process that
         died is a crash; anything else the solution's error at ``check``. Always False."""
         if isinstance(err, LeftRunning):
@@ -258,6 +260,7 @@ class EvaluationBase:
         self._report(self._profiled(self.solution, method, inputs()), "candidate", "the solution's process", context)
         self.solution.close()
         baseline = self.baseline_process
+        assert baseline is not None, "launches are counted in the modes that time, which start the baseline's process"
         spec = self.spec("baseline")
         key = digest("launches", Path(spec.path), spec.cls, method, self.environment.get("gpu_name"),
                      torch.__version__, context)
@@ -277,7 +280,8 @@ class EvaluationBase:
         try:
             reply = process.request({"op": "launches", "method": method, "what": f"{process.who} {method}",
                                      "args": process.put(args)}, "profiling its launches")
-            return reply.get("report") if isinstance(reply.get("report"), dict) else {}
+            report = reply.get("report")
+            return report if isinstance(report, dict) else {}
         except (CandidateError, TrustedFailed) as err:
             return {"launches": None, "note": getattr(err, "message", str(err))}
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -51,7 +52,7 @@ class Spec:
         return {"op": "load", **dataclasses.asdict(self), "init": init, "weights": weights}
 
     @classmethod
-    def of(cls, request: dict) -> "Spec":
+    def of(cls, request: dict) -> Spec:
         return cls(**{f.name: request[f.name] for f in dataclasses.fields(cls) if f.name in request})
 
 

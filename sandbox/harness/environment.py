@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 import subprocess
 from importlib import metadata
+from typing import Any
 
 import torch
 
@@ -29,12 +30,12 @@ def gpu_clocks(index: int) -> dict:
     if len(values) != 6:
         return {}
     keys = ["driver", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "temperature_c", "power_w"]
-    return dict(zip(keys, values))
+    return dict(zip(keys, values, strict=True))
 
 
 def describe(device: torch.device) -> dict:
     """A plain-JSON record of the device and the software stack."""
-    record = {
+    record: dict[str, Any] = {
         "device": str(device),
         "hostname": platform.node(),
         "platform": platform.platform(),

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -74,7 +75,7 @@ class Arena:
         return self.buffer.numel()
 
     @classmethod
-    def create(cls, device: torch.device, nbytes: int, folder: Path) -> "Arena":
+    def create(cls, device: torch.device, nbytes: int, folder: Path) -> Arena:
         """A new arena of at least ``nbytes``; on CUDA in an allocation of its own."""
         if device.type == "cuda":
             size = max(_MIN_DEDICATED_BYTES, -(-nbytes // _SEGMENT_UNIT) * _SEGMENT_UNIT)
@@ -99,7 +100,7 @@ class Arena:
         return cls(buffer, {"kind": "file", "path": str(path), "nbytes": size}, keep=path)
 
     @classmethod
-    def attach(cls, description: dict) -> "Arena":
+    def attach(cls, description: dict) -> Arena:
         """The arena the referee described, mapped into this process."""
         size = int(description["nbytes"])
         if description.get("kind") == "file":
@@ -194,7 +195,7 @@ class Layout:
     dtype: torch.dtype
 
     @classmethod
-    def of(cls, tensor: torch.Tensor) -> "Layout":
+    def of(cls, tensor: torch.Tensor) -> Layout:
         return cls(tuple(tensor.shape), tensor.dtype)
 
 
@@ -265,7 +266,7 @@ def copy_tree(target: Any, source: Any) -> None:
         for key, value in target.items():
             copy_tree(value, source[key])
     elif isinstance(target, (list, tuple)):
-        for mine, theirs in zip(target, source):
+        for mine, theirs in zip(target, source, strict=False):
             copy_tree(mine, theirs)
 
 
@@ -294,7 +295,7 @@ def fill(node: dict, value: Any, arena: Arena, where: str) -> None:
         if not isinstance(value, (list, tuple)) or len(value) != len(body):
             raise BadReturn(f"{where} must be a sequence of {len(body)}, got {type(value).__name__}"
                             + (f" of {len(value)}" if isinstance(value, (list, tuple)) else ""))
-        for i, (child, item) in enumerate(zip(body, value)):
+        for i, (child, item) in enumerate(zip(body, value, strict=True)):
             fill(child, item, arena, f"{where}[{i}]")
         return
     if tag == "d":

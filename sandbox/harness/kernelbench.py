@@ -122,7 +122,7 @@ class KernelBenchEvaluation(EvaluationBase):
 
     def _judge(self, output: Any, expected: list[torch.Tensor]) -> dict:
         got = _tensors(output)
-        for i, (g, e) in enumerate(zip(got, expected)):
+        for i, (g, e) in enumerate(zip(got, expected, strict=False)):
             if not compare.is_finite(g) and compare.is_finite(e):
                 return {"passed": False, "reason": f"output {i}: non-finite values"}
             if not compare.allclose(g, e, self.atol, self.rtol):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -18,7 +18,7 @@ def classify(events: Iterable[tuple[str, bool]]) -> dict:
     Every GPU-side event (kernel, memcpy, memset) is one launch: the megakernel rule asks for
     exactly one of them per step.
     """
-    gpu = Counter()
+    gpu: Counter[str] = Counter()
     graph_replay = False
     compiled = False
     for name, on_gpu in events:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import inspect
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import yaml
@@ -149,7 +150,10 @@ class Task:
         # The public board's check.py and benchmark.py compare cosines with tolerance.cos_sim.
         board_tolerance = self.problem.get("tolerance")
         board_cosine = board_tolerance.get("cos_sim") if isinstance(board_tolerance, dict) else None
-        self.threshold = float(correctness.get("threshold", board_cosine if board_cosine is not None else 0.98))
+        threshold = correctness.get("threshold")
+        if threshold is None:
+            threshold = board_cosine if board_cosine is not None else 0.98
+        self.threshold = float(threshold)
         board_seeds = getattr(shapes, "GRADING_SEEDS", None)  # the public board keeps its seeds there
         self.check_seeds = list(correctness.get("seeds", board_seeds if board_seeds is not None else [0, 1, 2]))
         key = "smoke_contexts" if scale == "smoke" else "contexts"
@@ -184,7 +188,7 @@ class Task:
             configs = [self.reference.build_config(shape) for shape in self.shapes]
         except Exception as err:
             raise TaskError(f"the task's reference.build_config failed: {type(err).__name__}: {err}") from err
-        differ = [shape for shape, cfg in zip(self.shapes, configs) if repr(cfg) != repr(configs[0])]
+        differ = [shape for shape, cfg in zip(self.shapes, configs, strict=True) if repr(cfg) != repr(configs[0])]
         if differ:
             raise TaskError(f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
                             "kagent grades one model across the shapes of a scale")
@@ -251,8 +255,9 @@ def reference_model(task: Task, weights: dict) -> torch.nn.Module:
     return model.eval()
 
 
-def reference_step(model: torch.nn.Module, hidden: Hidden, state: State) -> tuple[Hidden, State]:
-    """The reference's step on copies, so the inputs stay as they were."""
+def reference_step(model: Any, hidden: Hidden, state: State) -> tuple[Hidden, State]:
+    """The reference's step on copies, so the inputs stay as they were. (``model`` is the task's
+    Model: its step is the task's own method, which torch's Module type does not know.)"""
     return model.step(hidden.clone(), clone_state(state))
 
 
@@ -268,6 +273,8 @@ def case_inputs(task: Task, reference: torch.nn.Module, context_len: int, seed: 
     salient case the state its salient_state makes of them for the reference's weights."""
     hidden, state = task.init_token(seed), task.init_state(context_len, seed)
     if salient:
+        if task.salient_state is None:
+            raise TaskError("a salient case was asked of a task whose reference defines no salient_state")
         try:
             drawn, state = state, task.salient_state(reference, hidden, state)
         except Exception as err:
@@ -311,7 +318,7 @@ def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, s
                     "correctness.min_decision_margin")
 
 
-def judge_chained_step(task: Task, reference: torch.nn.Module, checker: "StepChecker", hidden_in: Hidden,
+def judge_chained_step(task: Task, reference: torch.nn.Module, checker: StepChecker, hidden_in: Hidden,
                        state_in: State, hidden: Hidden, state: State) -> tuple[dict, float | None]:
     """(StepChecker.judge's result, the reference's decision margin) for one step of a
     chained run, against the reference run from the solution's own input and state of that
@@ -339,8 +346,9 @@ def layout_of(state: State) -> Layout:
 
 def grown(layout: Layout, growth: list[dict[str, tuple[int, ...]]], steps: int) -> Layout:
     """The layout after ``steps`` more steps, each adding ``growth`` (the MLA cache's row)."""
-    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name])), want.dtype)
-             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth)]
+    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name], strict=False)),
+                                want.dtype)
+             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth, strict=False)]
 
 
 # How far a step's contribution must stand above the rounding of the hidden it is added to
@@ -377,7 +385,7 @@ class StepChecker:
         metrics: dict[str, float] = {}
         nonfinite = []
         tensors = [("hidden", hidden, expected_hidden)]
-        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in)):
+        for i, (layer, ref_layer, in_layer) in enumerate(zip(state, expected_state, state_in, strict=False)):
             for name, ref in ref_layer.items():
                 tensors.append((f"L{i}.{name}", layer[name], ref))
                 rows_in = in_layer[name].shape[0] if in_layer[name].dim() else 0
@@ -392,7 +400,7 @@ class StepChecker:
         rounding = expected_hidden.float().norm() * (_precision(expected_hidden.dtype) / 2)
         if expected_delta.norm() >= DELTA_SIGNAL_OVER_ROUNDING * rounding:
             metrics["delta"] = compare.cosine(hidden.float() - base, expected_delta)
-        worst = min(metrics, key=metrics.get)
+        worst = min(metrics, key=lambda name: metrics[name])
         below = sorted(n for n, v in metrics.items() if v < self.task.threshold)
         return {"min_cosine": metrics[worst], "worst": worst, "below_threshold": below,
                 "nonfinite": nonfinite, "cosines": {k: round(v, 6) for k, v in metrics.items()},
@@ -496,7 +504,7 @@ class MegaEvaluation(EvaluationBase):
         first = self.cases[0]
         before = layout_of(task.init_state(first.context_len, first.seed))
         after = layout_of(first.expected_state)
-        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape))
+        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape, strict=False))
                         for name, want in layer.items()} for i, layer in enumerate(before)]
         self.hidden_layout = TensorLayout.of(first.expected_hidden)
         self.checker = StepChecker(task, self.reference)
@@ -512,10 +520,12 @@ class MegaEvaluation(EvaluationBase):
                 for salient in kinds:
                     key = digest(task.cache_identity, "case", context_len, seed, *(["salient"] if salient else []))
                     inputs = self.case_inputs(context_len, seed, True) if salient else None
+                    # get_or_build calls the builder at once, in this turn of the loop.
                     out = self.cache.get_or_build("outputs", key, self.device, lambda: reference_case(
-                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))
-                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed, *out,
-                                      salient=salient, inputs=inputs))
+                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))  # noqa: B023
+                    expected_hidden, expected_state, margin = out
+                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed,
+                                      expected_hidden, expected_state, margin, salient=salient, inputs=inputs))
         return cases
 
     def _secret_cases(self) -> None:
@@ -529,7 +539,7 @@ class MegaEvaluation(EvaluationBase):
                      for context_len, salient in kinds]
         self.hidden_seeds = [case.seed for case in drawn]
         self.redrawn_seeds = sum(case.redrawn for case in drawn)
-        for i, ((context_len, salient), case) in enumerate(zip(kinds, drawn)):
+        for i, ((context_len, salient), case) in enumerate(zip(kinds, drawn, strict=True)):
             self.cases.append(Case(_case_label(f"hidden seed #{i + 1}", context_len, salient), context_len, case.seed,
                                    case.expected_hidden, case.expected_state, case.margin, salient=salient,
                                    inputs=case.inputs))
@@ -862,15 +872,16 @@ class ChainContestant(timing.Contestant):
 
     def chain_done(self, steps_done: int, chains: int) -> None:
         """Every run of the chain since it began must repeat the validated chain."""
-        if self.validated is None:
+        validated = self.validated
+        if validated is None:
             return
         recorded = self.record[: self.steps * chains].clone()
         for run in range(chains):
-            self._judge_run(recorded[run * self.steps:run * self.steps + steps_done])
+            self._judge_run(recorded[run * self.steps:run * self.steps + steps_done], validated)
 
-    def _judge_run(self, outputs: torch.Tensor) -> None:
+    def _judge_run(self, outputs: torch.Tensor, validated: ValidatedChain) -> None:
         departed = False
-        for i, (output, first) in enumerate(zip(outputs, self.validated.outputs)):
+        for i, (output, first) in enumerate(zip(outputs, validated.outputs, strict=False)):
             finite = compare.is_finite(output)
             if finite and departed:
                 continue  # on its own path since the near-tie: nothing to repeat
@@ -890,7 +901,7 @@ class ChainContestant(timing.Contestant):
         if self.failures:
             return "fail", self.failures[0]
         note = ""
-        if self.departures:
+        if self.departures and self.near_tie is not None:  # a chain departs only after a near-tie
             note = (f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
                     f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there")
         return "pass", (f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "

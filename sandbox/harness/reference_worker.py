@@ -22,7 +22,11 @@ class WorkerSession:
 
     def __init__(self, device: Any):
         self.device = device
-        self.arena = self.slots = self.task = self.reference = None
+        # Set by op_attach and op_prepare; their types are the harness's, imported there.
+        self.arena: Any = None
+        self.slots: Any = None
+        self.task: Any = None
+        self.reference: Any = None
 
     def handle(self, request: dict) -> dict:
         import torch

@@ -35,8 +35,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Optional, TypeVar
 
 import torch
 
@@ -130,8 +131,15 @@ class Peer:
         self._buffer = b""
 
     @property
+    def process(self) -> subprocess.Popen:
+        """The process, once launched."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.label} was used before it was launched")
+        return self.proc
+
+    @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.process.pid
 
     def launch(self) -> None:
         """Start the process: it imports torch and waits for its first request, so its start
@@ -165,7 +173,7 @@ class Peer:
         try:
             while b"\n" not in self._buffer:
                 if not selector.select(timeout=POLL_S):
-                    if self.proc.poll() is not None:
+                    if self.process.poll() is not None:
                         raise self._died(what)
                     if self.watchdog is not None:
                         self.watchdog.check(what)
@@ -204,7 +212,7 @@ class Peer:
 
     def _died(self, what: str) -> Exception:
         try:
-            code = self.proc.wait(timeout=5)
+            code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
         how = ("still running, but it closed its reply pipe" if code is None
@@ -213,7 +221,7 @@ class Peer:
 
     def signal(self, sig: int) -> None:
         try:
-            os.kill(self.proc.pid, sig)
+            os.kill(self.process.pid, sig)
         except ProcessLookupError:
             pass  # dead: the next read says so
 
@@ -240,7 +248,7 @@ class Watch:
     def __init__(self, device: torch.device, pid_namespace: bool):
         self.pid_namespace = pid_namespace
         self.known: set[int] = {1, os.getpid()} if pid_namespace else {os.getpid()}
-        self.suspect: Optional["ContestantProcess"] = None
+        self.suspect: Optional[ContestantProcess] = None
         self.probe = DeviceIdleProbe(device) if device.type == "cuda" else None
 
     def strays(self) -> list[str]:
@@ -256,7 +264,7 @@ class Watch:
         for pid, (state, _, sid, name) in table.items():
             if pid in self.known or state in ("Z", "X"):
                 continue
-            if self.pid_namespace or sid == session or _descends(table, pid, suspect):
+            if self.pid_namespace or sid == session or (suspect is not None and _descends(table, pid, suspect)):
                 found.append(f"{pid} ({name})")
         return found
 
@@ -342,7 +350,7 @@ class ContestantProcess(Peer):
 
     def _wait_stopped(self, what: str) -> None:
         deadline = time.monotonic() + 5
-        while _state(self.proc.pid) not in ("T", "t", "Z", None):
+        while _state(self.process.pid) not in ("T", "t", "Z", None):
             if time.monotonic() > deadline:
                 raise self._failure(f"{self.label} could not be stopped after {what}")
             time.sleep(0.0002)
@@ -407,7 +415,10 @@ def calibrate(contestants: list[ContestantProcess], interlude: Callable[[], None
         probe.calibrate(probes)
 
 
-def wait_any(peers: Iterable[Peer], timeout: Optional[float] = None) -> list[Peer]:
+AnyPeer = TypeVar("AnyPeer", bound=Peer)  # wait_any gives back the peers it was given
+
+
+def wait_any(peers: Iterable[AnyPeer], timeout: Optional[float] = None) -> list[AnyPeer]:
     """The peers among ``peers`` with a reply (or an end) waiting to be read."""
     peers = list(peers)
     ready = [p for p in peers if b"\n" in p._buffer]

@@ -65,7 +65,7 @@ class Session:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.arena: Arena | None = None
+        self.attached: Arena | None = None  # op_attach
         self.model: Any = None
         self.args: list | None = None  # the arguments of the last call, kept for a second call
         self.containers: list = []  # (container, its original items) inside self.args
@@ -76,6 +76,13 @@ class Session:
         # pointer can only go stale where the referee means it to (the second call).
         self.kept: list = []
         self.cell = torch.zeros(1, device=device) if device.type == "cuda" else None
+
+    @property
+    def arena(self) -> Arena:
+        """The arena shared with the referee, once attached."""
+        if self.attached is None:
+            raise ExchangeError("a request that needs the arena came before the arena was attached")
+        return self.attached
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")
@@ -90,7 +97,7 @@ class Session:
 
     # -- requests ----------------------------------------------------------------------------
     def op_attach(self, request: dict) -> None:
-        self.arena = Arena.attach(request["arena"])
+        self.attached = Arena.attach(request["arena"])
 
     def op_noop(self, request: dict) -> dict:
         """Nothing but a one-element kernel, timed as a chain's steps are (scripts that study
@@ -157,7 +164,8 @@ class Session:
                 self.chain = self.staged.pop(0)
             for i in range(steps):  # none when the referee times an empty request: nothing of the model is touched
                 returned = solution_call("step", self.model.step, *self.chain)
-                if not isinstance(returned, (tuple, list)) or len(returned) != 2 or type(returned[0]) is not torch.Tensor:
+                if (not isinstance(returned, (tuple, list)) or len(returned) != 2
+                        or type(returned[0]) is not torch.Tensor):
                     return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
                                           f"{type(returned).__name__}"}
                 record[first + run * steps + i].copy_(returned[0])
@@ -169,11 +177,14 @@ class Session:
         the staged copy where there is one; the last output is copied to the arena."""
         if self.staged:
             self.args = self.staged.pop(0)
+        args = self.args
+        if args is None:
+            raise ExchangeError("a repeated call was asked for before a first one")
         steps = int(request["steps"])
         events = self._events()
         returned = None
         for _ in range(steps):  # none when the referee times an empty request: nothing of the model is touched
-            returned = solution_call(request["what"], getattr(self.model, request["method"]), *self.args)
+            returned = solution_call(request["what"], getattr(self.model, request["method"]), *args)
         reported = events()
         if not steps:
             return {"device_ms": reported}

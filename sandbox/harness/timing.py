@@ -34,8 +34,9 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -287,11 +288,11 @@ class Settings:
     isolated_steps: int = ISOLATED_STEPS
 
     @classmethod
-    def of(cls, job: dict, **defaults: Any) -> "Settings":
+    def of(cls, job: dict, **defaults: Any) -> Settings:
         values = {**defaults}
         for field in dataclasses.fields(cls):
             if job.get(field.name) is not None:
-                values[field.name] = type(field.default)(job[field.name])
+                values[field.name] = type(getattr(cls, field.name))(job[field.name])  # the default's type
         return cls(**values)
 
 
@@ -411,7 +412,7 @@ def summarize(samples_ms: Sequence[float]) -> dict:
     }
 
 
-def abba_units(baseline_ms: Sequence[float], candidate_ms: Sequence[float]) -> np.ndarray:
+def abba_units(baseline_ms: Sequence[float] | np.ndarray, candidate_ms: Sequence[float] | np.ndarray) -> np.ndarray:
     """The speedup of each ABBA unit: pairs 2k and 2k+1, as their geometric mean ratio
     (a lone last pair stands alone).
 

@@ -18,8 +18,9 @@ solution's process runs as the same user and could have signalled it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -37,6 +38,13 @@ class Worker(Peer):
         self.arena: Arena | None = None
         self.slots: SlotAllocator | None = None
 
+    @property
+    def attached(self) -> tuple[Arena, SlotAllocator]:
+        """Its arena and the allocator of its slots, once shared (ReferenceWorkers.attach)."""
+        if self.arena is None or self.slots is None:
+            raise self._failure(f"{self.label} was given work before its arena was shared")
+        return self.arena, self.slots
+
     def answer(self, what: str) -> dict:
         """The next reply, checked; a task error in the worker is the task's."""
         reply = self.receive(what)
@@ -49,7 +57,7 @@ class Pending:
     """A request dealt to a worker: ``result()`` waits for its answer (read, and what it
     left in the worker's arena taken out, as soon as it arrives, by whoever waits first)."""
 
-    def __init__(self, pool: "ReferenceWorkers", worker: Worker, take: Callable[[dict, Worker], Any], what: str):
+    def __init__(self, pool: ReferenceWorkers, worker: Worker, take: Callable[[dict, Worker], Any], what: str):
         self.pool, self.worker, self.take, self.what = pool, worker, take, what
         self.done, self.value = False, None
 
@@ -91,12 +99,12 @@ class ReferenceWorkers:
         for i, worker in enumerate(self.workers):
             folder = exchange_dir / f"worker-{i + 1}"
             folder.mkdir()
-            worker.arena = Arena.create(self.device, arena_bytes, folder)
-            worker.slots = SlotAllocator(worker.arena)
-            worker.send({"op": "attach", "arena": worker.arena.description})
+            worker.arena = arena = Arena.create(self.device, arena_bytes, folder)
+            worker.slots = SlotAllocator(arena)
+            worker.send({"op": "attach", "arena": arena.description})
         for worker in self.workers:
             worker.answer("attaching its arena")
-            worker.arena.unlink_file()
+            worker.attached[0].unlink_file()
 
     # -- dealing work out ------------------------------------------------------------------------
     def submit(self, request: Callable[[Worker], dict], take: Callable[[dict, Worker], Any], what: str) -> Pending:
@@ -108,7 +116,7 @@ class ReferenceWorkers:
             for ready in wait_any(self.busy):
                 self._collect(ready)
             worker = next((w for w in self.workers if w not in self.busy), None)
-        worker.slots.reset()
+        worker.attached[1].reset()
         message = request(worker)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the arena's new contents first (see ContestantProcess.begin)
@@ -126,13 +134,13 @@ class ReferenceWorkers:
         from .mega import SecretCase  # mega imports this module
 
         def take(reply: dict, worker: Worker) -> Any:
-            hidden, state, inputs = decode(reply["out"], lambda slot: worker.arena.view(slot).clone())
+            hidden, state, inputs = decode(reply["out"], lambda slot: worker.attached[0].view(slot).clone())
             margin = reply.get("margin")
             return SecretCase(int(reply["seed"]), list(inputs) if inputs is not None else None, hidden, list(state),
                               float(margin) if margin is not None else None, int(reply["redrawn"]))
 
-        pending = [self.submit(lambda w, c=context_len, s=salient: {"op": "case", "context_len": c, "salient": s},
-                               take, "computing a secret case") for context_len, salient in kinds]
+        pending = [self.submit(_case_request(context_len, salient), take, "computing a secret case")
+                   for context_len, salient in kinds]
         return [p.result() for p in pending]
 
     def judge(self, tensors: list) -> Pending:
@@ -154,7 +162,13 @@ class ReferenceWorkers:
                 worker.arena.unlink_file()
 
 
+def _case_request(context_len: int, salient: bool) -> Callable[[Worker], dict]:
+    """The request for one secret case, whichever worker it goes to."""
+    return lambda _worker: {"op": "case", "context_len": context_len, "salient": salient}
+
+
 def _put(worker: Worker, tensor: torch.Tensor) -> dict:
-    slot = worker.slots.slot(tuple(tensor.shape), tensor.dtype)
-    worker.arena.view(slot).copy_(tensor)
+    arena, slots = worker.attached
+    slot = slots.slot(tuple(tensor.shape), tensor.dtype)
+    arena.view(slot).copy_(tensor)
     return slot

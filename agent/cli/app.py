@@ -1,0 +1,499 @@
+"""The ``kagent`` command line."""
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+import termios
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
+from kagent.core.errors import KagentError
+from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+
+if TYPE_CHECKING:  # imported where used: a mistake in the options is said before torch is imported
+    from kagent.sandbox.results import Verdict
+
+app = typer.Typer(
+    name="kagent",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _show_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"kagent {version('kagent')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def kagent_options(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                         help="Show kagent's version and exit.")) -> None:
+    """kagent makes GPU code fast on its own, and grades it with numbers you can trust.
+
+    Start with `kagent tasks`, then `kagent eval TASK --solution FILE`.
+    """
+
+
+class Scale(str, Enum):
+    smoke = "smoke"
+    full = "full"
+
+
+# Exit codes of `kagent eval`, for scripts; bad usage (bad arguments, unknown task, missing file)
+# is kagent.core.errors.EXIT_USAGE, every command's.
+EXIT_PASS = 0
+EXIT_SOLUTION_FAILED = 1  # incorrect, error, crash, timeout, forbidden, tampered
+EXIT_INTERNAL = 3  # a bug in kagent or in the task
+
+
+@app.command("tasks")
+def tasks_command() -> None:
+    """List the built-in tasks."""
+    from kagent.agent.cli.views import tasks_table
+    from kagent.tasks import builtin_tasks
+
+    console.print(tasks_table(builtin_tasks()))
+
+
+def _parse_contexts(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        return [int(part) for part in re.split(r"[,\s]+", text.strip()) if part]
+    except ValueError:
+        raise KagentError(f"--contexts takes context lengths separated by commas, such as 2048,8192; "
+                          f"got {text!r}") from None
+
+
+@app.command("eval")
+def eval_command(
+    task: str = typer.Argument(..., help="A built-in task name (see `kagent tasks`), a problem folder, "
+                                         "or a KernelBench .py file."),
+    solution: Optional[Path] = typer.Option(None, "--solution", "-s", help="The solution file to grade."),
+    aa: bool = typer.Option(False, "--aa", help="A/A run: time the baseline against itself (no solution)."),
+    check_only: bool = typer.Option(False, "--check-only", help="Correctness checks only, no timing."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    scale: Optional[Scale] = typer.Option(None, help="full: the real sizes; smoke: a tiny config for CPUs and "
+                                                     "CI. Default: full on CUDA, smoke on the CPU."),
+    contexts: Optional[str] = typer.Option(None, help="Context lengths to time, e.g. 2048,8192 (default: all)."),
+    rounds: Optional[int] = typer.Option(None, min=1, help="Timed chains per contestant and context."),
+    min_request_ms: Optional[float] = typer.Option(None, min=0, help="The least a timed request to the solution's "
+                                                   "process should last: a faster solution runs its whole chain "
+                                                   "several times a request (default 20; 0: blocks of 8 steps)."),
+    timeout: Optional[float] = typer.Option(None, min=1, help="Seconds before the run is killed "
+                                                              "(default 900 full, 300 smoke)."),
+    atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
+    rtol: float = typer.Option(1e-2, help="KernelBench files: relative tolerance."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write the result JSON "
+                                                               "(default: runs/evals/<time>_<task>.json)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON only."),
+) -> None:
+    """Grade a solution: correctness against the reference, then speed against the baseline.
+
+    Exit code: 0 pass, 1 the solution failed, 2 bad usage, 3 internal error.
+    """
+    from rich.live import Live
+
+    from kagent.agent.cli.views import EvalProgressView, print_result
+    from kagent.agent.lifecycle.device import check_device_name, resolve_device
+    from kagent.agent.settings import default_scale
+    from kagent.sandbox.evaluate import EvalOptions, evaluate
+    from kagent.tasks import resolve_task
+
+    mode = _eval_mode(aa, check_only, solution)
+    task_ref = resolve_task(task)
+    if solution is not None:
+        _check_solution_file(solution)
+    check_device_name(device)
+    resolved_device = resolve_device(device)
+    chosen_scale = scale.value if scale else default_scale(resolved_device)
+    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
+    # No home: each evaluation builds in a fresh HOME of its own, so that nothing one solution
+    # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
+    options = EvalOptions(
+        mode=mode, device=resolved_device, scale=chosen_scale,
+        contexts=_parse_contexts(contexts), rounds=rounds, min_request_ms=min_request_ms,
+        timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
+        cache_dir=kagent_home(), atol=atol, rtol=rtol,
+    )
+    if not json_output:
+        what = "A/A (baseline vs baseline)" if aa else str(solution)
+        err_console.print(f"[dim]evaluating {what} on {task_ref.name} ({chosen_scale} scale, {resolved_device})…[/]")
+    try:
+        if err_console.is_terminal:  # progress for a person watching; stdout (--json) stays the result alone
+            view = EvalProgressView()
+            with _keys_not_echoed(), Live(view, console=err_console, refresh_per_second=4, transient=True):
+                result = evaluate(task_ref, solution, options, progress=view.update)
+        else:
+            result = evaluate(task_ref, solution, options)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the evaluation was stopped, nothing was written")
+        raise typer.Exit(EXIT_CTRL_C) from None
+    path = out or runs_dir() / "evals" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}_{task_ref.name}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json(indent=1))
+    except OSError as err:
+        # The evaluation is done: show it anyway, then say what went wrong with the file.
+        print_result(console, result)
+        raise KagentError(f"could not write the result to {path}: {err.strerror}", hint="choose another --out",
+                          exit_code=EXIT_INTERNAL) from err
+    if json_output:
+        sys.stdout.write(result.model_dump_json(indent=1) + "\n")
+    else:
+        print_result(console, result, str(path))
+    raise typer.Exit(_exit_code(result.verdict))
+
+
+def _eval_mode(aa: bool, check_only: bool, solution: Optional[Path]) -> Literal["aa", "check", "eval"]:
+    """What `kagent eval` is asked to do, once its options are known to go together."""
+    if aa and solution is not None:
+        raise KagentError("--aa times the baseline against itself: leave out --solution")
+    if not aa and solution is None:
+        raise KagentError("give --solution FILE, or --aa for an A/A run of the baseline")
+    if aa and check_only:
+        raise KagentError("--aa and --check-only do not go together: an A/A run is about timing")
+    return "aa" if aa else "check" if check_only else "eval"
+
+
+def _check_solution_file(solution: Path) -> None:
+    if solution.is_dir():
+        raise KagentError(f"{solution} is a directory: --solution takes the solution's file",
+                          hint=f"e.g. --solution {solution / 'solution.py'}; the files beside it are copied with it")
+    if not solution.is_file():
+        raise KagentError(f"no solution file at {solution}")
+
+
+def _exit_code(verdict: Verdict) -> int:
+    from kagent.sandbox.results import Verdict
+
+    if verdict is Verdict.INTERNAL_ERROR:
+        return EXIT_INTERNAL
+    return EXIT_PASS if verdict is Verdict.PASS else EXIT_SOLUTION_FAILED
+
+
+def _documents_exit_codes(command):
+    """Ends a command's help with the exit codes of a run's end states (kagent.agent.outcome)."""
+    command.__doc__ = f"{inspect.cleandoc(command.__doc__)}\n\nExit codes:\n{exit_codes_text()}"
+    return command
+
+
+def _warn(text: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
+
+
+def _warn_full_scale_on_cpu(device: str, scale: str) -> None:
+    if scale == "full" and device == "cpu":
+        _warn("--scale full on the CPU: the full-size task is sized for a GPU, so every evaluation is far slower "
+              "and may run into its time limit (smoke is the CPU's default)")
+
+
+@app.command("run")
+@_documents_exit_codes
+def run_command(
+    task: str = typer.Argument(..., help="A built-in task name, a problem folder, or a KernelBench .py file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="anthropic:<model>, openai:<model>, "
+                                        "openai-compatible:<url>#<model> or scripted:<file>."),
+    budget: Optional[str] = typer.Option(None, help="Wall-clock budget: 3h, 90m, 2h30m (default 3h)."),
+    max_cost: Optional[float] = typer.Option(None, help="Stop exploring once the model calls cost this many USD."),
+    max_tokens: Optional[int] = typer.Option(None, help="Stop exploring after this many tokens in all."),
+    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda or cuda:N (default auto)."),
+    scale: Optional[Scale] = typer.Option(None, help="Default: full on CUDA, smoke on the CPU."),
+    thinking: Optional[str] = typer.Option(None, help="on (the default where the model thinks), off, or a "
+                                           "budget in tokens per turn for a model that takes one (Anthropic "
+                                           "extended thinking; by default half the output cap)."),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="For a model that takes an "
+                                                   "effort (OpenAI reasoning models, Anthropic adaptive "
+                                                   "thinking): none, minimal, low, medium, high (the default), "
+                                                   "xhigh or max, as far as the model knows them."),
+    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", help="Output cap per model "
+                                                    "call, thinking included (default: the most the model "
+                                                    "allows; $KAGENT_HOME/models.yaml extends the table)."),
+    no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file of settings by name: any of the run's "
+                                          "settings (the README lists them) or the flags' names (budget, max_cost, "
+                                          "max_tokens, thinking, reasoning_effort, max_output_tokens, revert); "
+                                          "the flags given override it."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="The run's id, the name of its folder (default: "
+                                         "task, time and a random suffix; a sweep names its members so)."),
+    direction: Optional[str] = typer.Option(None, help="What this run should try, told to the model in its first "
+                                            "message (a sweep's branches of one task are told apart so)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
+    json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
+) -> None:
+    """Optimize a task with a model, under a budget: every attempt committed, everything traced.
+
+    The run lives in runs/<run-id>/: workspace (a git repository, one commit per attempt),
+    trace.jsonl, config.json, status.json and the final report. API keys come from
+    ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
+    """
+    from kagent.agent.cli.config import load_settings
+    from kagent.agent.lifecycle.device import check_device_name, resolve_device
+    from kagent.agent.loop.models import make_model
+    from kagent.agent.settings import default_scale
+    from kagent.agent.storage.folders import check_run_id
+
+    # Every option is checked before torch is imported (resolve_device), which takes seconds.
+    if run_id is not None:
+        check_run_id(run_id)
+    settings = load_settings(task, config, {
+        "model": model, "budget": budget, "max_cost": max_cost, "max_tokens": max_tokens, "device": device,
+        "scale": scale.value if scale else None, "thinking": thinking, "reasoning_effort": reasoning_effort,
+        "max_output_tokens": max_output_tokens, "revert": False if no_revert else None, "run_id": run_id,
+        "direction": direction})
+    check_device_name(settings.device)
+    chat_model = make_model(settings.model, timeout_s=settings.model_timeout_s,
+                            thinking_budget=settings.thinking_budget, reasoning_effort=settings.reasoning_effort)
+    resolved_device = resolve_device(settings.device)
+    chosen_scale = settings.scale or default_scale(resolved_device)
+    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
+    settings = settings.model_copy(update={"device": resolved_device, "scale": chosen_scale})
+
+    from kagent.agent.lifecycle.runs import start_run
+
+    _show_run(lambda view: start_run(settings, view=view, model=chat_model, warn=_warn), quiet or json_output,
+              json_output)
+
+
+@app.command("resume")
+@_documents_exit_codes
+def resume_command(
+    run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
+    budget: Optional[str] = typer.Option(None, help="More wall-clock time for the run, e.g. 1h (needed to extend "
+                                                    "a finished run)."),
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
+    json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
+) -> None:
+    """Go on with a run that was interrupted (killed, rebooted, an outage), or extend a finished one.
+
+    The conversation is rebuilt from the trace alone; the workspace goes back to where it was
+    after the last tool call that finished, with later changes kept on a side ref; a tool call
+    cut short runs again there, except a shell command (it may have acted outside the
+    workspace), which is answered as interrupted. The budget counts the time of all segments.
+    """
+    from kagent.agent.lifecycle.runs import resume_run
+    from kagent.agent.settings import parse_duration
+
+    extra = parse_duration(budget) if budget else None
+
+    def notice(text: str) -> None:
+        err_console.print(f"[yellow]note:[/] {text}", highlight=False)
+
+    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root, notice=notice, warn=_warn),
+              quiet or json_output, json_output)
+
+
+@contextmanager
+def _keys_not_echoed() -> Iterator[None]:
+    """While a live view is drawn, keys typed at the terminal are not echoed: the echo of a
+    Ctrl-C (^C) moves the cursor under the view, which is then drawn again one line lower,
+    its top border twice."""
+    try:
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (AttributeError, ValueError, OSError, termios.error):  # no terminal on stdin
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO  # the local modes
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+def _show_run(drive, quiet: bool, json_output: bool) -> None:
+    """Drive a run (new or resumed) with or without the live view, then show its report."""
+    from rich.live import Live
+
+    from kagent.agent.cli.views import LiveRunView
+    from kagent.agent.lifecycle.runs import RunInterrupted
+
+    try:
+        if quiet:
+            run_dir, report = drive(None)
+        else:
+            view = LiveRunView()
+            with _keys_not_echoed(), Live(view, console=console, refresh_per_second=4, transient=False):
+                run_dir, report = drive(view.update)
+    except RunInterrupted as stop:
+        # Caught here: typer would turn it into a silent exit 130 before main() could speak.
+        err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept",
+                          highlight=False)
+        err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False)
+        raise typer.Exit(EXIT_CTRL_C) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted before the run started")
+        raise typer.Exit(EXIT_CTRL_C) from None
+    if json_output:
+        sys.stdout.write(report.model_dump_json(indent=1) + "\n")
+    else:
+        console.print()
+        console.print((run_dir / "report.md").read_text())
+        console.print(f"run folder: {run_dir}")
+    raise typer.Exit(ENDINGS[report.status].exit_code)
+
+
+@app.command("runs")
+def runs_command(
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the runs as a JSON list only."),
+) -> None:
+    """List the runs, newest first: state, result, time, tokens and cost of each.
+
+    A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
+    """
+    from kagent.agent.cli.run_list import list_runs, runs_view, summaries_json
+
+    folder, origin = runs_folder(root)
+    summaries = list_runs(folder)
+    if json_output:
+        # Scripts get valid JSON even when there is nothing: an empty list.
+        sys.stdout.write(summaries_json(summaries) + "\n")
+        return
+    if not summaries:
+        console.print(f"No runs in {folder} ({origin}) yet. Start one with `kagent run TASK --model PROVIDER:MODEL`; "
+                      f"{RUNS_ELSEWHERE}.", highlight=False)
+        return
+    console.print(runs_view(summaries, f"Runs in {folder} (newest first)", console))
+
+
+@app.command("replay")
+def replay_command(
+    run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
+    attempts: bool = typer.Option(False, "--attempts", help="Only the attempts and the end."),
+    errors: bool = typer.Option(False, "--errors", help="Only tool errors, failed attempts, model retries and "
+                                                        "errors (and the end)."),
+    follow_trace: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events as the run goes, "
+                                                                    "until it ends (Ctrl-C stops)."),
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    execute: bool = typer.Option(False, "--execute", help="Re-run the recorded session on a fresh workspace "
+                                 "(no model is called), re-measure, and report per attempt whether its verdict and "
+                                 "speedup reproduce."),
+    device: Optional[str] = typer.Option(None, help="With --execute: the device to re-measure on (default: the "
+                                                    "run's)."),
+    scale: Optional[Scale] = typer.Option(None, help="With --execute: the scale (default: the run's)."),
+    tolerance: float = typer.Option(0.10, min=0.0, help="With --execute: how far a re-measured speedup may be "
+                                                        "off (as a fraction) when the intervals do not overlap; "
+                                                        "a busy CPU drifts more than a GPU."),
+) -> None:
+    """Tell a run turn by turn from its trace, or audit its numbers on this machine with --execute.
+
+    The model's words, tool calls (file writes as diffs), results, attempts, budget, and how it
+    ended. With --execute the recorded session is re-run on a fresh workspace and re-measured.
+
+    Exit code with --execute: 0 everything reproduces, 1 something diverges."""
+    from kagent.agent.cli.replay import follow, replay
+    from kagent.agent.storage.folders import find_run
+
+    if execute:
+        from kagent.agent.cli.views import audit_table
+        from kagent.agent.lifecycle.device import resolve_device
+        from kagent.agent.lifecycle.reexecute import execute_replay
+
+        audit = execute_replay(run, root, resolve_device(device) if device else None,
+                               scale.value if scale else None, tolerance)
+        console.print(audit_table(audit))
+        console.print(f"re-executed run: {audit.replay_dir}")
+        raise typer.Exit(0 if audit.reproduces else 1)
+    run_dir = find_run(run, root)
+    if not follow_trace:
+        console.print(replay(run_dir, only_attempts=attempts, only_errors=errors))
+        return
+    try:
+        follow(run_dir, console, only_attempts=attempts, only_errors=errors)
+    except KeyboardInterrupt:
+        # Stopping the view is the normal way out of --follow; the run itself goes on.
+        err_console.print("[dim]stopped following (the run is not affected)[/]")
+
+
+# In its docstring, \\[ keeps the help's rich markup from taking [report] for a style.
+@app.command("report")
+def report_command(
+    run: Optional[str] = typer.Argument(None, help="A run id (see `kagent runs`), a run folder or a trace file; "
+                                                   "with --runs, a filter of the runs instead (see below)."),
+    runs: bool = typer.Option(False, "--runs", help="A board across the runs instead of one run's page."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default: report.html in "
+                                       "the run folder; with --runs, board.html in the runs folder)."),
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+) -> None:
+    """Write a run as one self-contained HTML page, or a board across runs (--runs).
+
+    A run's page: its header, speedup over time, time per token against the bytes floor with
+    launches, tokens and cost over time, the attempts with each one's diff and file, and the
+    transcript. It works for a run in progress or interrupted (what its trace holds so far).
+
+    The board: one row per run (best verified score, ms per token, fraction of the floor,
+    single launch, time and cost to the best), grouped by task, each linked to its page,
+    written beside the board in <board name>-runs/. FILTER: words that must all match, each
+    either text found in a run's id, task, model, GPU or state, or key=text with key one of
+    task, model, gpu, state (e.g. "task=kimi model=claude").
+
+    Needs the report extra: pip install 'kagent\\[report]'. Exit code 0: written; 2: bad usage,
+    no such run, or the extra missing."""
+    from kagent.agent.cli.report import require_charts
+
+    require_charts()
+    if runs:
+        from kagent.agent.cli.report.board import write_board
+
+        folder, _origin = runs_folder(root)
+        path, count = write_board(folder, run or "", out)
+        console.print(f"wrote {path}: {count} run(s)", highlight=False)
+        return
+    if run is None:
+        raise KagentError("give a run id or a run folder, or --runs for a board across runs",
+                          hint="`kagent runs` lists the runs")
+    from kagent.agent.cli.report.page import write_run_page
+    from kagent.agent.storage.folders import find_run
+
+    # A trace on its own (mailed, or left by a run whose folder is gone) makes a page too.
+    trace = Path(run)
+    path = write_run_page(trace if trace.suffix == ".jsonl" and trace.is_file() else find_run(run, root), out)
+    console.print(f"wrote {path} ({path.stat().st_size / 1e3:,.0f} kB)", highlight=False)
+
+
+from kagent.agent.cli.sweep.cli import sweep_app  # noqa: E402  (its own module: kagent sweep ...)
+
+app.add_typer(sweep_app, name="sweep")
+
+
+def main() -> None:
+    """Console entry point: click reports usage errors; errors users can fix get one clear line.
+
+    Ctrl-C never reaches this far: typer turns it into exit code 130 inside the command, so the
+    commands that take long (run, resume, eval) say what was interrupted themselves."""
+    try:
+        app(prog_name="kagent")
+    except KagentError as err:
+        if os.environ.get("KAGENT_DEBUG"):
+            raise
+        # Escaped: a message is plain text, and rich would take its [brackets] for markup
+        # (`pip install 'kagent[report]'` lost its extra).
+        err_console.print(f"[bold red]error:[/] {escape(err.message)}")
+        if err.hint:
+            err_console.print(f"[dim]{escape(err.hint)}[/]")
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Tools that steer the loop itself: record a design before a change, go back to an earlier
+attempt, finish. They act through the loop's handle in their context (ToolContext.loop), and
+say in their result's data what they changed, so that a resumed run rebuilds it from the trace."""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field, ValidationError
+
+from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileEffect, Restore, ToolContext, ToolFacts, ToolOutcome
+
+
+class DesignArgs(Args):
+    hypothesis: str = Field(description="What you will change and why it should help")
+    predicted: str = Field(description="The predicted effect, with numbers")
+
+
+class Design(BaseTool):
+    name = "design"
+    description = ("Record a hypothesis and its predicted effect before a change; the next attempt carries it in "
+                   "the ledger.")
+    Arguments = DesignArgs
+    facts = ToolFacts(needs_loop=True)
+
+    def execute(self, args: DesignArgs, ctx: ToolContext) -> ToolOutcome:
+        ctx.control().record_design(args.hypothesis, args.predicted)
+        return ToolOutcome(content="Recorded. The next check or benchmark attempt carries this design in the ledger.",
+                           data={"design": {"hypothesis": args.hypothesis, "predicted": args.predicted}})
+
+
+class RevertArgs(Args):
+    attempt: Optional[int] = Field(None, description="Attempt number to go back to (default: the best)")
+
+
+class Revert(BaseTool):
+    name = "revert"
+    description = "Put the workspace back to an earlier attempt (default: the best)."
+    Arguments = RevertArgs
+    facts = ToolFacts(changes_files=True, needs_loop=True)
+
+    def file_change(self, args: dict) -> FileEffect:
+        try:
+            return Restore(RevertArgs.model_validate(args).attempt)
+        except ValidationError:
+            return UNTOUCHED
+
+    def execute(self, args: RevertArgs, ctx: ToolContext) -> ToolOutcome:
+        number, changed = ctx.control().revert_to(args.attempt)
+        return ToolOutcome(content=f"The workspace is back at attempt {number}; changed: "
+                                   f"{', '.join(changed) or 'nothing'}.", data={"attempt": number})
+
+
+class FinishArgs(Args):
+    summary: str = Field(description="What was achieved and what you would try next")
+
+
+class Finish(BaseTool):
+    name = "finish"
+    description = "End the session: the best verified attempt becomes the final solution."
+    Arguments = FinishArgs
+    facts = ToolFacts(needs_loop=True)
+
+    def execute(self, args: FinishArgs, ctx: ToolContext) -> ToolOutcome:
+        ctx.control().finish(args.summary)
+        return ToolOutcome(content="Finishing: kagent re-verifies the best attempt and makes it the final solution.",
+                           data={"finished": args.summary})
