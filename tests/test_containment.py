@@ -310,15 +310,18 @@ def test_a_job_is_jailed_and_stopping_it_or_the_runs_end_kills_all_it_started(ct
     for marker in markers:
         # A child that leaves its session, and a file it may not write: the jail holds for jobs.
         command = (f"touch /usr/kagent-job-probe 2>/dev/null || echo read-only; "
-                   f"setsid {sys.executable} -c 'import time; time.sleep(300)' {marker} & sleep 300")
+                   f"setsid {sys.executable} -c 'import time; print(\"asleep\", flush=True); time.sleep(300)' "
+                   f"{marker} & sleep 300")
         assert not jobs.run({"action": "start", "command": command}, ctx).is_error
-    for _ in range(100):
-        if all(processes_with(m) for m in markers):
-            break
+    # The marker is on bash's own command line from its start: the log says when the sleeper runs.
+    logs = [ctx.workspace / "build" / "jobs" / f"{number}.log" for number in (1, 2)]
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and not all(log.read_text().endswith("asleep\n") for log in logs):
         time.sleep(0.1)
     assert all(processes_with(m) for m in markers)
     stopped = jobs.run({"action": "stop", "job": 1}, ctx)
-    assert "job 1: stopped after" in stopped.content and stopped.content.endswith("read-only"), stopped.content
+    assert "job 1: stopped after" in stopped.content and stopped.content.endswith("read-only\nasleep"), \
+        stopped.content
     assert not processes_with(markers[0]) and processes_with(markers[1])
     jobs.close()  # the run's exploration ends
     assert not processes_with(markers[1])
