@@ -56,6 +56,11 @@ class TaskRef(BaseModel):
         return list(dict.fromkeys([*self.problem.get("forbidden_imports", []), *named]))
 
     @property
+    def wants_single_launch(self) -> bool:
+        """The task's goal is one kernel launch per step (problem.yaml's ``megakernel: true``)."""
+        return self.problem.get("megakernel") is True
+
+    @property
     def prompt(self) -> str:
         prompt_file = self.path / "PROMPT.txt" if self.kind == "mega" else None
         if prompt_file and prompt_file.exists():

@@ -293,14 +293,13 @@ def test_the_long_run_files_budget_shows_the_best_and_the_latest_first(tmp_path,
 
 
 def test_a_flag_is_drawn_once_it_has_a_mark(session_run, monkeypatch):
-    """Drafts do not exist yet: an attempt's flag is drawn by adding its marker to MARKS."""
+    """An attempt's flag is drawn by its marker in MARKS, and only then: a draft has one."""
     story = read_story(session_run)
     first = story.attempts[0]
-    flagged = AttemptRow(**{**first.__dict__, "flags": ("draft",)})
-    story.attempts = [flagged, *story.attempts[1:]]
-    assert ">draft<" not in charts.speedup_chart(story)
-    monkeypatch.setitem(charts.MARKS, "draft", {"marker": "o", "s": 80, "color": "#ff00ff", "linewidths": 1})
+    story.attempts = [AttemptRow(**{**first.__dict__, "flags": ("draft",)}), *story.attempts[1:]]
     assert ">draft<" in charts.speedup_chart(story)
+    monkeypatch.delitem(charts.MARKS, "draft")
+    assert ">draft<" not in charts.speedup_chart(story)
 
 
 # -- the command line and the board ------------------------------------------------------------

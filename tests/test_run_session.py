@@ -115,12 +115,13 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert finalized.best_attempt == 2 and finalized.evaluation["verdict"] == "pass"
     # The verdict the run ends on drew more secret seeds than any evaluation during the run.
     assert len(finalized.evaluation["hidden_seeds"]) == FINAL_HIDDEN_SEEDS_FACTOR * DEFAULT_HIDDEN_SEEDS["mega"]
-    # The model was told why its change was reverted, and sees the ledger every turn.
+    # The model was told why its change was reverted, and sees the ledger in full whenever it changed.
     told = next(e.content for e in trace.events if e.type == "tool_finished" and e.name == "check"
                 and "reverted" in e.content)
     assert "incorrect" in told and "reverted to attempt 2" in told
-    last_notice = [e.text for e in trace.events if e.type == "user_notice"][-1]
-    assert "#3" in last_notice and "#2 ★" in last_notice and "[budget]" in last_notice
+    *_, after_attempt_3, last_notice = [e.text for e in trace.events if e.type == "user_notice"]
+    assert "#3" in after_attempt_3 and "#2 ★" in after_attempt_3 and "[budget]" in after_attempt_3
+    assert "Ledger: unchanged since it was last shown (3 attempts)." in last_notice and "#3" not in last_notice
 
     # Run folder files.
     status = json.loads((run_dir / "status.json").read_text())

@@ -39,15 +39,19 @@ class LoopControl(Protocol):
     """What a loop-control tool (design, revert, finish) may do to the loop that runs it; the
     agent's loop implements it and hands itself to the tools in their context."""
 
-    def record_design(self, hypothesis: str, predicted: str) -> None:
-        """The next attempt carries this design in the ledger."""
+    def record_design(self, hypothesis: str, predicted: str, draft: bool = False,
+                      why: Optional[str] = None) -> Optional[int]:
+        """The next attempt carries this design in the ledger (``draft``: attempts under it that
+        fail stay in place); ``why``, the model's reason for the last attempt's outcome, joins
+        that attempt, whose number is returned (None: there is none yet)."""
 
     def revert_to(self, attempt: Optional[int]) -> tuple[int, list[str]]:
         """Put the workspace back to ``attempt`` (None: the best) and commit that; returns the
         attempt's number and the files that changed. ToolError when there is no such attempt."""
 
-    def finish(self, summary: str) -> None:
-        """End exploring once this turn's calls are answered."""
+    def finish(self, summary: str) -> Optional[str]:
+        """End exploring once this turn's calls are answered; or, once, while the task's goal is
+        unmet and much budget remains, decline and return what remains to try."""
 
 
 @dataclass

@@ -13,19 +13,38 @@ from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileEffect, Restore, To
 class DesignArgs(Args):
     hypothesis: str = Field(description="What you will change and why it should help")
     predicted: str = Field(description="The predicted effect, with numbers")
+    draft: bool = Field(False, description="True while you build something that fails checks before it works (a "
+                                           "large kernel written and fixed in parts): until your next design, an "
+                                           "attempt that fails or regresses stays in place as a draft instead of "
+                                           "being reverted to the best. The best stays safe and is what the run "
+                                           "delivers; revert(attempt=N) goes back to any attempt.")
+    why_last: Optional[str] = Field(None, max_length=400,
+                                    description="One line: why your last attempt came out as it did (faster, "
+                                                "slower, wrong) against what you predicted. It joins that attempt "
+                                                "in the ledger.")
 
 
 class Design(BaseTool):
     name = "design"
     description = ("Record a hypothesis and its predicted effect before a change; the next attempt carries it in "
-                   "the ledger.")
+                   "the ledger. Say in why_last why the last attempt came out as it did; set draft=true while a "
+                   "large change is built through failing attempts.")
     Arguments = DesignArgs
     facts = ToolFacts(needs_loop=True)
 
     def execute(self, args: DesignArgs, ctx: ToolContext) -> ToolOutcome:
-        ctx.control().record_design(args.hypothesis, args.predicted)
-        return ToolOutcome(content="Recorded. The next check or benchmark attempt carries this design in the ledger.",
-                           data={"design": {"hypothesis": args.hypothesis, "predicted": args.predicted}})
+        explained = ctx.control().record_design(args.hypothesis, args.predicted, args.draft, args.why_last)
+        content = "Recorded. The next check or benchmark attempt carries this design in the ledger."
+        if args.draft:
+            content += (" Draft: until your next design, attempts that fail or regress stay in place; the best "
+                        "attempt stays safe and is what the run delivers.")
+        data: dict = {"design": {"hypothesis": args.hypothesis, "predicted": args.predicted, "draft": args.draft}}
+        if explained is not None:
+            data["why"] = {"attempt": explained, "text": args.why_last}
+            content += f" Your reason joins attempt {explained}."
+        elif args.why_last:
+            content += " There is no attempt yet for why_last to join."
+        return ToolOutcome(content=content, data=data)
 
 
 class RevertArgs(Args):
@@ -61,6 +80,8 @@ class Finish(BaseTool):
     facts = ToolFacts(needs_loop=True)
 
     def execute(self, args: FinishArgs, ctx: ToolContext) -> ToolOutcome:
-        ctx.control().finish(args.summary)
+        remains = ctx.control().finish(args.summary)
+        if remains is not None:
+            return ToolOutcome(content=remains, data={"finish_answered": args.summary})
         return ToolOutcome(content="Finishing: kagent re-verifies the best attempt and makes it the final solution.",
                            data={"finished": args.summary})

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kagent.agent.loop.agent import with_summary
 from kagent.agent.loop.ledger import Attempt, Design
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.storage.trace import (
@@ -57,8 +58,16 @@ def _tool_finished(state: Rebuilt, event: ToolFinished, run_dir: Path) -> None:
     # What a loop-control tool changed in the loop's books, as its result says (tools/control.py).
     if "design" in event.data:
         state.pending_design = Design.model_validate(event.data["design"])
+        state.drafting = state.pending_design.draft
+    if "why" in event.data:  # the model's reason for an attempt's outcome, given with the next design
+        number, why = event.data["why"]["attempt"], str(event.data["why"]["text"])
+        for attempt in state.ledger.attempts:
+            if attempt.number == number:
+                attempt.why = why
     if "finished" in event.data:
         state.finished_summary = str(event.data["finished"])
+    if "finish_answered" in event.data:
+        state.finish_answered = True
 
 
 def _attempt_recorded(state: Rebuilt, event: AttemptRecorded, run_dir: Path) -> None:
@@ -83,9 +92,7 @@ def _user_notice(state: Rebuilt, event: UserNotice, run_dir: Path) -> None:
 
 
 def _compacted(state: Rebuilt, event: Compacted, run_dir: Path) -> None:
-    first = state.messages[0]
-    state.messages = [Message(role="user", content=[*first.content, TextBlock(text=event.summary)]),
-                      *state.messages[1 + event.dropped_messages:]]
+    state.messages = [with_summary(state.messages[0], event.summary), *state.messages[1 + event.dropped_messages:]]
 
 
 def _run_resumed(state: Rebuilt, event: RunResumed, run_dir: Path) -> None:

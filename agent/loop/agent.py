@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from kagent.agent.loop import pricing
 from kagent.agent.loop.budget import BudgetTracker
 from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
-from kagent.agent.loop.ledger import Attempt, Design, Ledger
+from kagent.agent.loop.ledger import Attempt, Design, Ledger, single_launch
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.outcome import Cause, EndState, end_state
 from kagent.agent.settings import RunConfig
@@ -56,6 +56,16 @@ REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR
 # The final re-verification, the verdict a run ends on, draws this many times the secret
 # inputs of an evaluation: a solution wrong on rare inputs must not slip through at the end.
 FINAL_HIDDEN_SEEDS_FACTOR = 2
+# The model's notes, in the workspace: kept as they are through every revert, and shown in full
+# after every compaction, so that what a long run learned outlives its conversation.
+NOTES_FILE = "notes.md"
+NOTES_SHOWN_CHARS = 16_000
+# A finish with more than this share of the wall budget left, and the task's goal unmet, is
+# answered with what remains instead of ending the run; a second finish ends it.
+EARLY_FINISH_SHARE = 0.25
+# Past this share of the context limit the model is told, once, to bring its notes up to date
+# before older turns are compacted away.
+COMPACTION_WARNING_SHARE = 0.8
 
 
 class Stop(Exception):
@@ -113,6 +123,17 @@ class RunReport(BaseModel):
     elapsed_s: float
     warnings: list[str] = Field(default_factory=list, description="What to beware of in these figures, such as a "
                                 "model without a price (its cost reads $0)")
+
+
+COMPACTED_MARK = "[compacted]"
+
+
+def with_summary(first: Message, summary: str) -> Message:
+    """The first message (the task) with the latest compaction's summary in place of any
+    earlier one: each summary holds the whole of what the model needs, and summaries left to
+    pile up would grow the context by a solution's copy at every compaction."""
+    task = [b for b in first.content if not (isinstance(b, TextBlock) and b.text.startswith(COMPACTED_MARK))]
+    return Message(role="user", content=[*task, TextBlock(text=summary)])
 
 
 def _sha256(value: Any) -> str:
@@ -182,6 +203,10 @@ class Agent:
         self.usage = Usage()
         self.cost = 0.0
         self.pending_design: Optional[Design] = None
+        self.drafting = False  # the last design was a draft: failed attempts stay in place
+        self.finish_answered = False  # an early finish was answered once; the next one ends the run
+        self.ledger_shown: Optional[str] = None  # the ledger as last shown in full
+        self.compaction_warned = False  # told to update its notes before the coming compaction
         self.finished_summary: Optional[str] = None
         self.nudged = False
         self.final_evaluation: Optional[EvalResult] = None
@@ -227,6 +252,7 @@ class Agent:
         self.messages, self.ledger = state.messages, state.ledger
         self.finished_summary = state.finished_summary
         self.pending_design, self.usage, self.cost = state.pending_design, state.usage, state.cost
+        self.drafting, self.finish_answered = state.drafting, state.finish_answered
         self.turn = state.turn
         plan = [(call, self._settlement(call, state)) for call in state.pending_calls if call.id not in state.results]
         resumed.settled_calls = [{"call_id": c.id, "name": c.name, "action": action} for c, action in plan]
@@ -321,7 +347,7 @@ class Agent:
             return
         self.cut_answers.watch(response)
         results: list[ToolResult | TextBlock] = [self._call_tool(call) for call in calls]
-        status = self._status_text()
+        status = self._status_text() + self._compaction_warning()
         self.trace.append(UserNotice(turn=self.turn, text=status, budget=dict(self.tracker.summary())))
         self.messages.append(Message(role="user", content=[*results, TextBlock(text=status)]))
         if self.finished_summary is not None:
@@ -419,8 +445,15 @@ class Agent:
         return tool.run(call.arguments, self.tool_context(self.tracker.final_slice_starts()))
 
     # -- what the loop-control tools do (LoopControl) -----------------------------------------
-    def record_design(self, hypothesis: str, predicted: str) -> None:
-        self.pending_design = Design(hypothesis=hypothesis, predicted=predicted)
+    def record_design(self, hypothesis: str, predicted: str, draft: bool = False,
+                      why: Optional[str] = None) -> Optional[int]:
+        self.pending_design = Design(hypothesis=hypothesis, predicted=predicted, draft=draft)
+        self.drafting = draft
+        last = self.ledger.attempts[-1] if self.ledger.attempts else None
+        if why is None or last is None:
+            return None
+        last.why = why
+        return last.number
 
     def revert_to(self, attempt: Optional[int]) -> tuple[int, list[str]]:
         number = attempt if attempt is not None else self.ledger.best
@@ -429,12 +462,38 @@ class Agent:
         target = self.workspace.attempts().get(number)
         if target is None:
             raise ToolError(f"there is no attempt {number}; attempts: {sorted(self.workspace.attempts())}")
-        changed = self.workspace.restore(target)
+        changed = self.workspace.restore(target, keep=[NOTES_FILE])
         self.workspace.commit(f"revert to attempt {number} (asked by the model)")
         return number, changed
 
-    def finish(self, summary: str) -> None:
-        self.finished_summary = summary
+    def finish(self, summary: str) -> Optional[str]:
+        unmet = None if self.finish_answered else self._goal_unmet()
+        if unmet is None:
+            self.finished_summary = summary
+            return None
+        self.finish_answered = True
+        return unmet
+
+    def _goal_unmet(self) -> Optional[str]:
+        """What remains of the task's goal while much of the budget does, or None. The goal of a
+        megakernel task is an attempt that passes as one launch per step; it can be judged only
+        where launches are counted (on a GPU)."""
+        budget = self.config.budget.wall_s
+        remaining = self.tracker.deadline() - self.tracker.clock.now()
+        counted = self.config.device.startswith("cuda") or any(a.single_launch is not None
+                                                               for a in self.ledger.attempts)
+        best = self.ledger.best_attempt()
+        if (not self.task.wants_single_launch or not counted or remaining <= EARLY_FINISH_SHARE * budget
+                or (best is not None and best.single_launch)):
+            return None
+        where = (f"the best is attempt {best.number}, {best.score:.3f}x, in more than one launch per step"
+                 if best is not None and best.score is not None else "no attempt has passed a benchmark yet")
+        return (f"Not finished yet: {remaining / 60:.0f} of {budget / 60:.0f} min remain, and the task's goal, one "
+                f"kernel launch per step, is unmet ({where}). What remains to try: fuse what is left into one "
+                f"persistent kernel (the playbook's stage plan and grid barrier), keep it correct stage by stage "
+                f"(design with draft=true keeps failing attempts in place while you build), then time it with "
+                f"`stages` and `profile`. The run delivers the best single-launch attempt once one passes. Call "
+                f"finish again to end the run now anyway.")
 
     # -- attempts ----------------------------------------------------------------------------
     def _record_attempt(self, kind: str, result: EvalResult, call_id: str, scored: bool) -> str:
@@ -452,16 +511,21 @@ class Agent:
         sha = self.workspace.commit(f"attempt {number}: {kind} {result.verdict.value}\n\n"
                                     f"{design.hypothesis if design else 'no design recorded'}", trailers)
         self.workspace.mark_attempt(number, sha)
-        kept, reverted_to = True, None
-        note, lost, new_best = self.ledger.judge(result, score)
+        kept, reverted_to, draft = True, None, False
+        note, lost, new_best = self.ledger.judge(result, score, single_launch_goal=self.task.wants_single_launch)
         if new_best:
             self.ledger.best = number
             self.workspace.tag_best(sha)
-        if lost and self.config.auto_revert:
+        if lost and self.drafting:
+            draft = True
+            best = self.ledger.best_attempt()
+            note += (" — kept in place as a draft: " + (f"the best, attempt {best.number}, is safe and is what the "
+                                                         f"run delivers" if best else "there is no best yet"))
+        elif lost and self.config.auto_revert:
             target = self._revert_target()
             if target is not None:
                 reverted_to = self.workspace.attempts()[target]
-                self.workspace.restore(reverted_to)
+                self.workspace.restore(reverted_to, keep=[NOTES_FILE])
                 self.workspace.commit(f"revert to attempt {target} after attempt {number} ({note[:60]})")
                 kept = False
                 note += f" — the workspace was reverted to attempt {target}"
@@ -471,8 +535,8 @@ class Agent:
                           predicted=design.predicted if design else None, verdict=result.verdict.value,
                           reason=result.reason, score=score,
                           speedups={t.label: t.speedup for t in result.timings} if score is not None else {},
-                          files=files, commit=sha, kept=kept, note=note, elapsed_s=round(self.tracker.elapsed(), 1),
-                          tokens=self.usage.total_tokens)
+                          files=files, commit=sha, kept=kept, draft=draft, single_launch=single_launch(result),
+                          note=note, elapsed_s=round(self.tracker.elapsed(), 1), tokens=self.usage.total_tokens)
         self.ledger.attempts.append(attempt)
         message = f"Attempt {number} recorded (commit {sha[:10]}): {note}."
         self.trace.append(AttemptRecorded(attempt=attempt.model_dump(), evaluation=result.model_dump(mode="json"),
@@ -496,7 +560,29 @@ class Agent:
                 f"{s['remaining'] / 60:.1f} min (the final slice starts "
                 f"{max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()) / 60:.1f} min from now); "
                 f"tokens {self.usage.total_tokens:,}; cost ${self.cost:.2f}; best verified speedup {best_text}\n"
-                + self.ledger.render())
+                + self._ledger_text())
+
+    def _ledger_text(self) -> str:
+        """The ledger in full when it changed since the model last saw it in full, else a line:
+        on a long run it would otherwise fill the context with copies of itself. A compaction's
+        summary holds it in full, and a resumed loop shows it in full again."""
+        render = self.ledger.render()
+        if render == self.ledger_shown:
+            return f"Ledger: unchanged since it was last shown ({len(self.ledger.attempts)} attempts)."
+        self.ledger_shown = render
+        return render
+
+    def _compaction_warning(self) -> str:
+        """Once per compaction, as the context nears its limit: the model's cue to bring its
+        notes up to date while it still sees what they should say."""
+        near = self._estimate_tokens() > COMPACTION_WARNING_SHARE * self.config.context_limit_tokens
+        if self.compaction_warned or not near:
+            return ""
+        self.compaction_warned = True
+        return (f"\n[kagent] The conversation will soon be compacted: older turns will be dropped, keeping the "
+                f"task, the ledger, {self.config.solution_name} and {NOTES_FILE}. Bring {NOTES_FILE} up to date now: "
+                f"the goal, the design, stage timings, bugs and their root causes, what was tried and rejected, the "
+                f"next steps.")
 
     def _estimate_tokens(self) -> int:
         return sum(len(m.model_dump_json()) for m in self.messages) // 4 + len(self.system) // 4
@@ -514,11 +600,15 @@ class Agent:
         calls = [c.name for m in dropped for c in m.tool_calls()]
         solution = self.workspace.root / self.config.solution_name
         current = solution.read_text() if solution.exists() else "(no solution file yet)"
-        summary = (f"[compacted] {len(dropped)} earlier messages were summarized to save context. Tools called in "
-                   f"them: {', '.join(calls) or 'none'}. The ledger below is complete. The current "
+        notes = self.workspace.root / NOTES_FILE
+        notes_text = (f"Your notes ({NOTES_FILE}), as they are now:\n```\n"
+                      f"{cap(notes.read_text(errors='replace'), NOTES_SHOWN_CHARS)}\n```" if notes.is_file()
+                      else f"You keep no {NOTES_FILE} yet: write one, and it will be shown here.")
+        self.ledger_shown, self.compaction_warned = self.ledger.render(), False
+        summary = (f"{COMPACTED_MARK} {len(dropped)} earlier messages were summarized to save context. Tools called in "
+                   f"them: {', '.join(calls) or 'none'}.\n{self.ledger_shown}\n{notes_text}\nThe current "
                    f"{self.config.solution_name}:\n```\n{cap(current, 12_000)}\n```")
-        first = self.messages[0]
-        self.messages = [Message(role="user", content=[*first.content, TextBlock(text=summary)]), *self.messages[cut:]]
+        self.messages = [with_summary(self.messages[0], summary), *self.messages[cut:]]
         self.trace.append(Compacted(turn=self.turn, dropped_messages=len(dropped), summary=summary))
         self._show("compacted the conversation")
 
@@ -529,7 +619,7 @@ class Agent:
             self.trace.append(Finalized(best_attempt=None, commit=None, evaluation=None,
                                         note="no attempt passed a benchmark; the workspace is left as it was"))
             return
-        self.workspace.restore(best.commit)
+        self.workspace.restore(best.commit, keep=[NOTES_FILE])
         commit = self.workspace.commit(f"final: attempt {best.number} ({best.score:.3f}x)")
         remaining = self.tracker.deadline() - self.tracker.clock.now()
         note = "re-verified"

@@ -21,6 +21,8 @@ class Rebuilt:
     attempt_messages: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
     pending_design: Optional[Design] = None
+    drafting: bool = False  # the last design was a draft
+    finish_answered: bool = False  # an early finish was answered with what remains
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     turn: int = 0

@@ -24,7 +24,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
@@ -318,21 +318,26 @@ class Workspace:
             raise KagentError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
         return done.stdout
 
-    def restore(self, sha: str) -> list[str]:
+    def restore(self, sha: str, keep: Sequence[str] = ()) -> list[str]:
         """Makes the working tree equal to the tree of ``sha`` and returns the paths it changed.
 
         Changed files come back, files added since are removed (untracked ones too), ignored
-        files such as build outputs stay. HEAD does not move: the caller commits the result.
+        files such as build outputs stay. The files named in ``keep`` (relative paths) stay as
+        they are, where they are (the model's notes outlive a revert). HEAD does not move: the
+        caller commits the result.
         """
         target = self._resolve(sha)
+        kept = {name: (self._root / name).read_bytes() for name in keep if (self._root / name).is_file()}
         # Staging everything first puts new files in the index, so that read-tree -u, which
         # removes whatever the index has and the target lacks, removes them as well.
         self._git("add", "-A")
         changed = sorted(p for p in self._git("diff", "--cached", "--name-only", "--no-renames", "-z",
                                               target).split("\0") if p)
         self._git("read-tree", "--reset", "-u", target)
+        for name, content in kept.items():
+            (self._root / name).write_bytes(content)
         self._protect_task_files()
-        return changed
+        return [path for path in changed if path not in kept]
 
     def stash_uncommitted(self, name: str) -> str | None:
         """Sets work not yet committed aside on refs/kagent/uncommitted/<name> and cleans the tree.

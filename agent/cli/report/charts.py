@@ -29,8 +29,10 @@ STYLE: dict[RcKeyType, Any] = {
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
     "legend.fontsize": 8, "legend.frameon": False}
 # How an attempt's flag (AttemptRow.flags) is drawn over its verdict's mark. A flag without an
-# entry is not drawn: a new one (a draft, say) needs its marker here and nothing else.
-MARKS: dict[str, dict[str, Any]] = {"reverted": {"marker": "x", "s": 46, "color": "#222222", "linewidths": 1.2}}
+# entry is not drawn: a new one needs its marker here and nothing else.
+MARKS: dict[str, dict[str, Any]] = {
+    "reverted": {"marker": "x", "s": 46, "color": "#222222", "linewidths": 1.2},
+    "draft": {"marker": "D", "s": 70, "color": "#7b3294", "facecolors": "none", "linewidths": 1.2}}
 BEST_COLOUR = "#1f4e9c"
 SHAPE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 KIND_COLOURS = {"input_tokens": "#1f77b4", "output_tokens": "#d62728", "cache_read_tokens": "#2ca02c",

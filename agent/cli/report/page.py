@@ -198,11 +198,13 @@ def _ledger(story: RunStory, sources: dict[int, AttemptSource], solution_name: s
                 links.append(f'<a href="#attempt-{row.number}-file">{esc(solution_name)}</a>')
         launches = ("–" if row.launches is None else f"{row.launches}" + (" (single)" if row.single_launch else ""))
         mark = " ★" if best is not None and row.number == best.number else ""
-        kept = "" if row.kept else '<br><span class="dim">reverted</span>'
+        kept = ('<br><span class="dim">draft</span>' if "draft" in row.flags
+                else "" if row.kept else '<br><span class="dim">reverted</span>')
+        why = f'<br><span class="dim">why: {esc(shorten(row.why, 300))}</span>' if row.why else ""
         rows.append(
             f'<tr id="attempt-{row.number}"><td class="num"><a href="#event-{row.seq}">{row.number}</a>{mark}</td>'
             f"<td>{esc(row.kind)}</td><td>{esc(row.hypothesis or '–')}</td><td>{esc(row.predicted or '–')}</td>"
-            f"<td>{esc(shorten(row.note, 400))}</td><td>{verdict_span(row.verdict)}{kept}</td>"
+            f"<td>{esc(shorten(row.note, 400))}{why}</td><td>{verdict_span(row.verdict)}{kept}</td>"
             f'<td class="num">{esc(score_text(row.score, row.interval))}</td>'
             f'<td class="num">{_shape_lines(row, lambda s: f"{s.candidate_ms:.4g} ({s.baseline_ms:.4g})")}</td>'
             f'<td class="num" title="{esc(row.launch_note)}">{esc(launches)}</td>'

@@ -9,7 +9,7 @@ last line was torn read the same way: the page shows what the trace holds so far
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -80,9 +80,10 @@ class AttemptRow:
     launches: Optional[int]  # the solution's launches per step, where counted (CUDA)
     single_launch: Optional[bool]
     launch_note: str
-    # How the charts mark it beyond its verdict: "reverted" now; a flag the trace comes to carry
-    # (a draft, say) is drawn once kagent.agent.cli.report.charts.MARKS has a marker for it.
+    # How the charts mark it beyond its verdict: "reverted", or "draft" (failed, kept in place);
+    # a flag is drawn once kagent.agent.cli.report.charts.MARKS has a marker for it.
     flags: tuple[str, ...]
+    why: Optional[str] = None  # the model's reason for the outcome, given with its next design
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ def _attempt_row(event: AttemptRecorded, result: Optional[EvalResult]) -> Attemp
         note=str(attempt.get("note") or attempt.get("reason") or ""), kept=kept, commit=event.commit,
         files=[str(f) for f in attempt.get("files") or []], shapes=shapes,
         launches=launches.launches if launches else None, single_launch=launches.single_launch if launches else None,
-        launch_note=launches.note if launches else "", flags=() if kept else ("reverted",))
+        launch_note=launches.note if launches else "",
+        flags=("draft",) if attempt.get("draft") else () if kept else ("reverted",))
 
 
 def _cost_split(usage: dict[str, Any], cost: float, price: Optional[Price]) -> Optional[dict[str, float]]:
@@ -250,6 +252,10 @@ def read_story(run_dir: Path) -> RunStory:
             calls[event.call_id] = event
         elif isinstance(event, ToolFinished) and not event.is_error:
             call = calls.pop(event.call_id, None)
+            why = event.data.get("why")
+            if isinstance(why, dict):
+                attempts = [replace(a, why=str(why.get("text"))) if a.number == why.get("attempt") else a
+                            for a in attempts]
             if event.name == "revert":
                 target = (call.arguments if call else {}).get("attempt")
                 reverts.append((event.elapsed_s, target if isinstance(target, int) else None))
