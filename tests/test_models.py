@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.anthropic import to_anthropic_messages
 from kagent.agent.loop.models.retry import RetryingModel
-from kagent.agent.loop.models.scripted import ScriptedModel, load_script
+from kagent.agent.loop.models.scripted import ScriptedModel, load_script, read_script
 from kagent.agent.loop.pricing import cost, load_prices, price_known
 from kagent.core.errors import ModelError, TransientModelError
 from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, ToolResult, ToolSpec, Usage
@@ -341,6 +341,49 @@ def test_scripted_full_responses_json(tmp_path):
     script.write_text(json.dumps([full.model_dump(mode="json"), {"text": "short"}]))
     assert load_script(script)[0] == full
     assert load_script(script)[1].message.text() == "short"
+
+
+def test_a_script_may_say_it_needs_a_gpu_and_take_a_file_s_text(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "k.py").write_text("KERNEL = 1\n")
+    script = tmp_path / "gpu.yaml"
+    script.write_text("needs: cuda\nhint: run demo.yaml here\nturns:\n"
+                      "- tool_calls: [{name: write_file, arguments: {path: k.py, content: !file kernels/k.py}}]\n")
+    model = make_model(f"scripted:{script}")
+    assert (model.needs, model.hint) == ("cuda", "run demo.yaml here")
+    (call,) = model.complete("", [user("a")], TOOLS, 10).message.tool_calls()
+    assert call.arguments == {"path": "k.py", "content": "KERNEL = 1\n"}
+    (tmp_path / "plain.yaml").write_text("- text: hi\n")
+    assert make_model(f"scripted:{tmp_path / 'plain.yaml'}").needs is None
+    script.write_text("turns:\n- tool_calls: [{name: w, arguments: {content: !file kernels/missing.py}}]\n")
+    with pytest.raises(ModelError, match="!file kernels/missing.py: cannot read"):
+        load_script(script)
+    script.write_text("needs: tpu\nturns: []\n")
+    with pytest.raises(ModelError, match="may hold needs \\(one of cuda\\)"):
+        load_script(script)
+
+
+def test_the_megakernel_session_plays_kagent_s_own_kernel_and_its_edits_apply():
+    """examples/megakernel_session.yaml: its files are the example kernel's, and every edit it
+    makes finds the text it replaces, once, in the file as the session left it."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    script = read_script(examples / "megakernel_session.yaml")
+    assert script.needs == "cuda" and "examples/demo_session.yaml" in (script.hint or "")
+    files: dict[str, str] = {"solution.py": "(the port)"}
+    edits = 0
+    for turn in script.turns:
+        for call in turn.message.tool_calls():
+            args = call.arguments
+            if call.name == "write_file":
+                files[args["path"]] = args["content"]
+            elif call.name == "edit_file":
+                assert files[args["path"]].count(args["old"]) == 1, args["old"]
+                files[args["path"]] = files[args["path"]].replace(args["old"], args["new"])
+                edits += 1
+    kernel = examples / "02_kimi_linear_decode"
+    assert files["megakernel.py"] == (kernel / "megakernel.py").read_text() and edits == 4
+    names = [c.name for t in script.turns for c in t.message.tool_calls()]
+    assert names[0] == "baseline" and names[-1] == "finish" and names.count("benchmark") == 4
 
 
 def test_scripted_bad_script(tmp_path):

@@ -152,6 +152,16 @@ def test_cuda_is_checked_before_the_run_starts(tmp_path):
     assert not (tmp_path / "runs").exists() and not Path(os.environ["KAGENT_RUNS"]).exists()
 
 
+def test_a_session_written_for_a_gpu_is_refused_on_the_cpu_saying_what_to_run_instead(tmp_path):
+    session = REPO / "examples" / "megakernel_session.yaml"
+    proc = kagent("run", "02_kimi_linear_decode", "--model", f"scripted:{session}", "--device", "cpu",
+                  cwd=tmp_path, timeout=WAIT_S)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "plays a session written for a CUDA device, and this run's device is cpu" in proc.stderr
+    assert "examples/demo_session.yaml plays the demo" in proc.stderr
+    assert not Path(os.environ["KAGENT_RUNS"]).exists()  # refused before a run folder was made
+
+
 def test_exit_codes_are_documented_in_help_and_readme():
     help_text = kagent("run", "--help", cwd=REPO).stdout
     readme = (REPO / "README.md").read_text()

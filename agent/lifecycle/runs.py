@@ -184,6 +184,16 @@ def _figures(agent: Agent) -> dict[str, object]:
             "cost_usd": agent.cost}
 
 
+def _check_the_model_can_run_on(model: ChatModel, device: str) -> None:
+    """A scripted session written for a GPU is refused on a CPU at the start, before a run
+    folder exists, instead of failing at every step it plays."""
+    needs = getattr(model, "needs", None)
+    if needs == "cuda" and not device.startswith("cuda"):
+        raise KagentError(f"{model.name} plays a session written for a CUDA device, and this run's device is "
+                          f"{device}: its steps build and time GPU kernels, and none of them can run here",
+                          hint=getattr(model, "hint", None) or "run it on a machine with a GPU (--device cuda)")
+
+
 def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]] = None,
               clock: Optional[Clock] = None, model: Optional[ChatModel] = None,
               warn: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
@@ -193,6 +203,7 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
                                 thinking_budget=settings.thinking_budget,
                                 reasoning_effort=settings.reasoning_effort)
     device = resolve_device(settings.device)
+    _check_the_model_can_run_on(inner, device)
     run_id = settings.run_id or new_run_id(task.name)
     check_run_id(run_id)
     run_dir = Path(settings.runs_root or runs_dir()) / run_id

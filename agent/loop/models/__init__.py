@@ -77,4 +77,5 @@ def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Opt
                                   base_url=base_url or url, timeout_s=timeout_s, compatible=True,
                                   reasoning_effort=reasoning_effort)
     path, delay_s = module.parse_spec(rest)
-    return module.ScriptedModel(module.load_script(path), name=spec, delay_s=delay_s)
+    script = module.read_script(path)
+    return module.ScriptedModel(script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint)

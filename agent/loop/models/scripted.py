@@ -2,13 +2,20 @@
 
 Its spec is ``scripted:<file>``, or ``scripted:<file>?delay=<seconds>`` for a model that
 thinks that long before each answer (a sweep's measurements stand in for a real model so).
+
+A script is a list of turns, or a mapping ``{needs: cuda, hint: ..., turns: [...]}`` for a
+session whose steps only a GPU can run (a run on a CPU refuses it at the start, saying so,
+rather than failing at every step). In a YAML script, ``!file PATH`` stands for the text of a
+file, PATH relative to the script's folder: a session that writes a large kernel keeps the
+kernel in a file of its own, and the trace records the text itself.
 """
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -49,19 +56,57 @@ def parse_script(turns: Any) -> list[ModelResponse]:
         raise ModelError(f"the script is malformed: {exc}") from exc
 
 
-def load_script(path: Union[str, Path]) -> list[ModelResponse]:
-    """The turns of a YAML or JSON script file (JSON is YAML, but is read as JSON for clearer errors)."""
+DEVICES_A_SCRIPT_MAY_NEED = ("cuda",)
+
+
+@dataclass(frozen=True)
+class Script:
+    turns: list[ModelResponse]
+    needs: Optional[str] = None  # "cuda": the session's steps run on a GPU only
+    hint: Optional[str] = None  # what to run instead where it cannot
+
+
+def _file_loader(folder: Path) -> type[yaml.SafeLoader]:
+    """A safe YAML loader that reads ``!file PATH`` as the text of folder/PATH."""
+    def file_text(loader: yaml.SafeLoader, node: yaml.Node) -> str:
+        relative = loader.construct_scalar(node)
+        try:
+            return (folder / str(relative)).read_text()
+        except OSError as exc:
+            raise ModelError(f"the script's !file {relative}: cannot read {folder / str(relative)}: "
+                             f"{exc.strerror}") from exc
+
+    class FileLoader(yaml.SafeLoader):
+        pass
+    FileLoader.add_constructor("!file", file_text)
+    return FileLoader
+
+
+def read_script(path: Union[str, Path]) -> Script:
+    """A YAML or JSON script file (JSON is YAML, but is read as JSON for clearer errors)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ModelError(f"cannot read the script {path}: {exc.strerror}") from exc
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_file_loader(path.parent))
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise ModelError(f"the script {path} is not valid {kind}: {exc}") from exc
-    return parse_script(data)
+    if not isinstance(data, dict):
+        return Script(parse_script(data))
+    unknown = set(data) - {"needs", "hint", "turns"}
+    if unknown or "turns" not in data or data.get("needs") not in (None, *DEVICES_A_SCRIPT_MAY_NEED):
+        raise ModelError(f"the script {path} is a mapping, so it must hold turns (a list) and may hold needs "
+                         f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}) and hint; got keys {sorted(data)} "
+                         f"and needs {data.get('needs')!r}")
+    return Script(parse_script(data["turns"]), needs=data.get("needs"), hint=data.get("hint"))
+
+
+def load_script(path: Union[str, Path]) -> list[ModelResponse]:
+    """The turns of a script file."""
+    return read_script(path).turns
 
 
 def parse_spec(rest: str) -> tuple[str, float]:
@@ -83,8 +128,10 @@ def parse_spec(rest: str) -> tuple[str, float]:
 class ScriptedModel:
     """Returns the scripted responses in order, ignoring its input but recording it in ``calls``."""
 
-    def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0, delay_s: float = 0.0):
+    def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0, delay_s: float = 0.0,
+                 needs: Optional[str] = None, hint: Optional[str] = None):
         self.name = name
+        self.needs, self.hint = needs, hint  # the device its steps need, and what to run instead
         self._turns = list(turns)
         self.calls: list[list[Message]] = []
         # Turns already played (a resumed run continues where its trace says it was).
