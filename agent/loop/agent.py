@@ -567,7 +567,7 @@ class Agent:
         on a long run it would otherwise fill the context with copies of itself. A compaction's
         summary holds it in full, and a resumed loop shows it in full again."""
         render = self.ledger.render()
-        if render == self.ledger_shown:
+        if render == self.ledger_shown and self.ledger.attempts:
             return f"Ledger: unchanged since it was last shown ({len(self.ledger.attempts)} attempts)."
         self.ledger_shown = render
         return render
