@@ -317,3 +317,33 @@ def test_open_refuses_what_is_not_a_workspace(tmp_path):
 def test_a_folder_inside_a_workspace_is_not_one(ws):
     with pytest.raises(KagentError, match="not a kagent workspace"):
         Workspace.open(ws.root / "task")
+
+
+def test_a_lock_held_by_a_zombie_is_stale_and_one_held_by_a_live_process_is_not(tmp_path):
+    import os
+    import socket
+    import sys
+    import time
+
+    from kagent.agent.storage.lock import LOCK_NAME, RunLock, lock_holder
+
+    def held_by(pid: int) -> None:
+        (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "since": 0}))
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while Path(f"/proc/{dead.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)  # ended, not reaped: a zombie that os.kill(pid, 0) still finds
+        os.kill(dead.pid, 0)
+        held_by(dead.pid)
+        assert lock_holder(tmp_path) is None
+        with RunLock(tmp_path) as lock:
+            assert lock.took_over == {"pid": dead.pid, "host": socket.gethostname(), "since": 0}
+        held_by(live.pid)
+        with pytest.raises(KagentError, match=f"being driven by process {live.pid}"):
+            RunLock(tmp_path).__enter__()
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()

@@ -17,13 +17,22 @@ LOCK_NAME = "lock"
 
 
 def _alive(pid: int) -> bool:
+    """Whether the process runs. A zombie does not: killed, it keeps its pid until its parent
+    reaps it, and a parent that was killed with it leaves that to an init that may take its time
+    (a sweep member killed with its Ray worker was still a zombie when the retry resumed it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # gone meanwhile, or no /proc to ask (not Linux)
+    except (OSError, IndexError):
         return True
-    return True
+    return state not in ("Z", "X")
 
 
 def lock_holder(run_dir: Path) -> Optional[dict]:
