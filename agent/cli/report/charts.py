@@ -141,7 +141,8 @@ def speedup_chart(story: RunStory) -> str:
                     ax.scatter([_minutes(a.elapsed_s) for a in ours],
                                [FOOT] * len(ours) if on_foot else _scores(ours), zorder=4, **style, **extra)
             if flagged:
-                handles.append(Line2D([], [], marker=style["marker"], ls="", color=style["color"], label=flag))
+                handles.append(Line2D([], [], marker=style["marker"], ls="", color=style["color"], label=flag,
+                                      markerfacecolor=style.get("facecolors", style["color"])))
         best = _best_so_far(story.attempts)
         if best:
             xs, ys = zip(*best, strict=True)

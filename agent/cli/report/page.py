@@ -452,7 +452,8 @@ def render_run(story: RunStory, page: Path) -> str:
         '<a href="#ledger">attempts</a><a href="#files">diffs and files</a><a href="#transcript">transcript</a></nav>',
         _chart("speedup", "Speedup over time", drawn["speedup"],
                "One mark per attempt, coloured by verdict: a benchmark that passed at its score with its 95% interval, "
-               "any other attempt (a check, a failure) on the strip at the foot; x: reverted; the line: the best "
+               "any other attempt (a check, a failure) on the strip at the foot; x: reverted; hollow diamond: a "
+               "draft (failed, kept in place to work on); the line: the best "
                "so far; the star: the final re-verification."),
         _chart("roofline", "Time per token against the bytes floor", drawn["roofline"],
                "Per timed attempt and shape: the solution's median ms per token (solid), the baseline's in the same "
