@@ -22,7 +22,7 @@ from kagent.agent.cli.report.story import read_story
 from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.lifecycle.runs import start_run
 from kagent.agent.loop.budget import FakeClock
-from kagent.agent.loop.models.scripted import ScriptedModel, parse_script
+from kagent.agent.loop.models.scripted import ScriptedModel, parse_script, read_script
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.core.messages import ModelResponse
@@ -263,3 +263,30 @@ def test_a_300_turn_run_stays_within_the_context_and_keeps_its_notes(tmp_path, m
     assert len(compactions) <= len(warnings) <= len(compactions) + 1
     assert all(any(w < c.seq for w in warnings) for c in compactions)
     assert json.dumps(model.calls[-1][0].model_dump()).count("- goal: one launch per step") == 1
+
+
+@pytest.mark.slow
+def test_the_megakernel_session_ends_at_the_single_launch_kernel_given_a_gpu_s_outcomes(tmp_path, made_up):
+    """examples/megakernel_session.yaml through the loop, with the outcomes a GPU gives its
+    steps (made up here: the session needs one): the port, the stage launches, the single
+    launch, an incorrect attempt and a regression, both reverted; the run delivers the kernel."""
+    queue, _ = made_up
+    queue += [outcome("pass", 1.0, single_launch=False),  # the port, benchmarked
+              outcome("pass"), outcome("pass", 20.0, single_launch=False),  # the stages launched one by one
+              outcome("pass"), outcome("pass", 30.0, single_launch=True),  # one launch per step
+              outcome("incorrect"),  # the routed scaling dropped
+              outcome("pass", 20.0, single_launch=True)]  # half the SMs
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    script = read_script(examples / "megakernel_session.yaml")
+    run_dir, report = start_run(
+        RunSettings(task="02_kimi_linear_decode", model="scripted:megakernel", budget=Budget(wall_s=3600),
+                    device="cpu", scale="smoke", runs_root=tmp_path / "runs"),
+        model=ScriptedModel(script.turns, name="scripted:megakernel"))
+    notes = [a["note"] for a in attempts(run_dir)]
+    assert notes[4].startswith("new best: 30.000x, the first single launch"), notes
+    assert notes[5].startswith("incorrect") and notes[5].endswith("reverted to attempt 5")
+    assert notes[6].startswith("regression: 20.000x against the best 30.000x") and "reverted to attempt 5" in notes[6]
+    assert report.status == "finished" and report.best_attempt == 5 and not queue
+    kernel = examples / "02_kimi_linear_decode"
+    for name in ("solution.py", "megakernel.py"):
+        assert (run_dir / "workspace" / name).read_text() == (kernel / name).read_text()
