@@ -13,9 +13,11 @@ from typing import Optional
 
 import git
 import pytest
+from rich.console import Console
 
 import kagent.agent.loop.agent as loop_module
 import kagent.tools.evaluation as evaluation_module
+from kagent.agent.cli.replay import replay
 from kagent.agent.cli.report import charts
 from kagent.agent.cli.report.page import render_run
 from kagent.agent.cli.report.story import read_story
@@ -115,10 +117,13 @@ def test_a_draft_is_kept_through_three_failed_attempts_and_delivered_once_it_win
     assert report.best_attempt == 5 and report.final_verdict == "pass" and report.status == "finished"
     final = (run_dir / "workspace" / "solution.py").read_text()
     assert final == solution_at(run_dir, 5) == "part 1\npart 2, fixed\npart 3\n"
-    # The run's page marks the drafts in its chart and its table.
+    # The run's page marks the drafts in its chart and its table, and so does its replay.
     story = read_story(run_dir)
     assert [row.flags for row in story.attempts] == [(), ("draft",), ("draft",), ("draft",), ()]
     assert ">draft<" in charts.speedup_chart(story)
+    console = Console(record=True, width=200)
+    console.print(replay(run_dir, only_attempts=True))
+    assert console.export_text().count("draft, kept in place") == 3
 
 
 def test_without_a_draft_a_failed_attempt_is_reverted(tmp_path, made_up):

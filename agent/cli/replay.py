@@ -204,7 +204,8 @@ class TraceRenderer:
         head = Text.assemble(("■ attempt ", "bold"), (str(attempt.number), "bold"), f" {attempt.kind} ",
                              (attempt.verdict.upper(), VERDICT_STYLE.get(attempt.verdict, "bold")),
                              f"  score {attempt.score:.3f}x" if attempt.score is not None else "  score –",
-                             ("  reverted", "yellow") if reverted else ("  kept", "green"))
+                             ("  reverted", "yellow") if reverted else ("  draft, kept in place", "magenta")
+                             if attempt.draft else ("  kept", "green"))
         parts: list[RenderableType] = [Padding(head, (0, 0, 0, 2), expand=False)]
         if note:
             parts.append(Padding(Text(shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
