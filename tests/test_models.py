@@ -358,9 +358,10 @@ def test_a_script_may_say_it_needs_a_gpu_and_take_a_file_s_text(tmp_path):
     script.write_text("turns:\n- tool_calls: [{name: w, arguments: {content: !file kernels/missing.py}}]\n")
     with pytest.raises(ModelError, match="!file kernels/missing.py: cannot read"):
         load_script(script)
-    script.write_text("needs: tpu\nturns: []\n")
-    with pytest.raises(ModelError, match="may hold needs \\(one of cuda\\)"):
-        load_script(script)
+    for bad in ("needs: tpu\nturns: []\n", "needs: cuda\nhint: [a, b]\nturns: []\n", "needs: cuda\n"):
+        script.write_text(bad)
+        with pytest.raises(ModelError, match="may hold needs \\(one of cuda\\)"):
+            load_script(script)
 
 
 def test_the_megakernel_session_plays_kagent_s_own_kernel_and_its_edits_apply():

@@ -97,10 +97,11 @@ def read_script(path: Union[str, Path]) -> Script:
     if not isinstance(data, dict):
         return Script(parse_script(data))
     unknown = set(data) - {"needs", "hint", "turns"}
-    if unknown or "turns" not in data or data.get("needs") not in (None, *DEVICES_A_SCRIPT_MAY_NEED):
+    if (unknown or "turns" not in data or data.get("needs") not in (None, *DEVICES_A_SCRIPT_MAY_NEED)
+            or not isinstance(data.get("hint", ""), str)):
         raise ModelError(f"the script {path} is a mapping, so it must hold turns (a list) and may hold needs "
-                         f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}) and hint; got keys {sorted(data)} "
-                         f"and needs {data.get('needs')!r}")
+                         f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}) and hint (a line of text); got keys "
+                         f"{sorted(data)} and needs {data.get('needs')!r}")
     return Script(parse_script(data["turns"]), needs=data.get("needs"), hint=data.get("hint"))
 
 
