@@ -340,6 +340,8 @@ def test_a_lock_held_by_a_zombie_is_stale_and_one_held_by_a_live_process_is_not(
         assert lock_holder(tmp_path) is None
         with RunLock(tmp_path) as lock:
             assert lock.took_over == {"pid": dead.pid, "host": socket.gethostname(), "since": 0}
+        held_by(-1)  # a record without a real pid: os.kill(-1, 0) would ask about every process
+        assert lock_holder(tmp_path) is None
         held_by(live.pid)
         with pytest.raises(KagentError, match=f"being driven by process {live.pid}"):
             RunLock(tmp_path).__enter__()

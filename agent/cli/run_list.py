@@ -8,7 +8,6 @@ is shown as interrupted.
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional
@@ -24,7 +23,7 @@ from rich.text import Text
 from kagent.agent.cli.trace_reading import minutes
 from kagent.agent.outcome import ENDINGS, RunState
 from kagent.agent.storage.folders import RUN_FILES
-from kagent.agent.storage.lock import LOCK_NAME, lock_holder
+from kagent.agent.storage.lock import LOCK_NAME, lock_holder, process_alive
 
 STATUS_NAME = RUN_FILES["status"]
 UNBOUNDED_WIDTH = 1 << 20
@@ -58,25 +57,13 @@ class RunSummary(BaseModel):
 _SUMMARIES = TypeAdapter(list[RunSummary])
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by another user
-        return True
-    except (OverflowError, ValueError):  # a pid no process can have
-        return False
-    return True
-
-
 def _driver_alive(run_dir: Path, pid: Optional[int]) -> bool:
     """Whether a process still drives the run. The lock decides when there is one; a run
     written before runs took a lock has none, and then its recorded pid is the best evidence
     left (a recycled pid can make a dead run look alive; nothing better is on disk)."""
     if (run_dir / LOCK_NAME).exists():
         return lock_holder(run_dir) is not None
-    return pid is not None and pid > 0 and _pid_alive(pid)
+    return pid is not None and process_alive(pid)
 
 
 def _mtime_iso(path: Path) -> str:

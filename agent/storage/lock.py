@@ -16,16 +16,20 @@ from kagent.core.errors import KagentError
 LOCK_NAME = "lock"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether the process runs. A zombie does not: killed, it keeps its pid until its parent
     reaps it, and a parent that was killed with it leaves that to an init that may take its time
     (a sweep member killed with its Ray worker was still a zombie when the retry resumed it)."""
+    if pid <= 0:  # os.kill would signal a process group, or every process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
         pass
+    except (OverflowError, ValueError):  # a pid no process can have
+        return False
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
@@ -44,7 +48,7 @@ def lock_holder(run_dir: Path) -> Optional[dict]:
         return None
     if holder.get("host") != socket.gethostname():
         return holder  # another machine's process: it cannot be checked from here, so respect it
-    return holder if _alive(int(holder.get("pid", -1))) else None
+    return holder if process_alive(int(holder.get("pid", -1))) else None
 
 
 class RunLock:
