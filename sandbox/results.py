@@ -51,6 +51,16 @@ class Stats(Model):
     iqr_ms: float
     min_ms: float
     max_ms: float
+    median_ci_low_ms: Optional[float] = Field(None, description="95% bootstrap interval of the median, low end "
+                                              "(absent from results made before it was measured)")
+    median_ci_high_ms: Optional[float] = None
+
+    @property
+    def median_half_width(self) -> Optional[float]:
+        """Half the median's interval, as a fraction of the median."""
+        if self.median_ci_low_ms is None or self.median_ci_high_ms is None:
+            return None
+        return (self.median_ci_high_ms - self.median_ci_low_ms) / 2 / self.median_ms
 
 
 class Roofline(Model):

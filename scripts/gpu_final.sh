@@ -4,7 +4,7 @@
 # warm evaluation's wall time (issue 9), kagent's own megakernel through the harness against a
 # plain loop of its steps (issues 10 and 14), every broken variant of the coverage table at full
 # scale (issue 10), the stream kernel against the plain loop and the profiler (issue 10).
-# Run from the root of a staged copy: `cd .stage-NAME && bash scripts/gpu_final.sh`. Eight files come
+# Run from the repository root, the wheels carried (bash scripts/stage_wheels.sh): `bash scripts/gpu_final.sh`. Eight files come
 # back: log.txt, aa_cold/aa_1/aa_2.json, verdicts.json, mega_bench.json, mega_eval.json, timing_truth.json.
 set -uo pipefail
 source scripts/gpu_setup.sh

@@ -5,7 +5,7 @@
 # killed at the evaluation's limit with "no verdict"; with it the evaluation must end with
 # verdict timeout, the diagnosis "likely a grid-barrier deadlock" (the GPU 100% busy, no
 # memory traffic), and under 90 s after the solution was built.
-# Needs the wheels in .whl/ (bash /work/stage_for_gpu.sh WORKTREE NAME). Results land in $OUT.
+# Needs the wheels in .whl/ (bash scripts/stage_wheels.sh), carried. Results land in $OUT.
 set -uo pipefail
 source scripts/gpu_setup.sh
 date -u; nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader

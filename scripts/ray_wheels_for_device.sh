@@ -4,7 +4,7 @@
 # it fits in a call's 64 MiB, and the packages Ray needs that the image lacks (jsonschema
 # and what it needs). Into DEST, for scripts/gpu_sweep_multi.sh:
 #
-#   bash /work/stage_for_gpu.sh WORKTREE NAME && bash scripts/ray_wheels_for_device.sh /work/main/.stage-NAME/.whl
+#   bash scripts/stage_wheels.sh && bash scripts/ray_wheels_for_device.sh .whl
 set -euo pipefail
 dest=${1:?usage: scripts/ray_wheels_for_device.sh DEST}
 ray_version=${RAY_VERSION:-2.60.0}

@@ -12,7 +12,7 @@ weights) three ways and prints them side by side:
   (the kernel computes nothing right), so nothing here can be signed or scored.
 
 Then it says whether the harness's steady time per step is within 3% of the plain loop and
-10% of the device time, and how wide the speedup's interval is. It prints JSON lines and
+10% of the device time, and how wide the intervals of its steady time and of the speedup are. It prints JSON lines and
 writes the whole record to ``--out``.
 
     python scripts/timing_truth.py --device cuda --contexts 2048 8192 --block-steps 1 8
@@ -229,8 +229,13 @@ def verdicts(own: dict, harness: dict) -> dict:
            "ci_high": harness["ci_high"], "candidate_isolated_ms": harness.get("candidate_isolated_ms"),
            "candidate_self_timed_ms": harness.get("candidate_self_timed_ms"),
            "vs_plain_loop": steady / own["plain_loop_ms"] - 1,
-           "interval_half_width": (harness["ci_high"] - harness["ci_low"]) / 2 / harness["speedup"]}
+           "interval_half_width": (harness["ci_high"] - harness["ci_low"]) / 2 / harness["speedup"],
+           "steady_interval_half_width": (harness["candidate"]["median_ci_high_ms"]
+                                          - harness["candidate"]["median_ci_low_ms"]) / 2 / steady}
     out["within_plain_loop_tolerance"] = abs(out["vs_plain_loop"]) <= PLAIN_LOOP_TOLERANCE
+    # Both intervals, each against the issue's ±3%: the steady ms per step's own (how precisely
+    # the kernel was measured) and the speedup's (which also carries the baseline's noise).
+    out["steady_interval_within_tolerance"] = out["steady_interval_half_width"] < INTERVAL_HALF_WIDTH
     out["interval_within_tolerance"] = out["interval_half_width"] < INTERVAL_HALF_WIDTH
     if own.get("profiler_device_ms"):
         out["vs_device_time"] = steady / own["profiler_device_ms"] - 1

@@ -15,6 +15,7 @@ from kagent.sandbox.evaluate import authentic_event, promote_cache
 from kagent.sandbox.harness import compare, launches, timing
 from kagent.sandbox.harness.loading import DiskCache
 from kagent.sandbox.harness.mega import StepChecker
+from kagent.sandbox.results import Stats
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
 
 
@@ -61,6 +62,18 @@ def test_summary_and_geomean():
     stats = timing.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert stats["median_ms"] == 3.0 and stats["n"] == 5 and stats["max_ms"] == 100.0
     assert timing.geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_the_median_interval_narrows_with_more_blocks_and_ignores_an_outlier():
+    rng = np.random.default_rng(1)
+    few, many = (timing.summarize(list(1.0 + 0.02 * rng.standard_normal(n)) + [9.0]) for n in (8, 256))
+    for stats in (few, many):
+        assert stats["median_ci_low_ms"] <= stats["median_ms"] <= stats["median_ci_high_ms"]
+        assert 0.97 < stats["median_ci_low_ms"] and stats["median_ci_high_ms"] < 1.03  # the 9.0 pulls no end
+    assert (many["median_ci_high_ms"] - many["median_ci_low_ms"]) < (few["median_ci_high_ms"] - few["median_ci_low_ms"]) / 2
+    half = Stats(**many).median_half_width
+    assert half is not None and half < 0.01
+    assert Stats(**{k: v for k, v in many.items() if not k.startswith("median_ci")}).median_half_width is None
 
 
 class _Process:

@@ -72,8 +72,10 @@ def summarize(result: EvalResult) -> str:
     for t in result.timings:
         fraction = f" · {t.roofline.candidate_fraction:.1%} of the bytes floor" if t.roofline else ""
         noise = ", within noise" if t.within_noise else ""
+        precision = t.candidate.median_half_width
+        measured = f" (±{precision:.1%})" if precision is not None else ""
         lines.append(f"{t.label}: baseline {t.baseline.median_ms:.4g} ms/token, solution {t.candidate.median_ms:.4g} "
-                     f"ms/token → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
+                     f"ms/token{measured} → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
                      f"{t.tokens_per_s:.0f} tok/s{fraction}")
         if t.candidate_host_overhead_ms is not None:
             lines.append(f"{t.label}: one step on its own (synchronized around) takes "

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The megakernel on one GPU: bench.py's figures (the single launch against the stage-by-stage
 # launches, a plain chain loop's ms per step, launches per step, registers and shared memory),
-# then `kagent eval` at full scale. Run from the root of a staged copy of the repository:
-#   bash /work/stage_for_gpu.sh WORKTREE mega   # then, with carry [".stage-mega"]:
-#   cd .stage-mega && bash examples/02_kimi_linear_decode/gpu_run.sh
+# then `kagent eval` at full scale. Run from the repository root:
+#   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
+#   bash examples/02_kimi_linear_decode/gpu_run.sh
 # A Triton cache compiled ahead on a CPU (see README) may sit in ./kimi-triton-cache; where its
 # keys match the GPU machine's Triton, nothing is compiled there. Results land in $OUT.
 set -uo pipefail
