@@ -285,6 +285,9 @@ class ChildRun(BaseModel):
     stdout_tail: str
     stderr_tail: str
     resources: containment.ResourceReport
+    overhead: dict[str, float] = Field(default_factory=dict, description="Seconds of the child's life outside "
+                                       "its phases: start (spawned to its first event: the jail, the interpreter, "
+                                       "torch), exit (its last event to its whole group stopped)")
 
 
 def _tail(path: Path) -> str:
@@ -342,6 +345,7 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     key_read, key_write = os.pipe()
     os.write(key_write, key)
     os.close(key_write)
+    spawned = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         # No network, its own pid namespace, those files and caps on processes and memory where
         # this machine allows; the pipes pass through unshare and the jail, which exec the
@@ -361,10 +365,15 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
         os.close(read_fd)
         # Give a finished child a moment to exit by itself; then no mercy for the group.
         finished = child.stop(grace_s=0 if received.timed_out else 10, timed_out=received.timed_out)
+    stopped = time.monotonic()
+    overhead = {}
+    if received.first_event_at is not None:
+        overhead["start"] = round(received.first_event_at - spawned, 3)
+        overhead["exit"] = round(stopped - received.last_event_at, 3)
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
     return ChildRun(events=received.events, forged=received.forged, exit_code=finished.exit_status,
                     timed_out=received.timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
-                    resources=finished.resources)
+                    resources=finished.resources, overhead=overhead)
 
 
 class ResultPipe:
@@ -375,6 +384,8 @@ class ResultPipe:
         self.events: list[dict] = []
         self.forged: list[str] = []
         self.timed_out = False
+        self.first_event_at: Optional[float] = None
+        self.last_event_at: Optional[float] = None
 
     def read(self, child: runner.Running, deadline: float, progress: Optional[Callable[[dict], None]]) -> None:
         """Until ``done``, the pipe's end, the child's exit (and a grace for stragglers holding
@@ -405,6 +416,8 @@ class ResultPipe:
                         self.forged.append(line[:200].decode("utf-8", "replace"))
                     else:
                         self.events.append(event)
+                        self.last_event_at = time.monotonic()
+                        self.first_event_at = self.first_event_at or self.last_event_at
                         if progress is not None:
                             progress(event)
                 if self.events and self.events[-1].get("event") == "done":
@@ -494,8 +507,10 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
                               wall_seconds=round(time.monotonic() - started, 3))
     with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
         bundle = Bundle(Path(tmp), task, solution)
+        setup = time.monotonic() - started
         try:
             child = run_child(bundle, _job(task, bundle, options), options, progress)
+            child_done = time.monotonic()
             tampered = bundle.tampering()
             if options.cache_dir is not None:
                 promote_cache(bundle.cache_staging, options.cache_dir, child.events)
@@ -504,6 +519,8 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
                 _make_writable(folder)  # so the temporary folder can be removed
         result = assemble(header, child, tampered, bundle.digest(), options)
     result.wall_seconds = round(time.monotonic() - started, 3)
+    result.overhead_seconds = {"setup": round(setup, 3), **child.overhead,
+                               "teardown": round(time.monotonic() - child_done, 3)}
     return result
 
 

@@ -198,6 +198,11 @@ class EvalResult(Model):
     started_at: str
     wall_seconds: float = Field(description="Whole evaluation, process start to verdict")
     phases: dict[str, float] = Field(default_factory=dict, description="Seconds per phase in the child")
+    overhead_seconds: dict[str, float] = Field(default_factory=dict, description="The rest of the wall time: setup "
+                                               "(static rules, the pristine copy), start (the child's jail, "
+                                               "interpreter and imports, to its first event), exit (its last event "
+                                               "to its whole group stopped), teardown (the tamper check, the cache's "
+                                               "new entries promoted, the folder removed)")
     checks: list[CheckResult] = Field(default_factory=list)
     static_findings: list[StaticFinding] = Field(default_factory=list)
     timings: list[ShapeTiming] = Field(default_factory=list)

@@ -55,7 +55,7 @@ def aa_runs(runs: list[tuple[str, dict]]) -> None:
         result = evaluate(KIMI, None, full_scale(mode="aa", **extra))
         (OUT / f"{label}.json").write_text(result.model_dump_json(indent=1))
         print(f"== {label} {extra}: {result.verdict.value} score={result.score} wall={result.wall_seconds:.1f}s "
-              f"(process {time.monotonic() - started:.1f}s) phases={result.phases}")
+              f"(process {time.monotonic() - started:.1f}s) phases={result.phases} outside={result.overhead_seconds}")
         if result.verdict.value != "pass":
             print(f"   reason: {result.reason[:400]}\n   stderr: {result.stderr_tail[-1500:]}")
         for t in result.timings:

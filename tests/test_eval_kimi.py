@@ -372,6 +372,12 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     assert result.score is not None and result.score > 0
     assert result.environment.torch and result.bandwidth.bytes_per_s > 0
     assert result.phases["timing"] > 0 and result.wall_seconds > 0
+    # The wall time is accounted for: the child's phases and what lies outside them.
+    assert list(result.overhead_seconds) == ["setup", "start", "exit", "teardown"]
+    accounted = sum(result.phases.values()) + sum(result.overhead_seconds.values())
+    assert result.wall_seconds * 0.9 < accounted <= result.wall_seconds + 0.01
+    for t in result.timings:
+        assert t.candidate.median_ci_low_ms <= t.candidate.median_ms <= t.candidate.median_ci_high_ms
     # Fixed-seed reference outputs and weights were cached on disk by an earlier run (or this one).
     assert (kagent_home / "weights").is_dir() and (kagent_home / "outputs").is_dir()
 

@@ -138,7 +138,9 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
         where = env.gpu_name or f"CPU ({env.platform})"
         lines.append(f"on {where}, torch {env.torch}, CUDA {env.cuda or '–'}, driver {env.driver or '–'}")
     phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
-    lines.append(f"wall time {result.wall_seconds:.1f} s" + (f" ({phases})" if phases else ""))
+    overhead = ", ".join(f"{k} {v:.1f}s" for k, v in result.overhead_seconds.items())
+    lines.append(f"wall time {result.wall_seconds:.1f} s" + (f" ({phases})" if phases else "")
+                 + (f"; outside the harness's phases: {overhead}" if overhead else ""))
     if result_path:
         lines.append(f"result written to {result_path}")
     return lines
