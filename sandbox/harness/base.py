@@ -258,7 +258,13 @@ class EvaluationBase:
         (the baseline's file, the device, torch), in a cache entry staged now that no solution
         code can run."""
         self._report(self._profiled(self.solution, method, inputs()), "candidate", "the solution's process", context)
+        self.phase("launches")
         self.solution.close()
+        self.phase("solution_closed")
+        self._baseline_launches(method, inputs, context)
+        self.phase("baseline_launches")
+
+    def _baseline_launches(self, method: str, inputs: Callable[[], list], context: dict) -> None:
         baseline = self.baseline_process
         assert baseline is not None, "launches are counted in the modes that time, which start the baseline's process"
         spec = self.spec("baseline")

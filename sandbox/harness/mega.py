@@ -754,7 +754,6 @@ class MegaEvaluation(EvaluationBase):
             return
         context_len = self.timing_shapes[0]["context_len"]
         self.count_launches("step", lambda: self.timing_inputs(context_len), context_len=context_len)
-        self.phase("launches")
 
     def empty_requests(self, process: Any) -> tuple[dict, dict]:
         shape = self.timing_shapes[0]
