@@ -367,9 +367,10 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
         finished = child.stop(grace_s=0 if received.timed_out else 10, timed_out=received.timed_out)
     stopped = time.monotonic()
     overhead = {}
-    if received.first_event_at is not None:
-        overhead["start"] = round(received.first_event_at - spawned, 3)
-        overhead["exit"] = round(stopped - received.last_event_at, 3)
+    first, last = received.first_event_at, received.last_event_at
+    if first is not None and last is not None:
+        overhead["start"] = round(first - spawned, 3)
+        overhead["exit"] = round(stopped - last, 3)
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
     return ChildRun(events=received.events, forged=received.forged, exit_code=finished.exit_status,
                     timed_out=received.timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),

@@ -15,8 +15,8 @@ from kagent.sandbox.evaluate import authentic_event, promote_cache
 from kagent.sandbox.harness import compare, launches, timing
 from kagent.sandbox.harness.loading import DiskCache
 from kagent.sandbox.harness.mega import StepChecker
-from kagent.sandbox.results import Stats
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
+from kagent.sandbox.results import Stats
 
 
 def test_speedup_interval_contains_one_for_identical_distributions():
@@ -70,7 +70,9 @@ def test_the_median_interval_narrows_with_more_blocks_and_ignores_an_outlier():
     for stats in (few, many):
         assert stats["median_ci_low_ms"] <= stats["median_ms"] <= stats["median_ci_high_ms"]
         assert 0.97 < stats["median_ci_low_ms"] and stats["median_ci_high_ms"] < 1.03  # the 9.0 pulls no end
-    assert (many["median_ci_high_ms"] - many["median_ci_low_ms"]) < (few["median_ci_high_ms"] - few["median_ci_low_ms"]) / 2
+    width = {name: stats["median_ci_high_ms"] - stats["median_ci_low_ms"] for name, stats in (("few", few),
+                                                                                              ("many", many))}
+    assert width["many"] < width["few"] / 2
     half = Stats(**many).median_half_width
     assert half is not None and half < 0.01
     assert Stats(**{k: v for k, v in many.items() if not k.startswith("median_ci")}).median_half_width is None
