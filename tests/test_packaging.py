@@ -139,5 +139,7 @@ def test_ci_runs_the_readme_test_command_verbatim():
     command = readme[start:readme.index("\n```", start)]
     assert command.startswith("python3 -m venv .venv") and "pytest" in command
     ci = (REPO / ".ci" / "run").read_text().splitlines()
-    assert command in ci
-    assert "export KAGENT_REQUIRE_CHROMIUM=1" in ci[:ci.index(command)], "the browser test must not skip in CI"
+    # Any failure in the chain ends CI (set -e alone ignores one before the chain's last command).
+    line = f"{command} || exit $?"
+    assert line in ci
+    assert "export KAGENT_REQUIRE_CHROMIUM=1" in ci[:ci.index(line)], "the browser test must not skip in CI"
