@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from kagent.sandbox.evaluate import HARNESS
+from kagent.sandbox.results import Stats
 from kagent.tasks import resolve_task
 
 # The harness as an evaluation runs it: a pristine copy, imported as kagent_harness (the
@@ -230,8 +231,7 @@ def verdicts(own: dict, harness: dict) -> dict:
            "candidate_self_timed_ms": harness.get("candidate_self_timed_ms"),
            "vs_plain_loop": steady / own["plain_loop_ms"] - 1,
            "interval_half_width": (harness["ci_high"] - harness["ci_low"]) / 2 / harness["speedup"],
-           "steady_interval_half_width": (harness["candidate"]["median_ci_high_ms"]
-                                          - harness["candidate"]["median_ci_low_ms"]) / 2 / steady}
+           "steady_interval_half_width": Stats(**harness["candidate"]).median_half_width}
     out["within_plain_loop_tolerance"] = abs(out["vs_plain_loop"]) <= PLAIN_LOOP_TOLERANCE
     # Both intervals, each against the issue's ±3%: the steady ms per step's own (how precisely
     # the kernel was measured) and the speedup's (which also carries the baseline's noise).
