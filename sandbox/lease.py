@@ -24,9 +24,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kagent.sandbox.harness.lease import Lease
+from kagent.sandbox.harness.lease import LEASE_DIR_ENV, Lease
 
-LEASE_DIR_ENV = "KAGENT_GPU_LEASE"
 HOLDER_ENV = "KAGENT_GPU_LEASE_HOLDER"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -40,7 +39,8 @@ class LeaseRecord(BaseModel):
     holder: str = Field(description="Who held it: the run id a sweep gave the member")
     host: str
     pid: int = Field(description="The process that held it (an evaluation's referee)")
-    kind: Literal["shared", "exclusive"] = Field(description="exclusive: the device alone (timing, profiling)")
+    kind: Literal["shared", "exclusive"] = Field(description="exclusive: the device alone (timing, "
+                                                         "profiling, calibration, a busy probe asked again)")
     what: str = Field(description="The work it was held for")
     requested_at: float = Field(description="Unix time the lease was asked for")
     acquired_at: float

@@ -208,8 +208,9 @@ class EvalResult(Model):
     timings: list[ShapeTiming] = Field(default_factory=list)
     score: Optional[float] = Field(None, description="Geometric mean of the speedups over the timed shapes")
     launches: list[LaunchReport] = Field(default_factory=list)
-    gpu_leases: list[LeaseRecord] = Field(default_factory=list, description="The device lease held alone for the "
-                                          "timing (and a bandwidth measurement), under a sweep (sandbox/lease.py)")
+    gpu_leases: list[LeaseRecord] = Field(default_factory=list, description="The device lease held alone, under "
+                                          "a sweep (sandbox/lease.py): the timing, a bandwidth measurement, the "
+                                          "calibration, a busy probe asked again")
     bandwidth: Optional[Bandwidth] = None
     environment: Optional[Environment] = None
     clocks_during_timing: dict = Field(default_factory=dict)

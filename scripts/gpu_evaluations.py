@@ -8,7 +8,10 @@ broken variant of the coverage table at full scale.
 
 Results go to $OUT (each A/A run's EvalResult as JSON; verdicts.json for the rest); the
 reference weights' cache is $KAGENT_HOME, so every evaluation after the first is warm. Checks
-only (no timing) run several at once: a verdict does not depend on the machine's load.
+only (no timing) run several at once, under one device lease as a sweep's members do (its
+folder a fresh temporary one, unless $KAGENT_GPU_LEASE names one): a verdict must not depend on the
+machine's load, and a probe that reads the device busy beside another evaluation's work is
+asked again with the device alone (each outcome counts those).
 
 The honest solution is the reference's own code; every candidate here builds without the
 reference's random draws (its weights are loaded after construction anyway), which spares
@@ -18,11 +21,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kagent.sandbox.evaluate import EvalOptions, evaluate
+from kagent.sandbox.lease import LEASE_DIR_ENV
 from kagent.tasks import resolve_task
 
 OUT = Path(os.environ["OUT"])
@@ -81,8 +86,10 @@ def _checked(job: tuple[str, Path, dict]) -> dict:
     started = time.monotonic()
     result = evaluate(KIMI, solution, full_scale(mode="check", **extra))
     failed = [c for c in result.checks if c.status != "pass"]
+    confirming = [hold for hold in result.gpu_leases if hold.what.startswith("confirming")]
     return {"label": label, "verdict": result.verdict.value, "reason": result.reason[:300],
             "failed_check": failed[0].name if failed else None, "seconds": round(time.monotonic() - started, 1),
+            "probes_asked_again": len(confirming), "waited_alone_s": round(sum(h.waited_s for h in confirming), 2),
             "phases": result.phases, "gpu_uuid": result.environment.gpu_uuid if result.environment else None}
 
 
@@ -93,8 +100,9 @@ def _run_all(jobs: list[tuple[str, Path, dict]], parallel: int, name: str) -> li
     outcomes = []
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for outcome in pool.map(_checked, jobs):
-            print(f"== {outcome['label']}: {outcome['verdict']} in {outcome['seconds']}s: {outcome['reason'][:160]}",
-                  flush=True)
+            print(f"== {outcome['label']}: {outcome['verdict']} in {outcome['seconds']}s "
+                  f"({outcome['probes_asked_again']} probes asked again alone, {outcome['waited_alone_s']}s waited): "
+                  f"{outcome['reason'][:160]}", flush=True)
             outcomes.append(outcome)
             _save(name, outcomes)
     print(f"   {len(jobs)} evaluations, {parallel} at once: {time.monotonic() - started:.1f}s")
@@ -144,6 +152,7 @@ def _save(name: str, outcomes: list[dict]) -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault(LEASE_DIR_ENV, tempfile.mkdtemp(prefix="kagent-leases-"))
     if sys.argv[1] == "aa":
         aa_runs(json.loads(sys.argv[2]))
     elif sys.argv[1] == "verdicts":

@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from kagent.sandbox.harness import lease as harness_lease
 from kagent.sandbox.harness.lease import Lease
+from kagent.sandbox.harness.remote import LeftRunning, Watch
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV, exclusive_here, lease_name, open_lease, read_records
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
@@ -128,6 +131,8 @@ def test_a_killed_holder_frees_the_lease(lease_dir, tmp_path):
     assert [r.holder for r in records] == ["next"]  # the killed hold never ended, so it is not there
 
 
+CALIBRATION = "calibrating the requests' floor and the device probe"
+
 KB = '''
 import torch
 
@@ -177,7 +182,11 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
     # Shared from its start; alone for the timing, last (and for the bandwidth, measured once
     # per machine, then shared again); one hold after the other.
     assert mine[0].kind == "shared" and (mine[-1].kind, mine[-1].what) == ("exclusive", "timing")
-    assert {r.what for r in mine if r.kind == "exclusive"} <= {"timing", "bandwidth"}
+    alone = [r.what for r in mine if r.kind == "exclusive"]
+    assert set(alone) <= {"timing", "bandwidth", CALIBRATION}
+    # What timing gives back from every block is measured with the device alone too, before
+    # the solution is loaded (another member's work would raise it).
+    assert alone.count(CALIBRATION) == 1 and alone.index(CALIBRATION) < alone.index("timing")
     assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:], strict=False))
     # It waited for the blocker at its start (which let go a second after it saw it wait).
     assert mine[0].waited_s >= 0.9
@@ -202,3 +211,68 @@ def test_the_profile_tool_holds_the_lease_alone(lease_dir, kimi, kagent_home, tm
     assert not out.is_error, out.content
     (hold,) = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
     assert (hold.kind, hold.what, hold.holder) == ("exclusive", "profile", "test-holder")
+
+
+class ScriptedProbe:
+    """The device probe's readings, in order (on the CPU there is no device to probe)."""
+
+    idle_ms, limit_ms = 0.3, 1.0
+
+    def __init__(self, *readings: float):
+        self.readings = list(readings)
+
+    def milliseconds(self) -> float:
+        return self.readings.pop(0)
+
+
+@pytest.fixture
+def evaluation_lease(lease_dir, monkeypatch):
+    """This process as an evaluation's referee that holds the lease shared, as it does while checking."""
+    mine = _lease("checking")
+    mine.acquire("shared", "evaluation (check)")
+    monkeypatch.setattr(harness_lease, "_current", mine)
+    yield mine
+    mine.close()
+
+
+def _watch(probe: ScriptedProbe) -> Watch:
+    watch = Watch(torch.device("cpu"), pid_namespace=False)
+    watch.probe = probe  # type: ignore[assignment]
+    return watch
+
+
+def test_a_busy_probe_while_sharing_is_asked_again_with_the_device_alone(evaluation_lease, lease_dir):
+    """Another member's checks delay the probe as work left behind would: it is not hidden work
+    unless the device is still busy once this evaluation holds it alone."""
+    other = _lease("another member")
+    other.acquire("shared", "evaluation (check)")
+    threading.Timer(0.5, other.release).start()
+    watch = _watch(ScriptedProbe(0.4))  # the reading taken with the device alone
+    started = time.monotonic()
+    assert watch.check("running a step", 4.5) == 0.4  # the reading taken alone is the one that stands
+    assert time.monotonic() - started >= 0.45  # it waited for the other member to let go
+    assert watch.confirmed == [{"what": "running a step", "first_ms": 4.5, "alone_ms": 0.4}]
+    assert evaluation_lease.hold is not None and evaluation_lease.hold["kind"] == "shared"  # sharing again
+    other.close()
+    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    (confirming,) = [r for r in records if r.kind == "exclusive"]
+    assert confirming.holder == "checking" and confirming.what == "confirming an idle device after running a step"
+    assert confirming.acquired_at >= max(r.released_at for r in records if r.holder == "another member")
+
+
+def test_work_left_behind_still_fails_with_the_device_alone(evaluation_lease):
+    watch = _watch(ScriptedProbe(4.5))
+    with pytest.raises(LeftRunning, match=r"took 4\.500 ms, then 4\.500 ms with the device alone"):
+        watch.check("loading the solution", 4.5)
+
+
+def test_a_probe_while_timing_alone_or_without_a_lease_is_not_asked_again(evaluation_lease, monkeypatch):
+    watch = _watch(ScriptedProbe())  # no reading left: asking again would fail the test
+    assert watch.check("a timed block", 0.9) == 0.9  # within the limit
+    with harness_lease.exclusive("timing", shared_after=False):
+        with pytest.raises(LeftRunning, match=r"took 1\.200 ms with the device alone \(idle"):
+            watch.check("a timed block", 1.2)
+    monkeypatch.setattr(harness_lease, "_current", None)
+    with pytest.raises(LeftRunning, match=r"evaluations that share a GPU must share its lease \(\$KAGENT_GPU_LEASE\)"):
+        watch.check("running a step", 1.2)
+    assert watch.confirmed == []

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import bandwidth, building, environment, remote, watchdog
+from . import bandwidth, building, environment, lease, remote, watchdog
 from .exchange import Arena, bytes_needed, encode
 from .loading import CandidateError, DiskCache, TaskError, digest
 from .protocol import Channel, make_non_dumpable
@@ -135,9 +135,12 @@ class EvaluationBase:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
 
-        # The watchdog scales its patience by this work's time: a step of the referee's own.
-        remote.calibrate(self.contestants(), self.solution.watchdog.time_baseline(interlude_done),
-                         self.empty_requests)
+        # The device alone (under a sweep's lease): another evaluation's work would raise the floor
+        # that every timed block gives back, and the probe's limit, as it does their readings.
+        with lease.exclusive("calibrating the requests' floor and the device probe"):
+            # The watchdog scales its patience by this work's time: a step of the referee's own.
+            remote.calibrate(self.contestants(), self.solution.watchdog.time_baseline(interlude_done),
+                             self.empty_requests)
         self.interlude = interlude
 
     def empty_requests(self, process: ContestantProcess) -> tuple[dict, dict]:

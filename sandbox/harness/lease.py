@@ -2,8 +2,10 @@
 
 Several kagent runs (the members of a sweep) may share one GPU. Each evaluation holds the
 device's lease *shared* while it loads, builds and checks (work other evaluations may do at
-the same time) and *exclusive* while it times or profiles: then no other evaluation under the
-same lease runs anything on the device. Compiles and the model's thinking take no lease.
+the same time) and *exclusive* while it times, profiles or calibrates what timing subtracts,
+and to confirm that a probe which found the device busy during the checks was not delayed by
+another evaluation's work: then no other evaluation under the same lease runs anything on the
+device. Compiles and the model's thinking take no lease.
 
 The lease is two flock(2) locks, on files the agent side opens and hands over as descriptors
 in the job (``gpu_lease``: gate, lock, log, holder, name; see kagent.sandbox.lease), so that
@@ -32,6 +34,8 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 RECORD_VERSION = 1
+# The folder of a sweep's leases (kagent.sandbox.lease reads it; named here for messages).
+LEASE_DIR_ENV = "KAGENT_GPU_LEASE"
 
 
 class Lease:
@@ -99,6 +103,13 @@ def shared(job: dict, channel: Any) -> Iterator[None]:
         lease.close()
 
 
+def held() -> Optional[str]:
+    """How this evaluation holds its device's lease now: "shared" (other evaluations' work may
+    be on the device), "exclusive", or None (no lease: nothing is known of other work)."""
+    lease = _current
+    return lease.hold["kind"] if lease is not None and lease.hold is not None else None
+
+
 @contextmanager
 def exclusive(what: str, shared_after: bool = True) -> Iterator[None]:
     """Timed or profiled work: the device alone, then (``shared_after``) back to sharing it.
@@ -116,4 +127,4 @@ def exclusive(what: str, shared_after: bool = True) -> Iterator[None]:
     finally:
         lease.release()
         if shared_after:
-            lease.acquire("shared", "evaluation (after timing)")
+            lease.acquire("shared", f"evaluation (after {what})")
