@@ -11,7 +11,7 @@ reference weights' cache is $KAGENT_HOME, so every evaluation after the first is
 only (no timing) run several at once, under one device lease as a sweep's members do (its
 folder a fresh temporary one, unless $KAGENT_GPU_LEASE names one): a verdict must not depend on the
 machine's load, and a probe that reads the device busy beside another evaluation's work is
-asked again with the device alone (each outcome counts those).
+read again, and where still busy asked again with the device alone (each outcome counts them).
 
 The honest solution is the reference's own code; every candidate here builds without the
 reference's random draws (its weights are loaded after construction anyway), which spares
@@ -86,10 +86,12 @@ def _checked(job: tuple[str, Path, dict]) -> dict:
     started = time.monotonic()
     result = evaluate(KIMI, solution, full_scale(mode="check", **extra))
     failed = [c for c in result.checks if c.status != "pass"]
+    asked_again = [probe for check in result.checks for probe in check.data.get("probes_asked_again", [])]
     confirming = [hold for hold in result.gpu_leases if hold.what.startswith("confirming")]
     return {"label": label, "verdict": result.verdict.value, "reason": result.reason[:300],
             "failed_check": failed[0].name if failed else None, "seconds": round(time.monotonic() - started, 1),
-            "probes_asked_again": len(confirming), "waited_alone_s": round(sum(h.waited_s for h in confirming), 2),
+            "probes_asked_again": len(asked_again), "asked_alone": len(confirming),
+            "waited_alone_s": round(sum(h.waited_s for h in confirming), 2),
             "phases": result.phases, "gpu_uuid": result.environment.gpu_uuid if result.environment else None}
 
 
@@ -101,7 +103,8 @@ def _run_all(jobs: list[tuple[str, Path, dict]], parallel: int, name: str) -> li
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for outcome in pool.map(_checked, jobs):
             print(f"== {outcome['label']}: {outcome['verdict']} in {outcome['seconds']}s "
-                  f"({outcome['probes_asked_again']} probes asked again alone, {outcome['waited_alone_s']}s waited): "
+                  f"({outcome['probes_asked_again']} busy probes read again, {outcome['asked_alone']} of them with the "
+                  f"device alone after {outcome['waited_alone_s']}s): "
                   f"{outcome['reason'][:160]}", flush=True)
             outcomes.append(outcome)
             _save(name, outcomes)

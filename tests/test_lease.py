@@ -14,7 +14,7 @@ import torch
 
 from kagent.sandbox.harness import lease as harness_lease
 from kagent.sandbox.harness.lease import Lease
-from kagent.sandbox.harness.remote import LeftRunning, Watch
+from kagent.sandbox.harness.remote import SHARED_REPROBES, LeftRunning, Watch
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV, exclusive_here, lease_name, open_lease, read_records
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
@@ -241,17 +241,28 @@ def _watch(probe: ScriptedProbe) -> Watch:
     return watch
 
 
-def test_a_busy_probe_while_sharing_is_asked_again_with_the_device_alone(evaluation_lease, lease_dir):
-    """Another member's checks delay the probe as work left behind would: it is not hidden work
-    unless the device is still busy once this evaluation holds it alone."""
+def test_a_busy_probe_while_sharing_is_read_again_and_one_idle_reading_settles_it(evaluation_lease, lease_dir):
+    """Another member's steps delay the probe for moments: the solution's process is stopped, so
+    one reading within the limit shows it left nothing pending, without waiting for the device."""
+    watch = _watch(ScriptedProbe(2.0, 3.0, 0.5))
+    assert watch.check("running a step", 4.5) == 0.5
+    assert watch.confirmed == [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.5, "alone": False}]
+    assert evaluation_lease.hold is not None and evaluation_lease.hold["kind"] == "shared"
+    assert not [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.kind == "exclusive"]
+
+
+def test_a_probe_busy_at_every_reading_while_sharing_is_asked_again_with_the_device_alone(evaluation_lease,
+                                                                                           lease_dir):
+    """Busy through every reading (the device saturated by other members): the last word is a
+    reading with the device alone, after the other members let go."""
     other = _lease("another member")
     other.acquire("shared", "evaluation (check)")
     threading.Timer(0.5, other.release).start()
-    watch = _watch(ScriptedProbe(0.4))  # the reading taken with the device alone
+    watch = _watch(ScriptedProbe(*[4.0] * SHARED_REPROBES, 0.4))  # the last: with the device alone
     started = time.monotonic()
-    assert watch.check("running a step", 4.5) == 0.4  # the reading taken alone is the one that stands
+    assert watch.check("running a step", 4.5) == 0.4
     assert time.monotonic() - started >= 0.45  # it waited for the other member to let go
-    assert watch.confirmed == [{"what": "running a step", "first_ms": 4.5, "alone_ms": 0.4}]
+    assert watch.confirmed == [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.4, "alone": True}]
     assert evaluation_lease.hold is not None and evaluation_lease.hold["kind"] == "shared"  # sharing again
     other.close()
     records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
@@ -261,7 +272,7 @@ def test_a_busy_probe_while_sharing_is_asked_again_with_the_device_alone(evaluat
 
 
 def test_work_left_behind_still_fails_with_the_device_alone(evaluation_lease):
-    watch = _watch(ScriptedProbe(4.5))
+    watch = _watch(ScriptedProbe(*[4.5] * (SHARED_REPROBES + 1)))
     with pytest.raises(LeftRunning, match=r"took 4\.500 ms, then 4\.500 ms with the device alone"):
         watch.check("loading the solution", 4.5)
 
@@ -276,3 +287,20 @@ def test_a_probe_while_timing_alone_or_without_a_lease_is_not_asked_again(evalua
     with pytest.raises(LeftRunning, match=r"evaluations that share a GPU must share its lease \(\$KAGENT_GPU_LEASE\)"):
         watch.check("running a step", 1.2)
     assert watch.confirmed == []
+
+
+def test_a_check_says_which_probes_were_asked_again_during_it(tmp_path):
+    from kagent.sandbox.harness.base import EvaluationBase
+    from kagent.sandbox.harness.protocol import Channel
+
+    # Without its processes (the constructor starts them): what send_check reads, only.
+    evaluation = EvaluationBase.__new__(EvaluationBase)
+    evaluation.channel, evaluation._probes_reported = Channel(None), 0
+    evaluation.watch = _watch(ScriptedProbe())
+    evaluation.send_check("load", "pass", "loaded")
+    evaluation.watch.confirmed.append({"what": "running a step", "first_ms": 4.5, "again_ms": 0.5, "alone": False})
+    evaluation.send_check("fixed_seeds", "pass", "all seeds")
+    evaluation.send_check("chained", "pass", "all chains")
+    load, fixed, chained = evaluation.channel.sent
+    assert "probes_asked_again" not in load and "probes_asked_again" not in chained
+    assert fixed["probes_asked_again"] == [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.5, "alone": False}]

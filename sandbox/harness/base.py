@@ -34,6 +34,7 @@ class EvaluationBase:
         self.hidden_seeds: list[int] = []
         self._phase_start = time.perf_counter()
         self.late_cache_files: dict[str, str] = {}
+        self._probes_reported = 0  # of watch.confirmed, already sent with a check
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise TaskError(f"device {self.device} asked for, but torch {torch.__version__} sees no CUDA device")
         if self.device.type == "cuda" and self.device.index is None:
@@ -57,6 +58,11 @@ class EvaluationBase:
         self.channel.send("cache_sealed", files=self.cache.seal())
 
     def send_check(self, name: str, status: str, reason: str, **extra: Any) -> bool:
+        """Send a check's outcome, with the probes read busy during it and asked again (Watch.check)."""
+        watch = getattr(self, "watch", None)
+        if watch is not None and len(watch.confirmed) > self._probes_reported:
+            extra["probes_asked_again"] = watch.confirmed[self._probes_reported:]
+            self._probes_reported = len(watch.confirmed)
         self.channel.send("check", name=name, status=status, reason=reason, **extra)
         return status == "pass"
 

@@ -62,6 +62,10 @@ CALIBRATION_REQUESTS = 10
 # delays it: the device runs two contexts' work time-sliced, never together.
 IDLE_FACTOR = 2.0
 IDLE_SLACK_MS = 0.1
+# A probe over its limit while other evaluations share the device is read again this many
+# times, this far apart, before the device is asked for alone (Watch.check).
+SHARED_REPROBES = 10
+SHARED_REPROBE_GAP_S = 0.005
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -284,13 +288,23 @@ class Watch:
         if holding == "shared":
             # Under a sweep's lease other evaluations check beside this one, and their work delays
             # the probe just as work left behind would (on an H200, 6 at once failed 7 honest
-            # evaluations of 10 that way). Ask again with the device alone, the solution's process
-            # still stopped: work it left that outlasts the wait still shows. Work that ended
-            # during the wait cannot reach a timed block: timing holds the device alone, so its
-            # probes are never asked again.
+            # evaluations of 10 that way). The solution's process is stopped, so it queues nothing
+            # more: once one reading is within the limit, nothing it left was still pending then.
+            # Other evaluations' steps come and go within milliseconds, so a few readings while
+            # sharing usually settle it; if none does, ask with the device alone, which waits
+            # for every other evaluation's checks. Work that ended meanwhile cannot reach a timed
+            # block: timing holds the device alone, and its probes are never asked again.
+            for _ in range(SHARED_REPROBES):
+                time.sleep(SHARED_REPROBE_GAP_S)
+                probe_ms = self.probe.milliseconds()
+                if probe_ms <= self.probe.limit_ms:
+                    self.confirmed.append({"what": what, "first_ms": round(first_ms, 4),
+                                           "again_ms": round(probe_ms, 4), "alone": False})
+                    return probe_ms
             with lease.exclusive(f"confirming an idle device after {what}"):
                 probe_ms = self.probe.milliseconds()
-            self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "alone_ms": round(probe_ms, 4)})
+            self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4),
+                                   "alone": True})
             if probe_ms <= self.probe.limit_ms:
                 return probe_ms
             shown = f"{first_ms:.3f} ms, then {probe_ms:.3f} ms with the device alone"
