@@ -283,6 +283,9 @@ def test_a_probe_while_timing_alone_or_without_a_lease_is_not_asked_again(evalua
     with harness_lease.exclusive("timing", shared_after=False):
         with pytest.raises(LeftRunning, match=r"took 1\.200 ms with the device alone \(idle"):
             watch.check("a timed block", 1.2)
+    # Under a lease, no longer holding it (after the timing, as here): no advice on leases.
+    with pytest.raises(LeftRunning, match=r"took 1\.200 ms \(idle"):
+        watch.check("closing", 1.2)
     monkeypatch.setattr(harness_lease, "_current", None)
     with pytest.raises(LeftRunning, match=r"evaluations that share a GPU must share its lease \(\$KAGENT_GPU_LEASE\)"):
         watch.check("running a step", 1.2)

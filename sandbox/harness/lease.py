@@ -103,6 +103,11 @@ def shared(job: dict, channel: Any) -> Iterator[None]:
         lease.close()
 
 
+def under_lease() -> bool:
+    """Whether this evaluation takes a lease at all (a sweep's, or $KAGENT_GPU_LEASE's)."""
+    return _current is not None
+
+
 def held() -> Optional[str]:
     """How this evaluation holds its device's lease now: "shared" (other evaluations' work may
     be on the device), "exclusive", or None (no lease: nothing is known of other work)."""

@@ -310,6 +310,8 @@ class Watch:
             shown = f"{first_ms:.3f} ms, then {probe_ms:.3f} ms with the device alone"
         elif holding == "exclusive":
             shown = f"{probe_ms:.3f} ms with the device alone"
+        elif lease.under_lease():
+            shown = f"{probe_ms:.3f} ms"
         else:
             shown = (f"{probe_ms:.3f} ms; work of another process on this GPU delays it the same way: evaluations "
                      f"that share a GPU must share its lease (${lease.LEASE_DIR_ENV})")
