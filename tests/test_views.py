@@ -103,3 +103,27 @@ def test_every_check_status_shows_in_the_checks_table():
                         wall_seconds=70.0, checks=checks)
     text = rendered(result_view(result), width=200)
     assert "TIMEOUT" in text and "hung: no answer for 60 s" in text and "crash" in text
+
+
+def test_what_sharing_the_device_cost_is_shown_beside_the_result():
+    """Under a sweep's lease: the holds with the device alone and their waits, and the probes
+    read busy beside other members' work; nothing of it without a lease."""
+    from kagent.sandbox.lease import LeaseRecord
+
+    def hold(what: str, requested: float, acquired: float) -> LeaseRecord:
+        return LeaseRecord(lease="node-gpu0", holder="m01", host="node", pid=7, kind="exclusive", what=what,
+                           requested_at=requested, acquired_at=acquired, released_at=acquired + 1)
+
+    asked = [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.4, "alone": False},
+             {"what": "running a step", "first_ms": 3.1, "again_ms": 0.3, "alone": True}]
+    checks = [CheckResult(name="load", status="pass", reason="loaded"),
+              CheckResult(name="fixed_seeds", status="pass", reason="all seeds", data={"probes_asked_again": asked})]
+    shared = aa_result(timing("ctx 2048", 1.0, 0.99, 1.01), score=1.0).model_copy(update={
+        "checks": checks, "gpu_leases": [hold("calibrating the requests' floor and the device probe", 0.0, 1.5),
+                                         hold("confirming an idle device after running a step", 10.0, 14.0),
+                                         hold("timing", 20.0, 20.5)]})
+    text = rendered(result_view(shared), width=300)
+    assert ("device lease: held alone 3 times (calibrating the requests' floor and the device probe, confirming an "
+            "idle device after running a step, timing) after waiting 6.0 s in all; 2 probes read busy beside other "
+            "evaluations' work were read again (1 of them with the device alone)") in text
+    assert "device lease" not in rendered(result_view(aa_result(timing("ctx 2048", 1.0, 0.99, 1.01), score=1.0)))

@@ -137,6 +137,9 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
     if env:
         where = env.gpu_name or f"CPU ({env.platform})"
         lines.append(f"on {where}, torch {env.torch}, CUDA {env.cuda or '–'}, driver {env.driver or '–'}")
+    lease = _lease_line(result)
+    if lease:
+        lines.append(f"device lease: {lease}")
     phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
     overhead = ", ".join(f"{k} {v:.1f}s" for k, v in result.overhead_seconds.items())
     lines.append(f"wall time {result.wall_seconds:.1f} s" + (f" ({phases})" if phases else "")
@@ -144,6 +147,23 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
     if result_path:
         lines.append(f"result written to {result_path}")
     return lines
+
+
+def _lease_line(result: EvalResult) -> str:
+    """What sharing the device with other evaluations (a sweep's lease) cost and changed: the
+    holds with the device alone and their waits, and the probes read busy beside other work
+    that were asked again (an empty string without a lease)."""
+    parts = []
+    if result.gpu_leases:
+        kinds = ", ".join(dict.fromkeys(hold.what for hold in result.gpu_leases))
+        parts.append(f"held alone {len(result.gpu_leases)} times ({kinds}) after waiting "
+                     f"{sum(hold.waited_s for hold in result.gpu_leases):.1f} s in all")
+    asked = [probe for check in result.checks for probe in check.data.get("probes_asked_again", [])]
+    if asked:
+        alone = sum(bool(probe.get("alone")) for probe in asked)
+        parts.append(f"{len(asked)} probes read busy beside other evaluations' work were read again "
+                     f"({alone} of them with the device alone)")
+    return "; ".join(parts)
 
 
 def print_result(console: Console, result: EvalResult, result_path: str | None = None) -> None:
