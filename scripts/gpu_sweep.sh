@@ -9,7 +9,14 @@
 #   bash scripts/gpu_sweep.sh            (about 7 minutes on an H200)
 #
 # Each member's budget is BUDGET (180s: 2 minutes of exploring, the final minute kept for the
-# re-verification, as any run keeps it). On a CPU, for a trial of the script itself:
+# re-verification, as any run keeps it). In two minutes the members' first evaluation (the
+# baseline's A/A, all four at once) fills most of the window; longer budgets show the steady
+# state but do not fit both sweeps in one 10-minute device call. So SWEEPS picks which run
+# ("alone shared"), and ALONE_FROM names the sweeps.tar.gz of an earlier call (carried) whose
+# alone sweep the shared one is compared with:
+#   SWEEPS=alone BUDGET=420s bash scripts/gpu_sweep.sh            (one call; keep its sweeps.tar.gz)
+#   SWEEPS=shared BUDGET=420s ALONE_FROM=path/sweeps.tar.gz bash scripts/gpu_sweep.sh
+# On a CPU, for a trial of the script itself:
 # DEVICE=cpu TASK=path/to/kernelbench.py SCRIPT=path/to/script.yaml THINK_S=1 BUDGET=90s.
 set -uo pipefail
 REPO=$(pwd)
@@ -26,18 +33,32 @@ t0=$(date +%s)
 # them; and an A/A outside any sweep, to compare the members' with.
 kagent eval "$TASK" --aa --device "$DEVICE" --json > "$OUT/aa_alone.json"
 echo "A/A alone: exit $?, $(( $(date +%s) - t0 )) s"
-kagent sweep "$TASK" -m "$model" --budget "$BUDGET" --grace 60s --device "$DEVICE" "${gpus[@]}" \
-  --per-gpu 1 --name alone --quiet
-echo "alone: exit $?, $(( $(date +%s) - t0 )) s"
-kagent sweep "$TASK" -m "$model" --branches "$MEMBERS" --budget "$BUDGET" --grace 60s --device "$DEVICE" \
-  "${gpus[@]}" --per-gpu "$MEMBERS" --name shared --quiet
-echo "shared: exit $?, $(( $(date +%s) - t0 )) s"
-alone=$(ls -d "$KAGENT_RUNS"/sweeps/alone-*/ | head -1)
-shared=$(ls -d "$KAGENT_RUNS"/sweeps/shared-*/ | head -1)
-python3 "$REPO/scripts/sweep_figures.py" "$shared" --alone "$alone" --aa "$OUT/aa_alone.json" > "$OUT/figures.json"
-echo "figures: exit $? (0: every check holds)"
+SWEEPS=${SWEEPS:-alone shared}
+if [ -n "${ALONE_FROM:-}" ]; then  # an earlier call's sweeps: its alone sweep is the comparison
+  mkdir -p "$KAGENT_RUNS" && tar -xzf "$REPO/$ALONE_FROM" -C "$KAGENT_RUNS" || exit 1
+fi
+if [[ " $SWEEPS " == *" alone "* ]]; then
+  kagent sweep "$TASK" -m "$model" --budget "$BUDGET" --grace 60s --device "$DEVICE" "${gpus[@]}" \
+    --per-gpu 1 --name alone --quiet
+  echo "alone: exit $?, $(( $(date +%s) - t0 )) s"
+fi
+if [[ " $SWEEPS " == *" shared "* ]]; then
+  kagent sweep "$TASK" -m "$model" --branches "$MEMBERS" --budget "$BUDGET" --grace 60s --device "$DEVICE" \
+    "${gpus[@]}" --per-gpu "$MEMBERS" --name shared --quiet
+  echo "shared: exit $?, $(( $(date +%s) - t0 )) s"
+fi
+# The latest of each (the names carry their start time): an earlier call's may be there too.
+alone=$(ls -d "$KAGENT_RUNS"/sweeps/alone-*/ 2>/dev/null | tail -1)
+shared=$(ls -d "$KAGENT_RUNS"/sweeps/shared-*/ 2>/dev/null | tail -1)
+if [ -n "$shared" ] && [ -n "$alone" ]; then
+  python3 "$REPO/scripts/sweep_figures.py" "$shared" --alone "$alone" --aa "$OUT/aa_alone.json" > "$OUT/figures.json"
+  echo "figures: exit $? (0: every check holds)"
+else  # the alone sweep only: its own figures, for the next call to compare with
+  python3 "$REPO/scripts/sweep_figures.py" "$alone" --aa "$OUT/aa_alone.json" > "$OUT/figures.json"
+  echo "figures of the alone sweep: exit $?"
+fi
 cat "$OUT/figures.json" | python3 -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps(
     {k: v for k, v in r.items() if k not in ("sweeps", "alone")}, indent=1))'
-cat "$shared/board.md"
+cat "${shared:-$alone}/board.md"
 tar -czf "$OUT/sweeps.tar.gz" -C "$KAGENT_RUNS" --exclude='*/workspace' --exclude='*/home' --exclude='*/blobs' sweeps
 echo "total $(( $(date +%s) - t0 )) s"
