@@ -9,7 +9,7 @@
 The weights are random int4 with the task's statistics (timing does not depend on their
 values, and building the reference's takes a CPU minute). Writes JSON to --out.
 
-    python examples/02_kimi_linear_decode/bench.py --out bench.json [--stage-launches-only]
+    python examples/02_kimi_linear_decode/bench.py --out bench.json [--stage-launches-only] [--recording]
 """
 from __future__ import annotations
 
@@ -83,19 +83,24 @@ def agreement(model, cfg, device, context: int) -> dict:
     return report
 
 
-def chain_ms(model, cfg, device, context: int, steps: int, warmup: int = 3) -> dict:
-    """A plain loop of chained steps (each output fed back in), timed with CUDA events."""
+def chain_ms(model, cfg, device, context: int, steps: int, warmup: int = 3, record: bool = False) -> dict:
+    """A plain loop of chained steps (each output fed back in), timed with CUDA events. With
+    ``record``, each step's hidden is also copied into a buffer, as kagent's harness does in a
+    timed chain (solution_server.op_chain): what that copy costs between two launches."""
     state = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, 0)]
     x = reference.init_token(cfg, 0).to(device)
     for _ in range(warmup):
         x, state = model.step(x, state)
     torch.cuda.synchronize(device)
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    recorded = torch.empty((steps, *x.shape), dtype=x.dtype, device=device) if record else None
     runs = []
     for _ in range(3):
         begin.record()
-        for _ in range(steps):
+        for i in range(steps):
             x, state = model.step(x, state)
+            if recorded is not None:
+                recorded[i].copy_(x)
         end.record()
         end.synchronize()
         runs.append(begin.elapsed_time(end) / steps)
@@ -130,6 +135,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--stage-launches-only", action="store_true", help="skip the single launch (it hung before)")
+    ap.add_argument("--recording", action="store_true",
+                    help="also the plain loop with each step's hidden recorded, as the harness's timed chains do")
     args = ap.parse_args()
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
@@ -161,6 +168,9 @@ def main() -> None:
         key = "single_launch" if single else "stage_launches"
         result[key] = {"chain": [chain_ms(model, cfg, device, s["context_len"], 30) for s in shapes.SHAPES]}
         result[key]["profile"] = launches(model, cfg, device, 2048)
+        if args.recording:
+            result[key]["chain_recording"] = [chain_ms(model, cfg, device, s["context_len"], 30, record=True)
+                                              for s in shapes.SHAPES]
         save()
 
 
