@@ -255,7 +255,8 @@ class Watch:
         self.known: set[int] = {1, os.getpid()} if pid_namespace else {os.getpid()}
         self.suspect: Optional[ContestantProcess] = None
         self.probe = DeviceIdleProbe(device) if device.type == "cuda" else None
-        # Probes that read busy while the device was shared and were asked again with it alone.
+        # Probes that read busy while the device was shared, and what reading them again found
+        # (Watch.check; each check of the evaluation lists those made during it).
         self.confirmed: list[dict] = []
 
     def strays(self) -> list[str]:
@@ -277,7 +278,7 @@ class Watch:
 
     def check(self, what: str, probe_ms: float) -> float:
         """Fail the evaluation for anything the solution left running after ``what``; returns the
-        probe's time that stands (``probe_ms``, or the reading taken with the device alone)."""
+        probe's time that stands (``probe_ms``, or the reading taken again that cleared it)."""
         strays = self.strays()
         if strays:
             raise LeftRunning(f"the solution left {len(strays)} process(es) running after {what}: "
