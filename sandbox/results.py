@@ -230,6 +230,12 @@ class EvalResult(Model):
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)
 
+    @property
+    def probes_asked_again(self) -> list[dict]:
+        """Idle probes that read busy while the device was shared, read again (each check's
+        ``probes_asked_again``, in order; harness/remote.Watch.check)."""
+        return [probe for check in self.checks for probe in check.data.get("probes_asked_again", [])]
+
     def device_time_check(self) -> Optional[str]:
         """The solution's steady time per step beside the profiler's device time of one of its
         steps (at the context the launches were counted at), and a warning where they differ

@@ -86,7 +86,7 @@ def _checked(job: tuple[str, Path, dict]) -> dict:
     started = time.monotonic()
     result = evaluate(KIMI, solution, full_scale(mode="check", **extra))
     failed = [c for c in result.checks if c.status != "pass"]
-    asked_again = [probe for check in result.checks for probe in check.data.get("probes_asked_again", [])]
+    asked_again = result.probes_asked_again
     confirming = [hold for hold in result.gpu_leases if hold.what.startswith("confirming")]
     return {"label": label, "verdict": result.verdict.value, "reason": result.reason[:300],
             "failed_check": failed[0].name if failed else None, "seconds": round(time.monotonic() - started, 1),

@@ -123,8 +123,13 @@ def main(argv: list[str]) -> int:
         criteria = run(args.out, args.repeats)
         (args.out / "regression.json").write_text(json.dumps(criteria, indent=1))
     else:
-        criteria = judge(json.loads(args.bench.read_text()),
-                         [EvalResult.model_validate_json(path.read_text()) for path in args.evaluations])
+        try:
+            criteria = judge(json.loads(args.bench.read_text()),
+                             [EvalResult.model_validate_json(path.read_text()) for path in args.evaluations])
+        except (OSError, ValueError, KeyError) as err:  # pydantic's ValidationError is a ValueError
+            print(f"megakernel_regression: cannot judge these files: {type(err).__name__}: {err}"[:1000],
+                  file=sys.stderr)
+            return 2
     print(show(criteria))
     return 0 if all(criterion["holds"] for criterion in criteria) else 1
 

@@ -63,3 +63,17 @@ def test_the_command_exits_1_when_a_criterion_fails_and_0_when_all_hold(tmp_path
         {**row, "ms_per_step": [ms * 1.02 for ms in row["ms_per_step"]]} for row in BENCH["single_launch"]["chain"]]}}
     bench.write_text(json.dumps(faster))
     assert regression.main(["judge", str(bench), str(FINAL / "mega_eval.json")]) == 0
+
+
+def test_a_missing_or_corrupt_file_is_one_message_and_exit_2(tmp_path, capsys):
+    corrupt = tmp_path / "eval.json"
+    corrupt.write_text('{"verdict": "pass"')
+    assert regression.main(["judge", str(tmp_path / "no_bench.json"), str(corrupt)]) == 2
+    assert "cannot judge these files: FileNotFoundError" in capsys.readouterr().err
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(BENCH))
+    assert regression.main(["judge", str(bench), str(corrupt)]) == 2
+    assert "cannot judge these files: ValidationError" in capsys.readouterr().err
+    bench.write_text("{}")
+    assert regression.main(["judge", str(bench), str(FINAL / "mega_eval.json")]) == 2
+    assert "KeyError" in capsys.readouterr().err

@@ -158,7 +158,7 @@ def _lease_line(result: EvalResult) -> str:
         kinds = ", ".join(dict.fromkeys(hold.what for hold in result.gpu_leases))
         parts.append(f"held alone {len(result.gpu_leases)} times ({kinds}) after waiting "
                      f"{sum(hold.waited_s for hold in result.gpu_leases):.1f} s in all")
-    asked = [probe for check in result.checks for probe in check.data.get("probes_asked_again", [])]
+    asked = result.probes_asked_again
     if asked:
         alone = sum(bool(probe.get("alone")) for probe in asked)
         parts.append(f"{len(asked)} probes read busy beside other evaluations' work were read again "

@@ -295,17 +295,18 @@ class Watch:
             # sharing usually settle it; if none does, ask with the device alone, which waits
             # for every other evaluation's checks. Work that ended meanwhile cannot reach a timed
             # block: timing holds the device alone, and its probes are never asked again.
+            alone = False
             for _ in range(SHARED_REPROBES):
                 time.sleep(SHARED_REPROBE_GAP_S)
                 probe_ms = self.probe.milliseconds()
                 if probe_ms <= self.probe.limit_ms:
-                    self.confirmed.append({"what": what, "first_ms": round(first_ms, 4),
-                                           "again_ms": round(probe_ms, 4), "alone": False})
-                    return probe_ms
-            with lease.exclusive(f"confirming an idle device after {what}"):
-                probe_ms = self.probe.milliseconds()
+                    break
+            else:
+                alone = True
+                with lease.exclusive(f"confirming an idle device after {what}"):
+                    probe_ms = self.probe.milliseconds()
             self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4),
-                                   "alone": True})
+                                   "alone": alone})
             if probe_ms <= self.probe.limit_ms:
                 return probe_ms
             shown = f"{first_ms:.3f} ms, then {probe_ms:.3f} ms with the device alone"
