@@ -104,6 +104,10 @@ class ShapeTiming(Model):
         None, description="Median per step as the solution's own process timed its blocks with CUDA events: "
                           "information only, the referee's clock gives every figure above")
     roofline: Optional[Roofline] = None
+    wall_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Where this shape's timing went by the referee's wall clock: warm_up, "
+        "pairs (the timed blocks, of which pairs_<contestant>_staging, _requests (the timed requests, their probes "
+        "included) and _chain_checks, the comparison of each timed chain with the validated one), isolated")
 
     @property
     def tokens_per_s(self) -> float:

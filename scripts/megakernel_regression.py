@@ -84,10 +84,11 @@ def show(criteria: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(out: Path, repeats: int) -> list[dict]:
+def run(out: Path, repeats: int, recording: bool = False) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    bench = subprocess.run([sys.executable, str(EXAMPLE / "bench.py"), "--out", str(out / "bench.json")],
+    bench = subprocess.run([sys.executable, str(EXAMPLE / "bench.py"), "--out", str(out / "bench.json"),
+                            *(["--recording"] if recording else [])],
                            capture_output=True, text=True, timeout=300)
     (out / "bench.log").write_text(bench.stdout + bench.stderr)
     print(f"bench.py: exit {bench.returncode} [{time.monotonic() - started:.0f} s]", flush=True)
@@ -115,12 +116,14 @@ def main(argv: list[str]) -> int:
     running = sub.add_parser("run")
     running.add_argument("out", type=Path)
     running.add_argument("--repeats", type=int, default=5)
+    running.add_argument("--recording", action="store_true",
+                         help="bench.py also times its loop with each step's hidden recorded, as timed chains do")
     judging = sub.add_parser("judge")
     judging.add_argument("bench", type=Path)
     judging.add_argument("evaluations", type=Path, nargs="+")
     args = parser.parse_args(argv)
     if args.command == "run":
-        criteria = run(args.out, args.repeats)
+        criteria = run(args.out, args.repeats, args.recording)
         (args.out / "regression.json").write_text(json.dumps(criteria, indent=1))
     else:
         try:

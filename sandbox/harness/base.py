@@ -40,9 +40,11 @@ class EvaluationBase:
         if self.device.type == "cuda" and self.device.index is None:
             # One device, named by index: every process of the evaluation and its arenas use it.
             self.device = torch.device("cuda", torch.cuda.current_device())
+        # The processes first: their interpreters and torch start while this one describes
+        # the machine (nvidia-smi takes a while).
+        self.launch_processes()
         self.environment = environment.describe(self.device)
         self.channel.send("environment", **self.environment)
-        self.launch_processes()
 
     def phase(self, name: str) -> None:
         """Close the phase that has been running since the last call, under ``name``."""
@@ -110,10 +112,12 @@ class EvaluationBase:
 
     def _gpu_id(self) -> str | None:
         """The GPU as nvidia-smi names it: by UUID (its index may differ from torch's)."""
-        uuid = self.environment.get("gpu_uuid")
+        if self.device.type != "cuda":
+            return None
+        uuid = environment.gpu_uuid(self.device)
         if uuid:
-            return uuid if str(uuid).startswith("GPU-") else f"GPU-{uuid}"
-        return str(self.device.index) if self.device.type == "cuda" else None
+            return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        return str(self.device.index)
 
     def contestants(self) -> list[ContestantProcess]:
         return [p for p in (self.solution, self.baseline_process) if p is not None]

@@ -33,6 +33,11 @@ def gpu_clocks(index: int) -> dict:
     return dict(zip(keys, values, strict=True))
 
 
+def gpu_uuid(device: torch.device) -> str | None:
+    """The CUDA device's UUID as torch reports it (without nvidia-smi's "GPU-"), or None."""
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None
+
+
 def describe(device: torch.device) -> dict:
     """A plain-JSON record of the device and the software stack."""
     record: dict[str, Any] = {
@@ -51,7 +56,7 @@ def describe(device: torch.device) -> dict:
         clocks = gpu_clocks(index)
         record.update(
             gpu_name=props.name,
-            gpu_uuid=str(getattr(props, "uuid", "")) or None,
+            gpu_uuid=gpu_uuid(torch.device("cuda", index)),
             gpu_memory_bytes=props.total_memory,
             sm_count=props.multi_processor_count,
             compute_capability=f"{props.major}.{props.minor}",

@@ -497,8 +497,7 @@ class MegaEvaluation(EvaluationBase):
         with torch.no_grad():
             # The baseline's process and the workers load the weights file the moment it is
             # known good, beside the referee's own load and its fixed cases.
-            self.reference, self.weights_entry = build_reference(
-                task, self.cache, lambda path: self.begin_trusted(str(path), [task.cfg]))
+            self.reference, self.weights_entry = build_reference(task, self.cache, self._weights_file_found)
             self.phase("reference_weights")
             self.cases = self._fixed_cases()
         first = self.cases[0]
@@ -509,6 +508,12 @@ class MegaEvaluation(EvaluationBase):
         self.hidden_layout = TensorLayout.of(first.expected_hidden)
         self.checker = StepChecker(task, self.reference)
         self.phase("reference_outputs")
+
+    def _weights_file_found(self, path: Path) -> None:
+        """The cache's weights file is known good (hashed against its record, or just written):
+        the other trusted processes start loading it beside the referee."""
+        self.phase("weights_file")
+        self.begin_trusted(str(path), [self.task.cfg])
 
     def _fixed_cases(self) -> list[Case]:
         """Each fixed seed from init_state's draw (the public board's case) and, where the
@@ -614,7 +619,9 @@ class MegaEvaluation(EvaluationBase):
             self.bw = self.bandwidth() if timed and self.task.roofline is not None else None
             weights = self.weights_file(self.weights, self.weights_entry)
             self.begin_trusted(weights, [self.task.cfg])  # without a cache file, only now
+            self.phase("bandwidth")
             self.finish_trusted(self._worker_arena_bytes())
+            self.phase("trusted_loaded")
             hidden, state = self.timing_inputs(self.timing_shapes[0]["context_len"])
             self.connect_contestants(self._arena_bytes())
             # Calibrated with every trusted process loaded and idle: nothing else runs then.
@@ -783,6 +790,7 @@ class ValidatedChain:
     def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
         self.evaluation, self.context_len, self.steps = evaluation, context_len, steps
         self.outputs: list[Hidden] = []
+        self._stacked: torch.Tensor | None = None
         # The reference's decision margin at each step, from the state the solution fed it.
         self.margins: list[float | None] = []
 
@@ -821,6 +829,13 @@ class ValidatedChain:
                 "reference that took the runner-up, and are not counted" if excused else "")
         return "pass", (f"a chain of {self.steps} steps at ctx {self.context_len}: each step matches the reference "
                         f"from the same state (min cosine {worst:.5f}){note}")
+
+    def stacked(self) -> torch.Tensor:
+        """The chain's outputs as one tensor, a row per step (made once: every timed chain is
+        compared with it)."""
+        if self._stacked is None or len(self._stacked) != len(self.outputs):
+            self._stacked = torch.stack(self.outputs)
+        return self._stacked
 
     def first_near_tie(self) -> int | None:
         """The index of the first step whose routing sat on a near-tie of the reference's, if any."""
@@ -880,11 +895,11 @@ class ChainContestant(timing.Contestant):
 
     def _judge_run(self, outputs: torch.Tensor, validated: ValidatedChain) -> None:
         departed = False
-        for i, (output, first) in enumerate(zip(outputs, validated.outputs, strict=False)):
-            finite = compare.is_finite(output)
+        steps = min(len(outputs), len(validated.outputs))
+        finites, cosines = compare.rows_finite_and_cosines(outputs[:steps], validated.stacked()[:steps])
+        for i, (finite, cos) in enumerate(zip(finites, cosines, strict=True)):
             if finite and departed:
                 continue  # on its own path since the near-tie: nothing to repeat
-            cos = compare.cosine(output, first)
             if finite and cos >= self.threshold:
                 self.worst = min(self.worst, cos)
             elif finite and self.near_tie is not None and i >= self.near_tie:

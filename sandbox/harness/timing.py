@@ -164,6 +164,9 @@ class Contestant:
         # Milliseconds per step as the contestant's own process timed its blocks (CUDA
         # events): reported beside the referee's figure, never used for it.
         self.self_timed_ms: list[float] = []
+        # Seconds of the referee's wall clock in each kind of work for this contestant: where
+        # an evaluation's timing went (reported per shape, see time_shape).
+        self.seconds = dict.fromkeys(("staging", "requests", "chain_checks"), 0.0)
 
     def plan(self, block_steps: int, chains_per_request: int = 1) -> None:
         """How the following blocks run (block_plan); the next block starts a new chain."""
@@ -175,10 +178,14 @@ class Contestant:
         first = self.position
         count = min(self.block_steps, self.steps - first)
         chains = self.chains_per_request if count == self.steps else 1
+        started = time.perf_counter()
         self.process.request(self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps")
+        staged = time.perf_counter()
         reply = self.process.request(self.block_request(first, count, chains, first == 0),
                                      f"running steps {first + 1}-{first + count} of a timed chain"
                                      + (f", {chains} times from fresh inputs" if chains > 1 else ""))
+        self.seconds["staging"] += staged - started
+        self.seconds["requests"] += time.perf_counter() - staged
         if "bad_return" in reply:
             raise CandidateError(str(reply["bad_return"])[:500])
         if isinstance(reply.get("device_ms"), (int, float)):
@@ -195,7 +202,9 @@ class Contestant:
         """Check the chain in progress (or just ended): every run of it recorded since it
         began; the next block starts a new chain."""
         if self.position and self.checking:
+            started = time.perf_counter()
             self.chain_done(self.position, self.chains_in_block)
+            self.seconds["chain_checks"] += time.perf_counter() - started
         self.position, self.chains_in_block = 0, 1
 
     def empty_requests(self) -> tuple[dict, dict]:
@@ -300,22 +309,30 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
     """One shape: warm-ups, block plans, the timed pairs, the isolated latency; the figures
     of the "timing" event, less the label and the roofline."""
     plans = {}
+    started = time.perf_counter()
     for c in (baseline, candidate):
         plans[c.name] = block_plan(warm_up(c, settings.warmup, settings.min_request_ms / 4), steps,
                                    settings.block_steps, settings.min_request_ms)
         c.plan(*plans[c.name])
+    warmed = time.perf_counter()
+    before = {c.name: dict(c.seconds) for c in (baseline, candidate)}
     blocks_per_chain = max(math.ceil(steps / plan[0]) for plan in plans.values())
     samples = run_pairs([baseline, candidate], settings.rounds * blocks_per_chain)
+    paired = time.perf_counter()
     self_timed = list(candidate.self_timed_ms)  # of the timed blocks only
     isolated_ms = isolated_step_ms(candidate, min(steps, settings.isolated_steps), baseline.next_block)
     baseline.finish()
+    wall = {"warm_up": warmed - started, "pairs": paired - warmed, "isolated": time.perf_counter() - paired,
+            **{f"pairs_{c.name}_{kind}": seconds - before[c.name][kind]
+               for c in (baseline, candidate) for kind, seconds in c.seconds.items()}}
     result = {"steps": steps, "rounds": settings.rounds, "pairs": len(samples["candidate"]),
               "block_steps": plans["baseline"][0], "candidate_block_steps": plans["candidate"][0],
               "candidate_chains_per_request": plans["candidate"][1],
               "baseline": summarize(samples["baseline"]), "candidate": summarize(samples["candidate"]),
               **speedup_with_noise(samples["baseline"], samples["candidate"]),
               "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"],
-              "candidate_isolated_ms": isolated_ms}
+              "candidate_isolated_ms": isolated_ms,
+              "wall_seconds": {name: round(seconds, 3) for name, seconds in wall.items()}}
     if self_timed:
         result["candidate_self_timed_ms"] = float(np.median(self_timed))
     return result

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call for the open criteria of issues 9, 10 and 14: the megakernel's regression
+# (bench.py, its loop also with each step's hidden recorded, then five evaluations), then an
+# A/A run twice, warm. Every file is tarred into $OUT/round.tar.gz: the device tool brings back
+# eight files at most. Run from the repository root:
+#   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
+#   bash scripts/gpu_warm_truth.sh
+set -uo pipefail
+FINAL_OUT=${OUT:-/tmp/kagent-gpu-out}
+ROUND=/tmp/kagent-round
+rm -rf "$ROUND" && mkdir -p "$ROUND" "$FINAL_OUT"
+OUT=$ROUND/megakernel RECORDING=1 REPEATS=${REPEATS:-5} bash examples/02_kimi_linear_decode/gpu_run.sh
+OUT=$ROUND/aa
+source scripts/gpu_setup.sh
+for i in $(seq 1 "${AA_RUNS:-2}"); do
+  t0=$(date +%s)
+  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$i.json" \
+    > "$OUT/aa_$i.txt" 2>&1
+  echo "A/A $i: exit $? after $(( $(date +%s) - t0 )) s"
+  tail -4 "$OUT/aa_$i.txt"
+done
+tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .
+cp "$ROUND/megakernel/regression.json" "$FINAL_OUT/" 2>/dev/null
+cp "$OUT/log.txt" "$FINAL_OUT/aa_log.txt"
