@@ -1,19 +1,26 @@
 """The harness against kagent's own megakernel, on a GPU (issue 14's regression test).
 
 kagent's single-launch kernel (examples/02_kimi_linear_decode/) is a positive control: a fast
-kernel whose true speed is known from a plain chain loop in its own process (bench.py). The
-harness must keep saying the same about it:
+kernel that does no more than its answer needs. The harness must keep saying the same about it:
 
 - every evaluation passes, with the same verdict each time (5 of 5 by default);
 - one launch per step, counted by the profiler in the solution's process;
-- at every context, the evaluation's steady time per step within 3% of the plain chain loop
-  (the median of bench.py's rounds).
+- at every context, the evaluation's steady time per step within 3% of a plain chain loop in
+  the same process: the solution's own CUDA events around the consecutive steps of each timed
+  block (the referee's clock, by the request, must agree with the device's);
+- within 10% of the profiler's device time of one step, in the same evaluation.
+
+bench.py's plain chain loop (another process, random weights, minutes earlier) is shown beside
+them, not judged: on an H200 the kernel's own speed moved by up to 3.5% from one process to the
+next (the profiler's device time of its step read 0.392, 0.387, 0.382 and 0.378 ms in four
+evaluations in a row, 2026-12-03), so a comparison across processes measures the kernel's
+placement as much as the harness.
 
     python3 scripts/megakernel_regression.py run OUT [--repeats 5]   # bench.py, then the evaluations
     python3 scripts/megakernel_regression.py judge BENCH.json EVAL.json...   # the criteria alone
 
 ``run`` writes OUT/bench.json, OUT/eval_N.json and OUT/regression.json (the criteria, each with
-its figures) and exits 1 when any criterion does not hold. scripts/gpu_megakernel_regression.sh
+its figures) and exits 1 when any criterion does not hold. examples/02_kimi_linear_decode/gpu_run.sh
 runs it on the lent GPU."""
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ from kagent.sandbox.results import EvalResult
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "02_kimi_linear_decode"
 STEADY_TOLERANCE = 0.03
+DEVICE_TIME_TOLERANCE = 0.10
 
 
 def plain_loop_ms(bench: dict) -> dict[int, float]:
@@ -39,7 +47,6 @@ def plain_loop_ms(bench: dict) -> dict[int, float]:
 
 def judge(bench: dict, evaluations: list[EvalResult], tolerance: float = STEADY_TOLERANCE) -> list[dict]:
     """Each criterion with whether it holds and the figures it was judged on."""
-    loop = plain_loop_ms(bench)
     verdicts = [result.verdict.value for result in evaluations]
     failed = [result.reason for result in evaluations if result.verdict.value != "pass"]
     criteria = [{"criterion": "every evaluation passes", "holds": bool(verdicts) and not failed,
@@ -49,21 +56,35 @@ def judge(bench: dict, evaluations: list[EvalResult], tolerance: float = STEADY_
     launches = [[report.launches for report in result.launches if report.who == "candidate"] for result in evaluations]
     criteria.append({"criterion": "one launch per step", "holds": all(counts == [1] for counts in launches),
                      "launches": launches})
-    steady = []
-    for i, result in enumerate(evaluations):
-        for timing in result.timings:
-            reference = loop.get(timing.context_len) if timing.context_len is not None else None
-            if reference is None:
-                steady.append({"evaluation": i + 1, "context": timing.context_len, "holds": False,
-                               "why": "bench.py has no plain loop at this context"})
-                continue
-            off = timing.candidate.median_ms / reference - 1
-            steady.append({"evaluation": i + 1, "context": timing.context_len, "steady_ms": timing.candidate.median_ms,
-                           "plain_loop_ms": reference, "off": round(off, 4), "holds": abs(off) <= tolerance})
     timed = all(result.timings for result in evaluations) and bool(evaluations)
-    criteria.append({"criterion": f"steady within {tolerance * 100:g}% of the plain chain loop at every context",
-                     "holds": timed and all(row["holds"] for row in steady), "per_context": steady,
-                     **({} if timed else {"why": "an evaluation has no timing"})})
+    untimed = {} if timed else {"why": "an evaluation has no timing"}
+    loop = plain_loop_ms(bench)
+    steady, device = [], []
+    for i, result in enumerate(evaluations):
+        device_ms = {report.context_len: report.device_ms for report in result.launches
+                     if report.who == "candidate" and report.device_ms}
+        for timing in result.timings:
+            row = {"evaluation": i + 1, "context": timing.context_len, "steady_ms": timing.candidate.median_ms}
+            bench_ms = loop.get(timing.context_len) if timing.context_len is not None else None
+            if bench_ms is not None:  # information: another process, another time
+                row.update(bench_loop_ms=bench_ms, off_bench=round(timing.candidate.median_ms / bench_ms - 1, 4))
+            own = timing.candidate_self_timed_ms
+            if own:
+                off = timing.candidate.median_ms / own - 1
+                steady.append({**row, "plain_loop_ms": own, "off": round(off, 4), "holds": abs(off) <= tolerance})
+            else:
+                steady.append({**row, "holds": False, "why": "the solution's process timed no block of its own"})
+            if timing.context_len in device_ms:
+                off = timing.candidate.median_ms / device_ms[timing.context_len] - 1
+                device.append({**row, "device_ms": device_ms[timing.context_len], "off": round(off, 4),
+                               "holds": abs(off) <= DEVICE_TIME_TOLERANCE})
+    criteria.append({"criterion": f"steady within {tolerance * 100:g}% of the plain chain loop in the same process "
+                                  "at every context",
+                     "holds": timed and all(row["holds"] for row in steady), "per_context": steady, **untimed})
+    criteria.append({"criterion": f"steady within {DEVICE_TIME_TOLERANCE * 100:g}% of the profiler's device time",
+                     "holds": timed and bool(device) and all(row["holds"] for row in device), "per_context": device,
+                     **({} if device or not timed else {"why": "no evaluation reported the step's device time"}),
+                     **untimed})
     return criteria
 
 
@@ -72,9 +93,15 @@ def show(criteria: list[dict]) -> str:
     for criterion in criteria:
         lines.append(f"{'HOLDS' if criterion['holds'] else 'FAILS'}  {criterion['criterion']}")
         for row in criterion.get("per_context", []):
-            figures = (f"steady {row['steady_ms']:.4f} ms, plain loop {row['plain_loop_ms']:.4f} ms, {row['off']:+.1%}"
-                       if "off" in row else row["why"])
+            against = (f"plain loop {row['plain_loop_ms']:.4f} ms" if "plain_loop_ms" in row
+                       else f"device time {row['device_ms']:.4f} ms" if "device_ms" in row else "")
+            figures = (f"steady {row['steady_ms']:.4f} ms, {against}, {row['off']:+.1%}" if "off" in row
+                       else row["why"])
+            if "device_ms" not in row and "off_bench" in row:
+                figures += f" (bench.py's loop {row['bench_loop_ms']:.4f} ms: {row['off_bench']:+.1%})"
             lines.append(f"       evaluation {row['evaluation']}, ctx {row['context']}: {figures}")
+        if "why" in criterion:
+            lines.append(f"       {criterion['why']}")
         if "verdicts" in criterion:
             lines.append(f"       verdicts: {', '.join(criterion['verdicts'])}")
         if "launches" in criterion:

@@ -2,6 +2,7 @@
 identity (the task and harness that made it), and the payload unchanged since."""
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from kagent.sandbox.evaluate import promote_cache
+from kagent.sandbox.harness import loading
 from kagent.sandbox.harness.loading import DiskCache
 
 CPU = torch.device("cpu")
@@ -37,6 +39,7 @@ def test_store_then_load_is_a_hit_and_the_record_says_what_it_holds(tmp_path: Pa
     record = json.loads((tmp_path / "weights" / "k.pt.json").read_text())
     assert record["identity"] == "task-a" and record["entry"] == "weights/k.pt"
     assert record["bytes"] == payload.stat().st_size
+    assert record["piece_sha256"] == loading.piece_sha256s(payload.read_bytes(), record["piece_bytes"])
     assert not [p for p in tmp_path.rglob("*.tmp")]  # the atomic writes left nothing behind
 
 
@@ -69,6 +72,21 @@ def test_a_payload_changed_after_storing_is_a_miss(tmp_path: Path):
     assert _same(rebuilt, _value()) and _same(cache.load("weights", "k", CPU), _value())
 
 
+def test_a_payload_of_many_pieces_verifies_and_a_change_in_any_piece_is_a_miss(tmp_path: Path, monkeypatch):
+    """Pieces hashed by threads side by side, in order: the record vouches for the whole."""
+    monkeypatch.setattr(loading, "RECORD_CHUNK_BYTES", 4096)
+    cache = DiskCache(tmp_path, identity="task-a")
+    cache.store("weights", "k", {"w": torch.arange(20000, dtype=torch.float32)})
+    record = json.loads((tmp_path / "weights" / "k.pt.json").read_text())
+    assert record["piece_bytes"] == 4096 and len(record["piece_sha256"]) == -(-record["bytes"] // 4096) > 16
+    assert cache.load("weights", "k", CPU) is not None
+    payload = tmp_path / "weights" / "k.pt"
+    data = bytearray(payload.read_bytes())
+    data[-5000] ^= 0x01  # in the second-to-last piece
+    payload.write_bytes(bytes(data))
+    assert cache.load("weights", "k", CPU) is None
+
+
 def test_a_mismatching_payload_is_never_unpickled(tmp_path: Path, monkeypatch):
     cache = DiskCache(tmp_path, identity="task-a")
     cache.store("weights", "k", _value())
@@ -83,9 +101,15 @@ def test_a_mismatching_payload_is_never_unpickled(tmp_path: Path, monkeypatch):
     lambda record: record.write_text("[1, 2]"),
     lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "format": 0})),
     lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "entry": "weights/other.pt"})),
-    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "sha256": "0" * 64})),
+    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "piece_sha256": ["0" * 64]})),
     lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "bytes": 1})),
-], ids=["missing", "garbled", "not-an-object", "old-format", "other-entry", "other-hash", "other-size"])
+    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "piece_bytes": 0})),
+    # A record of format 1 (one sha256 of the whole payload), right for its payload: rebuilt once.
+    lambda record: record.write_text(json.dumps({
+        "format": 1, "entry": "weights/k.pt", "identity": "task-a", "bytes": record.with_suffix("").stat().st_size,
+        "sha256": hashlib.sha256(record.with_suffix("").read_bytes()).hexdigest()})),
+], ids=["missing", "garbled", "not-an-object", "old-format", "other-entry", "other-hash", "other-size",
+        "no-piece-size", "format-1"])
 def test_a_missing_or_garbled_record_is_a_miss_and_rebuilt(tmp_path: Path, damage):
     cache = DiskCache(tmp_path, identity="task-a")
     cache.store("weights", "k", _value())

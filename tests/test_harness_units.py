@@ -86,7 +86,10 @@ class _Process:
     def __init__(self, name, log, ms_per_step=1.0):
         self.name, self.log, self.ms_per_step = name, log, ms_per_step
 
-    def request(self, message, what):
+    def request(self, message, what, probe=True):
+        # A block's staging is not probed (the block that follows is the same process's own);
+        # the block is (remote.ContestantProcess.request).
+        assert probe == (message["op"] != "stage"), f"{message['op']} request with probe={probe}"
         if message["op"] == "stage":
             self.log.append(("stage", self.name, message["copies"]))
             return {}

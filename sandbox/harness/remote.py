@@ -276,14 +276,19 @@ class Watch:
                 found.append(f"{pid} ({name})")
         return found
 
-    def check(self, what: str, probe_ms: float) -> float:
-        """Fail the evaluation for anything the solution left running after ``what``; returns the
-        probe's time that stands (``probe_ms``, or the reading taken again that cleared it)."""
+    def check(self, what: str, probe: bool = True) -> float:
+        """Fail the evaluation for anything the solution left running after ``what``: a stray
+        process, and unless ``probe`` is False, work on the device. Returns the device probe's
+        time that stands (the first reading, or the reading taken again that cleared it; 0.0
+        where none was read)."""
         strays = self.strays()
         if strays:
             raise LeftRunning(f"the solution left {len(strays)} process(es) running after {what}: "
                               + ", ".join(strays[:5]))
-        if self.probe is None or probe_ms <= self.probe.limit_ms:
+        if self.probe is None or not probe:
+            return 0.0
+        probe_ms = self.probe.milliseconds()
+        if probe_ms <= self.probe.limit_ms:
             return probe_ms
         first_ms, holding = probe_ms, lease.held()
         if holding == "shared":
@@ -355,16 +360,23 @@ class ContestantProcess(Peer):
         return SolutionFailed(message, details, crashed)
 
     # -- one request ---------------------------------------------------------------------------
-    def request(self, message: dict, what: str) -> dict:
+    def request(self, message: dict, what: str, probe: bool = True) -> dict:
         """Send ``message``, wait for the reply, stop the process, check what it left running.
 
         The reply carries ``block_ms``, the request's time for a timed block: from the send
         to the reply, less what an empty request costs (``request_floor_ms``), plus whatever
         the device probe after the process was stopped took beyond its idle time. So device
         work left behind is counted as far as it delays the probe, and fails the evaluation
-        past the probe's limit."""
+        past the probe's limit.
+
+        ``probe=False`` (staging a timed block's inputs): no device probe after it, for the
+        block that follows at once is the process's own: work the staging left running
+        delays that block, which counts against the solution, and what is still running
+        after the block delays the block's probe. (A probe there read a context switch after
+        the staging's copies, which calibration never sees: on an H200 it failed an honest
+        kernel once in five evaluations, 0.527 ms against 0.496 allowed, 2026-12-03.)"""
         self.begin(message)
-        return self.finish(what)
+        return self.finish(what, probe)
 
     def begin(self, message: dict) -> None:
         # What the referee copied into the arena is there before the process reads it: its
@@ -377,15 +389,14 @@ class ContestantProcess(Peer):
         self._started_ns = _perf_counter_ns()
         self.send(message)
 
-    def finish(self, what: str) -> dict:
+    def finish(self, what: str, probe: bool = True) -> dict:
         reply = self.receive(what)
         answered_ms = (_perf_counter_ns() - self._started_ns) / 1e6
         self.signal(signal.SIGSTOP)
         self._wait_stopped(what)
-        probe = self.watch.probe
-        probe_ms = self.watch.check(what, probe.milliseconds() if probe is not None else 0.0)
+        probe_ms = self.watch.check(what, probe)
         self.checked(reply, what)
-        idle_ms = probe.idle_ms if probe is not None else 0.0
+        idle_ms = self.watch.probe.idle_ms if self.watch.probe is not None and probe else 0.0
         reply.update(answered_ms=answered_ms, probe_ms=probe_ms,
                      block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms))
         return reply
@@ -445,7 +456,7 @@ def calibrate(contestants: list[ContestantProcess], interlude: Callable[[], None
         interlude()
         for contestant in (contestants if i % 2 == 0 else contestants[::-1]):
             staging, empty = pairs[id(contestant)]
-            contestant.request(staging, "staging an empty request's inputs")
+            contestant.request(staging, "staging an empty request's inputs", probe=False)  # as timing stages
             reply = contestant.request(empty, "timing an empty request")
             answered.append(reply["answered_ms"])
             probes.append(reply["probe_ms"])

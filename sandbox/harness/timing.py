@@ -179,7 +179,8 @@ class Contestant:
         count = min(self.block_steps, self.steps - first)
         chains = self.chains_per_request if count == self.steps else 1
         started = time.perf_counter()
-        self.process.request(self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps")
+        self.process.request(self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps",
+                             probe=False)  # the block that follows is the process's own (remote.ContestantProcess)
         staged = time.perf_counter()
         reply = self.process.request(self.block_request(first, count, chains, first == 0),
                                      f"running steps {first + 1}-{first + count} of a timed chain"
