@@ -556,7 +556,8 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
                 fields["clocks_during_timing"] = {"before": body.get("clocks_before", {}),
                                                   "after": body.get("clocks_after", {})}
             elif kind == "done":
-                fields.update(phases=body.get("phases", {}), hidden_seeds=body.get("hidden_seeds", []),
+                fields.update(phases=body.get("phases", {}), start_up=body.get("start_up", {}),
+                              hidden_seeds=body.get("hidden_seeds", []),
                               cache=body.get("cache", {}))
             elif kind == "task_error":
                 task_error = body["reason"]

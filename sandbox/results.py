@@ -202,6 +202,10 @@ class EvalResult(Model):
     started_at: str
     wall_seconds: float = Field(description="Whole evaluation, process start to verdict")
     phases: dict[str, float] = Field(default_factory=dict, description="Seconds per phase in the child")
+    start_up: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="Per process of the evaluation (baseline, reference worker N, solution), "
+        "in seconds from the referee's start: ready (interpreter, torch and device context up), asked (to load) and "
+        "loaded, from the process's own reply: where a warm evaluation's start-up time goes")
     overhead_seconds: dict[str, float] = Field(default_factory=dict, description="The rest of the wall time: setup "
                                                "(static rules, the pristine copy), start (the child's jail, "
                                                "interpreter and imports, to its first event), exit (its last event "

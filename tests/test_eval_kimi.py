@@ -376,6 +376,17 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     assert list(result.overhead_seconds) == ["setup", "start", "exit", "teardown"]
     accounted = sum(result.phases.values()) + sum(result.overhead_seconds.values())
     assert result.wall_seconds * 0.9 < accounted <= result.wall_seconds + 0.01
+    # Each process's start-up as it said it: ready, asked to load, loaded, in order, within the run.
+    assert set(result.start_up) == {"baseline", "solution"}  # no reference workers on the CPU
+    for times in result.start_up.values():
+        assert 0 < times["ready"] and times["asked"] <= times["loaded"] < result.wall_seconds
+        assert times["ready"] <= times["loaded"]
+    assert result.start_up["solution"]["asked"] >= result.start_up["baseline"]["loaded"]  # after the trusted loads
+    # Where each shape's timing went: its warm-up, pairs and isolated steps, within its share.
+    for t in result.timings:
+        assert {"warm_up", "pairs", "isolated", "pairs_candidate_requests", "pairs_candidate_chain_checks"} <= set(
+            t.wall_seconds)
+        assert t.wall_seconds["pairs_candidate_requests"] <= t.wall_seconds["pairs"] <= result.phases["timing"]
     for t in result.timings:
         assert t.candidate.median_ci_low_ms <= t.candidate.median_ms <= t.candidate.median_ci_high_ms
     # Fixed-seed reference outputs and weights were cached on disk by an earlier run (or this one).
@@ -589,6 +600,8 @@ def test_reference_workers_draw_the_secret_cases_and_judge_the_chains(kimi, kage
     assert honest.verdict is Verdict.PASS, honest.reason
     load, hidden = check_named(honest, "load"), check_named(honest, "hidden_seeds")
     assert load.data["reference_workers"] == 2
+    # Check mode starts no baseline: the workers' and the solution's start-up, each said.
+    assert set(honest.start_up) == {"reference worker 1", "reference worker 2", "solution"}
     assert len(hidden.data["seeds"]) == 48 and all(c["decision_margin"] >= 0.02 for c in hidden.data["cases"])
     assert sum(c["case"].endswith(" salient state") for c in hidden.data["cases"]) == 24
     # A step that skips work on chained steps only, judged by a worker.

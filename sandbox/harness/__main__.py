@@ -74,6 +74,7 @@ def run(job: dict, channel: Channel) -> None:
     cache = getattr(evaluation, "cache", None)
     channel.send("done", wall_seconds=round(time.perf_counter() - started, 3),
                  phases=getattr(evaluation, "phase_seconds", {}),
+                 start_up=getattr(evaluation, "start_up", {}),
                  hidden_seeds=getattr(evaluation, "hidden_seeds", []),
                  cache={"hits": cache.hits, "misses": cache.misses} if cache else {})
 

@@ -31,6 +31,9 @@ class EvaluationBase:
                                Path(job["cache_staging"]) if job.get("cache_staging") else None,
                                identity=job.get("cache_identity"))
         self.phase_seconds: dict[str, float] = {}
+        # Each process's start-up, in seconds from here (note_start_up).
+        self.start_up: dict[str, dict[str, float]] = {}
+        self._started_at = time.monotonic()
         self.hidden_seeds: list[int] = []
         self._phase_start = time.perf_counter()
         self.late_cache_files: dict[str, str] = {}
@@ -45,6 +48,19 @@ class EvaluationBase:
         self.launch_processes()
         self.environment = environment.describe(self.device)
         self.channel.send("environment", **self.environment)
+
+    def note_start_up(self, who: str, reply: dict) -> None:
+        """When ``who``'s process was ready (interpreter, torch, device context), was asked to
+        load and had loaded, in seconds from the start of the evaluation, from its reply to
+        that request (solution_server.serve): information on where a warm evaluation's time
+        goes. (The solution's own figures come from its process, so they decide nothing.)"""
+        try:
+            ready, asked, handled = (float(reply["ready_at"]), float(reply["received_at"]),
+                                     float(reply["handled_ms"]) / 1e3)
+        except (KeyError, TypeError, ValueError):
+            return
+        self.start_up[who] = {"ready": round(ready - self._started_at, 3), "asked": round(asked - self._started_at, 3),
+                              "loaded": round(asked + handled - self._started_at, 3)}
 
     def phase(self, name: str) -> None:
         """Close the phase that has been running since the last call, under ``name``."""
@@ -185,11 +201,12 @@ class EvaluationBase:
         baseline = self.baseline_process
         if baseline is not None:
             try:
-                baseline.finish("loading the baseline")
+                self.note_start_up("baseline", baseline.finish("loading the baseline"))
             except TrustedFailed as err:
                 raise TaskError(f"the task's baseline failed in its own process: {err.message}\n{err.details}") from err
         if self.workers is not None:
-            self.workers.finish_prepare()
+            for i, reply in enumerate(self.workers.finish_prepare()):
+                self.note_start_up(f"reference worker {i + 1}", reply)
             self.workers.attach(worker_arena_bytes, self.exchange_dir)
 
     def spec(self, who: str) -> building.Spec:
@@ -210,6 +227,7 @@ class EvaluationBase:
             reply = self.solution.finish(f"loading {self._load_label}")
         except CandidateError as err:
             return self.solution_failed("load", err)
+        self.note_start_up("solution", reply)
         facts = self.solution_facts()
         if isinstance(reply.get("handled_ms"), (int, float)):
             facts["load_seconds"] = round(reply["handled_ms"] / 1e3, 3)

@@ -250,9 +250,17 @@ class Session:
         return stop
 
 
+# Requests whose replies say when this process was ready and when the request came, on the
+# machine's monotonic clock, which every process reads alike: where an evaluation's start-up
+# went, process by process (base.EvaluationBase.note_start_up).
+_START_UP_OPS = ("load", "prepare")
+
+
 def serve(requests: Any, replies: Any, session: Any) -> None:
+    ready_at = time.monotonic()  # the interpreter, torch and the device's context are up
     for line in requests:
         received = time.perf_counter_ns()
+        received_at = time.monotonic()
         try:
             request = json.loads(line)
             if request.get("op") == "exit":
@@ -261,6 +269,8 @@ def serve(requests: Any, replies: Any, session: Any) -> None:
             # This process's own view of how long it worked on the request: information for
             # whoever studies the exchange's overhead, never a figure of the evaluation.
             reply["handled_ms"] = (time.perf_counter_ns() - received) / 1e6
+            if request.get("op") in _START_UP_OPS:
+                reply.update(ready_at=ready_at, received_at=received_at)
         except SolutionRaised as err:
             reply = {"raised": str(err), "details": err.details}
         except (ExchangeError, KeyError, TypeError, ValueError) as err:

@@ -89,9 +89,9 @@ class ReferenceWorkers:
         for worker in self.workers:
             worker.send({"op": "prepare", "task_dir": job["task_dir"], "scale": job["scale"], "weights": weights})
 
-    def finish_prepare(self) -> None:
-        for worker in self.workers:
-            worker.answer("loading the reference")
+    def finish_prepare(self) -> list[dict]:
+        """Each worker's answer, in order."""
+        return [worker.answer("loading the reference") for worker in self.workers]
 
     def attach(self, arena_bytes: int, exchange_dir: Path) -> None:
         """Share an arena of ``arena_bytes`` with each worker, its file (on the CPU) unlinked
