@@ -207,10 +207,10 @@ class EvalResult(Model):
         "in seconds from the referee's start: ready (interpreter, torch and device context up), asked (to load) and "
         "loaded, from the process's own reply: where a warm evaluation's start-up time goes")
     overhead_seconds: dict[str, float] = Field(default_factory=dict, description="The rest of the wall time: setup "
-                                               "(static rules, the pristine copy), start (the child's jail, "
-                                               "interpreter and imports, to its first event), exit (its last event "
-                                               "to its whole group stopped), teardown (the tamper check, the cache's "
-                                               "new entries promoted, the folder removed)")
+                                               "(static rules, the pristine copy), start (the child's jail and "
+                                               "interpreter, to its first event; its imports are the first phase), "
+                                               "exit (its last event to its whole group stopped), teardown (the "
+                                               "tamper check, the cache's new entries promoted, the folder removed)")
     checks: list[CheckResult] = Field(default_factory=list)
     static_findings: list[StaticFinding] = Field(default_factory=list)
     timings: list[ShapeTiming] = Field(default_factory=list)

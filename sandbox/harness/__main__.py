@@ -9,10 +9,9 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from . import lease
-from .loading import CandidateError, TaskError
+# Nothing here imports torch before the evaluation's other processes are started (spawn.py).
+from . import lease, spawn
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
-from .remote import TrustedFailed
 
 if TYPE_CHECKING:
     from .kernelbench import KernelBenchEvaluation
@@ -41,15 +40,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kagent_harness: job protocol {job.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return EXIT_BAD_JOB
     channel = Channel(args.result_fd, key)
-    with lease.shared(job, channel):  # the device's lease, shared until timing takes it alone (lease.py)
-        run(job, channel)
+    early = spawn.start_early(job)  # their interpreters and torch start while this one's do
+    try:
+        with lease.shared(job, channel):  # the device's lease, shared until timing takes it alone (lease.py)
+            run(job, channel, early)
+    finally:
+        spawn.close_unadopted(early)
     return EXIT_OK
 
 
-def run(job: dict, channel: Channel) -> None:
-    """Evaluate the job, reporting every step on ``channel``; always ends with ``done``."""
+def run(job: dict, channel: Channel, early: dict[str, spawn.Started] | None = None) -> None:
+    """Evaluate the job, reporting every step on ``channel``; always ends with ``done``.
+    ``early``: the evaluation's processes, started already (spawn.start_early)."""
     started = time.perf_counter()
     channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job["kind"], mode=job["mode"])
+    from .loading import CandidateError, TaskError
+    from .remote import TrustedFailed
+
     Evaluation: type[MegaEvaluation | KernelBenchEvaluation]
     if job["kind"] == "mega":
         from .mega import MegaEvaluation as Evaluation
@@ -57,7 +64,7 @@ def run(job: dict, channel: Channel) -> None:
         from .kernelbench import KernelBenchEvaluation as Evaluation
     evaluation = None
     try:
-        evaluation = Evaluation(job, channel)
+        evaluation = Evaluation(job, channel, early, began=started)
         evaluation.run()
     except TaskError as err:
         channel.send("task_error", reason=str(err))

@@ -10,32 +10,37 @@ from typing import Any, Optional
 
 import torch
 
-from . import bandwidth, building, environment, lease, remote, watchdog
+from . import bandwidth, building, environment, lease, remote, spawn, watchdog
 from .exchange import Arena, bytes_needed, encode
 from .loading import CandidateError, DiskCache, TaskError, digest
 from .protocol import Channel, make_non_dumpable
 from .remote import ContestantProcess, LeftRunning, SolutionFailed, TrustedFailed, Watch
 from .workers import ReferenceWorkers
 
-# Reference workers a decode task's evaluation starts by default, on CUDA (on the CPU, where
-# every process computes on one thread of a few cores, none: the referee draws the cases).
-DEFAULT_REFERENCE_WORKERS = {"cuda": 4, "cpu": 0}
-
 
 class EvaluationBase:
-    def __init__(self, job: dict, channel: Channel):
+    def __init__(self, job: dict, channel: Channel, early: dict[str, spawn.Started] | None = None,
+                 began: float | None = None):
+        """``early``: the evaluation's processes started already (spawn.start_early); each is
+        taken out of it when adopted. ``began``: when the evaluation began by time.perf_counter
+        (the child's run, before it imported torch and this module): the first phase,
+        "imports", runs from there."""
+        began = time.perf_counter() if began is None else began
         self.job = job
         self.channel = channel
+        self.early = early if early is not None else {}
         self.device = torch.device(job["device"])
         self.cache = DiskCache(Path(job["cache_dir"]) if job.get("cache_dir") else None,
                                Path(job["cache_staging"]) if job.get("cache_staging") else None,
                                identity=job.get("cache_identity"))
         self.phase_seconds: dict[str, float] = {}
-        # Each process's start-up, in seconds from here (note_start_up).
+        # Each process's start-up, in seconds from ``began`` (note_start_up; its replies read
+        # the machine's monotonic clock).
         self.start_up: dict[str, dict[str, float]] = {}
-        self._started_at = time.monotonic()
+        self._started_at = time.monotonic() - (time.perf_counter() - began)
         self.hidden_seeds: list[int] = []
-        self._phase_start = time.perf_counter()
+        self._phase_start = began
+        self.phase("imports")
         self.late_cache_files: dict[str, str] = {}
         self._probes_reported = 0  # of watch.confirmed, already sent with a check
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -103,23 +108,17 @@ class EvaluationBase:
         self.watch = Watch(self.device, bool(self.job.get("pid_namespace")))
         self.solution = self._contestant("solution")
         self.baseline_process = self._contestant("baseline") if self.job["mode"] != "check" else None
-        workers = self.job.get("reference_workers")
-        if workers is None:
-            workers = DEFAULT_REFERENCE_WORKERS[self.device.type]
+        workers = spawn.reference_workers(self.job)
         self.workers = None
-        if self.job["kind"] == "mega" and int(workers) > 0:
-            self.workers = ReferenceWorkers(int(workers), self.device, self._scratch("worker"), dict(os.environ),
-                                            self.watch)
-
-    def _scratch(self, who: str) -> Path:
-        return Path(tempfile.mkdtemp(prefix=f"kagent-{who}-"))
+        if workers > 0:
+            self.workers = ReferenceWorkers(workers, self.device, dict(os.environ), self.watch, self.early)
 
     def _contestant(self, who: str) -> ContestantProcess:
-        env = dict(os.environ)
-        if who == "solution" and self.job.get("solution_home"):
-            env["HOME"] = self.job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
-        process = ContestantProcess(who, self.device, self._scratch(who), env, self.watch)
-        process.launch()
+        started = self.early.pop(who, None)
+        env = spawn.contestant_env(who, self.job)
+        process = ContestantProcess(who, self.device, started.scratch if started else spawn.scratch(who), env,
+                                    self.watch)
+        process.launch(started)
         if who == "solution":
             process.watchdog = watchdog.StepWatchdog(
                 process.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),

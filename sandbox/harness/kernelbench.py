@@ -37,8 +37,8 @@ def _nbytes(value: Any) -> int:
 
 
 class KernelBenchEvaluation(EvaluationBase):
-    def __init__(self, job: dict, channel):
-        super().__init__(job, channel)
+    def __init__(self, job: dict, channel, early: dict | None = None, began: float | None = None):
+        super().__init__(job, channel, early, began)
         self.atol = float(job.get("atol", 1e-2))
         self.rtol = float(job.get("rtol", 1e-2))
         self.seeds = list(job.get("seeds") or [0, 1, 2])

@@ -33,7 +33,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,15 +40,13 @@ from typing import Any, Optional, TypeVar
 
 import torch
 
-from . import lease
+from . import lease, spawn
 from .exchange import Arena, Layout, SlotAllocator, copy_tree, decode, encode
 from .loading import CandidateError
 from .protocol import make_non_dumpable
 
 __all__ = ["make_non_dumpable"]
 
-SERVER = Path(__file__).resolve().parent / "solution_server.py"
-WORKER = Path(__file__).resolve().parent / "reference_worker.py"
 # A reply longer than this is a protocol violation (a real one is a few hundred bytes).
 MAX_REPLY_BYTES = 1 << 20
 # How often a wait for a reply checks that the process still lives.
@@ -146,18 +143,13 @@ class Peer:
     def pid(self) -> int:
         return self.process.pid
 
-    def launch(self) -> None:
-        """Start the process: it imports torch and waits for its first request, so its start
+    def launch(self, started: Optional[spawn.Started] = None) -> None:
+        """Start the process, or adopt ``started``, the same server started earlier
+        (spawn.start_early): it imports torch and waits for its first request, so its start
         overlaps with the referee's own preparations."""
-        requests_read, self._requests = os.pipe()
-        self._replies, replies_write = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-u", *self.argv, "--requests-fd", str(requests_read),
-             "--replies-fd", str(replies_write)],
-            cwd=self.scratch, env=self.env, stdin=subprocess.DEVNULL, pass_fds=(requests_read, replies_write),
-            start_new_session=True)
-        os.close(requests_read)
-        os.close(replies_write)
+        if started is None:
+            started = spawn.start(self.argv, self.scratch, self.env)
+        self.proc, self._requests, self._replies = started.proc, started.requests_fd, started.replies_fd
 
     @property
     def replies_fd(self) -> int:
@@ -334,16 +326,15 @@ class ContestantProcess(Peer):
 
     def __init__(self, who: str, device: torch.device, scratch: Path, env: dict[str, str], watch: Watch):
         trusted = who == "baseline"
-        super().__init__([str(SERVER), "--device", str(device), *(["--non-dumpable"] if trusted else [])],
-                         scratch, env)
+        super().__init__(spawn.contestant_argv(who, str(device)), scratch, env)
         self.who, self.device, self.watch = who, device, watch
         self.label = f"the {who}'s process"
         self.trusted = trusted
         self.request_floor_ms = 0.0
         self._started_ns = 0
 
-    def launch(self) -> None:
-        super().launch()
+    def launch(self, started: Optional[spawn.Started] = None) -> None:
+        super().launch(started)
         self.watch.known.add(self.pid)
         if not self.trusted:
             self.watch.suspect = self

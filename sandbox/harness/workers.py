@@ -24,16 +24,17 @@ from typing import Any
 
 import torch
 
+from . import spawn
 from .exchange import Arena, SlotAllocator, decode, encode
 from .loading import TaskError
-from .remote import WORKER, Peer, Watch, wait_any
+from .remote import Peer, Watch, wait_any
 
 
 class Worker(Peer):
     pipelined = True
 
     def __init__(self, index: int, device: torch.device, scratch: Path, env: dict[str, str]):
-        super().__init__([str(WORKER), "--device", str(device)], scratch, env)
+        super().__init__(spawn.worker_argv(str(device)), scratch, env)
         self.label = f"reference worker {index + 1}"
         self.arena: Arena | None = None
         self.slots: SlotAllocator | None = None
@@ -74,12 +75,23 @@ class ReferenceWorkers:
     load the reference in each; ``secret_cases`` and ``judge`` deal work out to whichever
     worker is free next; ``close`` ends them)."""
 
-    def __init__(self, count: int, device: torch.device, scratch: Path, env: dict[str, str], watch: Watch):
+    def __init__(self, count: int, device: torch.device, env: dict[str, str], watch: Watch,
+                 early: dict[str, spawn.Started] | None = None):
+        """``early``: workers started already (spawn.start_early), adopted as "worker N"; the
+        others are started now, in a working folder they share."""
         self.device = device
-        self.workers = [Worker(i, device, scratch, env) for i in range(count)]
-        for worker in self.workers:
-            worker.launch()
+        self.workers = []
+        folder: Path | None = None
+        for i in range(count):
+            started = (early or {}).pop(f"worker {i + 1}", None)
+            if started is not None:
+                where = started.scratch
+            else:
+                folder = where = folder or spawn.scratch("worker")
+            worker = Worker(i, device, where, env)
+            worker.launch(started)
             watch.known.add(worker.pid)
+            self.workers.append(worker)
         self.busy: dict[Worker, Pending] = {}
         self.closed = False
 

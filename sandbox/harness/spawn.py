@@ -1,0 +1,117 @@
+"""Starting the evaluation's other processes first of all, before the referee imports torch.
+
+Every process of an evaluation (the solution's, the baseline's, each reference worker's)
+spends seconds on its own start: an interpreter, torch, the device's context. On an H200
+machine they were ready only 3.3-5.3 s after the referee began, started after the referee's
+own start (2.8-4.0 s: its interpreter and torch), and nothing could load before then although
+the weights file was known good 0.4 s in (2026-12-03, MEASUREMENTS.md). So the referee starts
+them before it imports anything heavy (``start_early``), and the evaluation adopts them
+(``remote.Peer.launch``). Until a process is asked to load something it runs only the
+harness's own server code. This module imports no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .protocol import make_non_dumpable
+
+SERVER = Path(__file__).resolve().parent / "solution_server.py"
+WORKER = Path(__file__).resolve().parent / "reference_worker.py"
+
+# Reference workers a decode task's evaluation starts by default, on CUDA (on the CPU, where
+# every process computes on one thread of a few cores, none: the referee draws the cases).
+DEFAULT_REFERENCE_WORKERS = {"cuda": 4, "cpu": 0}
+
+
+@dataclasses.dataclass
+class Started:
+    """A started server: its process, the referee's ends of its two pipes, its working folder."""
+
+    proc: subprocess.Popen
+    requests_fd: int
+    replies_fd: int
+    scratch: Path
+
+
+def start(argv: list[str], scratch: Path, env: dict[str, str]) -> Started:
+    """Start ``python -I -B -u ARGV`` in ``scratch``: a fresh, trusted interpreter that serves
+    one JSON request per line on a pipe of its own."""
+    requests_read, requests_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-B", "-u", *argv, "--requests-fd", str(requests_read),
+         "--replies-fd", str(replies_write)],
+        cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=(requests_read, replies_write),
+        start_new_session=True)
+    os.close(requests_read)
+    os.close(replies_write)
+    return Started(proc, requests_write, replies_read, scratch)
+
+
+def device_name(device: str) -> str:
+    """The device as every process of the evaluation names it: "cuda" is the first visible one,
+    as torch's current device is in a fresh process."""
+    return "cuda:0" if device == "cuda" else device
+
+
+def contestant_argv(who: str, device: str) -> list[str]:
+    """A contestant's server; the baseline's makes itself non-dumpable first of all."""
+    return [str(SERVER), "--device", device, *(["--non-dumpable"] if who == "baseline" else [])]
+
+
+def worker_argv(device: str) -> list[str]:
+    return [str(WORKER), "--device", device]
+
+
+def scratch(who: str) -> Path:
+    """An empty working folder of its own for a process."""
+    return Path(tempfile.mkdtemp(prefix=f"kagent-{who}-"))
+
+
+def contestant_env(who: str, job: dict) -> dict[str, str]:
+    env = dict(os.environ)
+    if who == "solution" and job.get("solution_home"):
+        env["HOME"] = job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
+    return env
+
+
+def reference_workers(job: dict) -> int:
+    """How many reference workers the job's evaluation runs."""
+    if job["kind"] != "mega":
+        return 0
+    count = job.get("reference_workers")
+    return int(count) if count is not None else DEFAULT_REFERENCE_WORKERS[job["device"].split(":")[0]]
+
+
+def start_early(job: dict) -> dict[str, Started]:
+    """Every process the job's evaluation will adopt, by name ("solution", "baseline" in the
+    modes that time, "worker 1"...), started now. This process is made non-dumpable before
+    any of them exists."""
+    make_non_dumpable()
+    device = device_name(job["device"])
+    whom = ["solution", *(["baseline"] if job["mode"] != "check" else [])]
+    early = {who: start(contestant_argv(who, device), scratch(who), contestant_env(who, job)) for who in whom}
+    count = reference_workers(job)
+    if count:
+        folder, env = scratch("worker"), dict(os.environ)
+        for i in range(count):
+            early[f"worker {i + 1}"] = start(worker_argv(device), folder, env)
+    return early
+
+
+def close_unadopted(early: dict[str, Started]) -> None:
+    """End what was started but never adopted (the evaluation stopped before it took them)."""
+    for started in early.values():
+        for fd in (started.requests_fd, started.replies_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if started.proc.poll() is None:
+            started.proc.kill()
+            started.proc.wait()

@@ -1,0 +1,54 @@
+"""The evaluation's other processes are started before the referee imports torch, and adopted
+by the evaluation; whatever it did not adopt ends with it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from kagent.sandbox.harness import spawn
+
+
+def _job(**extra) -> dict:
+    return {"kind": "mega", "mode": "timed", "device": "cpu", **extra}
+
+
+def test_a_timed_decode_job_starts_the_solution_the_baseline_and_its_workers_and_all_end_unadopted():
+    early = spawn.start_early(_job(reference_workers=2))
+    try:
+        assert sorted(early) == ["baseline", "solution", "worker 1", "worker 2"]
+        argv = {who: started.proc.args for who, started in early.items()}
+        assert argv["baseline"][-5:-4] == ["--non-dumpable"] and "--non-dumpable" not in argv["solution"]
+        assert all(args[1:4] == ["-I", "-B", "-u"] for args in argv.values())  # a fresh, trusted interpreter
+        assert {started.scratch for who, started in early.items() if who.startswith("worker")} == {
+            early["worker 1"].scratch}  # the workers share a folder, the contestants have their own
+        assert early["solution"].scratch != early["baseline"].scratch
+    finally:
+        spawn.close_unadopted(early)
+    assert all(started.proc.poll() is not None for started in early.values())
+
+
+def test_check_mode_starts_no_baseline_and_the_cpu_no_workers_by_default():
+    early = spawn.start_early(_job(mode="check"))
+    try:
+        assert list(early) == ["solution"]
+    finally:
+        spawn.close_unadopted(early)
+    assert spawn.reference_workers(_job(device="cuda")) == spawn.DEFAULT_REFERENCE_WORKERS["cuda"]
+    assert spawn.reference_workers(_job(device="cuda:1", reference_workers=0)) == 0
+    assert spawn.reference_workers({"kind": "kernelbench", "device": "cuda"}) == 0
+    assert spawn.device_name("cuda") == "cuda:0" and spawn.device_name("cuda:1") == "cuda:1"
+
+
+def test_the_solution_gets_its_own_home_and_nothing_else_of_the_job():
+    env = spawn.contestant_env("solution", _job(solution_home="/tmp/solution-home"))
+    assert env["HOME"] == "/tmp/solution-home"
+    assert spawn.contestant_env("baseline", _job(solution_home="/tmp/solution-home")).get("HOME") != env["HOME"]
+
+
+def test_the_harness_entry_imports_no_torch_before_it_starts_them():
+    """What the child runs first (its __main__ and what that imports) must not import torch:
+    the processes it starts would wait for it."""
+    code = ("import sys; import kagent.sandbox.harness.__main__; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
