@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from kagent.sandbox.harness import spawn
 
 
@@ -52,3 +54,19 @@ def test_the_harness_entry_imports_no_torch_before_it_starts_them():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_start_that_fails_part_way_leaves_nothing_running(monkeypatch):
+    started = []
+    real_start = spawn.start
+
+    def start_then_fail(argv, scratch, env):
+        if len(started) == 2:
+            raise OSError("no more processes")
+        started.append(real_start(argv, scratch, env))
+        return started[-1]
+
+    monkeypatch.setattr(spawn, "start", start_then_fail)
+    with pytest.raises(OSError, match="no more processes"):
+        spawn.start_early(_job(reference_workers=2))
+    assert len(started) == 2 and all(s.proc.poll() is not None for s in started)

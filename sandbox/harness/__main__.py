@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kagent_harness: job protocol {job.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return EXIT_BAD_JOB
     channel = Channel(args.result_fd, key)
-    early = spawn.start_early(job)  # their interpreters and torch start while this one's do
+    try:
+        early = spawn.start_early(job)  # their interpreters and torch start while this one's do
+    except OSError:
+        early = {}  # the evaluation starts them itself, and reports why it cannot
     try:
         with lease.shared(job, channel):  # the device's lease, shared until timing takes it alone (lease.py)
             run(job, channel, early)

@@ -94,13 +94,18 @@ def start_early(job: dict) -> dict[str, Started]:
     any of them exists."""
     make_non_dumpable()
     device = device_name(job["device"])
-    whom = ["solution", *(["baseline"] if job["mode"] != "check" else [])]
-    early = {who: start(contestant_argv(who, device), scratch(who), contestant_env(who, job)) for who in whom}
-    count = reference_workers(job)
-    if count:
-        folder, env = scratch("worker"), dict(os.environ)
-        for i in range(count):
-            early[f"worker {i + 1}"] = start(worker_argv(device), folder, env)
+    early: dict[str, Started] = {}
+    try:
+        for who in ["solution", *(["baseline"] if job["mode"] != "check" else [])]:
+            early[who] = start(contestant_argv(who, device), scratch(who), contestant_env(who, job))
+        count = reference_workers(job)
+        if count:
+            folder, env = scratch("worker"), dict(os.environ)
+            for i in range(count):
+                early[f"worker {i + 1}"] = start(worker_argv(device), folder, env)
+    except BaseException:
+        close_unadopted(early)  # none half-started is left behind
+        raise
     return early
 
 
