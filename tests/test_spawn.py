@@ -70,3 +70,14 @@ def test_a_start_that_fails_part_way_leaves_nothing_running(monkeypatch):
     with pytest.raises(OSError, match="no more processes"):
         spawn.start_early(_job(reference_workers=2))
     assert len(started) == 2 and all(s.proc.poll() is not None for s in started)
+
+
+def test_a_start_up_reply_that_is_missing_or_made_up_is_left_out():
+    from kagent.sandbox.harness.base import EvaluationBase
+
+    evaluation = EvaluationBase.__new__(EvaluationBase)  # what note_start_up reads, only
+    evaluation.start_up, evaluation._started_at = {}, 100.0
+    evaluation.note_start_up("baseline", {"ready_at": 103.0, "received_at": 104.0, "handled_ms": 2500.0})
+    evaluation.note_start_up("solution", {"ready_at": float("inf"), "received_at": 104.0, "handled_ms": 1.0})
+    evaluation.note_start_up("reference worker 1", {"handled_ms": 1.0})
+    assert evaluation.start_up == {"baseline": {"ready": 3.0, "asked": 4.0, "loaded": 6.5}}

@@ -1,6 +1,7 @@
 """What every kind of evaluation shares: phases, check events, the contestants' processes."""
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -64,6 +65,8 @@ class EvaluationBase:
                                      float(reply["handled_ms"]) / 1e3)
         except (KeyError, TypeError, ValueError):
             return
+        if not all(math.isfinite(value) for value in (ready, asked, handled)):
+            return  # what a solution's process made up: no figure of the result may be infinite
         self.start_up[who] = {"ready": round(ready - self._started_at, 3), "asked": round(asked - self._started_at, 3),
                               "loaded": round(asked + handled - self._started_at, 3)}
 
