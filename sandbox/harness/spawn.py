@@ -11,6 +11,7 @@ harness's own server code. This module imports no torch.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -113,10 +114,8 @@ def close_unadopted(early: dict[str, Started]) -> None:
     """End what was started but never adopted (the evaluation stopped before it took them)."""
     for started in early.values():
         for fd in (started.requests_fd, started.replies_fd):
-            try:
+            with contextlib.suppress(OSError):  # closed already
                 os.close(fd)
-            except OSError:
-                pass
         if started.proc.poll() is None:
             started.proc.kill()
             started.proc.wait()
