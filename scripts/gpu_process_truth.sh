@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call on the A/A process effect (issues 9, 10): how much a host-bound baseline
+# step's time depends on its process, for each way of starting the interpreter
+# (scripts/process_spread.py); whether the baseline passes every secret case an evaluation can
+# draw, and what explains those it fails (scripts/baseline_verdicts.py); then warm A/A evaluations as they stand. Every file is tarred
+# into $OUT/process_truth.tar.gz. Run from the repository root:
+#   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
+#   bash scripts/gpu_process_truth.sh
+set -uo pipefail
+FINAL_OUT=${OUT:-/tmp/kagent-gpu-out}
+ROUND=/tmp/kagent-process-truth
+rm -rf "$ROUND" && mkdir -p "$ROUND" "$FINAL_OUT"
+OUT=$ROUND
+source scripts/gpu_setup.sh
+nvidia-smi --query-gpu=uuid,name,clocks.sm,clocks.mem --format=csv
+lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA)"
+timeout 240 python3 scripts/process_spread.py --device cuda --processes "${PROCESSES:-6}" --rounds "${ROUNDS:-30}" \
+  --out "$OUT/spread.json"
+echo "process spread: exit $?"
+timeout 240 python3 scripts/baseline_verdicts.py --device cuda --cases "${CASES:-240}" \
+  --seeds 655230236:8192:salient --out "$OUT/baseline_verdicts.json"
+echo "baseline verdicts: exit $?"
+for i in $(seq 1 "${AA_RUNS:-3}"); do
+  t0=$(date +%s)
+  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$i.json" \
+    > "$OUT/aa_$i.txt" 2>&1
+  echo "A/A $i: exit $? after $(( $(date +%s) - t0 )) s"
+  tail -4 "$OUT/aa_$i.txt"
+done
+tar -czf "$FINAL_OUT/process_truth.tar.gz" -C "$ROUND" .
+cp "$OUT/log.txt" "$FINAL_OUT/log.txt"
