@@ -359,6 +359,37 @@ def test_unexplained_mismatch_at_a_near_tie_fails(margin_task, kagent_home, tmp_
     assert "does not match the reference that took the runner-up either" in result.reason
 
 
+# The stand-in's margin away from the 10-row step is |hidden[0]|: secret cases are drawn at
+# 0.5 or more (min_decision_margin), and the task explains mismatches up to 1.0.
+TIPPED = "0.5 <= abs(float(hidden.float()[0])) < 1.0 and state[0]['memory'].shape[0] != 10"
+
+
+@pytest.mark.slow
+def test_a_tie_tipped_past_the_near_tie_margin_is_excused_where_the_runner_up_explains_it(
+        margin_task, kagent_home, tmp_path):
+    # Drawing clear of min_decision_margin makes a flip rare, not impossible (the H200's
+    # baseline flipped at 2.12% against 2%): below max_explained_margin, a secret case whose
+    # mismatch the runner-up explains passes; the same flip past it fails.
+    problem = margin_task.path / "problem.yaml"
+    problem.write_text(problem.read_text().replace("min_decision_margin: 0.5", "min_decision_margin: 0.5, "
+                                                                                "max_explained_margin: 1.0"))
+    solution = write_solution(tmp_path / "s", solution_wrong_when(TIPPED))
+    result = run_eval(margin_task, solution, kagent_home, mode="check", hidden_seeds=12)
+    assert result.verdict is Verdict.PASS, result.reason
+    hidden = check_named(result, "hidden_seeds")
+    tipped = [c for c in hidden.data["cases"] if "excused" in c]
+    assert tipped and all(0.5 <= c["decision_margin"] < 1.0 and not c["near_tie"] for c in tipped)
+    assert "matching the reference that took the runner-up, where its routing was close to a tie" in hidden.reason
+
+    beyond = write_solution(tmp_path / "b", solution_wrong_when(TIPPED.replace("< 1.0", "< 9.0")))
+    result = run_eval(margin_task, beyond, kagent_home, mode="check", hidden_seeds=12)
+    assert result.verdict is Verdict.INCORRECT, result.reason
+    stopped = next(c for c in result.checks if c.status == "fail")
+    assert stopped.name in ("fixed_seeds", "hidden_seeds"), result.reason
+    failed = [c for c in stopped.data["cases"] if not c["passed"]]
+    assert failed and all(c["decision_margin"] >= 1.0 for c in failed)
+
+
 @pytest.mark.slow
 def test_near_tie_without_a_runner_up_hook_excuses_nothing(margin_task, kagent_home, tmp_path):
     # A reference that says how close its choices came to a tie, but not how it steps with

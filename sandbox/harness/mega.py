@@ -164,6 +164,12 @@ class Task:
         # least margin at which a mismatch counts against a solution.
         self.decision_margin = getattr(self.reference, "decision_margin", None)
         self.min_margin = float(correctness.get("min_decision_margin", 0.0))
+        # Up to this margin a mismatch may still be a tie that rounding tipped (where the
+        # runner-up explains it, StepChecker.judge): drawing clear of min_margin does not
+        # make a flip impossible, only rare. On the H200 the task's own bf16 baseline swapped
+        # an expert at 2.12% from a salient state (1 secret case of about 300, 2026-12-03).
+        self.explained_margin = float(correctness.get("max_explained_margin",
+                                                      EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin))
         # Optional, together: the margin of each discrete choice, and a way to run the reference
         # with the runner-up taken at one of them; a mismatch at a near-tie is excused only
         # where that explains it (StepChecker.judge).
@@ -288,6 +294,9 @@ def case_inputs(task: Task, reference: torch.nn.Module, context_len: int, seed: 
 # A secret case draws seeds until one clears the near-ties; past this many draws for one
 # case the task's margin is out of reach.
 MAX_DRAWS_PER_CASE = 50
+# Where a task names no max_explained_margin: how far past its min_decision_margin a
+# mismatch that the runner-up explains is still excused.
+EXPLAINED_MARGIN_OVER_MIN_MARGIN = 3.0
 
 
 @dataclass
@@ -409,28 +418,34 @@ class StepChecker:
     def near_tie(self, margin: float | None) -> bool:
         return margin is not None and margin < self.task.min_margin
 
+    def explainable(self, margin: float | None) -> bool:
+        """Whether a decision this close to a tie may have been tipped by rounding."""
+        return margin is not None and margin < self.task.explained_margin
+
     def judge(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State, expected_hidden: Hidden,
               expected_state: State, margin: float | None) -> dict:
-        """compare; and where the step fails at a near-tie of the reference's routing (its
-        decision margin ``margin``), the comparison with the reference that took the
-        runner-up there, if that one matches: the mismatch rounding explains, marked
-        ``excused``. Any other mismatch at a near-tie still fails."""
+        """compare; and where the step fails close to a tie of the reference's routing (its
+        decision margin ``margin`` below the task's explained margin), the comparison with the
+        reference that took the runner-up there, if that one matches: the mismatch rounding
+        explains, marked ``excused``. Any other mismatch fails, near a tie or not."""
         result = self.compare(hidden_in, state_in, hidden, state, expected_hidden, expected_state)
-        if result["passed"] or result["nonfinite"] or not self.near_tie(margin):
+        if result["passed"] or result["nonfinite"] or not self.explainable(margin):
             return result
         return self._runner_up_match(hidden_in, state_in, hidden, state) or result
 
     def _runner_up_match(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State) -> dict | None:
         """The comparison with the reference run from the same inputs but with the runner-up
-        taken at one of its near-tie decisions, for the first such decision where the step
-        matches it; None where none does, or the task has no way to ask."""
+        taken at one of its decisions close to a tie (the closest first), for the first
+        such decision where the step matches it; None where none does, or the task has no
+        way to ask."""
         task, model = self.task, self.reference
         if task.decision_margins is None or task.runner_up is None:
             return None
         reference_step(model, hidden_in, state_in)  # the margins of this very step, decision by decision
-        for decision, margin in enumerate(task.decision_margins(model)):
-            if not self.near_tie(margin):
-                continue
+        margins = list(enumerate(task.decision_margins(model)))
+        for decision, margin in sorted(margins, key=lambda pair: pair[1]):
+            if not self.explainable(margin):
+                break
             with task.runner_up(model, decision):
                 expected_hidden, expected_state = reference_step(model, hidden_in, state_in)
             result = self.compare(hidden_in, state_in, hidden, state, expected_hidden, expected_state)
@@ -458,12 +473,12 @@ def _case_label(seed: str, context_len: int, salient: bool) -> str:
 
 
 def _fail_reason(label: str, result: dict, threshold: float, margin: float | None = None,
-                 min_margin: float = 0.0) -> str:
+                 explained_margin: float = 0.0) -> str:
     if result["nonfinite"]:
         return f"{label}: non-finite values in {', '.join(result['nonfinite'][:5])}"
     names = ", ".join(f"{n} {result['cosines'][n]:.4f}" for n in result["below_threshold"][:6])
     reason = f"{label}: cosine below {threshold} for {names}"
-    if margin is not None and margin < min_margin:
+    if margin is not None and margin < explained_margin:
         reason += (f" (note: the reference's routing is {margin:.2%} from a tie here, so rounding alone can "
                    "swap an expert, but the step does not match the reference that took the runner-up either: "
                    "keep the router input and logits accurate)")
@@ -471,14 +486,20 @@ def _fail_reason(label: str, result: dict, threshold: float, margin: float | Non
 
 
 def _near_tie_note(results: list[dict], min_margin: float) -> str:
-    """What a passing group's reason says of its cases at a near-tie of the reference's routing."""
+    """What a passing group's reason says of its cases at a near-tie of the reference's
+    routing, and of those further from one that the runner-up explains."""
+    def named(rows: list[dict]) -> str:
+        return ", ".join(f"{r['case']} ({r['decision_margin']:.2%}"
+                         + (", matches the reference that took the runner-up" if "excused" in r else "") + ")"
+                         for r in rows)
+
     near = [r for r in results if r["near_tie"]]
-    if not near:
-        return ""
-    named = ", ".join(f"{r['case']} ({r['decision_margin']:.2%}"
-                      + (", matches the reference that took the runner-up" if "excused" in r else "") + ")"
-                      for r in near)
-    return f"; at a near-tie of the reference's routing (margin below {min_margin:.0%}): {named}"
+    tipped = [r for r in results if "excused" in r and not r["near_tie"]]
+    note = f"; at a near-tie of the reference's routing (margin below {min_margin:.0%}): {named(near)}" if near else ""
+    if tipped:
+        note += ("; matching the reference that took the runner-up, where its routing was close to a tie: "
+                 f"{named(tipped)}")
+    return note
 
 
 class MegaEvaluation(EvaluationBase):
@@ -706,7 +727,7 @@ class MegaEvaluation(EvaluationBase):
         if failures:
             # The worst: non-finite values first, then the lowest cosine.
             case, result = min(failures, key=lambda f: (not f[1]["nonfinite"], f[1]["min_cosine"]))
-            worst = _fail_reason(case.label, result, task.threshold, case.margin, task.min_margin)
+            worst = _fail_reason(case.label, result, task.threshold, case.margin, task.explained_margin)
             return self.send_check(group, "fail", f"{len(failures)} of {len(cases)} cases fail, worst: {worst}",
                                    **data)
         worst_cosine = min(r["min_cosine"] for r in results)
@@ -824,7 +845,7 @@ class ValidatedChain:
                 for rest in judged[i + 1:]:
                     rest()  # every worker idle again
                 return "fail", _fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold,
-                                            margin, task.min_margin)
+                                            margin, task.explained_margin)
         note = (f"; steps {excused} differ at a near-tie of the reference's routing, where they match the "
                 "reference that took the runner-up, and are not counted" if excused else "")
         return "pass", (f"a chain of {self.steps} steps at ctx {self.context_len}: each step matches the reference "
