@@ -167,7 +167,7 @@ class Task:
         # Up to this margin a mismatch may still be a tie that rounding tipped (where the
         # runner-up explains it, StepChecker.judge): drawing clear of min_margin does not
         # make a flip impossible, only rare. On the H200 the task's own bf16 baseline swapped
-        # an expert at 2.12% from a salient state (1 secret case of about 300, 2026-12-03).
+        # an expert at 2.12% from a salient state (1 secret case of 480, 2026-12-03).
         self.explained_margin = float(correctness.get("max_explained_margin",
                                                       EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin))
         # Optional, together: the margin of each discrete choice, and a way to run the reference
