@@ -224,17 +224,20 @@ def clone_state(state: State) -> State:
     return [{k: v.clone() for k, v in layer.items()} for layer in state]
 
 
-def build_reference(task: Task, cache: DiskCache,
-                    found: Callable[[Path], None] = lambda path: None) -> tuple[torch.nn.Module, Path | None]:
+def build_reference(task: Task, cache: DiskCache, found: Callable[[Path], None] = lambda path: None,
+                    read: Callable[[], None] = lambda: None) -> tuple[torch.nn.Module, Path | None]:
     """The reference model with its deterministic weights, built once and cached on disk;
     and the cache's file of those weights (None without a cache). ``found(file)`` is told of
     that file as soon as it is known good (verified, or written), before the model is built
-    from it, so that other processes can start loading it meanwhile."""
+    from it, so that other processes can start loading it meanwhile; ``read()``, once the
+    cached weights are on the device, before the model is built from them."""
     key = digest(task.cache_identity["reference"], task.cache_identity["config"])
     path = cache.entry("weights", key)
     if path is not None:
         found(path)
     weights = cache.load("weights", key, task.device, path) if path is not None else None
+    if weights is not None:
+        read()
     if weights is None:
         if path is None:
             cache.misses += 1
@@ -515,10 +518,16 @@ class MegaEvaluation(EvaluationBase):
             known = [s["context_len"] for s in task.shapes]
             raise TaskError(f"no shape with context in {wanted}; this scale has contexts {known}")
         self.phase("load_task")
+        if self.device.type == "cuda":
+            # This process's device context, timed apart from the weights: it is made while
+            # the evaluation's other processes make theirs.
+            torch.empty(1, device=self.device)
+        self.phase("device_context")
         with torch.no_grad():
             # The baseline's process and the workers load the weights file the moment it is
             # known good, beside the referee's own load and its fixed cases.
-            self.reference, self.weights_entry = build_reference(task, self.cache, self._weights_file_found)
+            self.reference, self.weights_entry = build_reference(
+                task, self.cache, self._weights_file_found, lambda: self.phase("reference_weights_read"))
             self.phase("reference_weights")
             self.cases = self._fixed_cases()
         first = self.cases[0]

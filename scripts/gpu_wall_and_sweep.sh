@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call for what issues 9, 10 and 16 still measure: an A/A with a cold cache, how
+# long the cache's weights file takes to reach the GPU in one process and in six at once
+# (scripts/weights_load.py), two warm A/As with the referee's start split finer
+# (device_context, reference_weights_read), then `kagent sweep` of 4 members sharing the GPU
+# against the alone sweep of an earlier call (scripts/gpu_sweep.sh, SWEEPS=shared). Every file
+# is tarred into $OUT/round.tar.gz. Run from the repository root:
+#   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
+#   bash scripts/gpu_wall_and_sweep.sh       (about 7 minutes on an H200)
+set -uo pipefail
+REPO=$(pwd)
+FINAL_OUT=${OUT:-/tmp/kagent-gpu-out}
+ROUND=/tmp/kagent-wall-round
+rm -rf "$ROUND" && mkdir -p "$ROUND/sweep" "$FINAL_OUT"
+OUT=$ROUND
+source scripts/gpu_setup.sh
+nvidia-smi --query-gpu=uuid,name --format=csv,noheader
+aa() {
+  local t0=$(date +%s)
+  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$1.json" \
+    > "$OUT/aa_$1.txt" 2>&1
+  echo "A/A $1: exit $? after $(( $(date +%s) - t0 )) s"
+  tail -5 "$OUT/aa_$1.txt"
+}
+aa cold
+weights=$(find "$KAGENT_HOME" -path '*/weights/*.pt' | head -1)
+echo "weights file: $weights ($(stat -c %s "$weights") bytes)"
+timeout 120 python3 scripts/weights_load.py "$weights" --device cuda --processes 1 6 > "$OUT/weights_load.txt" 2>&1
+echo "weights load: exit $?"; cat "$OUT/weights_load.txt" | head -6
+aa warm_1
+aa warm_2
+(cd "$REPO" && OUT=$ROUND/sweep SWEEPS=shared BUDGET=${BUDGET:-180s} \
+  ALONE_FROM=measurements/2026-12-02-h200-sweep/sweeps.tar.gz timeout 330 bash scripts/gpu_sweep.sh \
+  > "$ROUND/sweep_out.txt" 2>&1)
+echo "sweep: exit $?"; tail -30 "$ROUND/sweep_out.txt"
+tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .
+cp "$OUT/log.txt" "$FINAL_OUT/log.txt"
