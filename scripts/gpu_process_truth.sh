@@ -20,12 +20,6 @@ echo "process spread: exit $?"
 timeout 240 python3 scripts/baseline_verdicts.py --device cuda --cases "${CASES:-240}" \
   --seeds 655230236:8192:salient --out "$OUT/baseline_verdicts.json"
 echo "baseline verdicts: exit $?"
-for i in $(seq 1 "${AA_RUNS:-3}"); do
-  t0=$(date +%s)
-  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$i.json" \
-    > "$OUT/aa_$i.txt" 2>&1
-  echo "A/A $i: exit $? after $(( $(date +%s) - t0 )) s"
-  tail -4 "$OUT/aa_$i.txt"
-done
+for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "$i"; done
 tar -czf "$FINAL_OUT/process_truth.tar.gz" -C "$ROUND" .
 cp "$OUT/log.txt" "$FINAL_OUT/log.txt"

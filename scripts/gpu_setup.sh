@@ -6,3 +6,14 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 OUT
 export KAGENT_HOME=/tmp/kagent-home KAGENT_RUNS=/tmp/kagent-runs
 exec > >(tee "$OUT/log.txt") 2>&1
+
+# One A/A evaluation of the flagship (the baseline against itself), its result in
+# $OUT/aa_NAME.json and its screen in $OUT/aa_NAME.txt.
+aa_eval() {
+  local t0
+  t0=$(date +%s)
+  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$1.json" \
+    > "$OUT/aa_$1.txt" 2>&1
+  echo "A/A $1: exit $? after $(( $(date +%s) - t0 )) s"
+  tail -5 "$OUT/aa_$1.txt"
+}

@@ -15,20 +15,13 @@ rm -rf "$ROUND" && mkdir -p "$ROUND/sweep" "$FINAL_OUT"
 OUT=$ROUND
 source scripts/gpu_setup.sh
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
-aa() {
-  local t0=$(date +%s)
-  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$1.json" \
-    > "$OUT/aa_$1.txt" 2>&1
-  echo "A/A $1: exit $? after $(( $(date +%s) - t0 )) s"
-  tail -5 "$OUT/aa_$1.txt"
-}
-aa cold
+aa_eval cold
 weights=$(find "$KAGENT_HOME" -path '*/weights/*.pt' | head -1)
 echo "weights file: $weights ($(stat -c %s "$weights") bytes)"
 timeout 120 python3 scripts/weights_load.py "$weights" --device cuda --processes 1 6 > "$OUT/weights_load.txt" 2>&1
 echo "weights load: exit $?"; cat "$OUT/weights_load.txt" | head -6
-aa warm_1
-aa warm_2
+aa_eval warm_1
+aa_eval warm_2
 (cd "$REPO" && OUT=$ROUND/sweep SWEEPS=shared BUDGET=${BUDGET:-180s} \
   ALONE_FROM=measurements/2026-12-02-h200-sweep/sweeps.tar.gz timeout 330 bash scripts/gpu_sweep.sh \
   > "$ROUND/sweep_out.txt" 2>&1)

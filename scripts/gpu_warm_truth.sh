@@ -12,13 +12,7 @@ rm -rf "$ROUND" && mkdir -p "$ROUND" "$FINAL_OUT"
 OUT=$ROUND/megakernel RECORDING=1 REPEATS=${REPEATS:-5} bash examples/02_kimi_linear_decode/gpu_run.sh
 OUT=$ROUND/aa
 source scripts/gpu_setup.sh
-for i in $(seq 1 "${AA_RUNS:-2}"); do
-  t0=$(date +%s)
-  timeout 200 python3 -m kagent.agent.cli eval 02_kimi_linear_decode --aa --device cuda --out "$OUT/aa_$i.json" \
-    > "$OUT/aa_$i.txt" 2>&1
-  echo "A/A $i: exit $? after $(( $(date +%s) - t0 )) s"
-  tail -4 "$OUT/aa_$i.txt"
-done
+for i in $(seq 1 "${AA_RUNS:-2}"); do aa_eval "$i"; done
 tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .
 cp "$ROUND/megakernel/regression.json" "$FINAL_OUT/" 2>/dev/null
 cp "$OUT/log.txt" "$FINAL_OUT/aa_log.txt"
