@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# A short device call after a change to the harness's start or its probe (issues 9, 10): one
+# A/A with a cold cache, AA_RUNS (3) warm ones, then the megakernel evaluated REPEATS (2)
+# times. Each file lands in $OUT as soon as it exists, so a call cut short keeps what ran.
+#   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
+#   bash scripts/gpu_quick_truth.sh       (about 4 minutes on an H200)
+set -uo pipefail
+source scripts/gpu_setup.sh
+nvidia-smi --query-gpu=uuid,name --format=csv,noheader
+aa_eval cold
+for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "warm_$i"; done
+OUT=$OUT/megakernel RECORDING=1 REPEATS=${REPEATS:-2} bash examples/02_kimi_linear_decode/gpu_run.sh \
+  > /tmp/megakernel.txt 2>&1
+echo "megakernel: exit $?"; tail -12 /tmp/megakernel.txt
