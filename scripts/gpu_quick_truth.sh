@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A short device call after a change to the harness's start or its probe (issues 9, 10): one
 # A/A with a cold cache, AA_RUNS (3) warm ones, then the megakernel evaluated REPEATS (2)
-# times. Everything is tarred into $OUT/round.tar.gz again after each step, so a call cut
+# times (REPEATS=0: none). Everything is tarred into $OUT/round.tar.gz again after each step, so a call cut
 # short keeps what ran.
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_quick_truth.sh       (about 4 minutes on an H200)
@@ -15,7 +15,9 @@ keep() { tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .; }
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
 aa_eval cold; keep
 for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "warm_$i"; keep; done
-OUT=$ROUND/megakernel RECORDING=1 REPEATS=${REPEATS:-2} bash examples/02_kimi_linear_decode/gpu_run.sh \
-  > "$ROUND/megakernel.txt" 2>&1
-echo "megakernel: exit $?"; tail -12 "$ROUND/megakernel.txt"
-keep
+if [ "${REPEATS:-2}" -gt 0 ]; then
+  OUT=$ROUND/megakernel RECORDING=1 REPEATS=${REPEATS:-2} bash examples/02_kimi_linear_decode/gpu_run.sh \
+    > "$ROUND/megakernel.txt" 2>&1
+  echo "megakernel: exit $?"; tail -12 "$ROUND/megakernel.txt"
+  keep
+fi
