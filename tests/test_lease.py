@@ -304,6 +304,16 @@ def test_one_slow_reading_alone_is_read_again_and_what_delayed_it_is_charged(eva
     assert watch.confirmed == [{"what": "a timed block", "first_ms": 1.2, "again_ms": 0.4, "alone": True}]
 
 
+def test_a_reading_far_over_its_limit_fails_at_once(evaluation_lease):
+    # More than twice the limit (1.0 ms here): what work left behind reads (1.98 ms against
+    # 0.54 allowed on an H200), never the host's jitter. One reading: a second would pass.
+    watch = _watch(ScriptedProbe(2.5, 0.4))
+    with harness_lease.exclusive("timing", shared_after=False):
+        with pytest.raises(LeftRunning, match=r"took 2\.500 ms with the device alone \(idle"):
+            watch.check("a timed block")
+    assert watch.confirmed == []
+
+
 def test_staging_a_timed_block_reads_no_probe_and_the_block_does():
     """A timed block's staging is followed at once by the block, in the same process: work the
     staging left delays the block, so only the block's answer is probed (a probe after the

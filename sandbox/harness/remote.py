@@ -63,6 +63,9 @@ IDLE_SLACK_MS = 0.1
 # times, this far apart, before the device is asked for alone (Watch.check).
 SHARED_REPROBES = 10
 SHARED_REPROBE_GAP_S = 0.005
+# With the device not shared, a probe over its limit but within this factor of it is read
+# again once (Watch._settle_alone); one further over fails at once.
+REREAD_WITHIN_LIMITS = 2.0
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -314,21 +317,24 @@ class Watch:
         raise self._busy(what, f"{first_ms:.3f} ms, then {probe_ms:.3f} ms with the device alone")
 
     def _settle_alone(self, what: str, first_ms: float) -> float:
-        """Nothing else of kagent's on the device: one reading over the limit is read again at
-        once, and only a second one over it fails. Work still running delays both (work left
-        behind holds the device for a time slice, about 2 ms on an H200, before the probe's
-        context gets it), while the host's own jitter rarely strikes twice in a row (an honest
-        baseline failed once at 0.515 ms against 0.510 allowed, H200, 2026-12-03). The first
-        reading is what stands: whatever delayed it, work that ended meanwhile included, is
-        charged to the block it follows."""
+        """Nothing else of kagent's on the device: a reading just over the limit (within
+        REREAD_WITHIN_LIMITS of it) is read again at once, and fails only if the second is over
+        it too. Work still running delays both (work left behind holds the device for a time
+        slice, about 2 ms on an H200, before the probe's context gets it: 1.98 ms against 0.54
+        allowed), while the host's own jitter rarely strikes twice in a row (an honest baseline
+        failed once at 0.515 ms against 0.510 allowed, H200, 2026-12-03). The first reading is
+        what stands: whatever delayed it, work that ended meanwhile included, is charged to the
+        block it follows. A reading further over fails at once."""
         assert self.probe is not None
         holding = lease.held()
-        probe_ms = self.probe.milliseconds()
-        self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4),
-                               "alone": holding == "exclusive"})
-        if probe_ms <= self.probe.limit_ms:
-            return first_ms
-        shown = f"{first_ms:.3f} ms, then {probe_ms:.3f} ms"
+        shown = f"{first_ms:.3f} ms"
+        if first_ms <= self.probe.limit_ms * REREAD_WITHIN_LIMITS:
+            probe_ms = self.probe.milliseconds()
+            self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4),
+                                   "alone": holding == "exclusive"})
+            if probe_ms <= self.probe.limit_ms:
+                return first_ms
+            shown += f", then {probe_ms:.3f} ms"
         if holding == "exclusive":
             shown += " with the device alone"
         elif not lease.under_lease():
