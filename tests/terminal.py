@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import signal
 import struct
 import subprocess
 import termios
@@ -73,7 +74,14 @@ class Terminal:
             time.sleep(0.1)
 
     def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout=timeout)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # kagent prints every thread's stack on SIGUSR1: where it waits, for the failure.
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(f"the program did not end within {timeout:.0f} s; its screen and stacks:\n"
+                                 f"{self.text()}") from None
         self._reader.join(timeout=5)
         return code
 

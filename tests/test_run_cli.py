@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,10 @@ def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
         # view still short of 3 s after 2 minutes is frozen.
         term.wait_until(lambda: re.search(r"now +tool shell for 0m0[3-9]s", term.text()), 120,
                         "the live view's clock ticking through the shell command")
+        # SIGUSR1 prints where every thread is, and the run goes on.
+        term.proc.send_signal(signal.SIGUSR1)
+        term.wait_until(lambda: "most recent call first" in term.text() and "run_command" in term.text(), 30,
+                        "the stacks printed on SIGUSR1, the main thread's in the shell tool")
         term.type(CTRL_C)
         assert term.wait(timeout=WAIT_S) == 130
         screen = term.text()

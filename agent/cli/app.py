@@ -1,9 +1,11 @@
 """The ``kagent`` command line."""
 from __future__ import annotations
 
+import faulthandler
 import inspect
 import os
 import re
+import signal
 import sys
 import termios
 from collections.abc import Iterator
@@ -481,7 +483,12 @@ def main() -> None:
     """Console entry point: click reports usage errors; errors users can fix get one clear line.
 
     Ctrl-C never reaches this far: typer turns it into exit code 130 inside the command, so the
-    commands that take long (run, resume, eval) say what was interrupted themselves."""
+    commands that take long (run, resume, eval) say what was interrupted themselves.
+
+    ``kill -USR1 PID`` prints every thread's stack to stderr, without stopping kagent: what a
+    run that seems stuck is doing (a run once outlasted Ctrl-C by 15 minutes on a loaded CI
+    machine, and nothing said where it waited)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         app(prog_name="kagent")
     except KagentError as err:
