@@ -6,6 +6,8 @@ import hashlib
 import json
 import math
 import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -244,6 +246,20 @@ def test_launch_classification():
 
 def test_launch_counting_on_cpu_says_why_not():
     assert launches.count_launches(torch.device("cpu"), lambda: None)["launches"] is None
+
+
+def test_profiled_events_record_the_step_without_importing_inductor():
+    """The profiler under torch.profiler's wrapper: the wrapper's start imports Inductor, which
+    was the whole of an evaluation's launches phase on H200 machines (2.4-6.3 s)."""
+    code = ("import sys, torch\n"
+            "from kagent.sandbox.harness.launches import profiled_events\n"
+            "events = profiled_events(torch.device('cpu'), lambda: torch.ones(3).add_(1))\n"
+            "names = [e.name for e in events]\n"
+            "assert 'aten::add_' in names, names\n"
+            "print('torch._inductor' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_channel_writes_valid_json_lines_even_for_nan():
