@@ -15,6 +15,7 @@ keep() { tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .; }
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
 aa_eval cold; keep
 for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "warm_$i"; keep; done
+python3 scripts/aa_rounds.py "$OUT"/aa_*.json  # every round of pairs at 1.00 once warm-up is fair
 if [ "${REPEATS:-2}" -gt 0 ]; then
   OUT=$ROUND/megakernel RECORDING=1 REPEATS=${REPEATS:-2} bash examples/02_kimi_linear_decode/gpu_run.sh \
     > "$ROUND/megakernel.txt" 2>&1
