@@ -238,16 +238,15 @@ def build_reference(task: Task, cache: DiskCache, found: Callable[[Path], None] 
     weights = cache.load("weights", key, task.device, path) if path is not None else None
     if weights is not None:
         read()
-    if weights is None:
-        if path is None:
-            cache.misses += 1
-        model = task.reference.Model(task.cfg)  # the reference draws its own deterministic weights
-        cache.store("weights", key, model.state_dict())
-        path = cache.find(f"weights/{key}.pt")
-        if path is not None:
-            found(path)
-        return model.to(task.device).eval(), path
-    return reference_model(task, weights), path
+        return reference_model(task, weights), path
+    if path is None:
+        cache.misses += 1
+    model = task.reference.Model(task.cfg)  # the reference draws its own deterministic weights
+    cache.store("weights", key, model.state_dict())
+    path = cache.find(f"weights/{key}.pt")
+    if path is not None:
+        found(path)
+    return model.to(task.device).eval(), path
 
 
 def reference_model(task: Task, weights: dict) -> torch.nn.Module:
