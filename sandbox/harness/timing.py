@@ -244,9 +244,10 @@ def warm_up(contestant: Contestant, steps: int, host_bound_ms: float = MIN_REQUE
     The whole chain first, so that every allocation its steps make (the state grows a row a
     step) is made before the timing, in both processes. The solution's process had run this
     chain in the checks and the baseline's had not: with two short warm-up chains, the A/A's
-    first round of pairs read the baseline 3.5-4.3% slower than the rest (1.035-1.043 against
-    0.99 a pair, the median over 42 contexts of H200 runs, 2026-12-03), its caching allocator
-    asking the device for memory the other process already held."""
+    first round of pairs read the baseline about 3.5% slower than the later rounds (a ratio of
+    1.034 against 0.993-0.996, the median over 42 contexts of H200 runs, 2026-12-03,
+    scripts/aa_rounds.py), its caching allocator asking the device for memory the other
+    process already held."""
     counts, pace = [contestant.steps, max(1, steps)], 0.0
     contestant.checking = False  # a warm-up's outputs are no chain to check
     try:
