@@ -391,6 +391,17 @@ def test_a_tie_tipped_past_the_near_tie_margin_is_excused_where_the_runner_up_ex
 
 
 @pytest.mark.slow
+def test_a_margin_that_is_no_number_is_a_task_error(margin_task, kagent_home, tmp_path):
+    problem = margin_task.path / "problem.yaml"
+    problem.write_text(problem.read_text().replace("min_decision_margin: 0.5", "min_decision_margin: 0.5, "
+                                                                                "max_explained_margin: lots"))
+    with pytest.raises(KagentError, match="the task cannot be evaluated: the task's problem.yaml: "
+                                          "correctness.max_explained_margin must be a number, not 'lots'"):
+        run_eval(margin_task, write_solution(tmp_path / "s", solution_wrong_when("False")), kagent_home,
+                 mode="check")
+
+
+@pytest.mark.slow
 def test_near_tie_without_a_runner_up_hook_excuses_nothing(margin_task, kagent_home, tmp_path):
     # A reference that says how close its choices came to a tie, but not how it steps with
     # the other choice, cannot explain a mismatch: it counts.

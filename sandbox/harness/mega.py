@@ -88,6 +88,14 @@ def _shapes_of(module: ModuleType, scale: str) -> list[dict]:
     return [dict(shape) for shape in shapes]
 
 
+def _number(key: str, value: Any) -> float:
+    """A number of the task's problem.yaml, or one clear error that names its key."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TaskError(f"the task's problem.yaml: {key} must be a number, not {value!r}") from None
+
+
 def _takes_device(function: Any) -> bool:
     """Whether ``function`` has a ``device`` parameter that can be passed by name."""
     try:
@@ -153,7 +161,7 @@ class Task:
         threshold = correctness.get("threshold")
         if threshold is None:
             threshold = board_cosine if board_cosine is not None else 0.98
-        self.threshold = float(threshold)
+        self.threshold = _number("correctness.threshold", threshold)
         board_seeds = getattr(shapes, "GRADING_SEEDS", None)  # the public board keeps its seeds there
         self.check_seeds = list(correctness.get("seeds", board_seeds if board_seeds is not None else [0, 1, 2]))
         key = "smoke_contexts" if scale == "smoke" else "contexts"
@@ -163,13 +171,13 @@ class Task:
         # Optional: how close a reference step's discrete choices came to a tie, and the
         # least margin at which a mismatch counts against a solution.
         self.decision_margin = getattr(self.reference, "decision_margin", None)
-        self.min_margin = float(correctness.get("min_decision_margin", 0.0))
+        self.min_margin = _number("correctness.min_decision_margin", correctness.get("min_decision_margin", 0.0))
         # Up to this margin a mismatch may still be a tie that rounding tipped (where the
         # runner-up explains it, StepChecker.judge): drawing clear of min_margin does not
         # make a flip impossible, only rare. On the H200 the task's own bf16 baseline swapped
         # an expert at 2.12% from a salient state (1 secret case of 480, 2026-12-03).
-        self.explained_margin = float(correctness.get("max_explained_margin",
-                                                      EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin))
+        self.explained_margin = _number("correctness.max_explained_margin", correctness.get(
+            "max_explained_margin", EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin))
         # Optional, together: the margin of each discrete choice, and a way to run the reference
         # with the runner-up taken at one of them; a mismatch at a near-tie is excused only
         # where that explains it (StepChecker.judge).
