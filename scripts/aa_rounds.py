@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     table = []
     for path in options.results:
-        result = json.loads(path.read_text())
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            parser.error(f"{path}: not a readable result file ({err})")
         for timing in result.get("timings") or []:
             ratios = round_ratios(timing)
             table.append(ratios)

@@ -2,15 +2,12 @@
 # One device call on the A/A process effect (issues 9, 10): how much a host-bound baseline
 # step's time depends on its process, for each way of starting the interpreter
 # (scripts/process_spread.py); whether the baseline passes every secret case an evaluation can
-# draw, and what explains those it fails (scripts/baseline_verdicts.py); then warm A/A evaluations as they stand. Every file is tarred
-# into $OUT/process_truth.tar.gz. Run from the repository root:
+# draw, and what explains those it fails (scripts/baseline_verdicts.py); then warm A/A evaluations as
+# they stand. Every file is tarred into $OUT/process_truth.tar.gz. Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_process_truth.sh
 set -uo pipefail
-FINAL_OUT=${OUT:-/tmp/kagent-gpu-out}
 ROUND=/tmp/kagent-process-truth
-rm -rf "$ROUND" && mkdir -p "$ROUND" "$FINAL_OUT"
-OUT=$ROUND
 source scripts/gpu_setup.sh
 nvidia-smi --query-gpu=uuid,name,clocks.sm,clocks.mem --format=csv
 lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA)"
@@ -21,5 +18,4 @@ timeout 240 python3 scripts/baseline_verdicts.py --device cuda --cases "${CASES:
   --seeds 655230236:8192:salient --out "$OUT/baseline_verdicts.json"
 echo "baseline verdicts: exit $?"
 for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "$i"; done
-tar -czf "$FINAL_OUT/process_truth.tar.gz" -C "$ROUND" .
-cp "$OUT/log.txt" "$FINAL_OUT/log.txt"
+keep_round process_truth

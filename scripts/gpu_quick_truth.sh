@@ -6,19 +6,15 @@
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_quick_truth.sh       (about 4 minutes on an H200)
 set -uo pipefail
-FINAL_OUT=${OUT:-/tmp/kagent-gpu-out}
 ROUND=/tmp/kagent-quick-round
-rm -rf "$ROUND" && mkdir -p "$ROUND" "$FINAL_OUT"
-OUT=$ROUND
 source scripts/gpu_setup.sh
-keep() { tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .; }
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
-aa_eval cold; keep
-for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "warm_$i"; keep; done
+aa_eval cold; keep_round
+for i in $(seq 1 "${AA_RUNS:-3}"); do aa_eval "warm_$i"; keep_round; done
 python3 scripts/aa_rounds.py "$OUT"/aa_*.json  # every round of pairs at 1.00 once warm-up is fair
 if [ "${REPEATS:-2}" -gt 0 ]; then
   OUT=$ROUND/megakernel RECORDING=1 REPEATS=${REPEATS:-2} bash examples/02_kimi_linear_decode/gpu_run.sh \
     > "$ROUND/megakernel.txt" 2>&1
   echo "megakernel: exit $?"; tail -12 "$ROUND/megakernel.txt"
-  keep
+  keep_round
 fi

@@ -9,11 +9,9 @@
 #   bash scripts/gpu_wall_and_sweep.sh       (about 7 minutes on an H200)
 set -uo pipefail
 REPO=$(pwd)
-FINAL_OUT=${OUT:-/tmp/kagent-gpu-out}
 ROUND=/tmp/kagent-wall-round
-rm -rf "$ROUND" && mkdir -p "$ROUND/sweep" "$FINAL_OUT"
-OUT=$ROUND
 source scripts/gpu_setup.sh
+mkdir -p "$ROUND/sweep"
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
 aa_eval cold
 weights=$(find "$KAGENT_HOME" -path '*/weights/*.pt' | head -1)
@@ -26,5 +24,4 @@ aa_eval warm_2
   ALONE_FROM=measurements/2026-12-02-h200-sweep/sweeps.tar.gz timeout 330 bash scripts/gpu_sweep.sh \
   > "$ROUND/sweep_out.txt" 2>&1)
 echo "sweep: exit $?"; tail -30 "$ROUND/sweep_out.txt"
-tar -czf "$FINAL_OUT/round.tar.gz" -C "$ROUND" .
-cp "$OUT/log.txt" "$FINAL_OUT/log.txt"
+keep_round

@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ways", nargs="+", default=list(WAYS), choices=WAYS)
     parser.add_argument("--child", choices=WAYS, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if not options.file.is_file():
+        parser.error(f"no such file: {options.file}")
     if options.child:
         print(load(options.file, options.child, options.device), flush=True)
         return 0
@@ -69,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
             children = [subprocess.Popen([sys.executable, "-I", str(Path(__file__).resolve()), str(options.file),
                                          "--device", options.device, "--child", way], stdout=subprocess.PIPE,
                                         text=True) for _ in range(count)]
-            seconds = [float(child.communicate()[0]) for child in children]
+            outputs = [child.communicate()[0] for child in children]
+            if any(child.returncode for child in children):
+                print(f"a process loading {options.file} the {way} way failed (its error above)", file=sys.stderr)
+                return 1
+            seconds = [float(out) for out in outputs]
             results.append({"way": way, "processes": count, "seconds": seconds})
             print(f"{way:>6}, {count} at once: median {statistics.median(seconds):.2f} s, "
                   f"max {max(seconds):.2f} s", flush=True)
