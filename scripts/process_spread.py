@@ -8,7 +8,7 @@ harness times its contestants: each process sleeps in a read while another runs)
 prints each process's median ms per step and the spread between processes. It does so for
 each way of starting the interpreter asked for:
 
-- ``isolated``: ``python -I`` as the harness starts every process (a random hash seed and a
+- ``isolated``: ``python -I`` as the harness started its contestants until 2026-12-03 (a random hash seed and a
   random address layout per process);
 - ``hash_seed``: the same with one fixed hash seed for every process (``-s -P`` and a
   scrubbed environment with ``PYTHONHASHSEED``: ``-I`` would ignore it);
@@ -65,10 +65,24 @@ def child(task_dir: Path, device_name: str, context_len: int, scale: str) -> Non
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def device_ms(count: int) -> float:
+        """The device's busy time per step over ``count`` steps, from the profiler (its
+        kernels' durations summed), beside the host's clock."""
+        use_device = None if device.type == "cpu" else device.type
+        with torch.autograd.profiler.profile(use_device=use_device, use_kineto=True) as prof:
+            steps(count)
+        busy_us = sum(e.time_range.elapsed_us() for e in prof.function_events
+                      if e.device_type == torch.autograd.DeviceType.CUDA)
+        return busy_us / 1e3 / count
+
     steps(3)
     print("ready", flush=True)
-    for line in sys.stdin:
-        count = int(line)
+    for line in sys.stdin:  # "N": N steps timed by the host's clock; "device N": by the profiler
+        words = line.split()
+        if words[0] == "device":
+            print(device_ms(int(words[1])), flush=True)
+            continue
+        count = int(words[0])
         started = time.perf_counter_ns()
         steps(count)
         print((time.perf_counter_ns() - started) / 1e6 / count, flush=True)
