@@ -19,8 +19,11 @@ def test_a_timed_decode_job_starts_the_solution_the_baseline_and_its_workers_and
     try:
         assert sorted(early) == ["baseline", "solution", "worker 1", "worker 2"]
         argv = {who: started.proc.args for who, started in early.items()}
-        assert argv["baseline"][-5:-4] == ["--non-dumpable"] and "--non-dumpable" not in argv["solution"]
-        assert all(args[1:4] == ["-I", "-B", "-u"] for args in argv.values())  # a fresh, trusted interpreter
+        assert argv["baseline"][-6:-4] == ["--non-dumpable", "1"] and argv["solution"][-6:-4] == ["--non-dumpable", "0"]
+        assert [len(arg) for arg in argv["baseline"]] == [len(arg) for arg in argv["solution"]]
+        for who, args in argv.items():  # a fresh, trusted interpreter: -I, or -P -s with no PYTHON* but the seed
+            assert args[1:4] == ["-I", "-B", "-u"] if who.startswith("worker") else args[4:9] == [
+                sys.executable, "-P", "-s", "-B", "-u"]
         assert {started.scratch for who, started in early.items() if who.startswith("worker")} == {
             early["worker 1"].scratch}  # the workers share a folder, the contestants have their own
         assert early["solution"].scratch != early["baseline"].scratch
@@ -45,6 +48,37 @@ def test_the_solution_gets_its_own_home_and_nothing_else_of_the_job():
     env = spawn.contestant_env("solution", _job(solution_home="/tmp/solution-home"))
     assert env["HOME"] == "/tmp/solution-home"
     assert spawn.contestant_env("baseline", _job(solution_home="/tmp/solution-home")).get("HOME") != env["HOME"]
+
+
+LAYOUT_PROBE = """
+import os, sys
+fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+print(hash("kagent"), open("/proc/self/personality").read().strip(), id(sys), fields[25])
+"""
+
+
+def test_both_contestants_start_laid_out_alike_with_nothing_of_python_s_environment_but_the_seed(tmp_path,
+                                                                                                 monkeypatch):
+    """Both contestants' interpreters hash alike, and where the system lets address
+    randomization be turned off, put their objects and their stack at the same addresses:
+    a host-bound step's speed depends on that layout (spawn.alike_python)."""
+    monkeypatch.setenv("PYTHONPATH", "/nowhere")
+    monkeypatch.setenv("PYTHONINSPECT", "1")
+    probe = tmp_path / "probe.py"
+    probe.write_text(LAYOUT_PROBE)
+    job = _job(solution_home=str(tmp_path / "a-build-home-longer-than-the-referee-s-own-home"))
+    seen = {}
+    for who in ("solution", "baseline", "solution"):
+        env = spawn.contestant_env(who, job)
+        assert not {name for name in env if name.startswith("PYTHON")} - {"PYTHONHASHSEED"}
+        out = subprocess.run([*spawn.alike_python(), str(probe)], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, check=True).stdout.split()
+        seen.setdefault(who, []).append(out)
+    hashes = {out[0] for outs in seen.values() for out in outs}
+    assert len(hashes) == 1
+    if int(seen["solution"][0][1], 16) & spawn.ADDR_NO_RANDOMIZE == 0:
+        pytest.skip("this system does not let a process turn address randomization off (seccomp)")
+    assert seen["solution"][0] == seen["solution"][1] == seen["baseline"][0]  # the heap and the stack alike
 
 
 def test_the_harness_entry_imports_no_torch_before_it_starts_them():

@@ -7,14 +7,15 @@ same cost for every request the referee times (pipes, waking a stopped process, 
 switch into its context, caches cold after the other ran), and an A/A run is exact by
 symmetry.
 
-Started by the referee (remote.py) as ``python -I -B -u solution_server.py --requests-fd R
---replies-fd W --device D [--non-dumpable]`` from an empty working directory: a fresh
-interpreter that ignores PYTHON* variables, user site-packages and the working directory, so
-no file beside the solution can shadow a module before the solution itself is imported, and
+Started by the referee (remote.py) as ``python -P -s -B -u solution_server.py --requests-fd R
+--replies-fd W --device D --non-dumpable 0|1`` from an empty working directory, with no
+PYTHON* variable but a fixed hash seed and no address randomization (``spawn.alike_python``):
+a fresh interpreter that heeds no user site-packages and not the working directory, so no
+file beside the solution can shadow a module before the solution itself is imported, and
 then only here. The solution's process holds no reference, no expected value, no key and no
 clock that a verdict depends on: whatever the solution does to it changes only what the
 referee reads back from the shared arena, and that is judged there. The baseline's process
-makes itself non-dumpable first of all (``--non-dumpable``), so that the solution's process,
+makes itself non-dumpable first of all (``--non-dumpable 1``), so that the solution's process,
 which has no capabilities, can neither read nor trace it.
 
 One JSON request per line on R, one JSON reply per line on W (see ``Session``). Standard
@@ -288,8 +289,9 @@ def main(make_session: Any = None, prog: str = "solution_server", description: s
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--device", required=True)
-    parser.add_argument("--non-dumpable", action="store_true", help="make this process non-dumpable first of all "
-                                                                    "(the baseline's: no other process may read it)")
+    parser.add_argument("--non-dumpable", type=int, choices=(0, 1), default=0,
+                        help="1: make this process non-dumpable first of all (the baseline's: no other process "
+                             "may read it)")
     args = parser.parse_args()
     if args.non_dumpable or non_dumpable:
         make_non_dumpable()

@@ -39,14 +39,45 @@ class Started:
     scratch: Path
 
 
+# A fresh, trusted interpreter: no PYTHON* variable, user site or script folder is heeded.
+TRUSTED_PYTHON = [sys.executable, "-I", "-B", "-u"]
+
+# The hash seed of both contestants' interpreters (see ``alike_python``).
+CONTESTANT_HASH_SEED = "0"
+ADDR_NO_RANDOMIZE = 0x0040000
+# Turns off address-space randomization for what it then executes (a personality is kept
+# across exec). Where the system refuses (a seccomp filter), the command runs all the same,
+# with its addresses drawn at random as before.
+_EXEC_WITHOUT_ASLR = ("import ctypes, os, sys; libc = ctypes.CDLL(None); "
+                      f"libc.personality(libc.personality(0xffffffff) | {ADDR_NO_RANDOMIZE}); "
+                      "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def alike_python() -> list[str]:
+    """The interpreter both contestants run in, laid out alike in memory.
+
+    A host-bound step's speed depends on where its process's objects and code lie: pairs of
+    fresh processes, each building the flagship's baseline and timed against each other in
+    ABBA order on one CPU, read one 0.96-1.05 times as fast as the other (9 of 37 pairs more
+    than 2% apart, with each pair's own interval about ±0.5%), with the same device time per
+    step within 0.4%; started with one hash seed and no address randomization, 0.99-1.01 (8
+    pairs; H200, 2026-12-03, MEASUREMENTS.md, scripts/pair_bias.py). That is the bias an A/A
+    evaluation showed for a whole run. So both contestants start from one layout: a fixed
+    hash seed (``-I`` would ignore ``PYTHONHASHSEED``, so the environment is scrubbed of
+    every ``PYTHON*`` variable instead, by ``contestant_env``, and ``-P -s`` keep the rest of
+    what ``-I`` does) and no address randomization (``_EXEC_WITHOUT_ASLR``). Neither weakens
+    the solution's isolation: the solution runs code of its choosing in its own process
+    already, and reaches no other process's memory, whatever the addresses."""
+    return [sys.executable, "-I", "-c", _EXEC_WITHOUT_ASLR, sys.executable, "-P", "-s", "-B", "-u"]
+
+
 def start(argv: list[str], scratch: Path, env: dict[str, str]) -> Started:
-    """Start ``python -I -B -u ARGV`` in ``scratch``: a fresh, trusted interpreter that serves
-    one JSON request per line on a pipe of its own."""
+    """Start ``ARGV`` (an interpreter's command line: ``TRUSTED_PYTHON`` or ``alike_python()``
+    and a server) in ``scratch``: a server of one JSON request per line on a pipe of its own."""
     requests_read, requests_write = os.pipe()
     replies_read, replies_write = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", "-u", *argv, "--requests-fd", str(requests_read),
-         "--replies-fd", str(replies_write)],
+        [*argv, "--requests-fd", str(requests_read), "--replies-fd", str(replies_write)],
         cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=(requests_read, replies_write),
         start_new_session=True)
     os.close(requests_read)
@@ -61,12 +92,13 @@ def device_name(device: str) -> str:
 
 
 def contestant_argv(who: str, device: str) -> list[str]:
-    """A contestant's server; the baseline's makes itself non-dumpable first of all."""
-    return [str(SERVER), "--device", device, *(["--non-dumpable"] if who == "baseline" else [])]
+    """A contestant's server; the baseline's makes itself non-dumpable first of all. Both
+    command lines have the same length, so that their stacks start alike."""
+    return [*alike_python(), str(SERVER), "--device", device, "--non-dumpable", "1" if who == "baseline" else "0"]
 
 
 def worker_argv(device: str) -> list[str]:
-    return [str(WORKER), "--device", device]
+    return [*TRUSTED_PYTHON, str(WORKER), "--device", device]
 
 
 def scratch(who: str) -> Path:
@@ -74,10 +106,28 @@ def scratch(who: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"kagent-{who}-"))
 
 
+# Pads a contestant's environment to the size of the other's (see ``contestant_env``).
+LAYOUT_PAD = "KAGENT_LAYOUT_PAD"
+
+
 def contestant_env(who: str, job: dict) -> dict[str, str]:
-    env = dict(os.environ)
-    if who == "solution" and job.get("solution_home"):
-        env["HOME"] = job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
+    """A contestant's environment: this process's, less every ``PYTHON*`` variable, with the
+    contestants' hash seed; the solution's own build HOME. Each is padded to the size of the
+    larger of the two, so that both processes' stacks start at the same address (the
+    environment's strings sit above them)."""
+    def plain(whose: str) -> dict[str, str]:
+        env = {name: value for name, value in os.environ.items()
+               if not name.startswith("PYTHON") and name != LAYOUT_PAD}
+        env["PYTHONHASHSEED"] = CONTESTANT_HASH_SEED
+        if whose == "solution" and job.get("solution_home"):
+            env["HOME"] = job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
+        return env
+
+    def size(env: dict[str, str]) -> int:
+        return sum(len(os.fsencode(name)) + len(os.fsencode(value)) + 2 for name, value in env.items())
+
+    env = plain(who)
+    env[LAYOUT_PAD] = "x" * (max(size(plain(whose)) for whose in ("solution", "baseline")) - size(env))
     return env
 
 
