@@ -13,7 +13,8 @@ from kagent.sandbox.results import EvalResult, ShapeTiming
 NOISY_HALF_WIDTH = 0.25
 
 
-def _geomean(values: list[float]) -> Optional[float]:
+def geomean(values: list[float]) -> Optional[float]:
+    """The geometric mean; None for no values or any not positive."""
     if not values or any(v <= 0 for v in values):
         return None
     return math.exp(sum(math.log(v) for v in values) / len(values))
@@ -23,7 +24,7 @@ def score_interval(result: EvalResult) -> Optional[tuple[float, float]]:
     """An interval for the score: the geomean of the shapes' 95% interval ends. It is wider than
     the score's own interval would be (it takes the shapes' noise to move together): a cautious
     reading, for saying whether the score is within noise."""
-    low, high = _geomean([t.ci_low for t in result.timings]), _geomean([t.ci_high for t in result.timings])
+    low, high = geomean([t.ci_low for t in result.timings]), geomean([t.ci_high for t in result.timings])
     return (low, high) if low is not None and high is not None else None
 
 

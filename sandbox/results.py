@@ -244,26 +244,44 @@ class EvalResult(Model):
         ``probes_asked_again``, in order; harness/remote.Watch.check)."""
         return [probe for check in self.checks for probe in check.data.get("probes_asked_again", [])]
 
+    def _steady_beside_device_time(self) -> Optional[tuple[ShapeTiming, float]]:
+        """The timing at the context the solution's launches were counted at, and the
+        profiler's device time of one of its steps there (None where not both were measured)."""
+        report = self.launches_of("candidate")
+        if report is None or report.device_ms is None or report.device_ms <= 0:
+            return None
+        timing = next((t for t in self.timings if t.context_len == report.context_len), None)
+        return (timing, report.device_ms) if timing is not None else None
+
     def device_time_check(self) -> Optional[str]:
         """The solution's steady time per step beside the profiler's device time of one of its
         steps (at the context the launches were counted at), and a warning where they differ
         by more than DEVICE_TIME_TOLERANCE: then the step spends time off the device (host
         work between launches, synchronizations) or the profiler missed work."""
-        report = self.launches_of("candidate")
-        if report is None or report.device_ms is None or report.device_ms <= 0:
+        found = self._steady_beside_device_time()
+        if found is None:
             return None
-        timing = next((t for t in self.timings if t.context_len == report.context_len), None)
-        if timing is None:
-            return None
+        timing, device_ms = found
         steady = timing.candidate.median_ms
-        line = (f"{timing.label}: steady {steady:.4g} ms/step, profiler device time {report.device_ms:.4g} ms/step "
+        line = (f"{timing.label}: steady {steady:.4g} ms/step, profiler device time {device_ms:.4g} ms/step "
                 f"(from the solution's own process)")
-        gap = steady / report.device_ms - 1
+        gap = steady / device_ms - 1
         if abs(gap) > DEVICE_TIME_TOLERANCE:
             line += (f": they differ by {gap:+.0%}, more than {DEVICE_TIME_TOLERANCE:.0%}; "
                      + ("the step waits on the host or idles between launches" if gap > 0
                         else "the profiler saw more device time than the steps took (overlapping streams?)"))
         return line
+
+    @property
+    def device_bound(self) -> Optional[bool]:
+        """Whether the solution's steady time per step is its device time (within
+        DEVICE_TIME_TOLERANCE): then its own time does not follow the host's pace, as a
+        host-bound baseline's does. None where either was not measured (on a CPU)."""
+        found = self._steady_beside_device_time()
+        if found is None:
+            return None
+        timing, device_ms = found
+        return abs(timing.candidate.median_ms / device_ms - 1) <= DEVICE_TIME_TOLERANCE
 
 
 def check_verdict(check: CheckResult) -> Verdict:

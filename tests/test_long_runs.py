@@ -28,7 +28,7 @@ from kagent.agent.loop.models.scripted import ScriptedModel, parse_script, read_
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.core.messages import ModelResponse
-from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
+from kagent.sandbox.results import EvalResult, LaunchReport, ShapeTiming, Stats, Verdict
 
 
 def call(name: str, **arguments) -> dict:
@@ -39,8 +39,21 @@ def calls(*pairs: tuple[str, dict]) -> dict:
     return {"tool_calls": [{"name": name, "arguments": arguments} for name, arguments in pairs]}
 
 
-def outcome(verdict: str, score: Optional[float] = None, single_launch: Optional[bool] = None) -> dict:
-    return {"verdict": verdict, "score": score, "single_launch": single_launch}
+def outcome(verdict: str, score: Optional[float] = None, single_launch: Optional[bool] = None,
+            ms: Optional[float] = None, device_ms: Optional[float] = None) -> dict:
+    """A made-up evaluation; with ``ms``, one timed shape (ctx 16) at ``ms`` a step, and the
+    profiler's device time of a step ``device_ms`` (default: ``ms``, a device-bound kernel)."""
+    return {"verdict": verdict, "score": score, "single_launch": single_launch, "ms": ms,
+            "device_ms": device_ms if device_ms is not None else ms}
+
+
+def _timed(score: float, ms: float) -> ShapeTiming:
+    stats = {"n": 64, "median_ms": ms, "mean_ms": ms, "p10_ms": ms, "p90_ms": ms, "iqr_ms": 0.0, "min_ms": ms,
+             "max_ms": ms}
+    baseline = {**stats, **{k: v * score for k, v in stats.items() if k.endswith("_ms")}}
+    return ShapeTiming(label="ctx 16", context_len=16, steps=4, rounds=4, baseline=Stats(**baseline),
+                       candidate=Stats(**stats), speedup=score, ratio_of_medians=score, ci_low=score * 0.99,
+                       ci_high=score * 1.01, within_noise=False)
 
 
 @pytest.fixture
@@ -54,11 +67,14 @@ def made_up(monkeypatch):
         seen.append(Path(solution).read_text())
         spec = queue.pop(0) if options.mode != "eval" or queue else outcome("pass", 1.0)
         launches = [] if spec["single_launch"] is None else [LaunchReport(
-            who="candidate", launches=1 if spec["single_launch"] else 9, single_launch=spec["single_launch"])]
+            who="candidate", launches=1 if spec["single_launch"] else 9, single_launch=spec["single_launch"],
+            context_len=16, device_ms=spec["device_ms"])]
+        timed = options.mode == "eval" and spec["ms"] is not None
         return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
                           device=options.device, verdict=Verdict(spec["verdict"]), reason=f"made up: {spec}",
                           started_at="2026-12-02T00:00:00+00:00", wall_seconds=0.1,
-                          score=spec["score"] if options.mode == "eval" else None, launches=launches)
+                          score=spec["score"] if options.mode == "eval" else None, launches=launches,
+                          timings=[_timed(spec["score"], spec["ms"])] if timed else [])
 
     monkeypatch.setattr(evaluation_module, "evaluate", evaluate)
     monkeypatch.setattr(loop_module, "evaluate", evaluate)
@@ -268,6 +284,29 @@ def test_a_300_turn_run_stays_within_the_context_and_keeps_its_notes(tmp_path, m
     assert len(compactions) <= len(warnings) <= len(compactions) + 1
     assert all(any(w < c.seq for w in warnings) for c in compactions)
     assert json.dumps(model.calls[-1][0].model_dump()).count("- goal: one launch per step") == 1
+
+
+def test_device_bound_attempts_rank_by_their_own_time_not_by_a_speedup_the_baseline_s_pace_moves(tmp_path,
+                                                                                                   made_up):
+    """Two kernels that run at their device time are told apart by their own steady times: a
+    host-bound baseline's pace moves their speedups (on the H200, 34.7x to 20.5x for one
+    kernel within minutes). A host-bound attempt is still ranked by its speedup."""
+    queue, _ = made_up
+    queue += [outcome("pass", 30.0, single_launch=True, ms=0.400),
+              outcome("pass", 22.0, single_launch=True, ms=0.380),  # faster, at a fast moment of the baseline
+              outcome("pass", 36.0, single_launch=True, ms=0.420),  # slower, at a slow moment of the baseline
+              outcome("pass", 40.0, single_launch=True, ms=0.380, device_ms=0.25)]  # waits on its host
+    turns = [calls(("write_file", {"path": "solution.py", "content": f"kernel {i}\n"}), ("benchmark", {}))
+             for i in range(4)] + [call("finish", summary="the megakernel")]
+    run_dir, report = run(tmp_path, turns)
+    recorded = attempts(run_dir)
+    notes = [a["note"] for a in recorded]
+    assert [a["device_bound"] for a in recorded] == [True, True, True, False]
+    assert notes[1].startswith("new best: 0.38 ms a step (was 0.4), by their own steady times"), notes[1]
+    assert notes[2].startswith("regression: 0.42 ms a step against the best's 0.38 (attempt 2)"), notes[2]
+    assert "speedups 36.000x and 22.000x" in notes[2] and "reverted to attempt 2" in notes[2]
+    assert notes[3].startswith("new best: 40.000x (was 22.000x)"), notes[3]
+    assert report.best_attempt == 4 and recorded[0]["candidate_ms"] == {"ctx 16": 0.4}
 
 
 @pytest.mark.slow

@@ -317,6 +317,29 @@ def test_a_speedup_far_from_the_record_diverges():
     assert not claimed_vs_real.reproduces and "ctx 16" in claimed_vs_real.why
 
 
+def test_a_kernel_at_its_device_time_both_times_is_held_to_its_own_steady_time_not_its_speedup():
+    """Its speedup moves with the host-bound baseline's pace (34.7x to 20.5x within minutes for
+    one megakernel on the H200); its own steady time per step is what must reproduce."""
+    from kagent.agent.lifecycle.reexecute import REPRODUCE_TOLERANCE, _compare
+    from kagent.agent.storage.trace import AttemptRecorded
+
+    def recorded(speedup: float, ms: float, device_bound: bool | None = True) -> AttemptRecorded:
+        timing = {"label": "ctx 16", "speedup": speedup, "ci_low": speedup * 0.99, "ci_high": speedup * 1.01,
+                  "candidate": {"median_ms": ms, "median_ci_low_ms": ms * 0.995, "median_ci_high_ms": ms * 1.005}}
+        attempt = {"number": 1, "kind": "benchmark", "verdict": "pass", "score": speedup, "device_bound": device_bound}
+        return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x",
+                               message="m")
+
+    record = recorded(34.7, 0.381)
+    drifted = _compare(record, recorded(20.5, 0.385), REPRODUCE_TOLERANCE)  # the baseline's pace moved
+    assert drifted.reproduces and drifted.shapes[0].by == "ms" and "steady ms per step" in drifted.why
+    slower = _compare(record, recorded(34.0, 0.450), REPRODUCE_TOLERANCE)  # the kernel is 18% slower
+    assert not slower.reproduces and slower.why.startswith("steady ms per step") and "ctx 16" in slower.why
+    # Host-bound now, or a record made before kagent knew: the speedups are compared.
+    assert not _compare(record, recorded(20.5, 0.385, device_bound=False), REPRODUCE_TOLERANCE).reproduces
+    assert not _compare(recorded(34.7, 0.381, None), recorded(20.5, 0.385), REPRODUCE_TOLERANCE).reproduces
+
+
 @pytest.mark.slow
 def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path, kimi):
     """The trace is lost (empty) but the workspace holds the run's work, a `final` commit on main

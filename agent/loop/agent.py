@@ -536,6 +536,9 @@ class Agent:
                           reason=result.reason, score=score,
                           speedups={t.label: t.speedup for t in result.timings} if score is not None else {},
                           files=files, commit=sha, kept=kept, draft=draft, single_launch=single_launch(result),
+                          candidate_ms={t.label: t.candidate.median_ms for t in result.timings}
+                          if score is not None else {},
+                          device_bound=result.device_bound if score is not None else None,
                           note=note, elapsed_s=round(self.tracker.elapsed(), 1), tokens=self.usage.total_tokens)
         self.ledger.attempts.append(attempt)
         message = f"Attempt {number} recorded (commit {sha[:10]}): {note}."
