@@ -27,6 +27,7 @@ from . import building, compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout as TensorLayout
 from .loading import CandidateError, DiskCache, TaskError, digest, load_module, to_device
+from .remote import Peer, wait_any
 
 Hidden = torch.Tensor
 State = list  # one dict of tensors per layer
@@ -578,6 +579,17 @@ class MegaEvaluation(EvaluationBase):
         pending: list[Any] = self.workers.secret_cases(kinds) if self.workers is not None else [None] * len(kinds)
         self.drawing = list(zip(kinds, pending, strict=True))
 
+    def _draw_secret_cases_while_loading(self) -> None:
+        """Keep the workers drawing, each case dealt out as one is taken in, until the
+        solution's process answers its load (read by ``finish_load``) or every case is out."""
+        if self.workers is None:
+            return
+        while self.workers.busy:
+            peers: list[Peer] = [self.solution, *self.workers.busy]
+            if self.solution in wait_any(peers):
+                return
+            self.workers.pump()
+
     def _secret_cases(self) -> Iterator[Case]:
         """The secret cases in order, each as soon as it is drawn (and kept in ``cases``)."""
         drawn = []
@@ -676,6 +688,7 @@ class MegaEvaluation(EvaluationBase):
             # loaded all it reads before this.
             self._begin_secret_cases()
             loading = self.begin_load(self.spec("solution"), [self.task.cfg], weights)
+            self._draw_secret_cases_while_loading()
             if not self.finish_load(loading):
                 return
             self.phase("load_solution")
