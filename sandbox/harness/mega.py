@@ -711,11 +711,14 @@ class MegaEvaluation(EvaluationBase):
         try:
             if not self._check_single_steps(current):
                 return False
-            self.phase("check_single_steps")
+            self.phase("check_fixed_seeds")
             current = "hidden_seeds"
             if not self._check_single_steps(current):
                 return False
-            self.phase("secret_cases")  # the wait for the workers' last cases, and their checks
+            # The secret cases drawn and checked: with workers, what of their drawing the
+            # solution's steps so far did not hide (until 2026-12-03: "secret_cases" for the
+            # drawing alone, then "check_single_steps" for every single step).
+            self.phase("check_hidden_seeds")
             current = "determinism"
             self._report_determinism()
             current = "overwrite_in_place"
