@@ -19,6 +19,14 @@ CTRL_C = b"\x03"
 ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 
 
+def hearing_ctrl_c() -> None:
+    """For a child between fork and exec: SIGINT as a terminal's program has it. Tests started
+    in the background by a shell without job control (a CI runner's, `cmd &` in a script)
+    inherit SIGINT ignored, and exec keeps it so: a Ctrl-C test would then wait out its whole
+    tool and read exit code 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
     """``with Terminal(argv, ...) as term:``; the output so far is ``term.text()``."""
 
@@ -33,6 +41,7 @@ class Terminal:
             # After setsid (start_new_session), the pty becomes this session's controlling
             # terminal: the line discipline turns a typed Ctrl-C into SIGINT for it.
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            hearing_ctrl_c()
 
         # stdout may go elsewhere (a pipe), to check what a program writes there when only
         # stderr is a terminal.

@@ -33,6 +33,7 @@ from kagent.core.errors import KagentError
 from kagent.sandbox.lease import LeaseRecord
 
 from conftest import WAIT_S
+from terminal import hearing_ctrl_c
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
 KB_TASK = '''
@@ -369,6 +370,18 @@ def test_a_sweep_whose_total_budget_leaves_nothing_skips_its_members(tmp_path):
     assert not (sweep_dir / "runs").exists()  # nothing was started
 
 
+def test_a_member_hears_the_sweep_s_sigint_though_the_sweep_was_started_ignoring_it():
+    asks = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a script starts
+    try:
+        heard = [subprocess.run([sys.executable, "-c", asks], capture_output=True, text=True, check=True,
+                                preexec_fn=preexec).stdout.strip()
+                 for preexec in (None, member_module.member_preexec())]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert heard == ["False", "True"]
+
+
 def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_path):
     script = tmp_path / "slow.yaml"
     script.write_text(SLOW_SCRIPT)
@@ -376,7 +389,7 @@ def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_pa
     env = {**os.environ, "KAGENT_RUNS": str(tmp_path / "runs")}
     proc = subprocess.Popen([KAGENT, "sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}?delay=1",
                              "--device", "cpu", "--quiet", "--name", "stopped"], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=hearing_ctrl_c)
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline and not any(  # its member waits for its model's first answer
             b'"model_requested"' in trace.read_bytes()

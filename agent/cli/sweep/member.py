@@ -169,7 +169,7 @@ def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable
         out.flush()
         # Its own session, so that the whole of it can be signalled; it dies with this thread.
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=dying_with_this_process())
+                                start_new_session=True, preexec_fn=member_preexec())
     beat = heartbeat_path(job.sweep_dir, job.member.run_id)
     hung, next_beat = False, 0.0
     try:
@@ -190,6 +190,20 @@ def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable
     return Segment(command="resume" if resume else "run", host=socket.gethostname(), pid=proc.pid,
                    gpus=env.get("CUDA_VISIBLE_DEVICES", ""), started_at=started, ended_at=time.time(),
                    exit_code=proc.returncode, hung=hung)
+
+
+def member_preexec() -> Callable[[], None]:
+    """A member's step between fork and exec: it dies with this thread, and it hears SIGINT,
+    the sweep's request to stop (``_stop``), even where the sweep was started with SIGINT
+    ignored (a background job of a shell without job control is, and exec keeps an ignored
+    signal ignored): else every stop would wait out its grace and end in SIGKILL, with no
+    interruption recorded."""
+    die_with_parent = dying_with_this_process()
+
+    def preexec() -> None:
+        die_with_parent()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return preexec
 
 
 def _stop(proc: subprocess.Popen) -> None:
