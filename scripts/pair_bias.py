@@ -39,6 +39,7 @@ machine's CPU, cache and node layout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -112,10 +113,8 @@ def place(pid: int, mode: str, timing_cpu: int, others: set[int]) -> None:
             cpus = others
         else:
             continue
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the thread ended
             os.sched_setaffinity(tid, cpus)
-        except ProcessLookupError:
-            pass
 
 
 def while_timed(pid: int, before: dict[int, dict]) -> dict:
