@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -27,7 +27,6 @@ from . import building, compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout as TensorLayout
 from .loading import CandidateError, DiskCache, TaskError, digest, load_module, to_device
-from .remote import Peer, wait_any
 
 Hidden = torch.Tensor
 State = list  # one dict of tensors per layer
@@ -571,38 +570,21 @@ class MegaEvaluation(EvaluationBase):
                                       expected_hidden, expected_state, margin, salient=salient, inputs=inputs))
         return cases
 
-    def _begin_secret_cases(self) -> None:
-        """Seeds drawn now (draw_secret_case), by the reference workers where there are any
-        (queued to them now, taken as ``_secret_cases`` reaches each), else here when their
-        turn comes; told afterwards (``hidden_seeds``)."""
+    def _secret_cases(self) -> None:
+        """Cases from seeds drawn now (draw_secret_case), by the reference workers where there
+        are any, else here; told afterwards (``hidden_seeds``)."""
         kinds = secret_case_kinds(self.task, int(self.job["hidden_seeds"]))
-        pending: list[Any] = self.workers.secret_cases(kinds) if self.workers is not None else [None] * len(kinds)
-        self.drawing = list(zip(kinds, pending, strict=True))
-
-    def _draw_secret_cases_while_loading(self) -> None:
-        """Keep the workers drawing, each case dealt out as one is taken in, until the
-        solution's process answers its load (read by ``finish_load``) or every case is out."""
-        if self.workers is None:
-            return
-        while self.workers.busy:
-            peers: list[Peer] = [self.solution, *self.workers.busy]
-            if self.solution in wait_any(peers):
-                return
-            self.workers.pump()
-
-    def _secret_cases(self) -> Iterator[Case]:
-        """The secret cases in order, each as soon as it is drawn (and kept in ``cases``)."""
-        drawn = []
-        for i, ((context_len, salient), pending) in enumerate(self.drawing):
-            case = (pending.result() if pending is not None
-                    else draw_secret_case(self.task, self.reference, context_len, salient))
-            drawn.append(case)
+        if self.workers is not None:
+            drawn = self.workers.secret_cases(kinds)
+        else:
+            drawn = [draw_secret_case(self.task, self.reference, context_len, salient)
+                     for context_len, salient in kinds]
+        self.hidden_seeds = [case.seed for case in drawn]
+        self.redrawn_seeds = sum(case.redrawn for case in drawn)
+        for i, ((context_len, salient), case) in enumerate(zip(kinds, drawn, strict=True)):
             self.cases.append(Case(_case_label(f"hidden seed #{i + 1}", context_len, salient), context_len, case.seed,
                                    case.expected_hidden, case.expected_state, case.margin, salient=salient,
                                    inputs=case.inputs))
-            yield self.cases[-1]
-        self.hidden_seeds = [case.seed for case in drawn]
-        self.redrawn_seeds = sum(case.redrawn for case in drawn)
 
     def judge_step(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State):
         """``judge_chained_step`` of one step, by a reference worker where there are any
@@ -683,12 +665,11 @@ class MegaEvaluation(EvaluationBase):
             self.calibrate_contestants(lambda: reference_step(self.reference, hidden, state))
             self.phase("trusted_processes")
             self.seal_cache()
-            # The solution loads, and then runs its first checks, while the secret cases are
-            # computed: it cannot know their seeds, and every process that computes them
-            # loaded all it reads before this.
-            self._begin_secret_cases()
+            # The solution loads while the secret cases are computed: it cannot know their
+            # seeds, and every process that computes them loaded all it reads before this.
             loading = self.begin_load(self.spec("solution"), [self.task.cfg], weights)
-            self._draw_secret_cases_while_loading()
+            self._secret_cases()
+            self.phase("secret_cases")
             if not self.finish_load(loading):
                 return
             self.phase("load_solution")
@@ -709,16 +690,10 @@ class MegaEvaluation(EvaluationBase):
         (at each timed context when timed)."""
         current = "fixed_seeds"
         try:
-            if not self._check_single_steps(current):
-                return False
-            self.phase("check_fixed_seeds")
-            current = "hidden_seeds"
-            if not self._check_single_steps(current):
-                return False
-            # The secret cases drawn and checked: with workers, what of their drawing the
-            # solution's steps so far did not hide (until 2026-12-03: "secret_cases" for the
-            # drawing alone, then "check_single_steps" for every single step).
-            self.phase("check_hidden_seeds")
+            for current in ("fixed_seeds", "hidden_seeds"):
+                if not self._check_single_steps(current):
+                    return False
+            self.phase("check_single_steps")
             current = "determinism"
             self._report_determinism()
             current = "overwrite_in_place"
@@ -746,13 +721,9 @@ class MegaEvaluation(EvaluationBase):
         reference routing sits on a near-tie (a fixed seed can, at some scale) is named in the
         data and the reason, and judged as any step is (StepChecker.judge)."""
         task = self.task
-        cases: list[Case] = []
+        cases = [c for c in self.cases if c.label.startswith("hidden") == (group == "hidden_seeds")]
         results, failures = [], []
-        fixed = [c for c in self.cases if not c.label.startswith("hidden")]
-        for case in (self._secret_cases() if group == "hidden_seeds" else fixed):
-            cases.append(case)
-            if self.workers is not None:
-                self.workers.pump()  # the next secret cases dealt out while this one runs
+        for case in cases:
             hidden_in, state_in = self.inputs_of(case)
             hidden, state = self.remote_step("fresh", [hidden_in, state_in], 0, case.context_len)
             result = self.checker.judge(hidden_in, state_in, hidden, state, case.expected_hidden,

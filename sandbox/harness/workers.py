@@ -5,12 +5,10 @@ routing near-tie, about three draws a case at full scale, a reference step each)
 a warm evaluation's trusted work, and each is independent of the others. The referee starts
 a few workers (reference_worker.py) with the solution's and the baseline's processes, has
 each load the reference from the same weights file before any solution code runs, and then
-deals the cases out one at a time while the solution's process loads the solution, then runs
-the fixed seeds' steps and then each secret case's as it comes (the referee reads the workers'
-answers and deals the next cases out between its own requests: ``pump``). Each worker draws
-its case's seeds itself (secrets, in its own memory), computes the case and leaves its
-expected outputs, and a salient case's inputs, in an arena of its own; the referee copies
-them out into its own memory before it asks that worker for the next one.
+deals the cases out one at a time while the solution's process loads the solution. Each
+worker draws its case's seeds itself (secrets, in its own memory), computes the case and
+leaves its expected outputs, and a salient case's inputs, in an arena of its own; the referee
+copies them out into its own memory before it asks that worker for the next one.
 
 The workers never run a contestant, and the solution's process cannot reach them: they are
 non-dumpable, their arenas are shared with them alone (a CUDA IPC handle sent down their own
@@ -20,7 +18,6 @@ solution's process runs as the same user and could have signalled it.
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,20 +55,16 @@ class Worker(Peer):
 
 
 class Pending:
-    """A request for a worker: queued until a worker is free (``request(worker)`` then fills
-    its arena and makes the message), then dealt to it; ``result()`` waits for its answer
-    (read, and what it left in the worker's arena taken out, as soon as it arrives, by
-    whoever waits first)."""
+    """A request dealt to a worker: ``result()`` waits for its answer (read, and what it
+    left in the worker's arena taken out, as soon as it arrives, by whoever waits first)."""
 
-    def __init__(self, pool: ReferenceWorkers, request: Callable[[Worker], dict], take: Callable[[dict, Worker], Any],
-                 what: str):
-        self.pool, self.request, self.take, self.what = pool, request, take, what
-        self.worker: Worker | None = None
+    def __init__(self, pool: ReferenceWorkers, worker: Worker, take: Callable[[dict, Worker], Any], what: str):
+        self.pool, self.worker, self.take, self.what = pool, worker, take, what
         self.done, self.value = False, None
 
     def result(self) -> Any:
         while not self.done:
-            self.pool._wait_for(self)
+            self.pool._collect(self.worker)
         return self.value
 
     __call__ = result
@@ -100,7 +93,6 @@ class ReferenceWorkers:
             watch.known.add(worker.pid)
             self.workers.append(worker)
         self.busy: dict[Worker, Pending] = {}
-        self.queue: deque[Pending] = deque()
         self.closed = False
 
     def begin_prepare(self, job: dict, weights: str) -> None:
@@ -127,75 +119,30 @@ class ReferenceWorkers:
             worker.attached[0].unlink_file()
 
     # -- dealing work out ------------------------------------------------------------------------
-    # Requests are dealt out in the order they came, each to the next free worker. Nothing
-    # runs in the background: answers are read, and queued requests dealt out, whenever the
-    # referee waits for one (Pending.result) or asks for it (``pump``) between its own steps.
     def submit(self, request: Callable[[Worker], dict], take: Callable[[dict, Worker], Any], what: str) -> Pending:
-        """Deal one request out now (waiting for a free worker where all are busy, and for
-        every request queued before it): ``request(worker)`` fills its arena from tensors
-        the caller may reuse once this returns; ``take(reply, worker)`` what the answer comes
-        to, taken out of its arena before it gets more work."""
-        pending = self.queue_up(request, take, what)
-        while pending.worker is None:
-            self._take_in(timeout=None)
-        return pending
-
-    def queue_up(self, request: Callable[[Worker], dict], take: Callable[[dict, Worker], Any], what: str) -> Pending:
-        """Queue one request, dealt out now if a worker is free, else when one is (``pump``,
-        or any wait for an answer); ``request(worker)`` is called then, so it must read
-        nothing that changes meanwhile."""
-        pending = Pending(self, request, take, what)
-        self.queue.append(pending)
-        self._deal()
-        return pending
-
-    def pump(self) -> None:
-        """Without waiting: read every answer that has arrived and deal queued requests out to
-        the workers it frees, so that they keep working while the referee does other work."""
-        if self.busy:
-            self._take_in(timeout=0)
-
-    def _deal(self) -> None:
-        """Queued requests, in order, to the free workers."""
-        while self.queue:
+        """Deal one request to the next free worker (waiting for one where all are busy):
+        ``request(worker)`` fills its arena and makes the message, ``take(reply, worker)``
+        what the answer comes to, taken out of its arena before it gets more work."""
+        worker = next((w for w in self.workers if w not in self.busy), None)
+        while worker is None:
+            for ready in wait_any(self.busy):
+                self._collect(ready)
             worker = next((w for w in self.workers if w not in self.busy), None)
-            if worker is None:
-                return
-            pending = self.queue.popleft()
-            worker.attached[1].reset()
-            message = pending.request(worker)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)  # the arena's new contents first (see ContestantProcess.begin)
-            worker.send(message)
-            pending.worker = worker
-            self.busy[worker] = pending
-
-    def _take_in(self, timeout: float | None) -> None:
-        """The answers that have arrived, waiting up to ``timeout`` (None: until one does),
-        and the requests queued behind them dealt out."""
-        if not self.busy:
-            raise RuntimeError("waited for a reference worker's answer with none at work")
-        for ready in wait_any(self.busy, timeout):
-            self._collect(ready)
-        self._deal()
-
-    def _wait_for(self, pending: Pending) -> None:
-        """Move ``pending`` on: its own answer where it was dealt out, else any answer (which
-        frees a worker for the queue)."""
-        if pending.worker is None:
-            self._take_in(timeout=None)
-        else:
-            self._collect(pending.worker)
-            self._deal()
+        worker.attached[1].reset()
+        message = request(worker)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the arena's new contents first (see ContestantProcess.begin)
+        worker.send(message)
+        self.busy[worker] = pending = Pending(self, worker, take, what)
+        return pending
 
     def _collect(self, worker: Worker) -> None:
         pending = self.busy.pop(worker)
         pending.value, pending.done = pending.take(worker.answer(pending.what), worker), True
 
-    def secret_cases(self, kinds: list[tuple[int, bool]]) -> list[Pending]:
-        """One secret case (mega.SecretCase) per (context, salient) of ``kinds``, in order,
-        queued: each worker draws its case's seeds itself and leaves the case in its arena.
-        The referee checks the first while the workers draw the others."""
+    def secret_cases(self, kinds: list[tuple[int, bool]]) -> list:
+        """One secret case (mega.SecretCase) per (context, salient) of ``kinds``, in order: each
+        worker draws its case's seeds itself and leaves the case in its arena."""
         from .mega import SecretCase  # mega imports this module
 
         def take(reply: dict, worker: Worker) -> Any:
@@ -204,8 +151,9 @@ class ReferenceWorkers:
             return SecretCase(int(reply["seed"]), list(inputs) if inputs is not None else None, hidden, list(state),
                               float(margin) if margin is not None else None, int(reply["redrawn"]))
 
-        return [self.queue_up(_case_request(context_len, salient), take, "computing a secret case")
-                for context_len, salient in kinds]
+        pending = [self.submit(_case_request(context_len, salient), take, "computing a secret case")
+                   for context_len, salient in kinds]
+        return [p.result() for p in pending]
 
     def judge(self, tensors: list) -> Pending:
         """A chained step judged against the reference from its own input and state
