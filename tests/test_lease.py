@@ -339,3 +339,17 @@ def test_a_check_says_which_probes_were_asked_again_during_it(tmp_path):
     load, fixed, chained = evaluation.channel.sent
     assert "probes_asked_again" not in load and "probes_asked_again" not in chained
     assert fixed["probes_asked_again"] == [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.5, "alone": False}]
+
+
+def test_a_probed_answer_with_the_referee_s_own_work_in_flight_is_a_harness_bug():
+    """The probe after an answer reads any other context's work as the solution's: an H200
+    round failed every evaluation when the workers drew secret cases beside the solution's
+    load. The harness must never probe then; on the CPU too, where nothing is probed, it
+    crashes as the bug it is."""
+    watch = Watch(torch.device("cpu"), pid_namespace=False)
+    watch.trusted_in_flight = lambda: "reference worker 1: computing a secret case"
+    with pytest.raises(AssertionError, match="reference worker 1: computing a secret case"):
+        watch.check("loading the solution")
+    assert watch.check("staging the inputs of timed steps", probe=False) == 0.0  # no probe: nothing to misread
+    watch.trusted_in_flight = lambda: ""
+    assert watch.check("loading the solution") == 0.0

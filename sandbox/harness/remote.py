@@ -253,6 +253,12 @@ class Watch:
         # Probes that read busy while the device was shared, and what reading them again found
         # (Watch.check; each check of the evaluation lists those made during it).
         self.confirmed: list[dict] = []
+        # What of the referee's own work is in flight beside the contestants (the reference
+        # workers' requests), as words; empty when none. The probe after an answer reads any
+        # other context's work as work the solution left running: a probed answer with trusted
+        # work in flight is a bug of the harness (on an H200 every evaluation failed hidden_work
+        # that way, 2026-12-03), checked on every device so that CPU tests catch it.
+        self.trusted_in_flight: Callable[[], str] = lambda: ""
 
     def strays(self) -> list[str]:
         """Live processes of the evaluation other than its own: in a pid namespace of its
@@ -281,7 +287,13 @@ class Watch:
         if strays:
             raise LeftRunning(f"the solution left {len(strays)} process(es) running after {what}: "
                               + ", ".join(strays[:5]))
-        if self.probe is None or not probe:
+        if not probe:
+            return 0.0
+        beside = self.trusted_in_flight()
+        if beside:
+            raise AssertionError(f"the device probe after {what} would read the referee's own work as the "
+                                 f"solution's: {beside}")
+        if self.probe is None:
             return 0.0
         first_ms = self.probe.milliseconds()
         if first_ms <= self.probe.limit_ms:

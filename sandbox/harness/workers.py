@@ -94,6 +94,11 @@ class ReferenceWorkers:
             self.workers.append(worker)
         self.busy: dict[Worker, Pending] = {}
         self.closed = False
+        watch.trusted_in_flight = self.in_flight
+
+    def in_flight(self) -> str:
+        """The requests dealt out and not yet answered, as words (empty when none)."""
+        return "; ".join(f"{worker.label}: {pending.what}" for worker, pending in self.busy.items())
 
     def begin_prepare(self, job: dict, weights: str) -> None:
         """Have each worker build the task and the reference from ``weights``; answered in
