@@ -635,3 +635,41 @@ def test_a_nondeterministic_solution_passes_and_is_said_to_be_nondeterministic(k
     line = next(line for line in shown(result).splitlines() if line.startswith("determinism:"))
     assert line == (f"determinism: two calls on identical inputs ({determinism.case}) are not bitwise equal: "
                     f"largest difference {determinism.max_abs_diff:.3g} in L0.S")
+
+
+@pytest.mark.parametrize("salient", [False, True])
+def test_a_screened_draw_stops_at_a_near_tie_and_draws_the_same_case(kimi, monkeypatch, salient):
+    """The reference's screening stops a secret seed's steps at the first routing near-tie: the
+    case drawn (seed, redraws, outputs, margin) is the very one an unscreened draw makes,
+    with fewer expert FFNs paid for on the seeds drawn again."""
+    from kagent.sandbox.harness import mega
+    from kagent.sandbox.harness.loading import DiskCache
+
+    task = mega.Task(kimi.path, "smoke", torch.device("cpu"))
+    assert task.screening is not None and task.min_margin > 0
+    with torch.no_grad():
+        reference, _ = mega.build_reference(task, DiskCache(None))
+        ffns = []
+        ffn = task.reference.MoE.ffn
+        monkeypatch.setattr(task.reference.MoE, "ffn", staticmethod(
+            lambda x, gate, up, down, e: ffns.append(e) or ffn(x, gate, up, down, e)))
+
+        def draw(screening):
+            monkeypatch.setattr(task, "screening", screening)
+            seeds = iter(range(10_000))
+            monkeypatch.setattr(mega.secrets, "randbelow", lambda _bound: next(seeds))
+            ffns.clear()
+            case = mega.draw_secret_case(task, reference, task.check_contexts[0], salient)
+            return case, len(ffns)
+
+        screened, screened_ffns = draw(task.screening)
+        plain, plain_ffns = draw(None)
+    assert plain.redrawn >= 1  # the first seeds sit on near-ties at this scale
+    assert (screened.seed, screened.redrawn, screened.margin) == (plain.seed, plain.redrawn, plain.margin)
+    assert torch.equal(screened.expected_hidden, plain.expected_hidden)
+    assert all(torch.equal(a[name], b[name])
+               for a, b in zip(screened.expected_state, plain.expected_state, strict=True) for name in a)
+    if salient:
+        assert all(torch.equal(a[name], b[name])
+                   for a, b in zip(screened.inputs[1], plain.inputs[1], strict=True) for name in a)
+    assert screened_ffns < plain_ffns

@@ -11,6 +11,7 @@ worker, on tensors the referee hands it), never while the solution's process run
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import secrets
@@ -121,6 +122,10 @@ def _check_inputs(name: str, value: Any) -> None:
         raise TaskError(f"the task's reference.{name} must return {want}, not {type(value).__name__}")
 
 
+class _NeverRaised(Exception):
+    """What a task without screening stops a draw with: nothing."""
+
+
 class Task:
     """The task folder's modules and grading metadata, loaded from the pristine bundle.
 
@@ -186,6 +191,12 @@ class Task:
         # Optional: salient_state(model, hidden, state) -> a state from which every part of
         # the step shows in its output or state; cases from it join those from init_state.
         self.salient_state = getattr(self.reference, "salient_state", None)
+        # Optional, together: screening(model, min_margin), within which a step raises the
+        # reference's NearTie at the first routing choice below min_margin; a secret seed on a
+        # near-tie is then drawn again without paying for the rest of its steps.
+        screening, near_tie = getattr(self.reference, "screening", None), getattr(self.reference, "NearTie", None)
+        self.screening = screening if isinstance(near_tie, type) and issubclass(near_tie, Exception) else None
+        self.near_tie_error: type[Exception] = near_tie if self.screening is not None else _NeverRaised
         # What the cached reference results depend on.
         self.cache_identity = {
             "reference": digest(task_dir / "reference.py"),
@@ -293,6 +304,8 @@ def case_inputs(task: Task, reference: torch.nn.Module, context_len: int, seed: 
             raise TaskError("a salient case was asked of a task whose reference defines no salient_state")
         try:
             drawn, state = state, task.salient_state(reference, hidden, state)
+        except task.near_tie_error:
+            raise  # a screened draw stopped at a near-tie (draw_secret_case)
         except Exception as err:
             raise TaskError(f"the task's reference.salient_state failed: {type(err).__name__}: {err}") from err
         _check_inputs("salient_state", state)
@@ -327,10 +340,15 @@ def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, s
     expert routing sits on a near-tie is drawn again: there an honest kernel's rounding could
     swap an expert, and a secret seed must not fail a correct solution by bad luck. Run by
     the referee or by a reference worker (workers.py), the same way."""
+    screened = task.screening is not None and task.min_margin > 0
     for redrawn in range(MAX_DRAWS_PER_CASE):
         seed = 1000 + secrets.randbelow(1 << 30)
-        inputs = case_inputs(task, reference, context_len, seed, salient)
-        hidden, state, margin = reference_case(task, reference, *inputs)
+        try:
+            with task.screening(reference, task.min_margin) if screened else contextlib.nullcontext():
+                inputs = case_inputs(task, reference, context_len, seed, salient)
+                hidden, state, margin = reference_case(task, reference, *inputs)
+        except task.near_tie_error:
+            continue  # the routing of a layer sat on a near-tie: the rest of the step is not paid for
         if margin is None or margin >= task.min_margin:
             return SecretCase(seed, inputs if salient else None, hidden, state, margin, redrawn)
     raise TaskError(f"no seed with a decision margin of {task.min_margin} in {MAX_DRAWS_PER_CASE} draws: lower "
