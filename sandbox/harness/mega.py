@@ -195,8 +195,9 @@ class Task:
         # reference's NearTie at the first routing choice below min_margin; a secret seed on a
         # near-tie is then drawn again without paying for the rest of its steps.
         screening, near_tie = getattr(self.reference, "screening", None), getattr(self.reference, "NearTie", None)
-        self.screening = screening if isinstance(near_tie, type) and issubclass(near_tie, Exception) else None
-        self.near_tie_error: type[Exception] = near_tie if self.screening is not None else _NeverRaised
+        both = screening is not None and isinstance(near_tie, type) and issubclass(near_tie, Exception)
+        self.screening: Callable[[Any, float], Any] | None = screening if both else None
+        self.near_tie_error: type[Exception] = near_tie if both else _NeverRaised  # type: ignore[assignment]
         # What the cached reference results depend on.
         self.cache_identity = {
             "reference": digest(task_dir / "reference.py"),
@@ -340,11 +341,11 @@ def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, s
     expert routing sits on a near-tie is drawn again: there an honest kernel's rounding could
     swap an expert, and a secret seed must not fail a correct solution by bad luck. Run by
     the referee or by a reference worker (workers.py), the same way."""
-    screened = task.screening is not None and task.min_margin > 0
+    screen = task.screening if task.min_margin > 0 else None
     for redrawn in range(MAX_DRAWS_PER_CASE):
         seed = 1000 + secrets.randbelow(1 << 30)
         try:
-            with task.screening(reference, task.min_margin) if screened else contextlib.nullcontext():
+            with screen(reference, task.min_margin) if screen is not None else contextlib.nullcontext():
                 inputs = case_inputs(task, reference, context_len, seed, salient)
                 hidden, state, margin = reference_case(task, reference, *inputs)
         except task.near_tie_error:
