@@ -23,6 +23,10 @@ in ABBA order on one CPU, as the harness times its contestants, each pair starte
 - ``all_threads``: anywhere, and for timing every thread of both on the timing CPU;
 - ``same_layout``: anywhere, with one fixed hash seed and no address-space randomization, so
   both processes lay out their memory alike (``process_spread.command``'s ``both``).
+- ``history``: as ``same_layout``, and A first runs HISTORY_STEPS untimed steps from fresh
+  states at every context, as the solution's process runs its checks before an evaluation's
+  timing while the baseline's runs none: B over A above 1.00 would make that history the
+  cause of the A/A's lean below 1.00 (32 of 48 per-context figures, MEASUREMENTS.md).
 
 Only the main thread is moved otherwise (as ``timing.one_cpu_for_all`` does). Per pair it also
 prints which of each process's threads used the CPU while the pair was timed, where, and how
@@ -56,7 +60,10 @@ import process_spread  # noqa: E402  (its child process is the one timed here)
 
 # Steps profiled in each process for its device time per step, after its timed blocks.
 DEVICE_STEPS = 10
-MODES = ("anywhere", "timing_cpu", "apart", "helpers_off", "all_threads", "same_layout")
+MODES = ("anywhere", "timing_cpu", "apart", "helpers_off", "all_threads", "same_layout", "history")
+# Steps of other states A runs before its timing in the "history" mode: about what an
+# evaluation's checks run in the solution's process (12 fixed, 48 secret, 64 chained).
+HISTORY_STEPS = 125
 
 
 def layout() -> dict:
@@ -160,13 +167,15 @@ def speed_of_b(a_ms: list[float], b_ms: list[float], rng: np.random.Generator) -
 
 def one_pair(mode: str, quads: int, block_steps: int, argv: list[str], timing_cpu: int, first_cpu: int,
              others: set[int], rng: np.random.Generator) -> dict:
-    cmd, env = process_spread.command("both" if mode == "same_layout" else "isolated", argv)
+    cmd, env = process_spread.command("both" if mode in ("same_layout", "history") else "isolated", argv)
     cpus = {"timing_cpu": (timing_cpu, timing_cpu), "apart": (first_cpu, timing_cpu)}.get(mode, (None, None))
     pair = [start(cmd, env, cpu) for cpu in cpus]
     try:
         for proc in pair:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", "a child did not start"
         memory = [pages_by_node(proc.pid) for proc in pair]
+        if mode == "history":
+            block_ms(pair[0], HISTORY_STEPS, "history ")
         for proc in pair:
             place(proc.pid, mode, timing_cpu, others)
         before = [threads(proc.pid) for proc in pair]

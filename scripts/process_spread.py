@@ -37,55 +37,80 @@ ADDR_NO_RANDOMIZE = 0x0040000
 WAYS = ("isolated", "hash_seed", "no_aslr", "both")
 
 
-def child(task_dir: Path, device_name: str, context_len: int, scale: str) -> None:
-    """One process: the baseline at full scale, random weights, then a block of steps timed
-    for every line read on stdin (the number of steps), its milliseconds written back."""
-    import torch
-    sys.path.insert(0, str(task_dir))
-    import baseline
-    import reference
-    import shapes
-    device = torch.device(device_name)
-    chosen = shapes.SHAPES if scale == "full" else shapes.SMOKE_SHAPES
-    shape = next(s for s in chosen if s["context_len"] == context_len)
-    cfg = reference.build_config(shape)
-    with torch.device(device), torch.no_grad():
-        model = baseline.Model(cfg).to(device).eval()
-        for tensor in [*model.parameters(), *model.buffers()]:
-            if tensor.dtype == torch.uint8:
-                tensor.random_(0, 256)
-            elif tensor.is_floating_point():
-                tensor.normal_(0.0, 0.02)
-    chain = [reference.init_token(cfg, 0, device=device), reference.init_state(cfg, context_len, 0, device=device)]
+class _Child:
+    """The flagship's baseline at one scale and context, random weights, and its chain."""
 
-    def steps(count: int) -> None:
-        with torch.no_grad():
+    def __init__(self, task_dir: Path, device_name: str, context_len: int, scale: str):
+        import torch
+        sys.path.insert(0, str(task_dir))
+        import baseline
+        import reference
+        import shapes
+        self.torch, self.reference = torch, reference
+        self.device = device = torch.device(device_name)
+        self.shapes = shapes.SHAPES if scale == "full" else shapes.SMOKE_SHAPES
+        shape = next(s for s in self.shapes if s["context_len"] == context_len)
+        self.cfg = cfg = reference.build_config(shape)
+        with torch.device(device), torch.no_grad():
+            self.model = baseline.Model(cfg).to(device).eval()
+            for tensor in [*self.model.parameters(), *self.model.buffers()]:
+                if tensor.dtype == torch.uint8:
+                    tensor.random_(0, 256)
+                elif tensor.is_floating_point():
+                    tensor.normal_(0.0, 0.02)
+        self.chain = [reference.init_token(cfg, 0, device=device),
+                      reference.init_state(cfg, context_len, 0, device=device)]
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def steps(self, count: int) -> float:
+        """``count`` steps of the chain; milliseconds per step by the host's clock."""
+        started = time.perf_counter_ns()
+        with self.torch.no_grad():
             for _ in range(count):
-                chain[:] = model.step(*chain)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+                self.chain[:] = self.model.step(*self.chain)
+        self.synchronize()
+        return (time.perf_counter_ns() - started) / 1e6 / count
 
-    def device_ms(count: int) -> float:
+    def device_ms(self, count: int) -> float:
         """The device's busy time per step over ``count`` steps, from the profiler (its
         kernels' durations summed), beside the host's clock."""
-        use_device = None if device.type == "cpu" else device.type
+        torch = self.torch
+        use_device = None if self.device.type == "cpu" else self.device.type
         with torch.autograd.profiler.profile(use_device=use_device, use_kineto=True) as prof:
-            steps(count)
+            self.steps(count)
         busy_us = sum(e.time_range.elapsed_us() for e in prof.function_events
                       if e.device_type == torch.autograd.DeviceType.CUDA)
         return busy_us / 1e3 / count
 
-    steps(3)
+    def history(self, count: int) -> float:
+        """Fresh single steps at each of the scale's contexts in turn, as an evaluation's
+        checks run in the solution's process before its timing (and not in the baseline's);
+        the chain that is timed is left as it was. Answers 0.0."""
+        contexts = [s["context_len"] for s in self.shapes]
+        with self.torch.no_grad():
+            for i in range(count):
+                self.model.step(self.reference.init_token(self.cfg, 100 + i, device=self.device),
+                                self.reference.init_state(self.cfg, contexts[i % len(contexts)], 100 + i,
+                                                          device=self.device))
+        self.synchronize()
+        return 0.0
+
+
+def child(task_dir: Path, device_name: str, context_len: int, scale: str) -> None:
+    """One process: the baseline (``_Child``), then for every line read on stdin, "N": N steps
+    timed by the host's clock; "device N": by the profiler; "history N": N untimed steps of
+    other states first; each line's milliseconds (per step) written back."""
+    process = _Child(task_dir, device_name, context_len, scale)
+    process.steps(3)
     print("ready", flush=True)
-    for line in sys.stdin:  # "N": N steps timed by the host's clock; "device N": by the profiler
+    answers = {"device": process.device_ms, "history": process.history}
+    for line in sys.stdin:
         words = line.split()
-        if words[0] == "device":
-            print(device_ms(int(words[1])), flush=True)
-            continue
-        count = int(words[0])
-        started = time.perf_counter_ns()
-        steps(count)
-        print((time.perf_counter_ns() - started) / 1e6 / count, flush=True)
+        answer = answers[words[0]] if len(words) == 2 else process.steps
+        print(answer(int(words[-1])), flush=True)
 
 
 def command(way: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
