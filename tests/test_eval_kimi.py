@@ -281,7 +281,7 @@ def test_runner_up_takes_one_other_expert_at_that_layer_only(smoke_reference, mo
                 out, _ = model.step(hidden.clone(), _copy(state))
         else:
             out, _ = model.step(hidden.clone(), _copy(state))
-        routed = [e for n, e in chosen if n == cfg.n_experts]
+        routed = [int(e) for n, experts in chosen if n == cfg.n_experts for e in experts]
         return out, [set(routed[i:i + cfg.n_active]) for i in range(0, len(routed), cfg.n_active)]
 
     expected, per_layer = routed_experts()

@@ -5,9 +5,10 @@ A single-launch kernel that comes out wrong says only that its output differs. T
 one step of the task's reference from a seed's inputs and records every value that passes
 between its parts: the input and output of every submodule's ``forward`` (the projections),
 and the tensor arguments and results of every method of the reference's own classes (a
-layer's ``step``, the short convolution, each expert's ffn with its expert index), named by
+layer's ``step``, the short convolution, the experts' ffn with their expert indices), named by
 module path and call, e.g. ``blocks.0.attn.q_proj.out``, ``blocks.0.attn.short_conv#1.out0``,
-``blocks.0.moe.ffn#3.in4`` (the fourth expert call's expert index), ``model.step.out1.L3.c_kv``.
+``blocks.0.moe.ffn#1.in4`` (the second ffn call's expert indices: the shared expert's, after
+the routed ones), ``model.step.out1.L3.c_kv``.
 It saves them (a dict of CPU tensors, torch.save) in the workspace and shows a summary; given
 a file of the solution's own values under the same names, it compares each (cosine, largest
 difference) and names the first that differs.

@@ -134,7 +134,9 @@ class QuantExperts(nn.Module):
             self.scales[e].copy_(s)
             self.zeros[e].copy_(z)
 
-    def weight(self, e: int) -> torch.Tensor:
+    def weight(self, e: int | torch.Tensor) -> torch.Tensor:
+        """Expert ``e``'s (in, out) weight in float32; for a 1-D tensor of indices, theirs
+        stacked (n, in, out), dequantized in one call."""
         return dequantize_int4(self.w_q[e], self.scales[e], self.zeros[e], self.group)
 
 
@@ -282,10 +284,17 @@ class MoE(nn.Module):
         self.s_down = QuantExperts(Es, m, d, cfg.group)
 
     @staticmethod
-    def ffn(x: torch.Tensor, gate: QuantExperts, up: QuantExperts, down: QuantExperts, e: int):
+    def ffn(x: torch.Tensor, gate: QuantExperts, up: QuantExperts, down: QuantExperts,
+            experts: torch.Tensor) -> torch.Tensor:
+        """The FFNs of ``experts`` (a 1-D tensor of indices) on x, a row of output each.
+
+        All of them at once: a step of the reference is what the harness pays for every
+        secret case and every judged step of a chain, and expert by expert (a dequant and
+        three products each, and the chosen index read back to the host) it cost about 80%
+        of a 32 ms step on an H200, in launches and waits (MEASUREMENTS.md)."""
         xf = x.float()
-        h = F.silu(xf @ gate.weight(e)) * (xf @ up.weight(e))
-        return h @ down.weight(e)
+        h = F.silu(xf @ gate.weight(experts)) * (xf @ up.weight(experts))  # (n, inter)
+        return (h.unsqueeze(-2) @ down.weight(experts)).squeeze(-2)  # (n, out)
 
     def step(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
@@ -307,11 +316,14 @@ class MoE(nn.Module):
         if self.stop_below_margin is not None and float(self.last_margin) < self.stop_below_margin:
             raise NearTie(f"a routing margin of {float(self.last_margin):.4f}, below {self.stop_below_margin}")
         w = w / (w.sum() + 1e-9) * cfg.routed_scaling
+        routed = self.ffn(x, self.gate, self.up, self.down, idx)
+        shared = self.ffn(x, self.s_gate, self.s_up, self.s_down, torch.arange(cfg.n_shared, device=x.device))
+        # Summed one expert at a time, in the order chosen, then the shared ones.
         out = torch.zeros(cfg.hidden, dtype=torch.float32, device=x.device)
         for j in range(cfg.n_active):
-            out = out + w[j] * self.ffn(x, self.gate, self.up, self.down, int(idx[j]))
+            out = out + w[j] * routed[j]
         for s in range(cfg.n_shared):
-            out = out + self.ffn(x, self.s_gate, self.s_up, self.s_down, s)
+            out = out + shared[s]
         return out.to(torch.bfloat16)
 
 
