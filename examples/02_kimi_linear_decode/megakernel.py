@@ -246,6 +246,12 @@ def _grid_barrier(bar_ptr, P):
     tl.debug_barrier()
 
 
+@triton.jit
+def _now():
+    """The device's nanosecond clock (%globaltimer), for the stage stamps."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
 # --------------------------------------------------------------------------- #
 # KDA
 # --------------------------------------------------------------------------- #
@@ -593,9 +599,9 @@ def _mla_value(pid, P, one, vbw_ptr, vbsz_ptr, olat_ptr, ot_ptr,
 # --------------------------------------------------------------------------- #
 # the kernel
 # --------------------------------------------------------------------------- #
-@triton.jit(do_not_specialize=["s_lo", "s_hi", "ONE", "L", "R", "NCHK", "COPY"])
+@triton.jit(do_not_specialize=["s_lo", "s_hi", "STOP", "ONE", "L", "R", "NCHK", "COPY"])
 def kimi_decode_step(
-        plan_ptr, s_lo, s_hi, bar_ptr, ONE,
+        plan_ptr, s_lo, s_hi, STOP, stamps, bar_ptr, ONE,
         x_in, x_out, xp, hp,
         S0, S1, S2, cq0, cq1, cq2, ck0, ck1, ck2, cv0, cv1, cv2,
         c_src, kr_src, c_dst, kr_dst, L, R, NCHK, COPY,
@@ -616,16 +622,23 @@ def kimi_decode_step(
         BN_F: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
-        SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, INTERPRET: tl.constexpr):
+        SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
     # ONE: the bits of 1.0f, a kernel argument so that it sits in a register and the nibble's
     # mask-and-or is one LOP3 (two immediates would take two).
+    # STOP (kagent's stage sweep): the work of stages after it is skipped, every barrier still
+    # passed; a runtime argument, so that every value runs this same binary.
+    # STAMPS: each program writes %globaltimer into stamps[0, pid] at its start and into
+    # stamps[s + 1, pid] when it reaches the barrier that ends stage s (kagent_stamps).
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     slot = slots + pid * SLOT
     G_H: tl.constexpr = HID // 128
     QD: tl.constexpr = NOPE + ROPE
+    if STAMPS:
+        if s_lo == 0:   # (stages launched one by one: each launch's start is the last one's end)
+            tl.store(stamps + pid, _now())
     for si in range(s_lo, s_hi):
-        kind = tl.load(plan_ptr + 3 * si)
+        kind = tl.where(si <= STOP, tl.load(plan_ptr + 3 * si), -1)   # -1: no stage's work
         layer = tl.load(plan_ptr + 3 * si + 1)
         sub = tl.load(plan_ptr + 3 * si + 2)
         x_cur = tl.where(layer == 0, x_in, xp)   # this layer's input hidden
@@ -673,6 +686,8 @@ def kimi_decode_step(
             _mla_value(pid, P, ONE, vb_w, vb_sz, olat, ot, MH, KV, VH, BN_VB, GC_VB)
         elif kind == MLA_OUT:
             _attn_out(pid, P, ONE, x_cur, mla_ow, mla_osz, ot, hp, MH * VH, HID, BN_O, GC_MO)
+        if STAMPS:
+            tl.store(stamps + (si + 1) * P + pid, _now())
         if USE_BARRIER:
             if si + 1 < s_hi:
                 _grid_barrier(bar_ptr, P)

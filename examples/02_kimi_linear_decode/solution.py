@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 
 import megakernel as mk
@@ -222,6 +223,11 @@ class Model(nn.Module):
         # One launch per step on a GPU; KIMI_STAGE_LAUNCHES=1 launches each stage on its own
         # there too (the stage-by-stage version, for comparison).
         self.single_launch = torch.cuda.is_available() and os.environ.get("KIMI_STAGE_LAUNCHES") != "1"
+        # kagent's stage instruments (its `stages` tool): the stage after which a step skips
+        # the work (None: none skipped), and each stage's end per program, stamped by the kernel
+        # on a GPU (by the host around each stage's launch under the interpreter).
+        self.kagent_stop_after: int | None = None
+        self.kagent_stamps: torch.Tensor | None = None
 
     # -- repacking, once per load ------------------------------------------------------------
     def _keep(self, name: str, tensor: torch.Tensor) -> None:
@@ -311,7 +317,36 @@ class Model(nn.Module):
         self._keep("xp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("hp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("bar", torch.zeros(2, dtype=torch.int32, device=dev))
+        self.kagent_stamps = torch.zeros(len(rows) + 1, programs if gpu else 1, dtype=torch.int64, device=dev)
         self._cache = None
+
+    def kagent_stages(self, context_len: int | None) -> list[dict]:
+        """The plan's stages for kagent's stages tool, each with what it must move: the task's
+        bytes-floor parts where a stage moves whole parts, else its own count in the floor's
+        terms (int4 payload plus a bf16 scale and zero per group and column)."""
+        cfg = self.cfg
+        d, mi, mh, kv = cfg.hidden, cfg.moe_inter, cfg.mla_heads, cfg.kv_lora
+
+        def quant(k: int, n: int) -> int:
+            return k * n // 2 + 2 * (k // cfg.group) * n * 2
+
+        moves = {
+            mk.KDA_IN.value: lambda L: {"parts": [f"L{L}.norms", *(f"L{L}.attn.{m}_proj" for m in "qkvg"),
+                                                  f"L{L}.attn.beta_proj", f"L{L}.attn.conv"]},
+            mk.KDA_REC.value: lambda L: {"parts": [f"L{L}.attn.state"]},
+            mk.KDA_OUT.value: lambda L: {"parts": [f"L{L}.attn.o_proj"]},
+            mk.MLA_IN.value: lambda L: {"parts": [f"L{L}.norms", f"L{L}.attn.q_proj", f"L{L}.attn.kv_a"]},
+            mk.MLA_ABSORB.value: lambda L: {"bytes": quant(kv, mh * cfg.qk_nope)},
+            mk.MLA_ATTEND.value: lambda L: {"parts": [f"L{L}.attn.cache"]},
+            mk.MLA_MERGE.value: lambda L: {},
+            mk.MLA_VALUE.value: lambda L: {"bytes": quant(kv, mh * cfg.v_head)},
+            mk.MLA_OUT.value: lambda L: {"parts": [f"L{L}.attn.o_proj"]},
+            mk.MOE_IN.value: lambda L: {"bytes": cfg.n_experts * d * 2 + cfg.n_shared * 2 * quant(d, mi)},
+            mk.MOE_UP.value: lambda L: {"bytes": cfg.n_active * 2 * quant(d, mi)},
+            mk.MOE_DOWN.value: lambda L: {"bytes": (cfg.n_active + cfg.n_shared) * quant(mi, d)},
+        }
+        return [{"name": f"L{layer} {mk.STAGE_KINDS[kind]}", **moves[kind](layer)}
+                for kind, layer, _ in self.plan_rows]
 
     # -- the step ----------------------------------------------------------------------------
     def _cache_for(self, c_in: torch.Tensor, k_in: torch.Tensor):
@@ -346,7 +381,8 @@ class Model(nn.Module):
                     raise ValueError(f"state {name} must be contiguous")
         x_out = torch.empty_like(hidden)
         p = self
-        args = [p.pk_plan, 0, len(self.plan_rows), p.pk_bar, ONE_BITS,
+        stop = len(self.plan_rows) if self.kagent_stop_after is None else self.kagent_stop_after
+        args = [p.pk_plan, 0, len(self.plan_rows), stop, p.kagent_stamps, p.pk_bar, ONE_BITS,
                 hidden, x_out, p.pk_xp, p.pk_hp,
                 *[st["S"] for st in kdas], *[st["cq"] for st in kdas], *[st["ck"] for st in kdas],
                 *[st["cv"] for st in kdas],
@@ -360,13 +396,19 @@ class Model(nn.Module):
                 p.pk_s_slots, p.pk_s_qkv, p.pk_s_dec, p.pk_s_beta, p.pk_s_ot, p.pk_s_mq, p.pk_s_kr_raw,
                 p.pk_s_qabs, p.pk_s_qr, p.pk_s_pm, p.pk_s_pl, p.pk_s_pacc, p.pk_s_olat, p.pk_s_logits, p.pk_s_act]
         grid = (lay.programs,)
+        stamps_on_device = hidden.is_cuda  # the interpreter cannot read the device clock: the host stamps
         if self.single_launch:
-            self.last_kernel = mk.kimi_decode_step[grid](*args, **lay.consts, USE_BARRIER=True, num_warps=NUM_WARPS)
+            self.last_kernel = mk.kimi_decode_step[grid](*args, **lay.consts, USE_BARRIER=True, STAMPS=True,
+                                                         num_warps=NUM_WARPS)
         else:
+            if not stamps_on_device:
+                self.kagent_stamps[0] = time.perf_counter_ns()
             for s in range(len(self.plan_rows)):
                 args[1], args[2] = s, s + 1
                 self.last_kernel = mk.kimi_decode_step[grid](*args, **lay.consts, USE_BARRIER=False,
-                                                             num_warps=NUM_WARPS)
+                                                             STAMPS=stamps_on_device, num_warps=NUM_WARPS)
+                if not stamps_on_device:  # the interpreter runs a launch before it returns
+                    self.kagent_stamps[s + 1] = time.perf_counter_ns()
         mla["c_kv"] = c_dst[: length + 1]
         mla["k_rope"] = k_dst[: length + 1]
         return x_out, state

@@ -1,0 +1,82 @@
+"""kagent's megakernel (examples/02_kimi_linear_decode/) follows the stage instruments'
+convention of the `stages` tool: its declared stages move exactly the task's bytes floor,
+`kagent_stop_after` skips the work after a stage, and the stamps are filled. On the CPU
+(Triton's interpreter, smoke scale), where the kernel is launched once per stage.
+
+The kernel runs in a fresh interpreter: its module must set TRITON_INTERPRET before Triton is
+imported, and another test module of this session may have imported Triton already."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kagent.tools.stages import resolve_bytes, stamp_times
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+
+REPO = Path(__file__).resolve().parents[1]
+
+# One model at smoke scale; steps with the knob at -1 (no stage's work), 1 (L0's KDA_IN and
+# KDA_REC) and 2; what each left of the KDA states, the stamps, the declared stages and the
+# task's floor parts.
+DRIVER = """
+import json, sys
+import torch
+sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
+import reference as ref, roofline, shapes, solution
+shape = shapes.SMOKE_SHAPES[0]
+cfg, context_len = ref.build_config(shape), shape["context_len"]
+torch.manual_seed(0)
+model = solution.Model(cfg)
+model.load_state_dict(ref.Model(cfg).state_dict(), strict=True)
+kda = [i for i, kind in enumerate(cfg.pattern) if kind == "K"]
+steps = {}
+for stop in (-1, 1, 2):
+    state = ref.init_state(cfg, context_len, 3)
+    before = {i: state[i]["S"].clone() for i in kda}
+    model.kagent_stamps.zero_()
+    model.kagent_stop_after = stop
+    model.step(ref.init_token(cfg, 3), state)
+    steps[stop] = {"S_changed": [not torch.equal(before[i], state[i]["S"]) for i in kda],
+                   "stamps": model.kagent_stamps.tolist()}
+print(json.dumps({"stages": model.kagent_stages(context_len), "plan": len(model.plan_rows), "steps": steps,
+                  "parts": roofline.bytes_by_part(cfg, context_len),
+                  "floor": roofline.bytes_per_step(cfg, context_len)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def ran() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_declared_stages_move_exactly_the_task_s_bytes_floor(ran):
+    stages = ran["stages"]
+    assert len(stages) == ran["plan"] == 27
+    assert stages[0]["name"] == "L0 KDA_IN" and stages[-1]["name"] == "L3 MOE_DOWN"
+    moved = resolve_bytes(stages, ran["parts"])
+    assert sum(b for b in moved if b) == ran["floor"]
+    merge = next(i for i, s in enumerate(stages) if s["name"].endswith("MLA_MERGE"))
+    assert moved[merge] is None  # its partials are scratch, not part of the floor
+
+
+def test_stopping_after_a_stage_skips_the_work_of_the_later_ones(ran):
+    assert ran["steps"]["-1"]["S_changed"] == [False, False, False]
+    assert ran["steps"]["1"]["S_changed"] == [True, False, False]  # L0's recurrence ran, no other
+
+
+def test_the_host_stamps_each_stage_s_end_under_the_interpreter(ran):
+    stamps = ran["steps"]["2"]["stamps"]
+    assert len(stamps) == 28 and all(row[0] > 0 for row in stamps)
+    times = stamp_times(stamps)
+    assert len(times) == 27 and all(t["us"] >= 0 for t in times)
