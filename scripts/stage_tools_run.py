@@ -5,9 +5,14 @@ process: the stages must add up to it within 10% (issue 13). On the CPU the same
 solution's torch stand-in (tests/test_megakernel_probes.py); on CUDA scripts/gpu_megakernel.sh.
 
     python scripts/stage_tools_run.py stages|ncu OUT_FOLDER [WORK_FOLDER, default /tmp/kagent-stage-tools]
+
+`megakernel` runs the stages tool on kagent's own megakernel (examples/02_kimi_linear_decode/)
+for the flagship task at full scale, at every context (on a GPU; at smoke scale on the CPU,
+where it takes minutes): stage_tools_megakernel.json in OUT_FOLDER.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import statistics
@@ -23,6 +28,7 @@ from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
 
 HERE = Path(__file__).resolve().parent / "two_stage"
+MEGAKERNEL = Path(__file__).resolve().parents[1] / "examples" / "02_kimi_linear_decode"
 TIMED_STEPS = 50
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 
@@ -70,6 +76,41 @@ def prepare(root: Path) -> ToolContext:
         device=device, cache_dir=root / "cache", home=root / "home"))
 
 
+def prepare_megakernel(root: Path) -> ToolContext:
+    """A workspace holding kagent's megakernel, with the flagship task."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    workspace = root / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    for name in ("solution.py", "megakernel.py"):
+        shutil.copy(MEGAKERNEL / name, workspace / name)
+    return ToolContext(workspace=workspace, task=resolve_task("02_kimi_linear_decode"), eval_options=EvalOptions(
+        device=device, scale="full" if device == "cuda" else "smoke", cache_dir=root / "cache", home=root / "home"))
+
+
+def run_megakernel_stages(ctx: ToolContext, out: Path) -> bool:
+    """The stages tool on the megakernel at each of the scale's contexts."""
+    spec = importlib.util.spec_from_file_location("task_shapes", ctx.task.path / "shapes.py")
+    assert spec is not None and spec.loader is not None
+    task_shapes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task_shapes)
+    shapes = task_shapes.SHAPES if ctx.eval_options.scale == "full" else task_shapes.SMOKE_SHAPES
+    report: dict = {"device": ctx.eval_options.device, "scale": ctx.eval_options.scale, "contexts": {}}
+    ok = True
+    for shape in shapes:
+        context_len = int(shape["context_len"])
+        started = time.monotonic()
+        # The interpreter takes seconds a step: on the CPU a sweep of 2 steps, once, is enough to try it.
+        sweep = {"steps": 20, "rounds": 3} if ctx.eval_options.device == "cuda" else {"steps": 2, "rounds": 1}
+        stages = TOOLS["stages"].run({"context_len": context_len, **sweep}, ctx)
+        seconds = round(time.monotonic() - started, 1)
+        report["contexts"][str(context_len)] = {"seconds": seconds, "is_error": stages.is_error,
+                                                "content": stages.content, "data": stages.data}
+        print(f"--- stages tool, ctx {context_len} ({seconds} s)\n{stages.content}", flush=True)
+        ok = ok and not stages.is_error
+    (out / "stage_tools_megakernel.json").write_text(json.dumps(report, indent=1))
+    return ok
+
+
 def run_stages(ctx: ToolContext, out: Path) -> bool:
     """The stages tool, and the step timed here: the stages must add up to it within 10%."""
     report: dict = {"device": ctx.eval_options.device}
@@ -105,6 +146,8 @@ def run_ncu(ctx: ToolContext, out: Path) -> bool:
 
 
 def main(part: str, out: Path, root: Path) -> int:
+    if part == "megakernel":
+        return 0 if run_megakernel_stages(prepare_megakernel(root), out) else 1
     ctx = prepare(root)
     return 0 if (run_stages if part == "stages" else run_ncu)(ctx, out) else 1
 
