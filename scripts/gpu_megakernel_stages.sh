@@ -1,31 +1,55 @@
 #!/usr/bin/env bash
-# kagent's megakernel stage by stage on one GPU (issue 14's stage breakdown): the stages tool
-# (its kagent_stop_after sweep and the kernel's own %globaltimer stamps) at every full-scale
-# context, then the regression test of the harness against the kernel
-# (scripts/megakernel_regression.py, REPEATS evaluations, 3 by default). Run from the
-# repository root:
+# kagent's megakernel stage by stage on one GPU (issue 14's stage breakdown), each part
+# switched by a variable: check.py at full scale (CHECK=1); the stages tool, its
+# kagent_stop_after sweep and the kernel's own %globaltimer stamps, at every full-scale context
+# (STAGES=1); Nsight Compute on one launch through the ncu_kernel tool (NCU=0); the regression
+# test of the harness against the kernel (scripts/megakernel_regression.py, REPEATS=3
+# evaluations); AA_RUNS=3 A/A evaluations (cold, then warm). Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
-# Then AA_RUNS A/A evaluations (3: cold and 2 warm). Everything lands in $OUT/stages.tar.gz
-# (stage_tools_megakernel.json, stages.log, bench.json, eval_N.json, regression.json, aa_*) beside
-# log.txt.
+# Everything lands in $OUT/stages.tar.gz beside log.txt.
 set -uo pipefail
 ROUND=/tmp/kagent-megakernel-stages-out
 source scripts/gpu_setup.sh
 date -u
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
-# One Triton cache for every process (the evaluation's solution process reads it through the jail).
-export TRITON_CACHE_DIR=/opt/kimi-triton-cache
-mkdir -p "$TRITON_CACHE_DIR"
-t0=$(date +%s)
-timeout 300 python3 scripts/stage_tools_run.py megakernel "$OUT" /tmp/kagent-megakernel-stages > "$OUT/stages.log" 2>&1
-echo "stages: exit $? after $(( $(date +%s) - t0 )) s"
-cat "$OUT/stages.log"
-keep_round stages
-t0=$(date +%s)
-timeout 420 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-3}"
-echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
-keep_round stages
+if [ "${CHECK:-1}" = 1 ]; then
+  # The kernel against the task's reference at full scale, one step per seed (plain and salient).
+  timeout 240 python3 examples/02_kimi_linear_decode/check.py --scale full --seeds 0,1
+  echo "check.py: exit $?"
+fi
+bench_summary() {
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); k=d['kernel']
+print(sys.argv[1].split('/')[-1], 'loop ms', [round(c['best_ms'], 4) for c in d['single_launch']['chain']],
+      'regs', k['n_regs'], 'spills', k['n_spills'], 'shared', k['shared_bytes'])" "$1"
+}
+# The tools' children compile into the solution's own HOME (a Triton cache under /opt would be
+# read-only inside the jail, and this one is not filled yet).
+if [ "${STAGES:-1}" = 1 ]; then
+  t0=$(date +%s)
+  timeout 300 python3 scripts/stage_tools_run.py megakernel "$OUT" /tmp/kagent-megakernel-stages > "$OUT/stages.log" 2>&1
+  echo "stages: exit $? after $(( $(date +%s) - t0 )) s"
+  cat "$OUT/stages.log"
+  keep_round stages
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  # Nsight Compute on one launch, through the ncu_kernel tool (its full section set).
+  t0=$(date +%s)
+  timeout 300 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
+  echo "ncu_kernel: exit $? after $(( $(date +%s) - t0 )) s"
+  cat "$OUT/ncu.log"
+  keep_round stages
+fi
+if [ "${REPEATS:-3}" -gt 0 ]; then
+  # One Triton cache for bench.py and the evaluations (their solution process reads it through the jail).
+  export TRITON_CACHE_DIR=/opt/kimi-triton-cache
+  mkdir -p "$TRITON_CACHE_DIR"
+  t0=$(date +%s)
+  timeout 420 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-3}"
+  echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
+  bench_summary "$OUT/bench.json"
+  keep_round stages
+fi
 # A/A beside it (cold, then warm), AA_RUNS in all (3 by default; 0: none).
 for i in $(seq 1 "${AA_RUNS:-3}"); do
   if [ "$i" -eq 1 ]; then aa_eval cold; else aa_eval "warm_$((i - 1))"; fi

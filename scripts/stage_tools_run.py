@@ -8,7 +8,8 @@ solution's torch stand-in (tests/test_megakernel_probes.py); on CUDA scripts/gpu
 
 `megakernel` runs the stages tool on kagent's own megakernel (examples/02_kimi_linear_decode/)
 for the flagship task at full scale, at every context (on a GPU; at smoke scale on the CPU,
-where it takes minutes): stage_tools_megakernel.json in OUT_FOLDER.
+where it takes minutes): stage_tools_megakernel.json in OUT_FOLDER. `megakernel-ncu` runs the
+ncu_kernel tool on one launch of it (its probe.py; a GPU with Nsight Compute only).
 """
 from __future__ import annotations
 
@@ -77,13 +78,16 @@ def prepare(root: Path) -> ToolContext:
 
 
 def prepare_megakernel(root: Path) -> ToolContext:
-    """A workspace holding kagent's megakernel, with the flagship task."""
+    """A workspace holding kagent's megakernel and its probe, with the flagship task (its files
+    in task/, as a run's workspace holds them)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     workspace = root / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    for name in ("solution.py", "megakernel.py"):
+    for name in ("solution.py", "megakernel.py", "bench.py", "probe.py"):
         shutil.copy(MEGAKERNEL / name, workspace / name)
-    return ToolContext(workspace=workspace, task=resolve_task("02_kimi_linear_decode"), eval_options=EvalOptions(
+    task = resolve_task("02_kimi_linear_decode")
+    shutil.copytree(task.path, workspace / "task", dirs_exist_ok=True)
+    return ToolContext(workspace=workspace, task=task, eval_options=EvalOptions(
         device=device, scale="full" if device == "cuda" else "smoke", cache_dir=root / "cache", home=root / "home"))
 
 
@@ -109,6 +113,18 @@ def run_megakernel_stages(ctx: ToolContext, out: Path) -> bool:
         ok = ok and not stages.is_error
     (out / "stage_tools_megakernel.json").write_text(json.dumps(report, indent=1))
     return ok
+
+
+def run_megakernel_ncu(ctx: ToolContext, out: Path) -> bool:
+    """The ncu_kernel tool on one launch of the megakernel (its probe, after two warm-up launches)."""
+    started = time.monotonic()
+    ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "kimi_decode_step", "launch_skip": 2}, ctx)
+    report = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error, "content": ncu.content}
+    print(f"--- ncu_kernel tool on the megakernel ({report['seconds']} s)\n{ncu.content[:12000]}", flush=True)
+    for csv_file in (ctx.workspace / "build").glob("*.csv"):
+        shutil.copy(csv_file, out / f"megakernel_{csv_file.name}")
+    (out / "ncu_megakernel.json").write_text(json.dumps(report, indent=1))
+    return not ncu.is_error
 
 
 def run_stages(ctx: ToolContext, out: Path) -> bool:
@@ -146,8 +162,9 @@ def run_ncu(ctx: ToolContext, out: Path) -> bool:
 
 
 def main(part: str, out: Path, root: Path) -> int:
-    if part == "megakernel":
-        return 0 if run_megakernel_stages(prepare_megakernel(root), out) else 1
+    if part in ("megakernel", "megakernel-ncu"):
+        run = run_megakernel_stages if part == "megakernel" else run_megakernel_ncu
+        return 0 if run(prepare_megakernel(root), out) else 1
     ctx = prepare(root)
     return 0 if (run_stages if part == "stages" else run_ncu)(ctx, out) else 1
 

@@ -12,11 +12,12 @@ import argparse
 import sys
 import time
 
-import reference  # noqa: E402
-import shapes  # noqa: E402
-import solution  # noqa: E402
 import torch
 from bench import TASK, clone_state, cosine  # noqa: F401  (bench puts the task on the import path)
+
+import reference  # noqa: E402, I001  (after bench, which puts it on the path)
+import shapes  # noqa: E402
+import solution  # noqa: E402
 
 
 def compare(ref_model, model, cfg, context: int, seed: int, salient: bool, device) -> dict:
