@@ -77,8 +77,6 @@ STAGE_KINDS = ("KDA_IN", "KDA_REC", "KDA_OUT", "MOE_IN", "MOE_UP", "MOE_DOWN",
 KDA_IN, KDA_REC, KDA_OUT, MOE_IN, MOE_UP, MOE_DOWN = (tl.constexpr(i) for i in range(6))
 MLA_IN, MLA_ABSORB, MLA_ATTEND, MLA_MERGE, MLA_VALUE, MLA_OUT = (tl.constexpr(i) for i in range(6, 12))
 NEG = tl.constexpr(-1.0e30)  # a finite minus infinity: fully masked softmax blocks stay NaN-free
-GEN_AT = tl.constexpr(32)    # the grid barrier's generation: 128 bytes after its count
-BARRIER_WORDS = 64           # the barrier's buffer (int32)
 
 
 # --------------------------------------------------------------------------- #
@@ -232,31 +230,19 @@ def _rows_dot(w_ptr, rows, slot_ptr, HID: tl.constexpr, RB: tl.constexpr, HB: tl
 
 
 @triton.jit
-def _acquire_fence():
-    """fence.acq_rel at gpu scope: after a relaxed read that saw a release, the reads that
-    follow see what the releasing program wrote before it (an atomic add of 0 as the acquire
-    would be folded away)."""
-    tl.inline_asm_elementwise("fence.acq_rel.gpu;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _grid_barrier(bar_ptr, P):
     """Every program waits until all P have arrived. bar_ptr[0] counts arrivals (back to 0
-    after each barrier), bar_ptr[GEN_AT] is the generation, a cache line away from the count so
-    that polling it does not queue behind the arrivals; nothing depends on the host or on how
-    many launches came before. Scalar atomics run on one thread per program. The generation is
-    polled with volatile loads and one acquire fence after it moves: an acquire on every poll
-    invalidates the multiprocessor's L1 each time (CCTL.IVALL on sm_90)."""
+    after each barrier), bar_ptr[1] is the generation, so nothing depends on the host or on
+    how many launches came before. Scalar atomics run on one thread per program."""
     tl.debug_barrier()  # this program's writes are all issued before it arrives
-    gen = tl.load(bar_ptr + GEN_AT, volatile=True)
-    arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel")  # (its release orders the read above first)
+    gen = tl.atomic_add(bar_ptr + 1, 0, sem="acquire")
+    arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel")
     if arrived == P - 1:
         tl.atomic_xchg(bar_ptr, 0, sem="relaxed")
-        tl.atomic_add(bar_ptr + GEN_AT, 1, sem="release")
+        tl.atomic_add(bar_ptr + 1, 1, sem="release")
     else:
-        while tl.load(bar_ptr + GEN_AT, volatile=True) == gen:
+        while tl.atomic_add(bar_ptr + 1, 0, sem="acquire") == gen:
             pass
-        _acquire_fence()
     tl.debug_barrier()
 
 

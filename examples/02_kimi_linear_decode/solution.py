@@ -316,7 +316,7 @@ class Model(nn.Module):
             self._keep("s_" + name, torch.zeros(n, **f32))
         self._keep("xp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("hp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
-        self._keep("bar", torch.zeros(mk.BARRIER_WORDS, dtype=torch.int32, device=dev))
+        self._keep("bar", torch.zeros(2, dtype=torch.int32, device=dev))
         self.kagent_stamps = torch.zeros(len(rows) + 1, programs if gpu else 1, dtype=torch.int64, device=dev)
         self._cache = None
 
