@@ -12,7 +12,7 @@ import torch
 from kagent.sandbox.evaluate import EvalOptions
 from kagent.tasks import resolve_task
 from kagent.tools import default_tools
-from kagent.tools.base import ToolContext, scrubbed_env
+from kagent.tools.base import ToolContext, cap, scrubbed_env
 from kagent.tools.ncu import details_text, parse_ncu_details
 from kagent.tools.stages import declared_stages, resolve_bytes, stage_table, stamp_times, sweep_points
 
@@ -294,11 +294,30 @@ def test_parse_ncu_details_and_the_text():
                                "speedup": "37.5"}]
     text = details_text(launches, None, "build/ncu_k.csv").splitlines()
     assert text[0] == "Nsight Compute, 2 launch(es); the whole report is in build/ncu_k.csv"
-    assert "[OPT] AchievedOccupancy (estimated speedup 37.5%): The difference between calculated" in text[3]
+    # The metrics, then the advice.
+    assert text[3] == "-- GPU Speed Of Light Throughput"
+    assert "[OPT] AchievedOccupancy (estimated speedup 37.5%): The difference between calculated" in text[9]
     assert "   DRAM Throughput: 88.10 %" in text and "   Achieved Occupancy: 12.40 %" in text
     assert "other sections (metrics; ask for them with sections=...): Source Counters (1)" in text
     picked = details_text(launches, "source", "x")
     assert "   Branch Instructions: 1,024 inst" in picked and "DRAM Throughput" not in picked
+
+
+def test_a_megakernel_s_report_keeps_its_stalls_and_spills_within_the_tool_s_cap():
+    # Rows of kagent's megakernel's report on the H200 (2026-12-04, MEASUREMENTS.md): 12 KB of
+    # text, in which Nsight Compute prints occupancy charts as series of up to 2 KB. Within the
+    # 8000 characters a tool may return, the warp stalls and the spills must survive the cut.
+    text = (Path(__file__).parent / "ncu_details_megakernel_h200.csv").read_text()
+    (launch,) = parse_ncu_details(text)
+    shown = cap(details_text([launch], None, "build/ncu_probe.csv"), ToolContext.max_output_chars)
+    for line in ("   Stall Barrier: 2.74 inst", "   Stall Long Scoreboard: 2.44 inst",
+                 "   Eligible Warps Per Scheduler: 0.28 warp", "   Local Memory Spilling Requests: 418,160",
+                 "   DRAM Throughput: 13.27 %"):
+        assert line in shown.splitlines(), line
+    whole = details_text([launch], None, "x")
+    assert "   # Warps Per Register Count: 2,056 (a series of 257 values: in the CSV)" in whole.splitlines()
+    assert "metrics at zero not shown" in whole and "SM: Pipe Fp64 Cycles Active" not in whole
+    assert "SM: Pipe Fp64 Cycles Active" in details_text([launch], "light", "x")  # asked for: every metric
 
 
 def test_ncu_kernel_tool(kimi_ctx: ToolContext):

@@ -5,8 +5,8 @@ megakernel is better read on its own: a small script (or a .cu program) that bui
 launches it on realistic data, profiled with every section of a set (``full`` by default:
 speed of light, memory workload, compute workload, launch statistics, occupancy, scheduler
 and warp state statistics, source counters), clocks left as they are. The whole report is
-saved as CSV in the workspace; the model reads it section by section, with Nsight Compute's
-own advice (its rules) first.
+saved as CSV in the workspace; the model reads the key sections' metrics, then Nsight
+Compute's own advice (its rules).
 """
 from __future__ import annotations
 
@@ -35,10 +35,15 @@ from kagent.tools.base import (
 NCU_TIMEOUT_S = 900.0
 NVCC_TIMEOUT_S = 300.0
 SECTION_SETS = ("full", "detailed", "basic", "roofline")
-# Shown in full unless the model picks sections itself; the others by name and metric count.
-KEY_SECTIONS = ("GPU Speed Of Light Throughput", "Memory Workload Analysis", "Launch Statistics", "Occupancy",
-                "Warp State Statistics", "Scheduler Statistics")
+# Shown in full unless the model picks sections itself, in this order (what limits the kernel
+# first: the tool's output is capped, so what comes last may be cut); the others by name and
+# metric count.
+KEY_SECTIONS = ("GPU Speed Of Light Throughput", "Warp State Statistics", "Scheduler Statistics",
+                "Memory Workload Analysis", "Occupancy", "Launch Statistics")
 MAX_RULE_CHARS = 400
+# A metric's value longer than this is a chart's series (Nsight Compute prints some occupancy
+# and instruction metrics as a total and then every point in parentheses, up to 2 KB each).
+MAX_VALUE_CHARS = 120
 
 
 def parse_ncu_details(output: str) -> list[dict[str, Any]]:
@@ -73,28 +78,54 @@ def parse_ncu_details(output: str) -> list[dict[str, Any]]:
     return list(launches.values())
 
 
+def shown_value(value: str) -> str:
+    """A metric's value as the model reads it: a chart's series cut to its total."""
+    if len(value) <= MAX_VALUE_CHARS:
+        return value
+    total, opened, series = value.partition(" (")
+    if opened and series.endswith(")"):
+        return f"{total} (a series of {series.count(';') + 1} values: in the CSV)"
+    return value[:MAX_VALUE_CHARS] + "…"
+
+
+def _is_zero(value: str) -> bool:
+    try:
+        return float(value.replace(",", "")) == 0.0
+    except ValueError:
+        return False
+
+
 def details_text(launches: list[dict[str, Any]], sections: Optional[str], saved_as: str) -> str:
-    """What the model reads: per launch its rules, then its sections' metrics (all of those
-    ``sections`` matches, a regex; by default the key ones in full and the others by name)."""
+    """What the model reads: per launch its sections' metrics (all of those ``sections``
+    matches, a regex; by default the key ones, in KEY_SECTIONS' order, less the metrics that
+    read zero, and the others by name), then Nsight Compute's advice (its rules). Metrics come
+    first because they are the facts and they are short: a tool's output is capped in its
+    middle, and a megakernel's report runs to 12 KB. Charts' series are cut to their totals."""
     pick = re.compile(sections, re.IGNORECASE) if sections else None
     lines = [f"Nsight Compute, {len(launches)} launch(es); the whole report is in {saved_as}"]
     for launch in launches:
         lines.append(f"\n== {launch['kernel'][:160]} (ID {launch['id']}) grid {launch['grid']} block {launch['block']}")
+        found = launch["sections"]
+        order = [name for name in KEY_SECTIONS if name in found] + [n for n in found if n not in KEY_SECTIONS]
+        others = []
+        for name in order:
+            metrics = found[name]
+            if not (pick.search(name) if pick else name in KEY_SECTIONS):
+                others.append(f"{name} ({len(metrics)})")
+                continue
+            # The model named these sections: every metric; else the zeros (a breakdown's idle
+            # pipes and units) are counted, not listed.
+            listed = metrics if pick else [m for m in metrics if not _is_zero(m[1])]
+            lines.append(f"-- {name}" + (f" ({len(metrics) - len(listed)} metrics at zero not shown)"
+                                         if len(listed) < len(metrics) else ""))
+            lines += [f"   {metric}: {shown_value(value)} {unit}".rstrip() for metric, value, unit in listed]
+        if others:
+            lines.append("other sections (metrics; ask for them with sections=...): " + ", ".join(others))
         for rule in launch["rules"]:
             if rule["type"] in ("OPT", "WRN", "ERROR") or not rule["type"]:
                 speedup = f" (estimated speedup {rule['speedup']}%)" if rule["speedup"] else ""
                 lines.append(f"[{rule['type'] or 'rule'}] {rule['name']}{speedup}: "
                              f"{rule['description'][:MAX_RULE_CHARS]}")
-        others = []
-        for name, metrics in launch["sections"].items():
-            shown = pick.search(name) if pick else name in KEY_SECTIONS
-            if not shown:
-                others.append(f"{name} ({len(metrics)})")
-                continue
-            lines.append(f"-- {name}")
-            lines += [f"   {metric}: {value} {unit}".rstrip() for metric, value, unit in metrics]
-        if others:
-            lines.append("other sections (metrics; ask for them with sections=...): " + ", ".join(others))
     return "\n".join(lines)
 
 
