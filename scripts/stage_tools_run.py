@@ -13,7 +13,6 @@ ncu_kernel tool on one launch of it (its probe.py; a GPU with Nsight Compute onl
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import statistics
@@ -24,7 +23,8 @@ from pathlib import Path
 import torch
 
 from kagent.sandbox.evaluate import EvalOptions
-from kagent.tasks import resolve_task
+from kagent.sandbox.harness.mega import Task
+from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext
 
@@ -65,39 +65,40 @@ def own_step_us(device: str) -> dict[str, float]:
             "correct": bool(int(total.reshape(-1)[0]) == int(expected))}
 
 
-def prepare(root: Path) -> ToolContext:
-    """A workspace holding the two-stage solution and its probe, and the problem as the task."""
+def _context(root: Path, task: TaskRef, copies: dict[Path, list[str]], scale_on_gpu: str = "smoke") -> ToolContext:
+    """A workspace under ``root`` holding the named files of each folder in ``copies``, and the
+    tool context for ``task`` on this machine's device (``scale_on_gpu`` where it has CUDA)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     workspace = root / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    for name in ("solution.py", "problem.py", "probe.py"):
-        shutil.copy(HERE / name, workspace / name)
+    for folder, names in copies.items():
+        for name in names:
+            shutil.copy(folder / name, workspace / name)
+    return ToolContext(workspace=workspace, task=task, eval_options=EvalOptions(
+        device=device, scale=scale_on_gpu if device == "cuda" else "smoke", cache_dir=root / "cache",
+        home=root / "home"))
+
+
+def prepare(root: Path) -> ToolContext:
+    """A workspace holding the two-stage solution and its probe, and the problem as the task."""
+    root.mkdir(parents=True, exist_ok=True)
     shutil.copy(HERE / "problem.py", root / "problem.py")
-    return ToolContext(workspace=workspace, task=resolve_task(str(root / "problem.py")), eval_options=EvalOptions(
-        device=device, cache_dir=root / "cache", home=root / "home"))
+    return _context(root, resolve_task(str(root / "problem.py")), {HERE: ["solution.py", "problem.py", "probe.py"]})
 
 
 def prepare_megakernel(root: Path) -> ToolContext:
     """A workspace holding kagent's megakernel and its probe, with the flagship task (its files
     in task/, as a run's workspace holds them)."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    workspace = root / "workspace"
-    workspace.mkdir(parents=True, exist_ok=True)
-    for name in ("solution.py", "megakernel.py", "bench.py", "probe.py"):
-        shutil.copy(MEGAKERNEL / name, workspace / name)
     task = resolve_task("02_kimi_linear_decode")
-    shutil.copytree(task.path, workspace / "task", dirs_exist_ok=True)
-    return ToolContext(workspace=workspace, task=task, eval_options=EvalOptions(
-        device=device, scale="full" if device == "cuda" else "smoke", cache_dir=root / "cache", home=root / "home"))
+    ctx = _context(root, task, {MEGAKERNEL: ["solution.py", "megakernel.py", "bench.py", "probe.py"]},
+                   scale_on_gpu="full")
+    shutil.copytree(task.path, ctx.workspace / "task", dirs_exist_ok=True)
+    return ctx
 
 
 def run_megakernel_stages(ctx: ToolContext, out: Path) -> bool:
     """The stages tool on the megakernel at each of the scale's contexts."""
-    spec = importlib.util.spec_from_file_location("task_shapes", ctx.task.path / "shapes.py")
-    assert spec is not None and spec.loader is not None
-    task_shapes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(task_shapes)
-    shapes = task_shapes.SHAPES if ctx.eval_options.scale == "full" else task_shapes.SMOKE_SHAPES
+    shapes = Task(ctx.task.path, ctx.eval_options.scale, torch.device(ctx.eval_options.device)).shapes
     report: dict = {"device": ctx.eval_options.device, "scale": ctx.eval_options.scale, "contexts": {}}
     ok = True
     for shape in shapes:
