@@ -162,7 +162,12 @@ def run_ncu(ctx: ToolContext, out: Path) -> bool:
     return not ncu.is_error
 
 
+PARTS = ("stages", "ncu", "megakernel", "megakernel-ncu")
+
+
 def main(part: str, out: Path, root: Path) -> int:
+    if part not in PARTS:
+        raise SystemExit(f"unknown part {part!r}: one of {', '.join(PARTS)}")
     if part in ("megakernel", "megakernel-ncu"):
         run = run_megakernel_stages if part == "megakernel" else run_megakernel_ncu
         return 0 if run(prepare_megakernel(root), out) else 1

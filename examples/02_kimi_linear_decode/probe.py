@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=4)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("probe.py launches the compiled kernel for Nsight Compute: it needs a CUDA device")
     device = torch.device("cuda")
     cfg = reference.build_config(shapes.SHAPES[0])
     model = bench.random_model(cfg, device)
