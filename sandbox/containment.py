@@ -183,6 +183,24 @@ def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Se
     )
 
 
+# Where build tools keep their caches, when the user's shell points them somewhere. Inside the
+# jail such a folder may be read-only, hidden or private (/tmp is empty there), and Triton then
+# fails its first compile with EROFS (seen with TRITON_CACHE_DIR under /opt).
+BUILD_CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TRITON_HOME", "TORCH_EXTENSIONS_DIR")
+
+
+def with_writable_build_caches(env: dict[str, str], plan: FilePlan) -> dict[str, str]:
+    """``env`` less each build-cache variable whose folder ``plan`` does not let the command
+    write and keep: those caches fall back to HOME, which every contained command may write
+    and which outlives it (a cache folder it cannot write is worth a compile, not a crash)."""
+    def kept(value: str) -> bool:
+        path = str(Path(value).absolute())
+        return any(_within(path, folder) for folder in plan.writable) and \
+            not any(_within(path, folder) for folder in plan.read_only)
+    return {name: value for name, value in env.items()
+            if name not in BUILD_CACHE_VARIABLES or (value and kept(value))}
+
+
 class ResourceReport(BaseModel):
     """What a command's cgroup saw: whether it hit its limits, and its peak memory."""
 

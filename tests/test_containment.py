@@ -555,6 +555,24 @@ def test_file_plan_covers_never_the_system(monkeypatch, tmp_path: Path):
     assert sys.prefix in plan.show or Path(sys.prefix).resolve().as_posix() in plan.show
 
 
+def test_a_build_cache_the_command_could_not_write_falls_back_to_its_home(ctx: ToolContext, tmp_path: Path,
+                                                                         monkeypatch):
+    # A user's TRITON_CACHE_DIR under /opt is read-only in the jail: Triton's first compile
+    # failed there with EROFS. Only caches the command may write and keep are passed on.
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/opt/shared-triton-cache")
+    monkeypatch.setenv("TRITON_HOME", str(ctx.home / "triton-home"))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ctx.workspace / "task" / "ext"))  # read-only: task/
+    out = shell(ctx, "echo cache=${TRITON_CACHE_DIR:-unset} home=${TRITON_HOME:-unset} "
+                     "ext=${TORCH_EXTENSIONS_DIR:-unset} HOME=$HOME")
+    assert f"cache=unset home={ctx.home / 'triton-home'} ext=unset HOME={ctx.home}" in out.content, out.content
+    (tmp_path / "work" / "task").mkdir(parents=True)
+    plan = containment.file_plan(writable=[tmp_path / "work"], read_only=[tmp_path / "work" / "task"])
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"), "TRITON_HOME": "/tmp/elsewhere",
+           "TORCH_EXTENSIONS_DIR": "", "PATH": "/usr/bin"}
+    assert containment.with_writable_build_caches(env, plan) == {
+        "TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"), "PATH": "/usr/bin"}
+
+
 # -- memory ----------------------------------------------------------------------------------
 @needs_memory_cap
 @needs_pidns
