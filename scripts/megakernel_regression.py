@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,9 +116,15 @@ def show(criteria: list[dict]) -> str:
 def run(out: Path, repeats: int, recording: bool = False) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    # One build HOME for bench.py and every evaluation (kagent eval --build-home): the kernel
+    # is compiled once, by bench.py, into its Triton cache there, and the evaluations' solution
+    # processes find it (a cache outside the jail's writable folders would be dropped there).
+    build_home = Path(tempfile.mkdtemp(prefix="kimi-build-home-"))
+    env = {name: value for name, value in os.environ.items() if name not in ("TRITON_CACHE_DIR", "TRITON_HOME")}
+    env["HOME"] = str(build_home)
     bench = subprocess.run([sys.executable, str(EXAMPLE / "bench.py"), "--out", str(out / "bench.json"),
                             *(["--recording"] if recording else [])],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300, env=env)
     (out / "bench.log").write_text(bench.stdout + bench.stderr)
     print(f"bench.py: exit {bench.returncode} [{time.monotonic() - started:.0f} s]", flush=True)
     if bench.returncode != 0:
@@ -125,7 +133,8 @@ def run(out: Path, repeats: int, recording: bool = False) -> list[dict]:
     for i in range(repeats):
         path = out / f"eval_{i + 1}.json"
         done = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", "02_kimi_linear_decode", "--solution",
-                               str(EXAMPLE / "solution.py"), "--device", "cuda", "--out", str(path)],
+                               str(EXAMPLE / "solution.py"), "--device", "cuda", "--build-home", str(build_home),
+                               "--out", str(path)],
                               capture_output=True, text=True, timeout=300)
         if not path.exists():
             raise SystemExit(f"evaluation {i + 1} wrote no result (exit {done.returncode}):\n"

@@ -143,6 +143,27 @@ def test_each_eval_builds_in_a_home_of_its_own(kimi, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_build_home_named_by_the_user_is_kept_between_evaluations(kimi, tmp_path):
+    # --build-home: the builds of one evaluation are there for the next (and so is anything
+    # else a solution leaves: the user's choice, for their own kernels).
+    build_home = tmp_path / "build-home"
+    leaves = reference_solution(kimi, tmp_path / "leaves", "import pathlib as _pathlib\n"
+                                "(_pathlib.Path.home() / 'marker').write_text('left by an earlier evaluation')\n")
+    finds = reference_solution(kimi, tmp_path / "finds", "import pathlib as _pathlib\n"
+                               "if (_pathlib.Path.home() / 'marker').exists():\n"
+                               "    raise RuntimeError('an earlier evaluation left a marker in HOME')\n")
+    outcomes = []
+    for solution in (leaves, finds):
+        proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(solution), "--check-only", "--device", "cpu",
+                      "--scale", "smoke", "--build-home", str(build_home),
+                      "--out", str(tmp_path / f"{solution.parent.name}.json"))
+        outcomes.append(proc.returncode)
+    assert (build_home / "marker").read_text() == "left by an earlier evaluation"
+    assert outcomes == [0, 1], outcomes
+    assert "an earlier evaluation left a marker" in (tmp_path / "finds.json").read_text()
+
+
+@pytest.mark.slow
 def test_eval_shows_progress_on_a_terminal_and_keeps_json_clean(kimi, tmp_path):
     """stderr is a terminal, stdout a file: the harness's steps show as they happen on the
     one, the result alone goes to the other."""

@@ -103,6 +103,10 @@ def eval_command(
                                                               "(default 900 full, 300 smoke)."),
     atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
     rtol: float = typer.Option(1e-2, help="KernelBench files: relative tolerance."),
+    build_home: Optional[Path] = typer.Option(None, "--build-home", help="The solution's HOME, kept between "
+                                              "evaluations that name it, so that its builds (Triton, torch "
+                                              "extensions) are reused; whatever a solution leaves there, the "
+                                              "next one sees (default: a fresh HOME each evaluation)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write the result JSON "
                                                                "(default: runs/evals/<time>_<task>.json)."),
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON only."),
@@ -127,13 +131,14 @@ def eval_command(
     resolved_device = resolve_device(device)
     chosen_scale = scale.value if scale else default_scale(resolved_device)
     _warn_full_scale_on_cpu(resolved_device, chosen_scale)
-    # No home: each evaluation builds in a fresh HOME of its own, so that nothing one solution
-    # leaves there (a marker, a doctored build) reaches the next `kagent eval`.
+    # Without --build-home each evaluation builds in a fresh HOME of its own, so that nothing one
+    # solution leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
         mode=mode, device=resolved_device, scale=chosen_scale,
         contexts=_parse_contexts(contexts), rounds=rounds, min_request_ms=min_request_ms,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
         cache_dir=kagent_home(), atol=atol, rtol=rtol,
+        home=build_home.absolute() if build_home is not None else None,
     )
     if not json_output:
         what = "A/A (baseline vs baseline)" if aa else str(solution)

@@ -5,19 +5,14 @@
 # against a fast kernel of known speed. Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash examples/02_kimi_linear_decode/gpu_run.sh
-# A Triton cache compiled ahead on a CPU (see README) may sit in ./kimi-triton-cache; where its
-# keys match the GPU machine's Triton, nothing is compiled there. Results land in $OUT.
+# Results land in $OUT.
 set -uo pipefail
 source scripts/gpu_setup.sh
 date -u
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-# One Triton cache for bench.py and for the evaluation's solution process, which reads it
-# through the jail (/opt is visible there, read-only; a full hit writes nothing).
-export TRITON_CACHE_DIR=/opt/kimi-triton-cache
-mkdir -p "$TRITON_CACHE_DIR"
-[ -d kimi-triton-cache ] && cp -r kimi-triton-cache/. "$TRITON_CACHE_DIR"/
-echo "triton cache entries before: $(ls "$TRITON_CACHE_DIR" | wc -l)"
+# The kernel is compiled once: bench.py and the evaluations share one build HOME (the
+# regression script gives the evaluations `--build-home`).
 
 # bench.py's plain chain loop, then the evaluation REPEATS times (5), judged by
 # scripts/megakernel_regression.py: every one passes, with one launch per step, the same verdict
@@ -28,4 +23,3 @@ t0=$(date +%s)
 timeout 560 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-5}" \
   ${RECORDING:+--recording}
 echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
-echo "triton cache entries after: $(ls "$TRITON_CACHE_DIR" | wc -l)"
