@@ -2,6 +2,7 @@
 the result channel, the disk cache."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -215,6 +216,48 @@ def test_both_contestants_get_their_blocks_by_the_same_rule_and_pair_up():
     assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (1, 8, 3)
     assert result["pairs"] == 2 * 8 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 16
     assert result["speedup"] == pytest.approx(10.0) and result["candidate_isolated_ms"] == pytest.approx(1.0)
+
+
+class _Evaluation:
+    """What timing.time_contestants asks of an evaluation, recording the events it sends."""
+
+    bw = None
+
+    def __init__(self):
+        self.events = []
+        self.channel = self
+
+    def clocks(self):
+        return {}
+
+    def contestant_pids(self):
+        return []
+
+    def send(self, kind, **fields):
+        self.events.append((kind, fields))
+
+    def send_check(self, name, status, detail="", **fields):
+        return status == "pass"
+
+    def phase(self, name):
+        pass
+
+
+def test_every_context_is_timed_over_as_many_steps_as_the_longest_chains_rounds(monkeypatch):
+    monkeypatch.setattr(timing, "one_cpu_for_all", lambda pids: contextlib.nullcontext())
+    log = []
+
+    def shape(steps):
+        return timing.Shape(check=f"timed_{steps}", label=f"{steps} steps", context_len=steps, steps=steps,
+                            contestants=lambda: (_Recorder("baseline", log, steps=steps, ms_per_step=10.0),
+                                                 _Recorder("candidate", log, steps=steps)))
+
+    results = timing.time_contestants(_Evaluation(), [shape(8), shape(4), shape(3)],
+                                      timing.Settings(rounds=2, warmup=1, isolated_steps=1))
+    assert results is not None
+    # 2 rounds of the 8-step chain: 16 single-step pairs; the 4-step context runs 4 chains,
+    # the 3-step one 5 (the nearest whole number of rounds: 15 steps).
+    assert [(r["rounds"], r["pairs"]) for r in results] == [(2, 16), (4, 16), (5, 15)]
 
 
 def test_one_cpu_for_all_while_timing_and_each_put_back_after():

@@ -313,9 +313,12 @@ class Settings:
         return cls(**values)
 
 
-def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, steps: int) -> dict:
-    """One shape: warm-ups, block plans, the timed pairs, the isolated latency; the figures
-    of the "timing" event, less the label and the roofline."""
+def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, steps: int,
+               rounds: Optional[int] = None) -> dict:
+    """One shape: warm-ups, block plans, the timed pairs (``rounds`` chains, default the
+    settings'), the isolated latency; the figures of the "timing" event, less the label and
+    the roofline."""
+    rounds = settings.rounds if rounds is None else rounds
     plans = {}
     started = time.perf_counter()
     for c in (baseline, candidate):
@@ -325,7 +328,7 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
     warmed = time.perf_counter()
     before = {c.name: dict(c.seconds) for c in (baseline, candidate)}
     blocks_per_chain = max(math.ceil(steps / plan[0]) for plan in plans.values())
-    samples = run_pairs([baseline, candidate], settings.rounds * blocks_per_chain)
+    samples = run_pairs([baseline, candidate], rounds * blocks_per_chain)
     paired = time.perf_counter()
     self_timed = list(candidate.self_timed_ms)  # of the timed blocks only
     isolated_ms = isolated_step_ms(candidate, min(steps, settings.isolated_steps), baseline.next_block)
@@ -333,7 +336,7 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
     wall = {"warm_up": warmed - started, "pairs": paired - warmed, "isolated": time.perf_counter() - paired,
             **{f"pairs_{c.name}_{kind}": seconds - before[c.name][kind]
                for c in (baseline, candidate) for kind, seconds in c.seconds.items()}}
-    result = {"steps": steps, "rounds": settings.rounds, "pairs": len(samples["candidate"]),
+    result = {"steps": steps, "rounds": rounds, "pairs": len(samples["candidate"]),
               "block_steps": plans["baseline"][0], "candidate_block_steps": plans["candidate"][0],
               "candidate_chains_per_request": plans["candidate"][1],
               "baseline": summarize(samples["baseline"]), "candidate": summarize(samples["candidate"]),
@@ -366,6 +369,12 @@ def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Setting
     contestants' processes, the checks and the channel (base.EvaluationBase). None where a
     check failed (sent already)."""
     per_shape = []
+    shapes = list(shapes)
+    # Every shape is timed over as many steps as the longest chain's rounds: a context of 16
+    # steps runs twice the chains of one of 32, so that its speedup rests on as many pairs
+    # (with half of them, the flagship's 16-step contexts read A/A with intervals of +-2-3%
+    # and were where A/A strayed past 1.00 +- 0.02).
+    longest = max((shape.steps for shape in shapes), default=1)
     bw = evaluation.bw
     freeze_heap()
     clocks_before = evaluation.clocks()
@@ -373,7 +382,8 @@ def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Setting
         for shape in shapes:
             try:
                 baseline, candidate = shape.contestants()
-                result = time_shape(baseline, candidate, settings, shape.steps)
+                result = time_shape(baseline, candidate, settings, shape.steps,
+                                    max(settings.rounds, round(settings.rounds * longest / shape.steps)))
             except (CandidateError, TrustedFailed) as err:
                 evaluation.solution_failed(shape.check, err)
                 return None
