@@ -151,6 +151,26 @@ def test_stage_table_adds_up_and_says_when_it_does_not():
     assert "not the sum of its stages" not in table
     host_bound = stage_table({**result, "steady_us": 160.0, "stamps": [], "stamps_note": "no buffer"})
     assert "more than 10% apart" in host_bound and "host-bound" in host_bound and "stamps: no buffer" in host_bound
+    assert "by kind" not in table  # no two stages alike
+
+
+def test_stages_named_alike_but_for_their_numbers_are_summed_by_kind():
+    names = ["L0 KDA_IN", "L0 MOE_UP", "L1 KDA_IN", "L1 MOE_UP", "L2 KDA_IN", "L3 MLA_ATTEND"]
+    sweep = {"-1": 10.0}
+    for i, us in enumerate([16.0, 16.5, 15.8, 16.2, 16.1, 21.7]):
+        sweep[str(i)] = sweep[str(i - 1)] + us
+    result = {"device": "cuda:0", "context_len": 2048, "steps": 20, "rounds": 3,
+              "stages": [{"name": n} for n in names],
+              "stage_bytes": [20_000_000, 20_000_000, 20_000_000, 20_000_000, 20_000_000, None],
+              "floor_bytes": 100_000_000, "floor_from": "the task's roofline", "bandwidth_bytes_per_s": 4.0e12,
+              "sweep_us": sweep, "full_us": sweep["5"], "steady_us": sweep["5"],
+              "stamps": [{"us": 16.0, "spread_us": 0.5}] * 6, "stamps_note": ""}
+    lines = stage_table(result).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("by kind"))
+    # KDA_IN: three stages, 47.9 µs, 60 MB = 1253 GB/s; MOE_UP two; a lone stage is no kind.
+    assert lines[at + 1:at + 3] == ["  L# KDA_IN | 3 | 47.9 | 48.0 | 60.0 MB | 1253",
+                                    "  L# MOE_UP | 2 | 32.7 | 32.0 | 40.0 MB | 1223"]
+    assert not lines[at + 3].startswith("  L# MLA")
 
 
 # -- the tool, end to end on the CPU -------------------------------------------------------------

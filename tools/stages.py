@@ -30,6 +30,7 @@ runs it.
 from __future__ import annotations
 
 import fnmatch
+import re
 import statistics
 import tempfile
 import time
@@ -136,6 +137,26 @@ def stage_rows(result: dict) -> list[dict[str, Any]]:
     return rows
 
 
+def kind_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stages whose names are alike but for their numbers ("L0 KDA_IN", "L1 KDA_IN"), summed
+    per kind, the largest first: where a long plan spends its time, without adding up rows."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(re.sub(r"\d+", "#", row["name"]), []).append(row)
+    kinds = []
+    for kind, members in groups.items():
+        if len(members) < 2:
+            continue
+        us = sum(r["us"] for r in members)
+        stamped = [r["stamp_us"] for r in members if r["stamp_us"] is not None]
+        nbytes = [r["bytes"] for r in members if r["bytes"]]
+        total_bytes = sum(nbytes) if len(nbytes) == len(members) else None
+        kinds.append({"kind": kind, "count": len(members), "us": us,
+                      "stamp_us": sum(stamped) if len(stamped) == len(members) else None, "bytes": total_bytes,
+                      "gbps": total_bytes / (us * 1e-6) / 1e9 if total_bytes and us > 0 else None})
+    return sorted(kinds, key=lambda k: -k["us"])
+
+
 def stage_table(result: dict) -> str:
     """What the model reads: the sweep, the stamps and the bytes per stage, then how they add up."""
     rows = stage_rows(result)
@@ -154,6 +175,14 @@ def stage_table(result: dict) -> str:
         lines.append(f"{r['index']:>2} | {r['name']} | {r['us']:.1f} | {cell(r['stamp_us'], '.1f')} | "
                      f"{cell(r['spread_us'], '.1f')} | {_mb(r['bytes'])} | {cell(r['gbps'], '.0f')} | "
                      f"{cell(r['share'], '.1%')} | {cell(r['floor_fraction'], '.0%')}")
+    kinds = kind_rows(rows)
+    if kinds:
+        lines.append("by kind (stages named alike but for their numbers, # for a number): kind | stages | sweep µs | "
+                     "stamped µs | bytes | GB/s")
+        for k in kinds:
+            stamped_us = "–" if k["stamp_us"] is None else f"{k['stamp_us']:.1f}"
+            gbps = "–" if k["gbps"] is None else f"{k['gbps']:.0f}"
+            lines.append(f"  {k['kind']} | {k['count']} | {k['us']:.1f} | {stamped_us} | {_mb(k['bytes'])} | {gbps}")
     total = sum(r["us"] for r in rows)
     step_us = result["steady_us"]
     clock = "device time" if result["device"].startswith("cuda") else "time"
@@ -210,7 +239,8 @@ class Stages(BaseTool):
                                   what="the stage sweep")
         if result.get("error"):
             raise ToolError(result["error"])
-        return ToolOutcome(content=stage_table(result), data={"stages": stage_rows(result),
+        rows = stage_rows(result)
+        return ToolOutcome(content=stage_table(result), data={"stages": rows, "kinds": kind_rows(rows),
                                                               **{k: result[k] for k in ("steady_us", "full_us")}})
 
 
