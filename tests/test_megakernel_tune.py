@@ -1,0 +1,58 @@
+"""examples/02_kimi_linear_decode/tune.py on the CPU: what it can do without a GPU. A variant's
+constants reach the layout the model is built with (an unknown one is refused), its warps
+reach the launch, and each variant's figures are paired with the first variant's round by
+round. The timing itself needs a GPU (MEASUREMENTS.md has its runs and its own A/A).
+
+In a fresh interpreter: the kernel's module sets TRITON_INTERPRET before Triton is imported."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+
+REPO = Path(__file__).resolve().parents[1]
+
+DRIVER = """
+import json, sys
+sys.path.insert(0, "examples/02_kimi_linear_decode")
+import tune
+out = {}
+cfg = tune.reference.build_config(tune.shapes.SMOKE_SHAPES[0])
+tune.apply({"num_warps": 16, "consts": {"BL": 16}})
+layout = tune.solution.Layout.of(cfg, 4, False)
+out["bl"], out["warps"] = layout.consts["BL"], tune.solution.NUM_WARPS
+tune.apply({})
+out["bl_default"], out["warps_default"] = tune.solution.Layout.of(cfg, 4, False).consts["BL"], tune.solution.NUM_WARPS
+tune.apply({"consts": {"NO_SUCH": 1}})
+try:
+    tune.solution.Layout.of(cfg, 4, False)
+    out["unknown"] = "accepted"
+except SystemExit as exc:
+    out["unknown"] = str(exc)
+rows = [{"rounds": [[1.0, 2.0], [1.2, 2.2], [1.1, 2.1]]}, {"rounds": [[0.5, 2.2], [0.6, 2.0], [0.5, 2.31]]}]
+tune.summarize(rows)
+out["rows"] = [{k: r[k] for k in ("median_ms", "ratio_to_first")} for r in rows]
+print(json.dumps(out))
+"""
+
+
+def test_tune_applies_a_variant_and_pairs_its_rounds_with_the_first():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (out["bl"], out["warps"]) == (16, 16)
+    assert (out["bl_default"], out["warps_default"]) == (64, 8)  # the interpreter's tiles, 8 warps
+    assert "no constant ['NO_SUCH']" in out["unknown"]
+    # Medians per context; ratios paired by round, then their median: at the first context
+    # 0.5/1.0, 0.6/1.2, 0.5/1.1; at the second 2.2/2.0, 2.0/2.2, 2.31/2.1.
+    assert out["rows"][0] == {"median_ms": [1.1, 2.1], "ratio_to_first": [1.0, 1.0]}
+    assert out["rows"][1] == {"median_ms": [0.5, 2.2], "ratio_to_first": [0.5, 1.1]}
