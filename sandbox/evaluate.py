@@ -79,7 +79,8 @@ class EvalOptions(BaseModel):
     device: str = Field("cpu", description="torch device for the run: cpu, cuda, cuda:1")
     scale: Literal["smoke", "full"] = Field("smoke", description="smoke: tiny config for CPUs and CI")
     contexts: Optional[list[int]] = Field(None, description="Context lengths to time (default: all of the scale)")
-    rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant and shape")
+    rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant at the shape with the "
+                                                          "longest chain (shorter chains run more, to as many steps)")
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
     block_steps: Optional[int] = Field(None, ge=1, description="The fewest consecutive steps per timed block; "
                                                                "the contestants alternate block by block (default 1)")

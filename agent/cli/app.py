@@ -95,7 +95,8 @@ def eval_command(
     scale: Optional[Scale] = typer.Option(None, help="full: the real sizes; smoke: a tiny config for CPUs and "
                                                      "CI. Default: full on CUDA, smoke on the CPU."),
     contexts: Optional[str] = typer.Option(None, help="Context lengths to time, e.g. 2048,8192 (default: all)."),
-    rounds: Optional[int] = typer.Option(None, min=1, help="Timed chains per contestant and context."),
+    rounds: Optional[int] = typer.Option(None, min=1, help="Timed chains per contestant at the context with the "
+                                                          "longest chain; shorter chains run more, to as many steps."),
     min_request_ms: Optional[float] = typer.Option(None, min=0, help="The least a timed request to the solution's "
                                                    "process should last: a faster solution runs its whole chain "
                                                    "several times a request (default 20; 0: blocks of 8 steps)."),
