@@ -339,7 +339,6 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     # sees the harness, the task and the cache read-only, and nothing of the user's files or
     # other runs.
     files = containment.file_plan(writable=writable, show=show, python=options.python)
-    env = containment.with_writable_build_caches(env, files)
     read_fd, write_fd = os.pipe()
     # The events' signing key goes through a pipe of its own, read and closed by the harness
     # before any candidate code runs: it is in no file and no argument.

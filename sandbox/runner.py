@@ -93,8 +93,12 @@ def start(argv: list[str], files: Optional[containment.FilePlan], env: dict[str,
           pass_fds: Sequence[int] = ()) -> Running:
     """Start ``argv`` contained, in ``cwd`` with ``env``, seeing the files ``files`` lays out
     (None: the files as they are), its output to ``stdout`` and ``stderr``; ``pass_fds`` are
-    inherited (unshare and the jail exec the command, so they stay open)."""
+    inherited (unshare and the jail exec the command, so they stay open). Build caches that
+    ``files`` would not let it write are left out of its environment
+    (containment.with_writable_build_caches)."""
     box = containment.contained(argv, limits or containment.Limits(), files)
+    if files is not None:
+        env = containment.with_writable_build_caches(env, files)
     try:
         proc = subprocess.Popen(box.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                 pass_fds=tuple(pass_fds), start_new_session=True, preexec_fn=box.preexec)

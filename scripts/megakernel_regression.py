@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kagent.sandbox.containment import BUILD_CACHE_VARIABLES
 from kagent.sandbox.results import EvalResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,7 +121,7 @@ def run(out: Path, repeats: int, recording: bool = False) -> list[dict]:
     # is compiled once, by bench.py, into its Triton cache there, and the evaluations' solution
     # processes find it (a cache outside the jail's writable folders would be dropped there).
     build_home = Path(tempfile.mkdtemp(prefix="kimi-build-home-"))
-    env = {name: value for name, value in os.environ.items() if name not in ("TRITON_CACHE_DIR", "TRITON_HOME")}
+    env = {name: value for name, value in os.environ.items() if name not in BUILD_CACHE_VARIABLES}
     env["HOME"] = str(build_home)
     bench = subprocess.run([sys.executable, str(EXAMPLE / "bench.py"), "--out", str(out / "bench.json"),
                             *(["--recording"] if recording else [])],

@@ -303,7 +303,7 @@ def command_sandbox(ctx: ToolContext, show: Sequence[Path] = (),
     files = containment.file_plan(
         writable=[ctx.workspace, ctx.home, *writable], show=show,
         read_only=[ctx.workspace / name for name in READ_ONLY_DIRS], python=ctx.eval_options.python)
-    return containment.with_writable_build_caches(env, files), files
+    return env, files
 
 
 def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
