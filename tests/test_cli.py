@@ -71,6 +71,8 @@ def test_tasks_lists_the_flagship_with_a_description():
     (["eval", "02_kimi_linear_decode", "--aa", "--rounds", "0"], "Invalid value for '--rounds'", 2),
     (["eval", "02_kimi_linear_decode", "--aa", "--scale", "huge"], "Invalid value for '--scale'", 2),
     (["eval", "02_kimi_linear_decode", "--aa", "--check-only"], "do not go together", 2),
+    (["eval", "02_kimi_linear_decode", "--aa", "--build-home", "/etc/passwd"], "--build-home /etc/passwd: cannot use "
+                                                                               "it as a folder", 2),
 ])
 def test_bad_arguments_give_one_clear_message(args, message, code):
     proc = kagent(*args)

@@ -74,6 +74,17 @@ def tasks_command() -> None:
     console.print(tasks_table(builtin_tasks()))
 
 
+def _build_home(path: Optional[Path]) -> Optional[Path]:
+    """--build-home as an existing folder (made if missing), or one clear message."""
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise KagentError(f"--build-home {path}: cannot use it as a folder ({err.strerror})") from None
+    return path.absolute()
+
+
 def _parse_contexts(text: Optional[str]) -> Optional[list[int]]:
     if not text:
         return None
@@ -139,7 +150,7 @@ def eval_command(
         contexts=_parse_contexts(contexts), rounds=rounds, min_request_ms=min_request_ms,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
         cache_dir=kagent_home(), atol=atol, rtol=rtol,
-        home=build_home.absolute() if build_home is not None else None,
+        home=_build_home(build_home),
     )
     if not json_output:
         what = "A/A (baseline vs baseline)" if aa else str(solution)
