@@ -32,9 +32,10 @@ if [ "${STAGES:-1}" = 1 ]; then
   keep_round stages
 fi
 if [ "${NCU:-0}" = 1 ]; then
-  # Nsight Compute on one launch, through the ncu_kernel tool (its full section set).
+  # Nsight Compute on one launch, through the ncu_kernel tool: its full section set, then its
+  # source view (stall samples by source line).
   t0=$(date +%s)
-  timeout 300 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
+  timeout 480 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
   echo "ncu_kernel: exit $? after $(( $(date +%s) - t0 )) s"
   cat "$OUT/ncu.log"
   keep_round stages

@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from kernel_reports import find_cuobjdump, parse_res_usage  # noqa: E402  (kagent need not be installed)
+from kernel_reports import find_cuda_tool, parse_res_usage  # noqa: E402  (kagent need not be installed)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "triton_kernels.json"
 
@@ -67,7 +67,7 @@ def _plain(value):
 
 
 def main() -> None:
-    cuobjdump = find_cuobjdump(None)
+    cuobjdump = find_cuda_tool("cuobjdump", None)
     records = []
     for fn, signature, constexprs, options in KERNELS:
         began = time.perf_counter()

@@ -9,7 +9,7 @@ solution's torch stand-in (tests/test_megakernel_probes.py); on CUDA scripts/gpu
 `megakernel` runs the stages tool on kagent's own megakernel (examples/02_kimi_linear_decode/)
 for the flagship task at full scale, at every context (on a GPU; at smoke scale on the CPU,
 where it takes minutes): stage_tools_megakernel.json in OUT_FOLDER. `megakernel-ncu` runs the
-ncu_kernel tool on one launch of it (its probe.py; a GPU with Nsight Compute only).
+ncu_kernel tool on one launch of it, both views (its probe.py; a GPU with Nsight Compute only).
 """
 from __future__ import annotations
 
@@ -117,15 +117,22 @@ def run_megakernel_stages(ctx: ToolContext, out: Path) -> bool:
 
 
 def run_megakernel_ncu(ctx: ToolContext, out: Path) -> bool:
-    """The ncu_kernel tool on one launch of the megakernel (its probe, after two warm-up launches)."""
-    started = time.monotonic()
-    ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "kimi_decode_step", "launch_skip": 2}, ctx)
-    report = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error, "content": ncu.content}
-    print(f"--- ncu_kernel tool on the megakernel ({report['seconds']} s)\n{ncu.content[:12000]}", flush=True)
+    """The ncu_kernel tool on one launch of the megakernel (its probe, after two warm-up
+    launches): its details, then its source view (where the warps wait, by source line)."""
+    report, ok = {}, True
+    for view in ("details", "source"):
+        started = time.monotonic()
+        ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "kimi_decode_step", "launch_skip": 2,
+                                       "view": view}, ctx)
+        report[view] = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error,
+                        "content": ncu.content, "data": ncu.data}
+        print(f"--- ncu_kernel tool on the megakernel, view {view} ({report[view]['seconds']} s)\n"
+              f"{ncu.content[:12000]}", flush=True)
+        ok = ok and not ncu.is_error
     for csv_file in (ctx.workspace / "build").glob("*.csv"):
         shutil.copy(csv_file, out / f"megakernel_{csv_file.name}")
     (out / "ncu_megakernel.json").write_text(json.dumps(report, indent=1))
-    return not ncu.is_error
+    return ok
 
 
 def run_stages(ctx: ToolContext, out: Path) -> bool:

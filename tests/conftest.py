@@ -3,6 +3,7 @@ write solutions for the smoke-scale flagship task."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,18 @@ def processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline and state != "Z":  # a zombie is dead, merely not reaped
             found.append(int(entry))
     return found
+
+
+def install_fake_ncu(bin_dir: Path, report: str, argv_file: Path) -> Path:
+    """A stand-in for Nsight Compute in ``bin_dir``: it records how it was called in
+    ``argv_file`` and writes ``report`` to the file its --log-file names, as ncu does with a
+    report; on stdout only one line of its own."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "report.txt").write_text(report)
+    fake = bin_dir / "ncu"
+    fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
+                    f"open({str(argv_file)!r}, 'w').write(' '.join(args))\n"
+                    f"print('==PROF== the report goes to the log file; only this on stdout')\n"
+                    f"shutil.copy({str(bin_dir / 'report.txt')!r}, args[args.index('--log-file') + 1])\n")
+    fake.chmod(0o755)
+    return fake

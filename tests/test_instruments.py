@@ -16,7 +16,7 @@ from kagent.tools.base import ToolContext, cap, scrubbed_env
 from kagent.tools.ncu import details_text, parse_ncu_details
 from kagent.tools.stages import declared_stages, resolve_bytes, stage_table, stamp_times, sweep_points
 
-from conftest import reference_solution
+from conftest import install_fake_ncu, reference_solution
 
 TOOLS = {tool.spec.name: tool for tool in default_tools()}
 
@@ -348,14 +348,7 @@ def test_ncu_kernel_tool(kimi_ctx: ToolContext):
     assert out.is_error and "ncu not on PATH" in out.content
     # A stand-in ncu, where the jail lets the command see it: records how it was called, prints a report.
     bin_dir = kimi_ctx.workspace / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "report.csv").write_text(NCU_CSV + "\n")
-    fake = bin_dir / "ncu"
-    fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
-                    f"open('{kimi_ctx.workspace}/ncu_argv.txt', 'w').write(' '.join(args))\n"
-                    f"print('==PROF== the report goes to the log file; only this on stdout')\n"
-                    f"shutil.copy('{bin_dir}/report.csv', args[args.index('--log-file') + 1])\n")
-    fake.chmod(0o755)
+    install_fake_ncu(bin_dir, NCU_CSV + "\n", kimi_ctx.workspace / "ncu_argv.txt")
     kimi_ctx.env = {**no_ncu, "PATH": f"{bin_dir}:{no_ncu['PATH']}:/usr/bin:/bin"}
     on_cpu = TOOLS["ncu_kernel"].run({"path": "probe.py"}, kimi_ctx)
     assert on_cpu.is_error and "needs a CUDA device" in on_cpu.content

@@ -465,7 +465,7 @@ def test_compile_python_reports_the_device_code_of_the_libraries_it_loads(ctx: T
     # Without cuobjdump the library is named, and why its device code is not shown.
     ctx.env = {**scrubbed_env(), "PATH": str(workspace / "empty")}
     monkey = pytest.MonkeyPatch()
-    monkey.setattr(compile_tool, "find_cuobjdump", lambda path: None)
+    monkey.setattr(compile_tool, "find_cuda_tool", lambda name, path: None)
     try:
         out = call("compile", ctx, path="loads.py")
     finally:

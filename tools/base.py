@@ -307,19 +307,23 @@ def command_sandbox(ctx: ToolContext, show: Sequence[Path] = (),
 
 
 def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
-                show: Sequence[Path] = (), writable: Sequence[Path] = ()) -> Completed:
-    """Run ``argv`` contained (``command_sandbox``) with stdout+stderr into one capped text;
-    at the limit its whole process group is killed. Its processes never outlive it.
+                show: Sequence[Path] = (), writable: Sequence[Path] = (),
+                stdout_to: Optional[Path] = None) -> Completed:
+    """Run ``argv`` contained (``command_sandbox``) with stdout+stderr into one capped text
+    (or its stdout whole into the file ``stdout_to``, for a tool that reads a long listing,
+    and only stderr into the text); at the limit its whole process group is killed. Its
+    processes never outlive it.
     """
     timeout = ctx.timeout(limit_s)
     env, files = command_sandbox(ctx, show, writable)
     # A file, not a pipe: a flood of output cannot fill memory, and a background child
     # holding the pipe open cannot make us wait.
-    with tempfile.TemporaryFile() as sink:
+    with tempfile.TemporaryFile() as sink, open(stdout_to or os.devnull, "wb") as listing:
         # The model's commands get no network, a pid namespace (so setsid cannot escape the
         # kill at the limit), the files above and caps on processes and memory, wherever this
         # machine supports them.
-        done = runner.run(argv, timeout, files, env, cwd or ctx.workspace, stdout=sink, stderr=subprocess.STDOUT)
+        done = runner.run(argv, timeout, files, env, cwd or ctx.workspace, stdout=listing if stdout_to else sink,
+                          stderr=sink if stdout_to else subprocess.STDOUT)
         output = read_capped(sink, ctx.max_output_chars)
     limits_hit = done.resources.problems()
     if limits_hit:

@@ -26,7 +26,7 @@ from kagent.tools.base import (
     run_command,
 )
 from kagent.tools.evaluation import step_child_files
-from kagent.tools.kernel_reports import find_cuobjdump, parse_res_usage, res_usage_table, triton_table
+from kagent.tools.kernel_reports import find_cuda_tool, parse_res_usage, res_usage_table, triton_table
 
 NVCC_TIMEOUT_S = 300.0
 IMPORT_TIMEOUT_S = 600.0
@@ -176,7 +176,7 @@ class Compile(BaseTool):
 
     def _device_code(self, library: str, ctx: ToolContext) -> dict[str, Any]:
         """The kernels in ``library``'s device code, by cuobjdump -res-usage."""
-        tool = find_cuobjdump(ctx.command_env().get("PATH"))
+        tool = find_cuda_tool("cuobjdump", ctx.command_env().get("PATH"))
         if tool is None:
             return {"path": library, "kernels": [], "note": "cuobjdump not found (on PATH, in the CUDA toolkit, "
                     "or from pip install nvidia-cuda-cuobjdump): its device code is not reported"}

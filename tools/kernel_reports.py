@@ -96,10 +96,11 @@ def res_usage_table(kernels: list[dict[str, Any]]) -> str:
         for k in kernels])
 
 
-def find_cuobjdump(path: Optional[str]) -> Optional[str]:
-    """cuobjdump on ``path``, else in the CUDA toolkit, else from a Python package: NVIDIA's
-    nvidia-cuda-cuobjdump wheel, or the copy Triton ships."""
-    found = shutil.which("cuobjdump", path=path)
+def find_cuda_tool(name: str, path: Optional[str]) -> Optional[str]:
+    """A CUDA binary utility (cuobjdump, nvdisasm) on ``path``, else in the CUDA toolkit, else
+    from a Python package: NVIDIA's wheels (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm), or
+    the copies Triton ships."""
+    found = shutil.which(name, path=path)
     if found:
         return found
     folders = [Path(os.environ[var]) / "bin" for var in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(var)]
@@ -110,4 +111,4 @@ def find_cuobjdump(path: Optional[str]) -> Optional[str]:
     triton = importlib.util.find_spec("triton")
     if triton is not None and triton.origin:
         folders.append(Path(triton.origin).parent / "backends" / "nvidia" / "bin")
-    return next((str(f / "cuobjdump") for f in folders if os.access(f / "cuobjdump", os.X_OK)), None)
+    return next((str(f / name) for f in folders if os.access(f / name, os.X_OK)), None)

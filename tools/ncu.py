@@ -6,7 +6,9 @@ launches it on realistic data, profiled with every section of a set (``full`` by
 speed of light, memory workload, compute workload, launch statistics, occupancy, scheduler
 and warp state statistics, source counters), clocks left as they are. The whole report is
 saved as CSV in the workspace; the model reads the key sections' metrics, then Nsight
-Compute's own advice (its rules).
+Compute's own advice (its rules). Its source view (ncu_source.py) says where in the source the
+warps wait: the warp-state samples of each SASS instruction, joined to source lines through the
+line table of the binary that ran.
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import io
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import Field
 
+from kagent.tools import ncu_source
 from kagent.tools.base import (
     Args,
     BaseTool,
@@ -31,10 +35,19 @@ from kagent.tools.base import (
     resolve_in_workspace,
     run_command,
 )
+from kagent.tools.kernel_reports import find_cuda_tool
 
 NCU_TIMEOUT_S = 900.0
 NVCC_TIMEOUT_S = 300.0
+DISASSEMBLY_TIMEOUT_S = 120.0
 SECTION_SETS = ("full", "detailed", "basic", "roofline")
+VIEWS = ("details", "source")
+# The source view's pass: the sections whose samples fill the source page, nothing else.
+SOURCE_SECTIONS = ("SourceCounters", "WarpStateStats")
+# Binaries disassembled at most in search of the one that ran (each costs a contained
+# nvdisasm), and libraries opened for their device code.
+MAX_CUBINS = 48
+MAX_LIBRARIES = 16
 # Shown in full unless the model picks sections itself, in this order (what limits the kernel
 # first: the tool's output is capped, so what comes last may be cut); the others by name and
 # metric count.
@@ -129,6 +142,13 @@ def details_text(launches: list[dict[str, Any]], sections: Optional[str], saved_
     return "\n".join(lines)
 
 
+def _outside(folder: Path, ctx: ToolContext, tmp: Path) -> list[Path]:
+    """``folder`` where a contained command must be shown it: outside the folders it may
+    write anyway (shown read-only, one of those would be read-only to it)."""
+    inside = any(folder.resolve().is_relative_to(root.resolve()) for root in (tmp, ctx.workspace, ctx.home))
+    return [] if inside else [folder]
+
+
 class NcuKernelArgs(Args):
     path: str = Field(description="A standalone .py script (run with the evaluating python) or .cu program (built "
                                   "with nvcc first) that launches the kernel to profile")
@@ -140,6 +160,10 @@ class NcuKernelArgs(Args):
     sections: Optional[str] = Field(None, description="Show these sections' metrics in full (a regex on their "
                                                       "names); by default the key ones")
     arch: str = Field("sm_90a", pattern=r"^(sm|compute)_\d+[a-z]?$", description="nvcc architecture for a .cu")
+    view: str = Field("details", description="details: the section set's metrics and Nsight Compute's advice; "
+                                             "source: where the warps wait, the warp-state samples by source line "
+                                             "and by SASS instruction (a lighter pass of its own; Triton kernels, "
+                                             ".cu files and load_inline libraries)")
 
 
 class NcuKernel(BaseTool):
@@ -147,7 +171,8 @@ class NcuKernel(BaseTool):
     description = ("Profile a standalone kernel file under Nsight Compute with a whole section set (full by "
                    "default): a .py script or a .cu program that launches the kernel. Returns Nsight Compute's "
                    "advice and the key sections' metrics (throughput, memory, occupancy, warp stalls); saves the "
-                   "whole report as CSV in build/. CUDA with ncu installed only.")
+                   "whole report as CSV in build/. view=source says instead where the warps wait: stall samples "
+                   "by source line. CUDA with ncu installed only.")
     Arguments = NcuKernelArgs
     # It runs the kernel's file, in the workspace, and saves the report in build/.
     facts = ToolFacts(changes_files=True)
@@ -155,6 +180,12 @@ class NcuKernel(BaseTool):
     def execute(self, args: NcuKernelArgs, ctx: ToolContext) -> ToolOutcome:
         if args.section_set not in SECTION_SETS:
             raise ToolError(f"section_set must be one of {', '.join(SECTION_SETS)}, not {args.section_set!r}")
+        if args.view not in VIEWS:
+            raise ToolError(f"view must be one of {', '.join(VIEWS)}, not {args.view!r}")
+        try:
+            re.compile(args.kernel or "")
+        except re.error as err:
+            raise ToolError(f"kernel {args.kernel!r} is not a regular expression: {err}") from None
         path = resolve_in_workspace(ctx, args.path)
         shown = relative_name(ctx, path)
         if not path.is_file() or path.suffix not in (".py", ".cu"):
@@ -171,27 +202,118 @@ class NcuKernel(BaseTool):
             # The report goes to a file: on stdout it would be capped like any command's output,
             # and a full set runs to hundreds of rows a launch.
             report = Path(tmp) / "report.csv"
-            argv = [ncu, "--set", args.section_set, "--csv", "--page", "details", "--print-details", "all",
-                    "--clock-control", "none", "--launch-skip", str(args.launch_skip), "--launch-count",
+            page = (["--set", args.section_set, "--csv", "--page", "details", "--print-details", "all"]
+                    if args.view == "details" else
+                    [*(arg for section in SOURCE_SECTIONS for arg in ("--section", section)), "--csv", "--page",
+                     "source", "--print-source", "sass"])
+            argv = [ncu, *page, "--clock-control", "none", "--launch-skip", str(args.launch_skip), "--launch-count",
                     str(args.launch_count), "--log-file", str(report)]
             if args.kernel:
                 argv += ["--kernel-name", f"regex:{args.kernel}"]
             done = run_command([*argv, *target, *args.arguments], ctx, NCU_TIMEOUT_S, cwd=path.parent,
                                writable=[Path(tmp)])
             text = report.read_text(errors="replace") if report.exists() else ""
+            if args.view == "source":
+                return self._source_view(ctx, path, args, text, done, Path(tmp), target)
         launches = parse_ncu_details(text)
         if not launches:
-            why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
-            raise ToolError(f"Nsight Compute profiled no kernel ({why}; check kernel, launch_skip and that the "
-                            f"file launches something):\n{done.output[-3000:]}\n{text[-2000:]}".rstrip())
-        saved = resolve_in_workspace(ctx, f"build/ncu_{path.stem}.csv", for_writing=True)
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text(text[text.find('"ID",'):])
-        saved_as = relative_name(ctx, saved)
+            raise self._nothing_profiled(done, text)
+        saved_as = self._save(ctx, f"ncu_{path.stem}.csv", text[text.find('"ID",'):])
         return ToolOutcome(content=details_text(launches, args.sections, saved_as),
                            data={"saved_as": saved_as, "launches": [{k: launch[k] for k in ("id", "kernel", "grid",
                                                                                              "block", "rules")}
                                                                     for launch in launches]})
+
+    @staticmethod
+    def _nothing_profiled(done: Any, text: str) -> ToolError:
+        why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
+        return ToolError(f"Nsight Compute profiled no kernel ({why}; check kernel, launch_skip and that the file "
+                         f"launches something):\n{done.output[-3000:]}\n{text[-2000:]}".rstrip())
+
+    @staticmethod
+    def _save(ctx: ToolContext, name: str, text: str) -> str:
+        """Keep ``text`` as build/``name`` in the workspace; its name as the model reads it."""
+        saved = resolve_in_workspace(ctx, f"build/{name}", for_writing=True)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(text)
+        return relative_name(ctx, saved)
+
+    def _source_view(self, ctx: ToolContext, path: Path, args: NcuKernelArgs, text: str, done: Any, tmp: Path,
+                     target: list[str]) -> ToolOutcome:
+        """The samples of the source page by source line, through the binary that ran."""
+        blocks = ncu_source.parse_source_page(text)
+        if not blocks:
+            raise self._nothing_profiled(done, text)
+        rows = blocks[0]
+        saved_as = self._save(ctx, f"ncu_source_{path.stem}.csv", text)
+        match, why = None, ""
+        nvdisasm = find_cuda_tool("nvdisasm", ctx.command_env().get("PATH"))
+        if nvdisasm is None:
+            why = "nvdisasm not found (on PATH, in the CUDA toolkit, or the copy Triton ships)"
+        else:
+            cubins = self._candidate_cubins(ctx, path, args, tmp, target)
+            match = ncu_source.best_match(rows, self._listings(ctx, nvdisasm, cubins, tmp))
+            searched = ("the program built" if path.suffix == ".cu" else
+                        "Triton's cache in the build home, the libraries of the build home and of the workspace")
+            if match is None:
+                why = (f"none of the {len(cubins)} device binaries searched ({searched}) holds this kernel's "
+                       f"instructions" if cubins else f"no device binary found ({searched})")
+
+        def shown(binary: Path) -> str:
+            for root, prefix in ((ctx.workspace.resolve(), ""), (ctx.home.resolve(), "~/"), (tmp.resolve(), "")):
+                if binary.resolve().is_relative_to(root):
+                    return prefix + str(binary.resolve().relative_to(root))
+            return str(binary)
+
+        content = ncu_source.by_line_text(rows, match, saved_as, why, shown)
+        if len(blocks) > 1:
+            content = f"{len(blocks)} launches profiled; the first is shown, all are in the CSV.\n" + content
+        return ToolOutcome(content=content, data={
+            "saved_as": saved_as, "launches": len(blocks), "instructions": len(rows),
+            "samples": sum(r.samples for r in rows), "binary": shown(match.binary) if match else None,
+            "function": match.function if match else None, "agreement": match.agreement if match else None,
+            "not_mapped": why or None})
+
+    @staticmethod
+    def _candidate_cubins(ctx: ToolContext, path: Path, args: NcuKernelArgs, tmp: Path,
+                          target: list[str]) -> list[Path]:
+        """Device binaries that may hold the profiled kernel, the likeliest first: for a .cu,
+        the program built; for a script, Triton's cubins (those named like ``kernel`` first,
+        then the newest) and the device code of the libraries in the build home and the
+        workspace (load_inline's), extracted with cuobjdump."""
+        libraries: list[Path] = [Path(target[0])] if path.suffix == ".cu" else []
+        cubins: list[Path] = []
+        if path.suffix == ".py":
+            caches = [ctx.home / ".triton" / "cache"]
+            if ctx.command_env().get("TRITON_CACHE_DIR"):
+                caches.append(Path(ctx.command_env()["TRITON_CACHE_DIR"]))
+            named = re.compile(args.kernel) if args.kernel else None
+            found = {c for cache in caches if cache.is_dir() for c in cache.glob("*/*.cubin")}
+            cubins = sorted(found, key=lambda c: (not (named and named.search(c.stem)), -c.stat().st_mtime))
+            cubins = cubins[:MAX_CUBINS]
+            shared = [lib for root in (ctx.home / ".cache" / "torch_extensions", ctx.workspace)
+                      for lib in root.glob("**/*.so") if ".git" not in lib.parts]
+            libraries += sorted(shared, key=lambda lib: -lib.stat().st_mtime)[:MAX_LIBRARIES]
+        cuobjdump = find_cuda_tool("cuobjdump", ctx.command_env().get("PATH"))
+        if cuobjdump is None:  # the libraries' device code cannot be read: Triton's cubins only
+            return cubins
+        for i, library in enumerate(libraries):
+            into = tmp / f"device_code_{i}"
+            into.mkdir()
+            run_command([cuobjdump, "-xelf", "all", str(library)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=into,
+                        show=_outside(library.parent, ctx, tmp), writable=[tmp])
+            cubins += sorted(into.glob("*.cubin"))
+        return cubins[:MAX_CUBINS]
+
+    @staticmethod
+    def _listings(ctx: ToolContext, nvdisasm: str, cubins: list[Path], tmp: Path) -> Iterator[tuple[Path, str]]:
+        """(cubin, its nvdisasm -g listing), one at a time: the search stops at the one that ran."""
+        for i, cubin in enumerate(cubins):
+            listing = tmp / f"listing_{i}.txt"
+            disassembled = run_command([nvdisasm, "-g", "-c", str(cubin)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
+                                       show=_outside(cubin.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
+            if disassembled.exit_code == 0:
+                yield cubin, listing.read_text(errors="replace")
 
     @staticmethod
     def _target(ctx: ToolContext, path: Path, args: NcuKernelArgs, tmp: Path, tool_path: Optional[str]) -> list[str]:

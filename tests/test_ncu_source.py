@@ -1,0 +1,207 @@
+"""Where a kernel's warps wait, by source line (the ncu_kernel tool's source view), on the CPU: a
+real Triton kernel compiled for sm_90 into a build home's Triton cache, its real line table
+(nvdisasm -g), and a source page in Nsight Compute's CSV layout made from its instructions
+with known samples. The GPU run of the tool is in scripts/stage_tools_run.py (megakernel-ncu)."""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kagent.sandbox.evaluate import EvalOptions
+from kagent.tools import default_tools
+from kagent.tools.base import ToolContext, scrubbed_env
+from kagent.tools.kernel_reports import find_cuda_tool
+from kagent.tools.ncu_source import (
+    NOT_ISSUED,
+    SAMPLES,
+    best_match,
+    by_line_text,
+    opcode,
+    parse_disassembly,
+    parse_source_page,
+)
+
+from conftest import install_fake_ncu
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+TOOLS = {tool.spec.name: tool for tool in default_tools()}
+HOT = "return x * 2.0 + y  # the hot line"
+
+
+@triton.jit
+def _scaled(x, y):
+    return x * 2.0 + y  # the hot line
+
+
+@triton.jit
+def sampled_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < n
+    x = tl.load(x_ptr + offsets, mask=inside)
+    y = tl.load(y_ptr + offsets, mask=inside)
+    tl.store(out_ptr + offsets, _scaled(x, y), mask=inside)
+
+
+HOT_LINE = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.strip() == HOT)
+
+
+def compile_into(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The kernel compiled for sm_90 into the Triton cache ``cache``, as a run's build home
+    holds it after the kernel's first launch; its cubin."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    triton.compile(ASTSource(fn=sampled_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32",
+                                                           "n": "i32", "BLOCK": "constexpr"},
+                             constexprs={"BLOCK": 1024}), target=GPUTarget("cuda", 90, 32))
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    (cubin,) = cache.glob("*/sampled_kernel.cubin")
+    return cubin
+
+
+def disassembled(cubin: Path) -> str:
+    nvdisasm = find_cuda_tool("nvdisasm", None)
+    assert nvdisasm, "Triton ships nvdisasm: the test extra installs it"
+    return subprocess.run([nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def source_page(instructions, samples_of, base: int = 0x7F3A5C001200) -> str:
+    """Nsight Compute's SASS source page as CSV, one row per instruction (with a column per
+    stall reason, as some versions print), between ncu's own lines."""
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(["Address", "Source", "Instructions Executed", SAMPLES, NOT_ISSUED, "stall_barrier",
+                     "stall_long_sb"])
+    for i in instructions:
+        samples = samples_of(i)
+        writer.writerow([f"0x{base + i.offset:x}", i.text, "1,024", f"{samples:,}", samples // 2, samples // 4,
+                         samples - samples // 4])
+    return "==PROF== Connected to process 77\n" + out.getvalue() + "==PROF== Disconnected from process 77\n"
+
+
+@pytest.fixture
+def compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cubin = compile_into(tmp_path / "cache", monkeypatch)
+    return cubin, disassembled(cubin)
+
+
+def test_the_line_table_of_a_triton_cubin(compiled):
+    cubin, listing = compiled
+    (instructions,) = parse_disassembly(listing).values()
+    assert list(parse_disassembly(listing)) == ["sampled_kernel"]
+    offsets = [i.offset for i in instructions]
+    assert offsets == sorted(offsets) and offsets[0] == 0 and len(set(offsets)) == len(offsets)
+    # Every instruction of the kernel's own code has its line in this file; the hot line is
+    # among them (inlined from _scaled).
+    lines = {i.line for i in instructions if i.file}
+    assert all(i.file == __file__ for i in instructions if i.file) and HOT_LINE in lines
+    assert opcode("@!P0 LDG.E.128 R4, desc[UR4][R2.64]") == "LDG" and opcode("EXIT") == "EXIT"
+
+
+def test_samples_by_source_line_through_the_binary_that_ran(compiled):
+    cubin, listing = compiled
+    (instructions,) = parse_disassembly(listing).values()
+    page = source_page(instructions, lambda i: 100 if i.line == HOT_LINE else 1)
+    (rows,) = parse_source_page(page)
+    assert len(rows) == len(instructions) and max(r.samples for r in rows) == 100
+    assert next(r for r in rows if r.samples == 100).reasons == {"barrier": 25, "long_sb": 75}
+    match = best_match(rows, [(cubin, listing)])
+    assert match is not None and match.function == "sampled_kernel" and match.agreement == 1.0
+    text = by_line_text(rows, match, "build/ncu_source_probe.csv").splitlines()
+    hot = [i for i in instructions if i.line == HOT_LINE]
+    total = 100 * len(hot) + len(instructions) - len(hot)
+    assert text[0] == f"Warp-state samples: {total:,} over {len(instructions)} SASS instructions (the whole page " \
+                      f"is in build/ncu_source_probe.csv)."
+    assert text[2] == "share  samples  not issued  instrs  line"
+    # The hot line first, with its share, its not-issued share, its instructions, its text and
+    # its reasons.
+    assert text[3].split()[:4] == [f"{100 * 100 * len(hot) / total:.1f}%", f"{100 * len(hot):,}", "50.0%",
+                                   str(len(hot))]
+    assert f"test_ncu_source.py:{HOT_LINE}  {HOT}  [long_sb 75%, barrier 25%]" in text[3]
+    assert "SASS instructions with the most samples (offset from the kernel's first):" in text
+    assert any(line.endswith(f"test_ncu_source.py:{HOT_LINE}") for line in text[text.index(
+        "SASS instructions with the most samples (offset from the kernel's first):") + 1:])
+
+
+def test_a_page_of_other_code_is_not_mapped(compiled):
+    cubin, listing = compiled
+    (instructions,) = parse_disassembly(listing).values()
+    # The same addresses, but each holding the instruction after it: another kernel's page.
+    shifted = [type(i)(i.offset, instructions[(k + 1) % len(instructions)].text, None, None)
+               for k, i in enumerate(instructions)]
+    (rows,) = parse_source_page(source_page(shifted, lambda i: 3))
+    assert best_match(rows, [(cubin, listing)]) is None
+    text = by_line_text(rows, None, "x.csv", "no device binary found")
+    assert "Not mapped to source lines: no device binary found" in text and "share  samples" not in text
+    (empty,) = parse_source_page(source_page(instructions, lambda i: 0))
+    assert "No samples" in by_line_text(empty, None, "x.csv")
+
+
+def test_the_tool_s_source_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kimi, kagent_home: Path):
+    workspace = tmp_path / "ws"
+    (workspace / "task").mkdir(parents=True)
+    ctx = ToolContext(workspace=workspace, task=kimi,
+                      eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home))
+    (workspace / "probe.py").write_text("print('launching')\n")
+    # The kernel as its first launch left it in the run's build home, and the page of its launch.
+    cubin = compile_into(ctx.home / ".triton" / "cache", monkeypatch)
+    (instructions,) = parse_disassembly(disassembled(cubin)).values()
+    argv_file = workspace / "ncu_argv.txt"
+    install_fake_ncu(workspace / "bin", source_page(instructions, lambda i: 40 if i.line == HOT_LINE else 2),
+                     argv_file)
+    ctx.env = {**scrubbed_env(), "PATH": f"{workspace / 'bin'}:/usr/bin:/bin"}
+    out = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "sampled", "view": "source"}, ctx)
+    assert not out.is_error, out.content
+    argv = argv_file.read_text().split()
+    assert argv[:10] == ["--section", "SourceCounters", "--section", "WarpStateStats", "--csv", "--page", "source",
+                         "--print-source", "sass", "--clock-control"]
+    assert f"nvdisasm -g of ~/.triton/cache/{cubin.parent.name}/sampled_kernel.cubin" in out.content
+    assert f"test_ncu_source.py:{HOT_LINE}  {HOT}" in out.content
+    assert out.data["function"] == "sampled_kernel" and out.data["agreement"] == 1.0
+    assert (workspace / "build" / "ncu_source_probe.csv").read_text().count("\n") > len(instructions)
+    # Without the binary: the samples by instruction, and why there are no lines.
+    cubin.unlink()
+    out = TOOLS["ncu_kernel"].run({"path": "probe.py", "view": "source"}, ctx)
+    assert not out.is_error and "Not mapped to source lines: no device binary found" in out.content
+    assert out.data["binary"] is None
+    for bad, message in (({"path": "probe.py", "view": "lines"}, "view must be one of details, source"),
+                         ({"path": "probe.py", "view": "source", "kernel": "(unclosed"}, "not a regular expression")):
+        refused = TOOLS["ncu_kernel"].run(bad, ctx)
+        assert refused.is_error and message in refused.content, refused.content
+
+
+SAXPY = """__global__ void saxpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+int main() { return 0; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_source_view_of_a_cu_program(tmp_path: Path, kimi, kagent_home: Path):
+    workspace = tmp_path / "ws"
+    (workspace / "task").mkdir(parents=True)
+    ctx = ToolContext(workspace=workspace, task=kimi,
+                      eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home))
+    program = workspace / "saxpy.cu"
+    program.write_text(SAXPY)
+    # The device code the tool's build makes (the same nvcc flags, as a cubin), for the page.
+    cubin = tmp_path / "saxpy.cubin"
+    subprocess.run(["nvcc", "-O3", "-arch=sm_90a", "-lineinfo", "-cubin", "-o", str(cubin), str(program)], check=True)
+    (instructions,) = parse_disassembly(disassembled(cubin)).values()
+    install_fake_ncu(workspace / "bin", source_page(instructions, lambda i: 9 if i.line == 3 else 1),
+                     workspace / "argv.txt")
+    ctx.env = {**scrubbed_env(), "PATH": f"{workspace / 'bin'}:{os.environ['PATH']}"}
+    out = TOOLS["ncu_kernel"].run({"path": "saxpy.cu", "view": "source"}, ctx)
+    assert not out.is_error, out.content
+    assert out.data["function"] == "_Z5saxpyfPKfPfi" and out.data["agreement"] == 1.0
+    assert "saxpy.cu:3  if (i < n) y[i] = a * x[i] + y[i];" in out.content.splitlines()[3]

@@ -1,0 +1,260 @@
+"""Where a kernel's warps wait, by source line: Nsight Compute's warp-state samples per SASS
+instruction (its source page), joined to the lines of the kernel's source through the line
+table of the very binary that ran (``nvdisasm -g``).
+
+Why not Nsight Compute's own CUDA source view: on a Triton kernel it printed the file's lines
+without their metrics (H200, 2026-12-04), and a kernel built elsewhere has no source file it
+could open. The SASS page always has the samples, and the binary always has the line table
+(Triton compiles with line info; the tool builds .cu files with -lineinfo).
+
+Which binary: the page has no file name, so the candidates (the cubins of Triton's cache, the
+device code of a built program or library) are each disassembled, and the one whose
+instructions, at the page's offsets from the kernel's first instruction, are the page's own
+instructions is the one that ran. Nothing is assumed: where no candidate agrees, the samples
+are shown by SASS instruction only, and the reason is said.
+
+Parsing and tables here; the ncu_kernel tool (ncu.py) runs the commands.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+# The source page's columns (Nsight Compute 2023-2025): the instruction's address and text,
+# and the samples of warps found at it, all of them and those that could not issue.
+SAMPLES = "Warp Stall Sampling (All Samples)"
+NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"
+ADDRESS_HEADERS = ("Address", "# Address")
+# Some versions add a column per stall reason (stall_barrier, stall_long_sb, ...): shown per
+# line where they are present.
+_REASON_PREFIX = "stall_"
+# How many of a candidate function's instructions must agree with the page's for it to be the
+# binary that ran (the rest: a version that prints an instruction otherwise).
+MIN_AGREEMENT = 0.95
+TOP_LINES = 15
+TOP_INSTRUCTIONS = 10
+
+# nvdisasm -g: a function's label line, a line-table comment, an instruction with its offset.
+_FUNCTION = re.compile(r"^\.text\.(\S+):\s*$")
+_LINE_INFO = re.compile(r'//## File "(.+?)", line (\d+)')
+_INSTRUCTION = re.compile(r"/\*([0-9a-fA-F]+)\*/\s+(.*?)\s*;?\s*$")
+
+
+def opcode(text: str) -> str:
+    """An instruction's mnemonic without its predicate or modifiers: ``@!P0 LDG.E.128 R4, ...``
+    -> ``LDG``."""
+    words = text.replace("{", " ").split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0].upper() if words else ""
+
+
+@dataclass
+class SassRow:
+    """One instruction of Nsight Compute's source page."""
+
+    address: int
+    text: str
+    samples: float
+    not_issued: float
+    reasons: dict[str, float] = field(default_factory=dict)
+
+
+def _number(cell: Optional[str]) -> float:
+    try:
+        return float((cell or "").replace(",", "").strip() or 0)
+    except ValueError:
+        return 0.0
+
+
+def parse_source_page(text: str) -> list[list[SassRow]]:
+    """``ncu --page source --print-source sass --csv`` output as one list of instructions per
+    profiled launch (each launch's table starts with its own header row), in address order.
+    Lines that are not rows of a table (ncu's ``==PROF==`` lines, a kernel's title) are skipped."""
+    blocks: list[list[SassRow]] = []
+    columns: Optional[dict[str, int]] = None
+    for row in csv.reader(io.StringIO(text)):
+        cells = [c.strip() for c in row]
+        address_header = next((h for h in ADDRESS_HEADERS if h in cells), None)
+        if address_header and "Source" in cells:
+            columns = {name: i for i, name in enumerate(cells)}
+            columns["Address"] = columns[address_header]
+            blocks.append([])
+            continue
+        if columns is None or len(cells) < len(columns):
+            continue
+        try:
+            address = int(cells[columns["Address"]], 16)
+        except ValueError:
+            continue
+        reasons = {name[len(_REASON_PREFIX):]: _number(cells[i]) for name, i in columns.items()
+                   if name.startswith(_REASON_PREFIX)}
+        blocks[-1].append(SassRow(address, cells[columns["Source"]],
+                                  _number(cells[columns[SAMPLES]]) if SAMPLES in columns else 0.0,
+                                  _number(cells[columns[NOT_ISSUED]]) if NOT_ISSUED in columns else 0.0, reasons))
+    return [sorted(block, key=lambda r: r.address) for block in blocks if block]
+
+
+@dataclass
+class Instruction:
+    """One instruction of a disassembled function, with the source line the line table gives it."""
+
+    offset: int
+    text: str
+    file: Optional[str]
+    line: Optional[int]
+
+
+def parse_disassembly(listing: str) -> dict[str, list[Instruction]]:
+    """``nvdisasm -g -c`` output: each function's instructions by offset, each with the file and
+    line of the last line-table comment before it (None before the first)."""
+    functions: dict[str, list[Instruction]] = {}
+    current: Optional[list[Instruction]] = None
+    where: tuple[Optional[str], Optional[int]] = (None, None)
+    for line in listing.splitlines():
+        if m := _FUNCTION.match(line):
+            current = functions.setdefault(m.group(1), [])
+            where = (None, None)
+        elif m := _LINE_INFO.search(line):
+            where = (m.group(1), int(m.group(2)))
+        elif current is not None and (m := _INSTRUCTION.search(line)):
+            current.append(Instruction(int(m.group(1), 16), m.group(2), *where))
+    return functions
+
+
+def agreement(rows: list[SassRow], instructions: list[Instruction]) -> float:
+    """The share of the page's instructions that the function has, with the same mnemonic, at
+    the same offset from its first instruction."""
+    if not rows or not instructions:
+        return 0.0
+    at = {i.offset: opcode(i.text) for i in instructions}
+    base = rows[0].address
+    return sum(at.get(r.address - base) == opcode(r.text) for r in rows) / len(rows)
+
+
+@dataclass
+class Match:
+    """The function of a binary that ran, and how well it agreed with the page."""
+
+    binary: Path
+    function: str
+    instructions: list[Instruction]
+    agreement: float
+
+
+def best_match(rows: list[SassRow], listings: Iterable[tuple[Path, str]]) -> Optional[Match]:
+    """Among the functions of the disassembled binaries (path, nvdisasm listing), the one whose
+    instructions are the page's, if any agrees well enough (MIN_AGREEMENT); the first of equals."""
+    best: Optional[Match] = None
+    for binary, listing in listings:
+        for name, instructions in parse_disassembly(listing).items():
+            # Same length, or the page is not of this function (it lists every instruction).
+            if abs(len(instructions) - len(rows)) > len(rows) * (1 - MIN_AGREEMENT):
+                continue
+            share = agreement(rows, instructions)
+            if share >= MIN_AGREEMENT and (best is None or share > best.agreement):
+                best = Match(binary, name, instructions, share)
+        if best is not None and best.agreement == 1.0:
+            break
+    return best
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:5.1f}%" if whole else "    -"
+
+
+def _source_text(file: str, line: int, cache: dict[str, Optional[list[str]]]) -> str:
+    """The text of ``file``'s ``line``, where the file can be read here."""
+    if file not in cache:
+        try:
+            cache[file] = Path(file).read_text(errors="replace").splitlines()
+        except OSError:
+            cache[file] = None
+    lines = cache[file]
+    return lines[line - 1].strip()[:100] if lines and 0 < line <= len(lines) else ""
+
+
+def _top_reasons(reasons: dict[str, float], total: float) -> str:
+    picked = sorted(((v, k) for k, v in reasons.items() if v > 0), reverse=True)[:3]
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for v, k in picked) if total and picked else ""
+
+
+@dataclass
+class LineSums:
+    """The samples of the instructions of one source line."""
+
+    samples: float = 0.0
+    not_issued: float = 0.0
+    instructions: int = 0
+    reasons: dict[str, float] = field(default_factory=dict)
+
+    def add(self, row: SassRow) -> None:
+        self.samples += row.samples
+        self.not_issued += row.not_issued
+        self.instructions += 1
+        for reason, count in row.reasons.items():
+            self.reasons[reason] = self.reasons.get(reason, 0.0) + count
+
+
+Where = tuple[Optional[str], Optional[int]]  # (file, line) of an instruction; (None, None): unknown
+
+
+def lines_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
+    """The source line of each of the page's instructions (by address), from the matched function."""
+    by_offset = {i.offset: i for i in match.instructions}
+    base = rows[0].address
+    found = {r.address: by_offset.get(r.address - base) for r in rows}
+    return {address: (i.file, i.line) if i else (None, None) for address, i in found.items()}
+
+
+def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why_unmapped: str = "",
+                 shown_path: Callable[[Path], str] = str) -> str:
+    """What the model reads: the samples by source line (where a binary matched, else why
+    not), then the SASS instructions with the most samples, each with its line."""
+    total = sum(r.samples for r in rows)
+    lines = [f"Warp-state samples: {total:,.0f} over {len(rows):,} SASS instructions (the whole page is in "
+             f"{saved_as})."]
+    if total == 0:
+        lines.append("No samples: the launch was too short to sample, or the section set lacks SourceCounters.")
+        return "\n".join(lines)
+    where: dict[int, Where] = {}
+    if match is None:
+        lines.append(f"Not mapped to source lines: {why_unmapped}")
+    else:
+        where = lines_of(rows, match)
+        lines.append(f"Mapped to source lines with nvdisasm -g of {shown_path(match.binary)} (function "
+                     f"{match.function}; {100 * match.agreement:.1f}% of the instructions agree).")
+        lines += _line_table(rows, where, total)
+    lines.append("SASS instructions with the most samples (offset from the kernel's first):")
+    base = rows[0].address
+    for r in sorted(rows, key=lambda r: -r.samples)[:TOP_INSTRUCTIONS]:
+        file, line = where.get(r.address, (None, None))
+        at = f"  {Path(file).name}:{line}" if file else ""
+        lines.append(f"{_share(r.samples, total)}  /*{r.address - base:04x}*/  {r.text[:70]}{at}")
+    return "\n".join(lines)
+
+
+def _line_table(rows: list[SassRow], where: dict[int, Where], total: float) -> list[str]:
+    """The TOP_LINES source lines with the most samples, each with its text where the file can
+    be read here, and the stall reasons where the page has a column per reason."""
+    sums: dict[Where, LineSums] = {}
+    for r in rows:
+        sums.setdefault(where[r.address], LineSums()).add(r)
+    ranked = sorted(sums.items(), key=lambda item: -item[1].samples)
+    texts: dict[str, Optional[list[str]]] = {}
+    table = ["share  samples  not issued  instrs  line"]
+    for (file, line), entry in ranked[:TOP_LINES]:
+        at = f"{Path(file).name}:{line}" if file else "(no line)"
+        code = _source_text(file, line, texts) if file and line else ""
+        reasons = _top_reasons(entry.reasons, entry.samples)
+        table.append(f"{_share(entry.samples, total)}  {entry.samples:7,.0f}  {_share(entry.not_issued, entry.samples)}"
+                     f"  {entry.instructions:6d}  {at}  {code}" + (f"  [{reasons}]" if reasons else ""))
+    rest = sum(entry.samples for _, entry in ranked[TOP_LINES:])
+    if rest:
+        table.append(f"{_share(rest, total)}  in the other {len(ranked) - TOP_LINES} lines")
+    return table
