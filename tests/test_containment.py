@@ -719,3 +719,23 @@ def test_a_cache_in_the_home_folder_beside_the_interpreter(kimi, tmp_path: Path,
         assert result.verdict is Verdict.PASS, (result.reason, result.stderr_tail)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@needs_files
+def test_a_folder_shown_inside_a_writable_one_stays_writable(tmp_path: Path):
+    # A tool showed a command the folder it was to write in (a subfolder of its writable
+    # scratch): brought back read-only over the writable folder, it made the write fail.
+    scratch = tmp_path / "scratch"
+    (scratch / "out").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "input").write_text("shown\n")
+    plan = containment.file_plan(writable=[scratch], show=[scratch / "out", tmp_path / "elsewhere"])
+    assert str(scratch / "out") not in plan.show and str(tmp_path / "elsewhere") in plan.show
+    # Shown and writable; shown only (read-only).
+    script = (f"cat {tmp_path}/elsewhere/input; touch {scratch}/out/made; "
+              f"touch {tmp_path}/elsewhere/no 2>/dev/null || echo ro")
+    with containment.contained(["sh", "-c", script], Limits(), plan) as box:
+        done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=WAIT_S,
+                              cwd=scratch, stdin=subprocess.DEVNULL)
+    assert done.stdout.split() == ["shown", "ro"], (done.stdout, done.stderr)
+    assert (scratch / "out" / "made").exists()

@@ -142,13 +142,6 @@ def details_text(launches: list[dict[str, Any]], sections: Optional[str], saved_
     return "\n".join(lines)
 
 
-def _outside(folder: Path, ctx: ToolContext, tmp: Path) -> list[Path]:
-    """``folder`` where a contained command must be shown it: outside the folders it may
-    write anyway (shown read-only, one of those would be read-only to it)."""
-    inside = any(folder.resolve().is_relative_to(root.resolve()) for root in (tmp, ctx.workspace, ctx.home))
-    return [] if inside else [folder]
-
-
 class NcuKernelArgs(Args):
     path: str = Field(description="A standalone .py script (run with the evaluating python) or .cu program (built "
                                   "with nvcc first) that launches the kernel to profile")
@@ -301,7 +294,7 @@ class NcuKernel(BaseTool):
             into = tmp / f"device_code_{i}"
             into.mkdir()
             run_command([cuobjdump, "-xelf", "all", str(library)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=into,
-                        show=_outside(library.parent, ctx, tmp), writable=[tmp])
+                        show=[library.parent], writable=[tmp])
             cubins += sorted(into.glob("*.cubin"))
         return cubins[:MAX_CUBINS]
 
@@ -311,7 +304,7 @@ class NcuKernel(BaseTool):
         for i, cubin in enumerate(cubins):
             listing = tmp / f"listing_{i}.txt"
             disassembled = run_command([nvdisasm, "-g", "-c", str(cubin)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
-                                       show=_outside(cubin.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
+                                       show=[cubin.parent], writable=[tmp], stdout_to=listing)
             if disassembled.exit_code == 0:
                 yield cubin, listing.read_text(errors="replace")
 
