@@ -4,7 +4,9 @@
 # kagent_stop_after sweep and the kernel's own %globaltimer stamps, at every full-scale context
 # (STAGES=1); Nsight Compute on one launch through the ncu_kernel tool (NCU=0); the regression
 # test of the harness against the kernel (scripts/megakernel_regression.py, REPEATS=3
-# evaluations); AA_RUNS=3 A/A evaluations (cold, then warm). Run from the repository root:
+# evaluations; KIMI_SPLIT_F=1 in the environment evaluates the split down projection);
+# AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the landed kernel against its
+# split down projection (SPLIT_F=1) and against itself, 4 rounds. Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
 # Everything lands in $OUT/stages.tar.gz beside log.txt.
@@ -38,6 +40,17 @@ if [ "${NCU:-0}" = 1 ]; then
   timeout 480 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
   echo "ncu_kernel: exit $? after $(( $(date +%s) - t0 )) s"
   cat "$OUT/ncu.log"
+  keep_round stages
+fi
+if [ "${TUNE:-0}" = 1 ]; then
+  # Side by side in rounds of turned order; "again" is the landed kernel once more (what a
+  # difference of nothing reads as).
+  t0=$(date +%s)
+  timeout 480 python3 examples/02_kimi_linear_decode/tune.py --out "$OUT/tune.json" --rounds 4 \
+    --variant '{"name": "now"}' --variant '{"name": "split", "consts": {"SPLIT_F": 1}}' \
+    --variant '{"name": "again"}' > "$OUT/tune.log" 2>&1
+  echo "tune: exit $? after $(( $(date +%s) - t0 )) s"
+  tail -5 "$OUT/tune.log"
   keep_round stages
 fi
 if [ "${REPEATS:-3}" -gt 0 ]; then

@@ -5,6 +5,7 @@ instruments run end to end on the two-stage solution's torch stand-in."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 sys.path.insert(0, str(SCRIPTS / "two_stage"))
 import megakernel_probes as probes  # noqa: E402
@@ -98,6 +100,28 @@ def test_the_triton_kernels_compile_for_sm90():
     ptx = kernel.asm["ptx"]
     assert ptx.count("atom.global.gpu.release.add") == 2 and ptx.count("%globaltimer") == 3
     assert ptx.count("fence.acq_rel.gpu") == 2
+
+
+@needs_triton
+def test_the_megakernel_s_split_down_projection_compiles_for_sm90():
+    # Before a device call is spent on it: the variant compiles for the H200 at full scale, its
+    # count of a tile's pieces is an acquire-release atomic (besides the grid barrier's), and
+    # it fits the registers without spilling more than the landed kernel.
+    script = REPO / "examples" / "02_kimi_linear_decode" / "compile_sm90.py"
+    done = subprocess.run([sys.executable, str(script), "--variant", '{"name": "now"}', "--variant",
+                           '{"name": "split", "consts": {"SPLIT_F": 1}}'], capture_output=True, text=True, timeout=1800,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    now, split = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert (now["acq_rel_atomics"], split["acq_rel_atomics"]) == (1, 2)
+
+    def figures(row):
+        (line,) = [line for line in row["ptxas"] if "registers" in line]
+        frame = next(line for line in row["ptxas"] if "stack frame" in line)
+        return int(line.split("Used ")[1].split()[0]), int(frame.split()[0])
+
+    (now_regs, now_frame), (split_regs, split_frame) = figures(now), figures(split)
+    assert now_regs <= 255 and split_regs <= 255 and split_frame <= now_frame
 
 
 def test_the_stage_tools_on_the_two_stage_stand_in(tmp_path):

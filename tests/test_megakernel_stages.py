@@ -80,3 +80,45 @@ def test_the_host_stamps_each_stage_s_end_under_the_interpreter(ran):
     assert len(stamps) == 28 and all(row[0] > 0 for row in stamps)
     times = stamp_times(stamps)
     assert len(times) == 27 and all(t["us"] >= 0 for t in times)
+
+
+# Two chained steps with the GPU's tiles and 5 programs (so that every program takes several
+# pieces of the split down projection, and the count of each tile is reached by pieces of
+# different programs), with and without the split: hidden and every state tensor.
+SPLIT_DRIVER = """
+import json, os, sys
+import torch
+sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
+import reference as ref, shapes, solution
+shape = shapes.SMOKE_SHAPES[0]
+cfg, context_len = ref.build_config(shape), shape["context_len"]
+torch.manual_seed(0)
+weights = ref.Model(cfg).state_dict()
+out, counts, pieces = {}, {}, {}
+for split in ("0", "1"):
+    os.environ["KIMI_SPLIT_F"] = split
+    model = solution.Model(cfg)
+    model.load_state_dict(weights, strict=True)
+    state, hidden = ref.init_state(cfg, context_len, 5), ref.init_token(cfg, 5)
+    for _ in range(2):
+        hidden, state = model.step(hidden, state)
+    out[split] = [hidden] + [t for layer in state for t in layer.values()]
+    counts[split] = model.pk_dcount.tolist()
+    c = model.layout.consts
+    pieces[split] = (c["SPLIT_F"], (c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], model.layout.programs)
+print(json.dumps({"bitwise": all(torch.equal(a, b) for a, b in zip(out["0"], out["1"], strict=True)),
+                  "counts": counts, "pieces": pieces}))
+"""
+
+
+def test_the_split_down_projection_gives_the_same_bits():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", SPLIT_DRIVER], cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    (plain, _, _), (split, pieces, programs) = ran["pieces"]["0"], ran["pieces"]["1"]
+    assert (plain, split) == (0, 1) and pieces > 2 * programs  # several pieces a program
+    assert ran["bitwise"]
+    # Every tile's count is back at zero for the next layer and the next step.
+    assert set(ran["counts"]["1"]) == {0} and len(ran["counts"]["1"]) > 1

@@ -405,35 +405,90 @@ def _expert_of(idx, j, E: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr):
 
 
 @triton.jit
-def _moe_down(pid, P, one, logits_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr,
+def _moe_down(pid, P, one, logits_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
               HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
-              NSH: tl.constexpr, NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr):
+              NSH: tl.constexpr, NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
     """out = h + bf16(sum_j w_j down_j(act_j) + sum_s down_s(act_s)), the experts in the
-    reference's order; one chunk per expert, the next expert's words loading meanwhile."""
+    reference's order.
+
+    SPLIT=0: a tile of BN columns takes every expert's chunk in turn (72 tiles at full scale),
+    the next expert's words loading meanwhile. SPLIT=1: one piece per (expert, column tile),
+    648 at full scale, so that every program has some (at most 5 chunks on one program instead
+    of 9); each piece stores its expert's float32 dot products and counts itself at its tile
+    (an acquire-release atomic after the program's threads stored, as the grid barrier
+    arrives), and the piece that completes the tile sums its experts in the same order with
+    the same operations, so the result is the same bit for bit. The count goes back to zero
+    for the next layer's use (the grid barriers between order that)."""
     GI: tl.constexpr = MI // 128
     NJ: tl.constexpr = NACT + NSH
     NT: tl.constexpr = HID // BN
     EW: tl.constexpr = MI * HID // 8   # words per expert
     ES: tl.constexpr = GI * HID        # scale|zero entries per expert
     idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
-    for t in range(pid, NT, P):
-        tw = dw_ptr + t * (GI * BN * 16)
-        ts = dsz_ptr + t * (GI * BN)
-        e = _expert_of(idx, 0, E, NACT, NAP)
-        w, sz = _load_chunk(tw + e * EW, ts + e * ES, 0, BN, GI)
-        acc = tl.zeros([BN], tl.float32)
-        for j in range(1, NJ):
-            e = _expert_of(idx, j, E, NACT, NAP)
-            w_next, sz_next = _load_chunk(tw + e * EW, ts + e * ES, 0, BN, GI)
-            y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + (j - 1) * MI, MI // 8, 0, GI, one), axis=1)
-            acc += tl.where(j - 1 < NACT, _pick(wts, NAP, j - 1), 1.0) * y
+    if SPLIT:
+        _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
+                         HID, E, MI, NACT, NAP, BN, GI, NJ, NT, EW, ES)
+    else:
+        for t in range(pid, NT, P):
+            tw = dw_ptr + t * (GI * BN * 16)
+            ts = dsz_ptr + t * (GI * BN)
+            e = _expert_of(idx, 0, E, NACT, NAP)
+            w, sz = _load_chunk(tw + e * EW, ts + e * ES, 0, BN, GI)
+            acc = tl.zeros([BN], tl.float32)
+            for j in range(1, NJ):
+                e = _expert_of(idx, j, E, NACT, NAP)
+                w_next, sz_next = _load_chunk(tw + e * EW, ts + e * ES, 0, BN, GI)
+                y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + (j - 1) * MI, MI // 8, 0, GI, one), axis=1)
+                acc += tl.where(j - 1 < NACT, _pick(wts, NAP, j - 1), 1.0) * y
+                w = w_next
+                sz = sz_next
+            y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + (NJ - 1) * MI, MI // 8, 0, GI, one), axis=1)
+            acc += tl.where(NJ - 1 < NACT, _pick(wts, NAP, NJ - 1), 1.0) * y
+            # (Not through a helper shared with the pieces: through one, this path compiled
+            # to 8 more bytes of spills than the kernel that was measured.)
+            n = t * BN + tl.arange(0, BN)
+            h = tl.load(hp_ptr + n, cache_modifier=".cg").to(tl.float32)
+            tl.store(out_ptr + n, _bf16(h + _bf16(acc)).to(tl.bfloat16))
+
+
+@triton.jit
+def _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
+                     HID: tl.constexpr, E: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr,
+                     BN: tl.constexpr, GI: tl.constexpr, NJ: tl.constexpr, NT: tl.constexpr, EW: tl.constexpr,
+                     ES: tl.constexpr):
+    """_moe_down's SPLIT=1: piece q is expert q // NT of column tile q % NT."""
+    col = tl.arange(0, BN)
+    q = pid
+    if q < NJ * NT:   # the first piece's words, loading before the loop
+        e = _expert_of(idx, q // NT, E, NACT, NAP)
+        w, sz = _load_chunk(dw_ptr + (q % NT) * (GI * BN * 16) + e * EW, dsz_ptr + (q % NT) * (GI * BN) + e * ES,
+                            0, BN, GI)
+        while q < NJ * NT:
+            j = q // NT
+            t = q % NT
+            nq = q + P
+            if nq < NJ * NT:   # the next piece's words load while this one multiplies
+                ne = _expert_of(idx, nq // NT, E, NACT, NAP)
+                w_next, sz_next = _load_chunk(dw_ptr + (nq % NT) * (GI * BN * 16) + ne * EW,
+                                              dsz_ptr + (nq % NT) * (GI * BN) + ne * ES, 0, BN, GI)
+            else:
+                w_next = w
+                sz_next = sz
+            y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + j * MI, MI // 8, 0, GI, one), axis=1)
+            tl.store(part_ptr + j * HID + t * BN + col, y)
+            tl.debug_barrier()   # every thread's part stored before the piece is counted
+            if tl.atomic_add(count_ptr + t, 1, sem="acq_rel") == NJ - 1:
+                tl.debug_barrier()   # the other pieces' parts, seen by this program's every thread
+                acc = tl.zeros([BN], tl.float32)
+                for jj in range(NJ):
+                    yj = tl.load(part_ptr + jj * HID + t * BN + col, cache_modifier=".cg")
+                    acc += tl.where(jj < NACT, _pick(wts, NAP, jj), 1.0) * yj
+                h = tl.load(hp_ptr + t * BN + col, cache_modifier=".cg").to(tl.float32)
+                tl.store(out_ptr + t * BN + col, _bf16(h + _bf16(acc)).to(tl.bfloat16))
+                tl.atomic_xchg(count_ptr + t, 0, sem="relaxed")
             w = w_next
             sz = sz_next
-        y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + (NJ - 1) * MI, MI // 8, 0, GI, one), axis=1)
-        acc += tl.where(NJ - 1 < NACT, _pick(wts, NAP, NJ - 1), 1.0) * y
-        n = t * BN + tl.arange(0, BN)
-        h = tl.load(hp_ptr + n, cache_modifier=".cg").to(tl.float32)
-        tl.store(out_ptr + n, _bf16(h + _bf16(acc)).to(tl.bfloat16))
+            q = nq
 
 
 # --------------------------------------------------------------------------- #
@@ -609,7 +664,7 @@ def kimi_decode_step(
         kda_w, kda_sz, kda_bw, kda_cw, kda_ow, kda_osz,
         mla_w, mla_sz, kb_w, kb_s, kb_z, vb_w, vb_sz, mla_ow, mla_osz, inv_freq,
         rt_w, g_w, u_w, g_sz, u_sz, sg_w, su_w, sg_sz, su_sz, d_w, d_sz,
-        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act,
+        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act, dpart, dcount,
         HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr,
         KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
         MH: tl.constexpr, MHP: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, NOPE: tl.constexpr,
@@ -619,7 +674,7 @@ def kimi_decode_step(
         BN_A: tl.constexpr, GC_A: tl.constexpr, RB_B: tl.constexpr, BV: tl.constexpr,
         BN_O: tl.constexpr, GC_O: tl.constexpr, GC_MO: tl.constexpr,
         RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
-        BN_F: tl.constexpr,
+        BN_F: tl.constexpr, SPLIT_F: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
         SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
@@ -669,8 +724,8 @@ def kimi_decode_step(
         elif kind == MOE_DOWN:
             _moe_down(pid, P, ONE, logits, d_w + layer * ((E + NSH) * MI * HID // 8),
                       d_sz + layer * ((E + NSH) * MI // 128 * HID), act, hp,
-                      tl.where(layer == NL - 1, x_out, xp),
-                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F)
+                      tl.where(layer == NL - 1, x_out, xp), dpart, dcount,
+                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F)
         elif kind == MLA_IN:
             _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
             _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA)

@@ -160,7 +160,7 @@ class Layout:
             BN_A=cap(kin, 128), GC_A=cap(g_h, 2), RB_B=cap(kh, 4), BV=cap(kd, 32),
             BN_O=cap(hid, 32), GC_O=cap(kin // GROUP, 8), GC_MO=cap(mh * vh // GROUP, 8),
             RB_R=cap(e, 4), BN_SH=cap(mi, 16), GC_SH=cap(g_h, 2), BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
-            BN_F=cap(hid, 32),
+            BN_F=cap(hid, 32), SPLIT_F=int(os.environ.get("KIMI_SPLIT_F", "0")),
             BN_MA=64 if gpu_tiles else _next_pow2(n_ma), GC_MA=cap(g_h, 2),
             BNC=_pow2_divisor(kv, 128), BL=32 if gpu_tiles else 64, CB=cap(kv, 128),
             NCP=ncp, IB=min(32, ncp), BN_VB=cap(vh, 32), GC_VB=cap(kv // GROUP, 8),
@@ -317,6 +317,10 @@ class Model(nn.Module):
         self._keep("xp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("hp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("bar", torch.zeros(2, dtype=torch.int32, device=dev))
+        # The split down projection's (SPLIT_F) expert parts, and each column tile's count of
+        # the parts stored (back to zero after each use).
+        self._keep("dpart", torch.zeros((cfg.n_active + cfg.n_shared) * cfg.hidden, **f32))
+        self._keep("dcount", torch.zeros(cfg.hidden // c["BN_F"], dtype=torch.int32, device=dev))
         self.kagent_stamps = torch.zeros(len(rows) + 1, programs if gpu else 1, dtype=torch.int64, device=dev)
         self._cache = None
 
@@ -362,7 +366,9 @@ class Model(nn.Module):
         self._cache = own
         return own, 1
 
-    def step(self, hidden: torch.Tensor, state: list):
+    def kernel_args(self, hidden: torch.Tensor, state: list) -> tuple[list, torch.Tensor, tuple]:
+        """The kernel's arguments for a step from (hidden, state), in its signature's order;
+        the output it writes; and the latent cache's (c, k_rope) buffers it appends to."""
         if self.layout is None:
             raise RuntimeError("load the weights first (load_state_dict repacks them for the kernel)")
         if hidden.device != self.pk_plan.device:
@@ -394,7 +400,15 @@ class Model(nn.Module):
                 p.pk_rt_w, p.pk_gate_w, p.pk_up_w, p.pk_gate_sz, p.pk_up_sz,
                 p.pk_s_gate_w, p.pk_s_up_w, p.pk_s_gate_sz, p.pk_s_up_sz, p.pk_down_w, p.pk_down_sz,
                 p.pk_s_slots, p.pk_s_qkv, p.pk_s_dec, p.pk_s_beta, p.pk_s_ot, p.pk_s_mq, p.pk_s_kr_raw,
-                p.pk_s_qabs, p.pk_s_qr, p.pk_s_pm, p.pk_s_pl, p.pk_s_pacc, p.pk_s_olat, p.pk_s_logits, p.pk_s_act]
+                p.pk_s_qabs, p.pk_s_qr, p.pk_s_pm, p.pk_s_pl, p.pk_s_pacc, p.pk_s_olat, p.pk_s_logits, p.pk_s_act,
+                p.pk_dpart, p.pk_dcount]
+        return args, x_out, (c_dst, k_dst)
+
+    def step(self, hidden: torch.Tensor, state: list):
+        args, x_out, (c_dst, k_dst) = self.kernel_args(hidden, state)
+        lay = self.layout
+        mla = state[self.mla_layer]
+        length = mla["c_kv"].shape[0]
         grid = (lay.programs,)
         stamps_on_device = hidden.is_cuda  # the interpreter cannot read the device clock: the host stamps
         if self.single_launch:

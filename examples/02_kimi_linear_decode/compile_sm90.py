@@ -1,0 +1,102 @@
+"""The megakernel compiled for the H200 (sm_90a) on any machine, no GPU needed: a variant's
+registers, spills and shared memory from ptxas, at full scale with the GPU's tiles and 132
+programs, before a device call is spent on it. Variants as tune.py takes them (warps, a
+register cap, any of the layout's constants).
+
+    python examples/02_kimi_linear_decode/compile_sm90.py --variant '{"name": "split", "consts": {"SPLIT_F": 1}}'
+
+The argument types come from a model's own launch arguments (a smoke-scale model on this
+machine: the same dtypes), pointers taken as 16-byte aligned as on the GPU. The landed kernel
+here (2026-12-05): 255 registers, a 312-byte stack frame, which is the 78 words a thread that
+the H200's driver reported for it (MEASUREMENTS.md).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Compiled, not interpreted: megakernel.py turns the interpreter on where no GPU is seen,
+# unless this says otherwise.
+os.environ["TRITON_INTERPRET"] = "0"
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench  # noqa: E402  (it puts the task on the path)
+import reference  # noqa: E402
+import shapes  # noqa: E402
+import solution  # noqa: E402
+import tune  # noqa: E402
+
+H200_PROGRAMS = 132
+TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.int32: "i32", torch.int64: "i64"}
+
+
+def signature(variant: dict) -> tuple[dict, dict, dict]:
+    """The kernel's (signature, constexprs, attributes) for ``variant`` at full scale on the
+    H200: types from a smoke-scale model's launch arguments, constants from the full-scale
+    layout with the variant's changes, every pointer 16-byte aligned."""
+    tune.apply(variant)
+    smoke = reference.build_config(shapes.SMOKE_SHAPES[0])
+    model = bench.random_model(smoke, torch.device("cpu"))
+    context = shapes.SMOKE_SHAPES[0]["context_len"]
+    state = reference.init_state(smoke, context, 0)
+    args, _, _ = model.kernel_args(reference.init_token(smoke, 0), state)
+    full = reference.build_config(shapes.SHAPES[0])
+    consts = dict(solution.Layout.of(full, H200_PROGRAMS, True).consts, USE_BARRIER=True, STAMPS=True)
+    names = list(inspect.signature(tune.KERNEL.fn).parameters)
+    runtime = [n for n in names if n not in consts]
+    assert len(runtime) == len(args), (len(runtime), len(args))
+    types, attrs = {}, {}
+    for i, (name, value) in enumerate(zip(runtime, args, strict=True)):
+        if isinstance(value, torch.Tensor):
+            types[name] = "*" + TYPES[value.dtype]
+            attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+        else:
+            types[name] = "i32"
+    sig = {n: types.get(n, "constexpr") for n in names}
+    return sig, {n: consts[n] for n in names if n in consts}, attrs
+
+
+def compile_variant(variant: dict) -> dict:
+    sig, constexprs, attrs = signature(variant)
+    options = {"num_warps": variant.get("num_warps", solution.NUM_WARPS)}
+    if variant.get("maxnreg"):
+        options["maxnreg"] = variant["maxnreg"]
+    started = time.monotonic()
+    kernel = triton.compile(ASTSource(fn=tune.KERNEL, signature=sig, constexprs=constexprs, attrs=attrs),
+                            target=GPUTarget("cuda", 90, 32), options=options)
+    seconds = time.monotonic() - started
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "kernel.ptx"
+        ptx.write_text(kernel.asm["ptx"])
+        report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", "-o", os.devnull, str(ptx)],
+                                capture_output=True, text=True, check=True).stderr
+    return {"variant": variant, "compile_s": round(seconds, 1), "shared_bytes": kernel.metadata.shared,
+            "ptxas": [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line],
+            "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts")
+    args = ap.parse_args()
+    for text in args.variant or ['{"name": "now"}']:
+        print(json.dumps(compile_variant(json.loads(text))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
