@@ -73,7 +73,7 @@ def disassembled(cubin: Path) -> str:
     return subprocess.run([nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
-def source_page(instructions, samples_of, base: int = 0x7F3A5C001200) -> str:
+def source_page(instructions, samples_of, base: int = 0x7F3A5C001200, address=lambda a: f"0x{a:x}") -> str:
     """Nsight Compute's SASS source page as CSV, one row per instruction (with a column per
     stall reason, as some versions print), between ncu's own lines."""
     out = io.StringIO()
@@ -82,7 +82,7 @@ def source_page(instructions, samples_of, base: int = 0x7F3A5C001200) -> str:
                      "stall_long_sb"])
     for i in instructions:
         samples = samples_of(i)
-        writer.writerow([f"0x{base + i.offset:x}", i.text, "1,024", f"{samples:,}", samples // 2, samples // 4,
+        writer.writerow([address(base + i.offset), i.text, "1,024", f"{samples:,}", samples // 2, samples // 4,
                          samples - samples // 4])
     return "==PROF== Connected to process 77\n" + out.getvalue() + "==PROF== Disconnected from process 77\n"
 
@@ -129,6 +129,19 @@ def test_samples_by_source_line_through_the_binary_that_ran(compiled):
     assert "SASS instructions with the most samples (offset from the kernel's first):" in text
     assert any(line.endswith(f"test_ncu_source.py:{HOT_LINE}") for line in text[text.index(
         "SASS instructions with the most samples (offset from the kernel's first):") + 1:])
+
+
+def test_a_page_without_the_padding_or_with_decimal_addresses_is_mapped(compiled):
+    cubin, listing = compiled
+    (instructions,) = parse_disassembly(listing).values()
+    # A version that leaves out the NOPs after the kernel's end, and one that prints addresses
+    # in decimal.
+    body = instructions[:max(i for i, ins in enumerate(instructions) if opcode(ins.text) != "NOP") + 1]
+    assert len(body) < len(instructions)
+    (rows,) = parse_source_page(source_page(body, lambda i: 1))
+    assert best_match(rows, [(cubin, listing)]).agreement == 1.0
+    (rows,) = parse_source_page(source_page(instructions, lambda i: 1, address=str))
+    assert rows[0].address == 0x7F3A5C001200 and best_match(rows, [(cubin, listing)]).agreement == 1.0
 
 
 def test_a_page_of_other_code_is_not_mapped(compiled):

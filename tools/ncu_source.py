@@ -72,6 +72,12 @@ def _number(cell: Optional[str]) -> float:
         return 0.0
 
 
+def _address(cell: str) -> int:
+    """An instruction's address as the page prints it: hexadecimal (0x...), else decimal."""
+    text = cell.strip().lower()
+    return int(text, 16) if text.startswith("0x") or any(c in "abcdef" for c in text) else int(text)
+
+
 def parse_source_page(text: str) -> list[list[SassRow]]:
     """``ncu --page source --print-source sass --csv`` output as one list of instructions per
     profiled launch (each launch's table starts with its own header row), in address order.
@@ -89,7 +95,7 @@ def parse_source_page(text: str) -> list[list[SassRow]]:
         if columns is None or len(cells) < len(columns):
             continue
         try:
-            address = int(cells[columns["Address"]], 16)
+            address = _address(cells[columns["Address"]])
         except ValueError:
             continue
         reasons = {name[len(_REASON_PREFIX):]: _number(cells[i]) for name, i in columns.items()
@@ -153,11 +159,14 @@ def best_match(rows: list[SassRow], listings: Iterable[tuple[Path, str]]) -> Opt
     best: Optional[Match] = None
     for binary, listing in listings:
         for name, instructions in parse_disassembly(listing).items():
-            # Same length, or the page is not of this function (it lists every instruction).
-            if abs(len(instructions) - len(rows)) > len(rows) * (1 - MIN_AGREEMENT):
+            # The page cannot hold more instructions than the function (it may hold fewer,
+            # should a version leave out the padding after the last one).
+            if len(instructions) < len(rows) * MIN_AGREEMENT:
                 continue
             share = agreement(rows, instructions)
-            if share >= MIN_AGREEMENT and (best is None or share > best.agreement):
+            # Of equal agreement, the function whose length is the page's.
+            if share >= MIN_AGREEMENT and (best is None or (share, -abs(len(instructions) - len(rows)))
+                                           > (best.agreement, -abs(len(best.instructions) - len(rows)))):
                 best = Match(binary, name, instructions, share)
         if best is not None and best.agreement == 1.0:
             break
