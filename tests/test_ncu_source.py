@@ -131,17 +131,20 @@ def test_samples_by_source_line_through_the_binary_that_ran(compiled):
         "SASS instructions with the most samples (offset from the kernel's first):") + 1:])
 
 
-def test_a_page_without_the_padding_or_with_decimal_addresses_is_mapped(compiled):
+def test_pages_in_other_versions_layouts_are_mapped(compiled):
     cubin, listing = compiled
     (instructions,) = parse_disassembly(listing).values()
-    # A version that leaves out the NOPs after the kernel's end, and one that prints addresses
-    # in decimal.
+    # A version that leaves out the NOPs after the kernel's end; one that prints addresses in
+    # decimal.
     body = instructions[:max(i for i, ins in enumerate(instructions) if opcode(ins.text) != "NOP") + 1]
     assert len(body) < len(instructions)
     (rows,) = parse_source_page(source_page(body, lambda i: 1))
     assert best_match(rows, [(cubin, listing)]).agreement == 1.0
     (rows,) = parse_source_page(source_page(instructions, lambda i: 1, address=str))
     assert rows[0].address == 0x7F3A5C001200 and best_match(rows, [(cubin, listing)]).agreement == 1.0
+    # A version that heads the column "# Address".
+    (rows,) = parse_source_page(source_page(instructions, lambda i: 1).replace('"Address"', '"# Address"'))
+    assert len(rows) == len(instructions) and best_match(rows, [(cubin, listing)]).agreement == 1.0
 
 
 def test_a_page_of_other_code_is_not_mapped(compiled):

@@ -84,15 +84,16 @@ def parse_source_page(text: str) -> list[list[SassRow]]:
     Lines that are not rows of a table (ncu's ``==PROF==`` lines, a kernel's title) are skipped."""
     blocks: list[list[SassRow]] = []
     columns: Optional[dict[str, int]] = None
+    width = 0
     for row in csv.reader(io.StringIO(text)):
         cells = [c.strip() for c in row]
         address_header = next((h for h in ADDRESS_HEADERS if h in cells), None)
         if address_header and "Source" in cells:
-            columns = {name: i for i, name in enumerate(cells)}
+            columns, width = {name: i for i, name in enumerate(cells)}, len(cells)
             columns["Address"] = columns[address_header]
             blocks.append([])
             continue
-        if columns is None or len(cells) < len(columns):
+        if columns is None or len(cells) < width:
             continue
         try:
             address = _address(cells[columns["Address"]])
