@@ -95,7 +95,15 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts")
     args = ap.parse_args()
     for text in args.variant or ['{"name": "now"}']:
-        print(json.dumps(compile_variant(json.loads(text))), flush=True)
+        variant = json.loads(text)
+        try:
+            row = compile_variant(variant)
+        except triton.compiler.errors.CompilationError as err:  # the variant's own fault: said, and the next one
+            cause: BaseException = err
+            while cause.__cause__ is not None:  # Triton wraps the reason once per enclosing function
+                cause = cause.__cause__
+            row = {"variant": variant, "error": f"{type(cause).__name__}: {cause}"}
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
