@@ -258,7 +258,7 @@ class NcuKernel(BaseTool):
                     return prefix + str(binary.resolve().relative_to(root))
             return str(binary)
 
-        content = ncu_source.by_line_text(rows, match, saved_as, why, shown)
+        content = ncu_source.by_line_text(rows, match, saved_as, why, shown, readable=[ctx.workspace])
         if len(blocks) > 1:
             content = f"{len(blocks)} launches profiled; the first is shown, all are in the CSV.\n" + content
         return ToolOutcome(content=content, data={

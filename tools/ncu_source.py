@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -178,13 +178,18 @@ def _share(part: float, whole: float) -> str:
     return f"{100 * part / whole:5.1f}%" if whole else "    -"
 
 
-def _source_text(file: str, line: int, cache: dict[str, Optional[list[str]]]) -> str:
-    """The text of ``file``'s ``line``, where the file can be read here."""
+def _source_text(file: str, line: int, readable: Sequence[Path], cache: dict[str, Optional[list[str]]]) -> str:
+    """The text of ``file``'s ``line``, where the file lies in one of the ``readable`` folders.
+    Nothing else is opened: the line table comes from a binary the model's code built, and it
+    may name any file of this machine, which the model's commands cannot read."""
     if file not in cache:
-        try:
-            cache[file] = Path(file).read_text(errors="replace").splitlines()
-        except OSError:
-            cache[file] = None
+        path = Path(file).resolve()
+        cache[file] = None
+        if any(path.is_relative_to(folder.resolve()) for folder in readable):
+            try:
+                cache[file] = path.read_text(errors="replace").splitlines()
+            except OSError:
+                pass
     lines = cache[file]
     return lines[line - 1].strip()[:100] if lines and 0 < line <= len(lines) else ""
 
@@ -223,9 +228,10 @@ def lines_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
 
 
 def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why_unmapped: str = "",
-                 shown_path: Callable[[Path], str] = str) -> str:
+                 shown_path: Callable[[Path], str] = str, readable: Sequence[Path] = ()) -> str:
     """What the model reads: the samples by source line (where a binary matched, else why
-    not), then the SASS instructions with the most samples, each with its line."""
+    not), then the SASS instructions with the most samples, each with its line; a line's text
+    where its file lies in ``readable``."""
     total = sum(r.samples for r in rows)
     lines = [f"Warp-state samples: {total:,.0f} over {len(rows):,} SASS instructions (the whole page is in "
              f"{saved_as})."]
@@ -239,7 +245,7 @@ def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why
         where = lines_of(rows, match)
         lines.append(f"Mapped to source lines with nvdisasm -g of {shown_path(match.binary)} (function "
                      f"{match.function}; {100 * match.agreement:.1f}% of the instructions agree).")
-        lines += _line_table(rows, where, total)
+        lines += _line_table(rows, where, total, readable)
     lines.append("SASS instructions with the most samples (offset from the kernel's first):")
     base = rows[0].address
     for r in sorted(rows, key=lambda r: -r.samples)[:TOP_INSTRUCTIONS]:
@@ -249,9 +255,9 @@ def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why
     return "\n".join(lines)
 
 
-def _line_table(rows: list[SassRow], where: dict[int, Where], total: float) -> list[str]:
-    """The TOP_LINES source lines with the most samples, each with its text where the file can
-    be read here, and the stall reasons where the page has a column per reason."""
+def _line_table(rows: list[SassRow], where: dict[int, Where], total: float, readable: Sequence[Path]) -> list[str]:
+    """The TOP_LINES source lines with the most samples, each with its text where its file lies
+    in ``readable``, and the stall reasons where the page has a column per reason."""
     sums: dict[Where, LineSums] = {}
     for r in rows:
         sums.setdefault(where[r.address], LineSums()).add(r)
@@ -260,7 +266,7 @@ def _line_table(rows: list[SassRow], where: dict[int, Where], total: float) -> l
     table = ["share  samples  not issued  instrs  line"]
     for (file, line), entry in ranked[:TOP_LINES]:
         at = f"{Path(file).name}:{line}" if file else "(no line)"
-        code = _source_text(file, line, texts) if file and line else ""
+        code = _source_text(file, line, readable, texts) if file and line else ""
         reasons = _top_reasons(entry.reasons, entry.samples)
         table.append(f"{_share(entry.samples, total)}  {entry.samples:7,.0f}  {_share(entry.not_issued, entry.samples)}"
                      f"  {entry.instructions:6d}  {at}  {code}" + (f"  [{reasons}]" if reasons else ""))
