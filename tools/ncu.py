@@ -27,6 +27,7 @@ from kagent.tools import ncu_source
 from kagent.tools.base import (
     Args,
     BaseTool,
+    Completed,
     ToolContext,
     ToolError,
     ToolFacts,
@@ -218,7 +219,7 @@ class NcuKernel(BaseTool):
                                                                     for launch in launches]})
 
     @staticmethod
-    def _nothing_profiled(done: Any, text: str) -> ToolError:
+    def _nothing_profiled(done: Completed, text: str) -> ToolError:
         why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
         return ToolError(f"Nsight Compute profiled no kernel ({why}; check kernel, launch_skip and that the file "
                          f"launches something):\n{done.output[-3000:]}\n{text[-2000:]}".rstrip())
@@ -231,7 +232,7 @@ class NcuKernel(BaseTool):
         saved.write_text(text)
         return relative_name(ctx, saved)
 
-    def _source_view(self, ctx: ToolContext, path: Path, args: NcuKernelArgs, text: str, done: Any, tmp: Path,
+    def _source_view(self, ctx: ToolContext, path: Path, args: NcuKernelArgs, text: str, done: Completed, tmp: Path,
                      target: list[str]) -> ToolOutcome:
         """The samples of the source page by source line, through the binary that ran."""
         blocks = ncu_source.parse_source_page(text)
