@@ -19,9 +19,16 @@ from kagent.tools.base import ToolContext, scrubbed_env
 from kagent.tools.kernel_reports import find_cuda_tool
 from kagent.tools.ncu_source import (
     NOT_ISSUED,
+    PTX_SECTION,
     SAMPLES,
+    _in_triton,
+    attach_chains,
     best_match,
     by_line_text,
+    call_chains,
+    callers_of,
+    elf_section,
+    lines_of,
     opcode,
     parse_disassembly,
     parse_source_page,
@@ -44,15 +51,22 @@ def _scaled(x, y):
 
 
 @triton.jit
-def sampled_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def sampled_kernel(x_ptr, y_ptr, out_ptr, sum_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < n
     x = tl.load(x_ptr + offsets, mask=inside)
     y = tl.load(y_ptr + offsets, mask=inside)
-    tl.store(out_ptr + offsets, _scaled(x, y), mask=inside)
+    tl.store(out_ptr + offsets, _scaled(x, y), mask=inside)  # the call
+    tl.atomic_add(sum_ptr, tl.sum(x, axis=0))  # a reduction of Triton's library
 
 
-HOT_LINE = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if text.strip() == HOT)
+def _line_of(text: str) -> int:
+    return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if line.strip() == text)
+
+
+HOT_LINE = _line_of(HOT)
+CALL_LINE = _line_of("tl.store(out_ptr + offsets, _scaled(x, y), mask=inside)  # the call")
+SUM_LINE = _line_of("tl.atomic_add(sum_ptr, tl.sum(x, axis=0))  # a reduction of Triton's library")
 
 
 def compile_into(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -60,7 +74,7 @@ def compile_into(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     holds it after the kernel's first launch; its cubin."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     triton.compile(ASTSource(fn=sampled_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32",
-                                                           "n": "i32", "BLOCK": "constexpr"},
+                                                           "sum_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
                              constexprs={"BLOCK": 1024}), target=GPUTarget("cuda", 90, 32))
     monkeypatch.delenv("TRITON_CACHE_DIR")
     (cubin,) = cache.glob("*/sampled_kernel.cubin")
@@ -99,10 +113,10 @@ def test_the_line_table_of_a_triton_cubin(compiled):
     assert list(parse_disassembly(listing)) == ["sampled_kernel"]
     offsets = [i.offset for i in instructions]
     assert offsets == sorted(offsets) and offsets[0] == 0 and len(set(offsets)) == len(offsets)
-    # Every instruction of the kernel's own code has its line in this file; the hot line is
-    # among them (inlined from _scaled).
-    lines = {i.line for i in instructions if i.file}
-    assert all(i.file == __file__ for i in instructions if i.file) and HOT_LINE in lines
+    # Every instruction has its line in this file or in Triton's library (tl.sum's); the hot
+    # line is among them (inlined from _scaled).
+    lines = {i.line for i in instructions if i.file == __file__}
+    assert all(i.file == __file__ or _in_triton(i.file) for i in instructions if i.file) and HOT_LINE in lines
     assert opcode("@!P0 LDG.E.128 R4, desc[UR4][R2.64]") == "LDG" and opcode("EXIT") == "EXIT"
 
 
@@ -129,6 +143,35 @@ def test_samples_by_source_line_through_the_binary_that_ran(compiled):
     assert "SASS instructions with the most samples (offset from the kernel's first):" in text
     assert any(line.endswith(f"test_ncu_source.py:{HOT_LINE}") for line in text[text.index(
         "SASS instructions with the most samples (offset from the kernel's first):") + 1:])
+
+
+def test_inlined_code_counts_at_the_kernel_s_own_lines(compiled):
+    # The line table alone puts tl.sum's instructions in Triton's library and _scaled's at its
+    # own line; through the PTX Triton kept beside the cubin, the first count at the line that
+    # called tl.sum, and the second are also listed by the kernel line that called _scaled.
+    cubin, listing = compiled
+    (instructions,) = parse_disassembly(listing).values()
+    assert any(i.file and _in_triton(i.file) for i in instructions)
+    embedded = elf_section(cubin.read_bytes(), PTX_SECTION)
+    assert embedded is not None
+    chains = call_chains(embedded, cubin.with_suffix(".ptx").read_text())
+    ptx_listing = subprocess.run([find_cuda_tool("nvdisasm", None), "-gp", "-c", str(cubin)], capture_output=True,
+                                 text=True, check=True).stdout
+    page = source_page(instructions, lambda i: 1)
+    (rows,) = parse_source_page(page)
+    match = best_match(rows, [(cubin, listing)])
+    assert attach_chains(match, ptx_listing, chains) > len(instructions) // 2
+    summed = [i for i in match.instructions if i.file and _in_triton(i.file)]
+    assert summed and all(i.chain[-1] == (__file__, SUM_LINE) for i in summed if i.chain)
+    where = lines_of(rows, match)
+    assert not any(file and _in_triton(file) for file, _ in where.values())
+    assert (__file__, SUM_LINE) in where.values() and (__file__, HOT_LINE) in where.values()
+    callers = callers_of(rows, match)
+    assert set(callers.values()) == {(__file__, CALL_LINE), (__file__, SUM_LINE)}
+    text = by_line_text(rows, match, "x.csv", readable=[Path(__file__).parent])
+    assert "By the line of the kernel's body each helper's work was called from" in text
+    assert f"test_ncu_source.py:{CALL_LINE}  tl.store(out_ptr + offsets, _scaled(x, y), mask=inside)" in text
+    assert elf_section(b"not an ELF file", PTX_SECTION) is None
 
 
 def test_pages_in_other_versions_layouts_are_mapped(compiled):

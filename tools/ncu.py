@@ -247,6 +247,8 @@ class NcuKernel(BaseTool):
         else:
             cubins = self._candidate_cubins(ctx, path, args, tmp, target)
             match = ncu_source.best_match(rows, self._listings(ctx, nvdisasm, cubins, tmp))
+            if match is not None:
+                self._inlined_from(ctx, nvdisasm, match, tmp)
             searched = ("the program built" if path.suffix == ".cu" else
                         "Triton's cache in the build home, the libraries of the build home and of the workspace")
             if match is None:
@@ -298,6 +300,22 @@ class NcuKernel(BaseTool):
                         show=[library.parent], writable=[tmp])
             cubins += sorted(into.glob("*.cubin"))
         return cubins[:MAX_CUBINS]
+
+    @staticmethod
+    def _inlined_from(ctx: ToolContext, nvdisasm: str, match: ncu_source.Match, tmp: Path) -> None:
+        """Where Triton kept the kernel's PTX beside its cubin: each instruction's chain of the
+        lines it was inlined from (ncu_source.call_chains), so that a helper's or tl.sum's
+        samples count at the kernel's own lines."""
+        ptx = match.binary.with_suffix(".ptx")
+        embedded = ncu_source.elf_section(match.binary.read_bytes(), ncu_source.PTX_SECTION)
+        if not ptx.is_file() or embedded is None:
+            return
+        listing = tmp / "listing_ptx_lines.txt"
+        done = run_command([nvdisasm, "-gp", "-c", str(match.binary)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
+                           show=[match.binary.parent], writable=[tmp], stdout_to=listing)
+        if done.exit_code == 0:
+            ncu_source.attach_chains(match, listing.read_text(errors="replace"),
+                                     ncu_source.call_chains(embedded, ptx.read_text(errors="replace")))
 
     @staticmethod
     def _listings(ctx: ToolContext, nvdisasm: str, cubins: list[Path], tmp: Path) -> Iterator[tuple[Path, str]]:

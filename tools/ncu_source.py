@@ -13,6 +13,11 @@ instructions, at the page's offsets from the kernel's first instruction, are the
 instructions is the one that ran. Nothing is assumed: where no candidate agrees, the samples
 are shown by SASS instruction only, and the reason is said.
 
+For a Triton kernel the line table alone names the innermost line: tl.sum's body in Triton's
+library, or a helper's line whichever stage called it. Triton's PTX says where each instruction
+was inlined from (call_chains), so those count at the kernel's own lines, and a second table
+sums inlined work by the line of the kernel's body that called it.
+
 Parsing and tables here; the ncu_kernel tool (ncu.py) runs the commands.
 """
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,14 +113,19 @@ def parse_source_page(text: str) -> list[list[SassRow]]:
     return [sorted(block, key=lambda r: r.address) for block in blocks if block]
 
 
+Chain = tuple[tuple[str, int], ...]  # (file, line) frames an instruction was inlined from, innermost first
+
+
 @dataclass
 class Instruction:
-    """One instruction of a disassembled function, with the source line the line table gives it."""
+    """One instruction of a disassembled function, with the source line the line table gives
+    it, and where known (call_chains) the lines it was inlined from, innermost first."""
 
     offset: int
     text: str
     file: Optional[str]
     line: Optional[int]
+    chain: Chain = ()
 
 
 def parse_disassembly(listing: str) -> dict[str, list[Instruction]]:
@@ -132,6 +143,90 @@ def parse_disassembly(listing: str) -> dict[str, list[Instruction]]:
         elif current is not None and (m := _INSTRUCTION.search(line)):
             current.append(Instruction(int(m.group(1), 16), m.group(2), *where))
     return functions
+
+
+# -- the lines a Triton kernel's instructions were inlined from --------------------------------
+# The cubin's line table holds the innermost line only: a line of tl.sum in Triton's own
+# library, or of a helper that every stage calls. Triton's PTX (kept beside the cubin in its
+# cache) says where each instruction was inlined from, in the comment of its .loc directive
+# ("standard.py:293:36 @[ kernel.py:359:18 @[ kernel.py:726:71 ] ]"); the cubin carries that PTX
+# without comments or .loc lines (section .nv_debug_ptx_txt, a line per NUL), and nvdisasm -gp
+# gives each instruction's line in it. The two are aligned line by line.
+PTX_SECTION = ".nv_debug_ptx_txt"
+_FRAME = re.compile(r"([^\s@\[\]:]+):(\d+):\d+")
+_FILE_DIRECTIVE = re.compile(r'^\s*\.file\s+\d+\s+"([^"]+)"')
+# How far ahead in Triton's PTX a line of the cubin's copy is looked for before it is given up.
+_ALIGN_WINDOW = 400
+
+
+def elf_section(data: bytes, name: str) -> Optional[bytes]:
+    """The bytes of section ``name`` of a 64-bit little-endian ELF file (a cubin), if any."""
+    if data[:6] != b"\x7fELF\x02\x01":
+        return None
+    (offset,) = struct.unpack_from("<Q", data, 0x28)
+    size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple:
+        return struct.unpack_from("<IIQQQQIIQQ", data, offset + i * size)
+    names = header(names_index)
+    table = data[names[4]:names[4] + names[5]]
+    for i in range(count):
+        entry = header(i)
+        if table[entry[0]:table.index(b"\0", entry[0])].decode(errors="replace") == name:
+            return data[entry[4]:entry[4] + entry[5]]
+    return None
+
+
+def _ptx_key(line: str) -> str:
+    return " ".join(line.split("//", 1)[0].split())
+
+
+def call_chains(embedded: bytes, ptx: str) -> dict[int, Chain]:
+    """For each line of the cubin's PTX copy (1-based, as nvdisasm -gp counts them), the chain of
+    the .loc before its line in Triton's PTX ``ptx``: (file, line) from the innermost frame out,
+    files by their full paths where the .file directives name them."""
+    source = ptx.splitlines()
+    paths: dict[str, str] = {}
+    for text in source:
+        if m := _FILE_DIRECTIVE.match(text):
+            paths.setdefault(Path(m.group(1)).name, m.group(1))
+    chains: dict[int, Chain] = {}
+    at = 0
+    chain: Chain = ()
+    for number, line in enumerate(embedded.decode(errors="replace").split("\0"), 1):
+        key = _ptx_key(line)
+        if not key:
+            continue
+        for ahead in range(at, min(len(source), at + _ALIGN_WINDOW)):
+            text = source[ahead].strip()
+            if text.startswith(".loc") and "//" in text:
+                found = tuple((paths.get(f, f), int(n)) for f, n in _FRAME.findall(text.split("//", 1)[1]))
+                chain = found if found and found[0][1] else ()
+            elif _ptx_key(text) == key:
+                chains[number], at = chain, ahead + 1
+                break
+    return chains
+
+
+def attach_chains(match: Match, ptx_listing: str, chains: dict[int, Chain]) -> int:
+    """Give each instruction of the matched function the chain of its PTX line (``nvdisasm -gp``
+    output of its binary); how many got one."""
+    ptx_line = {i.offset: i.line for i in parse_disassembly(ptx_listing).get(match.function, [])}
+    instructions = match.instructions
+    attached = 0
+    for instruction in instructions:
+        chain = chains.get(ptx_line.get(instruction.offset) or 0, ())
+        if chain:
+            instruction.chain = chain
+            attached += 1
+    return attached
+
+
+def _in_triton(path: str) -> bool:
+    """Whether a frame lies in Triton's own library (tl.sum, tl.max...): a call site of the
+    kernel's own code says more."""
+    parts = Path(path).parts
+    return "triton" in parts and "language" in parts
 
 
 def agreement(rows: list[SassRow], instructions: list[Instruction]) -> float:
@@ -219,12 +314,29 @@ class LineSums:
 Where = tuple[Optional[str], Optional[int]]  # (file, line) of an instruction; (None, None): unknown
 
 
+def _own_line(i: Instruction) -> Where:
+    """An instruction's line: the innermost frame outside Triton's library where its chain is
+    known, else the line table's."""
+    own = next((frame for frame in i.chain if not _in_triton(frame[0])), None)
+    return own if own else (i.file, i.line)
+
+
+def _instructions_at(rows: list[SassRow], match: Match) -> dict[int, Optional[Instruction]]:
+    """The matched function's instruction at each of the page's addresses."""
+    by_offset = {i.offset: i for i in match.instructions}
+    return {r.address: by_offset.get(r.address - rows[0].address) for r in rows}
+
+
 def lines_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
     """The source line of each of the page's instructions (by address), from the matched function."""
-    by_offset = {i.offset: i for i in match.instructions}
-    base = rows[0].address
-    found = {r.address: by_offset.get(r.address - base) for r in rows}
-    return {address: (i.file, i.line) if i else (None, None) for address, i in found.items()}
+    return {address: _own_line(i) if i else (None, None) for address, i in _instructions_at(rows, match).items()}
+
+
+def callers_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
+    """For each of the page's instructions inlined from a helper, the line of the kernel's own
+    body it was called from (the outermost frame); the others are left out."""
+    return {address: i.chain[-1] for address, i in _instructions_at(rows, match).items()
+            if i is not None and len(i.chain) > 1}
 
 
 def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why_unmapped: str = "",
@@ -246,6 +358,10 @@ def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why
         lines.append(f"Mapped to source lines with nvdisasm -g of {shown_path(match.binary)} (function "
                      f"{match.function}; {100 * match.agreement:.1f}% of the instructions agree).")
         lines += _line_table(rows, where, total, readable)
+        callers = callers_of(rows, match)
+        if callers:
+            lines.append("By the line of the kernel's body each helper's work was called from (inlined code only):")
+            lines += _line_table([r for r in rows if r.address in callers], callers, total, readable)
     lines.append("SASS instructions with the most samples (offset from the kernel's first):")
     base = rows[0].address
     for r in sorted(rows, key=lambda r: -r.samples)[:TOP_INSTRUCTIONS]:

@@ -5,7 +5,8 @@ register cap, any of the layout's constants).
 
     python examples/02_kimi_linear_decode/compile_sm90.py --variant '{"name": "split", "consts": {"SPLIT_F": 1}}'
 
-The argument types come from a model's own launch arguments (a smoke-scale model on this
+Each variant's local-memory instructions (spills) are counted by source line, from the cubin's
+line table. The argument types come from a model's own launch arguments (a smoke-scale model on this
 machine: the same dtypes), pointers taken as 16-byte aligned as on the GPU. The landed kernel
 here (2026-12-05): 255 registers, a 312-byte stack frame, which is the 78 words a thread that
 the H200's driver reported for it (MEASUREMENTS.md).
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 # Compiled, not interpreted: megakernel.py turns the interpreter on where no GPU is seen,
@@ -28,6 +30,8 @@ os.environ["TRITON_INTERPRET"] = "0"
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+from kagent.tools.kernel_reports import find_cuda_tool  # noqa: E402
+from kagent.tools.ncu_source import opcode, parse_disassembly  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
@@ -87,7 +91,26 @@ def compile_variant(variant: dict) -> dict:
                                 capture_output=True, text=True, check=True).stderr
     return {"variant": variant, "compile_s": round(seconds, 1), "shared_bytes": kernel.metadata.shared,
             "ptxas": [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line],
-            "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel")}
+            "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel"),
+            "spills_by_line": spills_by_line(kernel.asm["cubin"])}
+
+
+def spills_by_line(cubin: bytes, top: int = 12) -> list[str]:
+    """The source lines whose code reads or writes local memory (LDL, STL: the spills), most
+    instructions first, from the cubin's line table (nvdisasm -g, as the ncu_kernel tool's source
+    view reads it). Static counts: an instruction in a loop runs many times."""
+    nvdisasm = find_cuda_tool("nvdisasm", None)
+    if nvdisasm is None:
+        return ["nvdisasm not found"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        listing = subprocess.run([nvdisasm, "-g", "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    counts: Counter = Counter()
+    for instructions in parse_disassembly(listing).values():
+        counts.update((Path(i.file).name if i.file else "?", i.line, opcode(i.text)) for i in instructions
+                      if opcode(i.text) in ("LDL", "STL"))
+    return [f"{n} {op} {file}:{line}" for (file, line, op), n in counts.most_common(top)]
 
 
 def main() -> None:
