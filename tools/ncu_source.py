@@ -314,7 +314,7 @@ class LineSums:
 Where = tuple[Optional[str], Optional[int]]  # (file, line) of an instruction; (None, None): unknown
 
 
-def _own_line(i: Instruction) -> Where:
+def own_line(i: Instruction) -> Where:
     """An instruction's line: the innermost frame outside Triton's library where its chain is
     known, else the line table's."""
     own = next((frame for frame in i.chain if not _in_triton(frame[0])), None)
@@ -329,7 +329,7 @@ def _instructions_at(rows: list[SassRow], match: Match) -> dict[int, Optional[In
 
 def lines_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
     """The source line of each of the page's instructions (by address), from the matched function."""
-    return {address: _own_line(i) if i else (None, None) for address, i in _instructions_at(rows, match).items()}
+    return {address: own_line(i) if i else (None, None) for address, i in _instructions_at(rows, match).items()}
 
 
 def callers_of(rows: list[SassRow], match: Match) -> dict[int, Where]:

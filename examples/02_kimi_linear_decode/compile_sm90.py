@@ -31,7 +31,7 @@ os.environ["TRITON_INTERPRET"] = "0"
 import torch  # noqa: E402
 import triton  # noqa: E402
 from kagent.tools.kernel_reports import find_cuda_tool  # noqa: E402
-from kagent.tools.ncu_source import opcode, parse_disassembly  # noqa: E402
+from kagent.tools import ncu_source  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
@@ -92,24 +92,31 @@ def compile_variant(variant: dict) -> dict:
     return {"variant": variant, "compile_s": round(seconds, 1), "shared_bytes": kernel.metadata.shared,
             "ptxas": [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line],
             "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel"),
-            "spills_by_line": spills_by_line(kernel.asm["cubin"])}
+            "spills_by_line": spills_by_line(kernel.asm["cubin"], kernel.asm["ptx"])}
 
 
-def spills_by_line(cubin: bytes, top: int = 12) -> list[str]:
+def spills_by_line(cubin: bytes, ptx: str, top: int = 12) -> list[str]:
     """The source lines whose code reads or writes local memory (LDL, STL: the spills), most
-    instructions first, from the cubin's line table (nvdisasm -g, as the ncu_kernel tool's source
-    view reads it). Static counts: an instruction in a loop runs many times."""
+    instructions first, each at the kernel's own line that it was inlined from (tl.sum's body
+    counts where tl.sum was called), as the ncu_kernel tool's source view reads them. Static
+    counts: an instruction in a loop runs many times."""
     nvdisasm = find_cuda_tool("nvdisasm", None)
     if nvdisasm is None:
         return ["nvdisasm not found"]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        listing = subprocess.run([nvdisasm, "-g", "-c", str(path)], capture_output=True, text=True, check=True).stdout
+        listings = [subprocess.run([nvdisasm, flag, "-c", str(path)], capture_output=True, text=True,
+                                   check=True).stdout for flag in ("-g", "-gp")]
     counts: Counter = Counter()
-    for instructions in parse_disassembly(listing).values():
-        counts.update((Path(i.file).name if i.file else "?", i.line, opcode(i.text)) for i in instructions
-                      if opcode(i.text) in ("LDL", "STL"))
+    embedded = ncu_source.elf_section(cubin, ncu_source.PTX_SECTION)
+    chains = ncu_source.call_chains(embedded, ptx) if embedded is not None else {}
+    for name, instructions in ncu_source.parse_disassembly(listings[0]).items():
+        ncu_source.attach_chains(ncu_source.Match(path, name, instructions, 1.0), listings[1], chains)
+        for i in instructions:
+            if ncu_source.opcode(i.text) in ("LDL", "STL"):
+                file, line = ncu_source.own_line(i)
+                counts[(Path(file).name if file else "?", line, ncu_source.opcode(i.text))] += 1
     return [f"{n} {op} {file}:{line}" for (file, line, op), n in counts.most_common(top)]
 
 
