@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -172,6 +173,7 @@ def test_inlined_code_counts_at_the_kernel_s_own_lines(compiled):
     assert "By the line of the kernel's body each helper's work was called from" in text
     assert f"test_ncu_source.py:{CALL_LINE}  tl.store(out_ptr + offsets, _scaled(x, y), mask=inside)" in text
     assert elf_section(b"not an ELF file", PTX_SECTION) is None
+    assert elf_section(cubin.read_bytes()[:100], PTX_SECTION) is None  # cut short: no section, no crash
 
 
 def test_pages_in_other_versions_layouts_are_mapped(compiled):
@@ -229,6 +231,19 @@ def test_the_tool_s_source_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert f"test_ncu_source.py:{HOT_LINE}  " in out.content and HOT not in out.content
     assert out.data["function"] == "sampled_kernel" and out.data["agreement"] == 1.0
     assert (workspace / "build" / "ncu_source_probe.csv").read_text().count("\n") > len(instructions)
+    assert f"test_ncu_source.py:{CALL_LINE}  " in out.content.split("each helper's work was called from")[1]
+    # The PTX beside the cubin is read outside the jail: a link the model's code planted there,
+    # to a file its commands cannot read, is not followed.
+    # (Here the file outside is the kernel's own PTX with its lines renamed, so that following
+    # the link would show.)
+    ptx = cubin.with_suffix(".ptx")
+    secret = tmp_path / "secret.txt"
+    secret.write_text(re.sub(r"//.*", "// secret.txt:4242:1", ptx.read_text()))
+    ptx.unlink()
+    ptx.symlink_to(secret)
+    out = TOOLS["ncu_kernel"].run({"path": "probe.py", "view": "source"}, ctx)
+    assert not out.is_error and out.data["function"] == "sampled_kernel"
+    assert "secret" not in out.content and "4242" not in out.content and "called from" not in out.content
     # Without the binary: the samples by instruction, and why there are no lines.
     cubin.unlink()
     out = TOOLS["ncu_kernel"].run({"path": "probe.py", "view": "source"}, ctx)

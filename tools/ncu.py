@@ -49,6 +49,7 @@ SOURCE_SECTIONS = ("SourceCounters", "WarpStateStats")
 # nvdisasm), and libraries opened for their device code.
 MAX_CUBINS = 48
 MAX_LIBRARIES = 16
+MAX_PTX_BYTES = 64 << 20
 # Shown in full unless the model picks sections itself, in this order (what limits the kernel
 # first: the tool's output is capped, so what comes last may be cut); the others by name and
 # metric count.
@@ -307,8 +308,14 @@ class NcuKernel(BaseTool):
         lines it was inlined from (ncu_source.call_chains), so that a helper's or tl.sum's
         samples count at the kernel's own lines."""
         ptx = match.binary.with_suffix(".ptx")
+        # Read here, outside the jail: only what lies in the build home or the workspace, and
+        # of a PTX's size (a link the model's code planted could point anywhere).
+        roots = [root.resolve() for root in (ctx.home, ctx.workspace)]
+        if (not ptx.is_file() or ptx.stat().st_size > MAX_PTX_BYTES
+                or not all(any(f.resolve().is_relative_to(root) for root in roots) for f in (ptx, match.binary))):
+            return
         embedded = ncu_source.elf_section(match.binary.read_bytes(), ncu_source.PTX_SECTION)
-        if not ptx.is_file() or embedded is None:
+        if embedded is None:
             return
         listing = tmp / "listing_ptx_lines.txt"
         done = run_command([nvdisasm, "-gp", "-c", str(match.binary)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,

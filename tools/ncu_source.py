@@ -160,20 +160,24 @@ _ALIGN_WINDOW = 400
 
 
 def elf_section(data: bytes, name: str) -> Optional[bytes]:
-    """The bytes of section ``name`` of a 64-bit little-endian ELF file (a cubin), if any."""
+    """The bytes of section ``name`` of a 64-bit little-endian ELF file (a cubin), if any; None
+    for anything else, a malformed file included (the model's code built it)."""
     if data[:6] != b"\x7fELF\x02\x01":
         return None
-    (offset,) = struct.unpack_from("<Q", data, 0x28)
-    size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+    try:
+        (offset,) = struct.unpack_from("<Q", data, 0x28)
+        size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
 
-    def header(i: int) -> tuple:
-        return struct.unpack_from("<IIQQQQIIQQ", data, offset + i * size)
-    names = header(names_index)
-    table = data[names[4]:names[4] + names[5]]
-    for i in range(count):
-        entry = header(i)
-        if table[entry[0]:table.index(b"\0", entry[0])].decode(errors="replace") == name:
-            return data[entry[4]:entry[4] + entry[5]]
+        def header(i: int) -> tuple:
+            return struct.unpack_from("<IIQQQQIIQQ", data, offset + i * size)
+        names = header(names_index)
+        table = data[names[4]:names[4] + names[5]]
+        for i in range(count):
+            entry = header(i)
+            if table[entry[0]:table.index(b"\0", entry[0])].decode(errors="replace") == name:
+                return data[entry[4]:entry[4] + entry[5]]
+    except (struct.error, ValueError):
+        return None
     return None
 
 
