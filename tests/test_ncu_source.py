@@ -212,8 +212,11 @@ def test_the_tool_s_source_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     ctx = ToolContext(workspace=workspace, task=kimi,
                       eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home))
     (workspace / "probe.py").write_text("print('launching')\n")
-    # The kernel as its first launch left it in the run's build home, and the page of its launch.
+    # The kernel as its first launch left it in the run's build home, and the page of its launch
+    # (beside a dangling link that looks like a cubin, and one that looks like a library).
     cubin = compile_into(ctx.home / ".triton" / "cache", monkeypatch)
+    (cubin.parent / "dangling.cubin").symlink_to(tmp_path / "nowhere")
+    (workspace / "dangling.so").symlink_to(tmp_path / "nowhere")
     (instructions,) = parse_disassembly(disassembled(cubin)).values()
     argv_file = workspace / "ncu_argv.txt"
     install_fake_ncu(workspace / "bin", source_page(instructions, lambda i: 40 if i.line == HOT_LINE else 2),

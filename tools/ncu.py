@@ -285,11 +285,12 @@ class NcuKernel(BaseTool):
             if ctx.command_env().get("TRITON_CACHE_DIR"):
                 caches.append(Path(ctx.command_env()["TRITON_CACHE_DIR"]))
             named = re.compile(args.kernel) if args.kernel else None
-            found = {c for cache in caches if cache.is_dir() for c in cache.glob("*/*.cubin")}
+            # (is_file: a dangling link the model's code left in the cache is no candidate)
+            found = {c for cache in caches if cache.is_dir() for c in cache.glob("*/*.cubin") if c.is_file()}
             cubins = sorted(found, key=lambda c: (not (named and named.search(c.stem)), -c.stat().st_mtime))
             cubins = cubins[:MAX_CUBINS]
             shared = [lib for root in (ctx.home / ".cache" / "torch_extensions", ctx.workspace)
-                      for lib in root.glob("**/*.so") if ".git" not in lib.parts]
+                      for lib in root.glob("**/*.so") if ".git" not in lib.parts and lib.is_file()]
             libraries += sorted(shared, key=lambda lib: -lib.stat().st_mtime)[:MAX_LIBRARIES]
         cuobjdump = find_cuda_tool("cuobjdump", ctx.command_env().get("PATH"))
         if cuobjdump is None:  # the libraries' device code cannot be read: Triton's cubins only
