@@ -166,10 +166,6 @@ def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Se
     # the checkout, which is covered): the profiler's child imports the harness from there.
     imports += _kagent_packages()
     devices = [device for pattern in DEVICES for device in Path("/dev").glob(pattern)]
-    # A folder asked to be shown that lies in a writable one is there already: brought back
-    # read-only over it, it would make that part of the writable folder read-only (a tool
-    # that showed a command the folder it was to write in found it could not).
-    show = [p for p in show if not any(_within(str(p.absolute()), w) for w in _existing(writable))]
     granted = _existing([*writable, *show])
     # What the caller grants wins over a cover (the cache is inside kagent's home, the
     # workspace may be inside the project); a cover above it still hides the rest.

@@ -722,20 +722,21 @@ def test_a_cache_in_the_home_folder_beside_the_interpreter(kimi, tmp_path: Path,
 
 
 @needs_files
-def test_a_folder_shown_inside_a_writable_one_stays_writable(tmp_path: Path):
-    # A tool showed a command the folder it was to write in (a subfolder of its writable
-    # scratch): brought back read-only over the writable folder, it made the write fail.
-    scratch = tmp_path / "scratch"
-    (scratch / "out").mkdir(parents=True)
-    (tmp_path / "elsewhere").mkdir()
-    (tmp_path / "elsewhere" / "input").write_text("shown\n")
-    plan = containment.file_plan(writable=[scratch], show=[scratch / "out", tmp_path / "elsewhere"])
-    assert str(scratch / "out") not in plan.show and str(tmp_path / "elsewhere") in plan.show
-    # Shown and writable; shown only (read-only).
-    script = (f"cat {tmp_path}/elsewhere/input; touch {scratch}/out/made; "
-              f"touch {tmp_path}/elsewhere/no 2>/dev/null || echo ro")
+def test_a_folder_shown_inside_a_writable_one_stays_read_only(tmp_path: Path):
+    # The evaluation shows kagent's cache read-only; with `kagent eval --build-home` around it
+    # (~/.cache holding ~/.cache/kagent) the cache lies inside a folder the solution may write,
+    # and must stay read-only there: a solution that could write it would grade every later
+    # evaluation against what it wrote. (A change of this stop that dropped such shown folders
+    # as "writable already", to mend a tool's command, opened exactly that; the tool now shows
+    # only what lies outside the folders its command may write.)
+    home = tmp_path / "home"
+    (home / "cache").mkdir(parents=True)
+    (home / "cache" / "entry").write_text("sealed\n")
+    plan = containment.file_plan(writable=[home], show=[home / "cache"])
+    script = (f"cat {home}/cache/entry; echo poisoned > {home}/cache/entry 2>/dev/null || echo ro; "
+              f"touch {home}/made && echo home-writable")
     with containment.contained(["sh", "-c", script], Limits(), plan) as box:
         done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=WAIT_S,
-                              cwd=scratch, stdin=subprocess.DEVNULL)
-    assert done.stdout.split() == ["shown", "ro"], (done.stdout, done.stderr)
-    assert (scratch / "out" / "made").exists()
+                              cwd=home, stdin=subprocess.DEVNULL)
+    assert done.stdout.split() == ["sealed", "ro", "home-writable"], (done.stdout, done.stderr)
+    assert (home / "cache" / "entry").read_text() == "sealed\n"

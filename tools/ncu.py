@@ -144,6 +144,14 @@ def details_text(launches: list[dict[str, Any]], sections: Optional[str], saved_
     return "\n".join(lines)
 
 
+def _shown(folder: Path, ctx: ToolContext, tmp: Path) -> list[Path]:
+    """``folder`` as a command's ``show``, where it lies outside the folders the command may
+    write (the scratch, the workspace, the build home): shown, a folder is brought back
+    read-only, also over a writable one around it, and the command could not write there."""
+    inside = any(folder.resolve().is_relative_to(root.resolve()) for root in (tmp, ctx.workspace, ctx.home))
+    return [] if inside else [folder]
+
+
 class NcuKernelArgs(Args):
     path: str = Field(description="A standalone .py script (run with the evaluating python) or .cu program (built "
                                   "with nvcc first) that launches the kernel to profile")
@@ -299,7 +307,7 @@ class NcuKernel(BaseTool):
             into = tmp / f"device_code_{i}"
             into.mkdir()
             run_command([cuobjdump, "-xelf", "all", str(library)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=into,
-                        show=[library.parent], writable=[tmp])
+                        show=_shown(library.parent, ctx, tmp), writable=[tmp])
             cubins += sorted(into.glob("*.cubin"))
         return cubins[:MAX_CUBINS]
 
@@ -320,7 +328,7 @@ class NcuKernel(BaseTool):
             return
         listing = tmp / "listing_ptx_lines.txt"
         done = run_command([nvdisasm, "-gp", "-c", str(match.binary)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
-                           show=[match.binary.parent], writable=[tmp], stdout_to=listing)
+                           show=_shown(match.binary.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
         if done.exit_code == 0:
             ncu_source.attach_chains(match, listing.read_text(errors="replace"),
                                      ncu_source.call_chains(embedded, ptx.read_text(errors="replace")))
@@ -331,7 +339,7 @@ class NcuKernel(BaseTool):
         for i, cubin in enumerate(cubins):
             listing = tmp / f"listing_{i}.txt"
             disassembled = run_command([nvdisasm, "-g", "-c", str(cubin)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
-                                       show=[cubin.parent], writable=[tmp], stdout_to=listing)
+                                       show=_shown(cubin.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
             if disassembled.exit_code == 0:
                 yield cubin, listing.read_text(errors="replace")
 
