@@ -14,6 +14,7 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Protocol, Union, runtime_checkable
@@ -318,12 +319,12 @@ def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional
     env, files = command_sandbox(ctx, show, writable)
     # A file, not a pipe: a flood of output cannot fill memory, and a background child
     # holding the pipe open cannot make us wait.
-    with tempfile.TemporaryFile() as sink, open(stdout_to or os.devnull, "wb") as listing:
+    with tempfile.TemporaryFile() as sink, (open(stdout_to, "wb") if stdout_to else nullcontext(sink)) as stdout:
         # The model's commands get no network, a pid namespace (so setsid cannot escape the
         # kill at the limit), the files above and caps on processes and memory, wherever this
         # machine supports them.
-        done = runner.run(argv, timeout, files, env, cwd or ctx.workspace, stdout=listing if stdout_to else sink,
-                          stderr=sink if stdout_to else subprocess.STDOUT)
+        done = runner.run(argv, timeout, files, env, cwd or ctx.workspace, stdout=stdout,
+                          stderr=subprocess.STDOUT if stdout is sink else sink)
         output = read_capped(sink, ctx.max_output_chars)
     limits_hit = done.resources.problems()
     if limits_hit:

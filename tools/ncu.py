@@ -323,15 +323,12 @@ class NcuKernel(BaseTool):
         if (not ptx.is_file() or ptx.stat().st_size > MAX_PTX_BYTES
                 or not all(any(f.resolve().is_relative_to(root) for root in roots) for f in (ptx, match.binary))):
             return
-        embedded = ncu_source.elf_section(match.binary.read_bytes(), ncu_source.PTX_SECTION)
-        if embedded is None:
-            return
         listing = tmp / "listing_ptx_lines.txt"
         done = run_command([nvdisasm, "-gp", "-c", str(match.binary)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
                            show=_shown(match.binary.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
         if done.exit_code == 0:
-            ncu_source.attach_chains(match, listing.read_text(errors="replace"),
-                                     ncu_source.call_chains(embedded, ptx.read_text(errors="replace")))
+            ncu_source.inline_chains(match, match.binary.read_bytes(), ptx.read_text(errors="replace"),
+                                     listing.read_text(errors="replace"))
 
     @staticmethod
     def _listings(ctx: ToolContext, nvdisasm: str, cubins: list[Path], tmp: Path) -> Iterator[tuple[Path, str]]:

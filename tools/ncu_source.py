@@ -226,6 +226,14 @@ def attach_chains(match: Match, ptx_listing: str, chains: dict[int, Chain]) -> i
     return attached
 
 
+def inline_chains(match: Match, cubin: bytes, ptx: str, ptx_listing: str) -> int:
+    """The whole join for the matched function of ``cubin``: Triton's PTX ``ptx`` and the
+    ``nvdisasm -gp`` listing of the cubin; how many instructions got a chain (0 where the cubin
+    carries no copy of its PTX)."""
+    embedded = elf_section(cubin, PTX_SECTION)
+    return attach_chains(match, ptx_listing, call_chains(embedded, ptx)) if embedded is not None else 0
+
+
 def _in_triton(path: str) -> bool:
     """Whether a frame lies in Triton's own library (tl.sum, tl.max...): a call site of the
     kernel's own code says more."""
@@ -283,12 +291,11 @@ def _source_text(file: str, line: int, readable: Sequence[Path], cache: dict[str
     may name any file of this machine, which the model's commands cannot read."""
     if file not in cache:
         path = Path(file).resolve()
-        cache[file] = None
-        if any(path.is_relative_to(folder.resolve()) for folder in readable):
-            try:
-                cache[file] = path.read_text(errors="replace").splitlines()
-            except OSError:
-                pass
+        try:
+            cache[file] = (path.read_text(errors="replace").splitlines()
+                           if any(path.is_relative_to(folder.resolve()) for folder in readable) else None)
+        except OSError:  # gone, or not a file
+            cache[file] = None
     lines = cache[file]
     return lines[line - 1].strip()[:100] if lines and 0 < line <= len(lines) else ""
 

@@ -109,10 +109,8 @@ def spills_by_line(cubin: bytes, ptx: str, top: int = 12) -> list[str]:
         listings = [subprocess.run([nvdisasm, flag, "-c", str(path)], capture_output=True, text=True,
                                    check=True).stdout for flag in ("-g", "-gp")]
     counts: Counter = Counter()
-    embedded = ncu_source.elf_section(cubin, ncu_source.PTX_SECTION)
-    chains = ncu_source.call_chains(embedded, ptx) if embedded is not None else {}
     for name, instructions in ncu_source.parse_disassembly(listings[0]).items():
-        ncu_source.attach_chains(ncu_source.Match(path, name, instructions, 1.0), listings[1], chains)
+        ncu_source.inline_chains(ncu_source.Match(path, name, instructions, 1.0), cubin, ptx, listings[1])
         for i in instructions:
             if ncu_source.opcode(i.text) in ("LDL", "STL"):
                 file, line = ncu_source.own_line(i)
@@ -124,8 +122,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts")
     args = ap.parse_args()
-    for text in args.variant or ['{"name": "now"}']:
-        variant = json.loads(text)
+    try:
+        variants = [json.loads(text) for text in args.variant or ['{"name": "now"}']]
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"compile_sm90.py: a --variant is not JSON: {err}") from None
+    for variant in variants:
         try:
             row = compile_variant(variant)
         except triton.compiler.errors.CompilationError as err:  # the variant's own fault: said, and the next one
