@@ -84,8 +84,9 @@ def test_the_host_stamps_each_stage_s_end_under_the_interpreter(ran):
 
 # Two chained steps with the GPU's tiles and 5 programs (so that every program takes several
 # pieces of the split down projection, and the count of each tile is reached by pieces of
-# different programs), with and without the split: hidden and every state tensor.
-SPLIT_DRIVER = """
+# different programs), the landed kernel against its switchable variants (the split down
+# projection; the top-k computed once in MOE_IN; both): hidden and every state tensor.
+VARIANTS_DRIVER = """
 import json, os, sys
 import torch
 sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
@@ -94,31 +95,58 @@ shape = shapes.SMOKE_SHAPES[0]
 cfg, context_len = ref.build_config(shape), shape["context_len"]
 torch.manual_seed(0)
 weights = ref.Model(cfg).state_dict()
-out, counts, pieces = {}, {}, {}
-for split in ("0", "1"):
-    os.environ["KIMI_SPLIT_F"] = split
+variants = json.loads(sys.argv[1])
+out, ran = {}, {}
+for name, switches in variants.items():
+    os.environ.update(switches)
     model = solution.Model(cfg)
     model.load_state_dict(weights, strict=True)
     state, hidden = ref.init_state(cfg, context_len, 5), ref.init_token(cfg, 5)
     for _ in range(2):
         hidden, state = model.step(hidden, state)
-    out[split] = [hidden] + [t for layer in state for t in layer.values()]
-    counts[split] = model.pk_dcount.tolist()
+    for key in switches:   # (the layout is read from the environment at the first step)
+        del os.environ[key]
+    out[name] = [hidden] + [t for layer in state for t in layer.values()]
     c = model.layout.consts
-    pieces[split] = (c["SPLIT_F"], (c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], model.layout.programs)
-print(json.dumps({"bitwise": all(torch.equal(a, b) for a, b in zip(out["0"], out["1"], strict=True)),
-                  "counts": counts, "pieces": pieces}))
+    ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], programs=model.layout.programs,
+                     pieces=(c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], counts=model.pk_dcount.tolist(),
+                     route=model.pk_route.tolist(), nap=c["NAP"], nact=c["NACT"], experts=c["E"],
+                     bitwise=all(torch.equal(a, b) for a, b in zip(out["landed"], out[name], strict=True)))
+print(json.dumps(ran))
 """
 
 
-def test_the_split_down_projection_gives_the_same_bits():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", SPLIT_DRIVER], cwd=REPO, capture_output=True, text=True, timeout=900,
+@pytest.fixture(scope="module")
+def variants():
+    switches = {"landed": {}, "split": {"KIMI_SPLIT_F": "1"}, "route_once": {"KIMI_ROUTE_ONCE": "1"},
+                "both": {"KIMI_SPLIT_F": "1", "KIMI_ROUTE_ONCE": "1"}}
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_F", "KIMI_ROUTE_ONCE")}
+    done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1500,
                           env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    ran = json.loads(done.stdout.strip().splitlines()[-1])
-    (plain, _, _), (split, pieces, programs) = ran["pieces"]["0"], ran["pieces"]["1"]
-    assert (plain, split) == (0, 1) and pieces > 2 * programs  # several pieces a program
-    assert ran["bitwise"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", ["split", "both"])
+def test_the_split_down_projection_gives_the_same_bits(variants, name):
+    plain, split = variants["landed"], variants[name]
+    assert (plain["split"], split["split"]) == (0, 1)
+    assert split["pieces"] > 2 * split["programs"]  # several pieces a program
+    assert split["bitwise"]
     # Every tile's count is back at zero for the next layer and the next step.
-    assert set(ran["counts"]["1"]) == {0} and len(ran["counts"]["1"]) > 1
+    assert set(split["counts"]) == {0} and len(split["counts"]) > 1
+
+
+@pytest.mark.parametrize("name", ["route_once", "both"])
+def test_the_top_k_computed_once_gives_the_same_bits(variants, name):
+    plain, once = variants["landed"], variants[name]
+    assert (plain["route_once"], once["route_once"]) == (0, 1)
+    assert once["bitwise"]
+    count, idx = once["route"][0], once["route"][1:1 + once["nap"]]
+    # The router tiles' count is back at zero, and the last layer's top-k was left there:
+    # distinct experts in range (a route never written reads all zeros).
+    assert count == 0
+    chosen = idx[:once["nact"]]
+    assert len(set(chosen)) == once["nact"] and all(0 <= e < once["experts"] for e in chosen)
+    assert plain["route"] == [0] * len(plain["route"])  # the landed kernel leaves it untouched

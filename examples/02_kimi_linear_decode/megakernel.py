@@ -355,15 +355,49 @@ def _routing(logits_ptr, E: tl.constexpr, EP: tl.constexpr, NACT: tl.constexpr, 
 
 
 @triton.jit
+def _routing_once(route_ptr, logits_ptr, NR, E: tl.constexpr, EP: tl.constexpr, NACT: tl.constexpr,
+                  NAP: tl.constexpr, SCALE: tl.constexpr):
+    """ROUTE_ONCE: the router tile that stores the last of the NR tiles' logits computes the
+    top NACT and leaves them at route_ptr[1:] (expert indices, then the weights' bits) for
+    the MoE stages after the barrier; route_ptr[0] counts the tiles and goes back to zero for
+    the next layer. The counting is the grid barrier's: every thread's logits stored, then
+    one acquire-release atomic."""
+    tl.debug_barrier()
+    if tl.atomic_add(route_ptr, 1, sem="acq_rel") == NR - 1:
+        tl.debug_barrier()   # the other tiles' logits, seen by this program's every thread
+        idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
+        j = tl.arange(0, NAP)
+        tl.store(route_ptr + 1 + j, idx)
+        tl.store(route_ptr + 1 + NAP + j, wts.to(tl.int32, bitcast=True))
+        tl.atomic_xchg(route_ptr, 0, sem="relaxed")
+
+
+@triton.jit
+def _routed(route_ptr, logits_ptr, E: tl.constexpr, EP: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr,
+            SCALE: tl.constexpr, ROUTE_ONCE: tl.constexpr):
+    """The layer's top NACT experts and weights: read back where MOE_IN left them
+    (ROUTE_ONCE), else computed here from the logits, by every program alike."""
+    if ROUTE_ONCE:
+        j = tl.arange(0, NAP)
+        idx = tl.load(route_ptr + 1 + j, cache_modifier=".cg")
+        wts = tl.load(route_ptr + 1 + NAP + j, cache_modifier=".cg").to(tl.float32, bitcast=True)
+    else:
+        idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
+    return idx, wts
+
+
+@triton.jit
 def _pick(vec, NAP: tl.constexpr, j):
     return tl.sum(tl.where(tl.arange(0, NAP) == j, vec, 0), axis=0)
 
 
 @triton.jit
-def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, susz_ptr, act_ptr,
-            HID: tl.constexpr, E: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr, NSH: tl.constexpr,
-            RB: tl.constexpr, HB: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr):
-    """Router logits (float32) and the shared experts' silu(gate) * up."""
+def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, susz_ptr, act_ptr, route_ptr,
+            HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
+            NAP: tl.constexpr, NSH: tl.constexpr, SCALE: tl.constexpr,
+            RB: tl.constexpr, HB: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr):
+    """Router logits (float32) and the shared experts' silu(gate) * up; with ROUTE_ONCE, the
+    top-k from the logits as well, once."""
     G: tl.constexpr = HID // 128
     NR: tl.constexpr = E // RB
     NTN: tl.constexpr = MI // BN
@@ -371,6 +405,8 @@ def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, sus
         if t < NR:
             rows = t * RB + tl.arange(0, RB)
             tl.store(logits_ptr + rows, _rows_dot(rw_ptr, rows, slot, HID, RB, HB))
+            if ROUTE_ONCE:
+                _routing_once(route_ptr, logits_ptr, NR, E, EP, NACT, NAP, SCALE)
         else:
             s = (t - NR) // NTN
             tile = s * NTN + (t - NR) % NTN
@@ -381,13 +417,13 @@ def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, sus
 
 
 @triton.jit
-def _moe_up(pid, P, one, slot, logits_ptr, gw_ptr, uw_ptr, gsz_ptr, usz_ptr, act_ptr,
+def _moe_up(pid, P, one, slot, logits_ptr, route_ptr, gw_ptr, uw_ptr, gsz_ptr, usz_ptr, act_ptr,
             HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
-            NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr):
+            NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr):
     """silu(gate) * up of the routed experts (the slot still holds this layer's normed h)."""
     G: tl.constexpr = HID // 128
     NTN: tl.constexpr = MI // BN
-    idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
+    idx, wts = _routed(route_ptr, logits_ptr, E, EP, NACT, NAP, SCALE, ROUTE_ONCE)
     for t in range(pid, NACT * NTN, P):
         j = t // NTN
         tn = t % NTN
@@ -405,9 +441,10 @@ def _expert_of(idx, j, E: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr):
 
 
 @triton.jit
-def _moe_down(pid, P, one, logits_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
+def _moe_down(pid, P, one, logits_ptr, route_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
               HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
-              NSH: tl.constexpr, NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
+              NSH: tl.constexpr, NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr,
+              ROUTE_ONCE: tl.constexpr):
     """out = h + bf16(sum_j w_j down_j(act_j) + sum_s down_s(act_s)), the experts in the
     reference's order.
 
@@ -424,7 +461,7 @@ def _moe_down(pid, P, one, logits_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr
     NT: tl.constexpr = HID // BN
     EW: tl.constexpr = MI * HID // 8   # words per expert
     ES: tl.constexpr = GI * HID        # scale|zero entries per expert
-    idx, wts = _routing(logits_ptr, E, EP, NACT, NAP, SCALE)
+    idx, wts = _routed(route_ptr, logits_ptr, E, EP, NACT, NAP, SCALE, ROUTE_ONCE)
     if SPLIT:
         _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
                          HID, E, MI, NACT, NAP, BN, GI, NJ, NT, EW, ES)
@@ -664,7 +701,7 @@ def kimi_decode_step(
         kda_w, kda_sz, kda_bw, kda_cw, kda_ow, kda_osz,
         mla_w, mla_sz, kb_w, kb_s, kb_z, vb_w, vb_sz, mla_ow, mla_osz, inv_freq,
         rt_w, g_w, u_w, g_sz, u_sz, sg_w, su_w, sg_sz, su_sz, d_w, d_sz,
-        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act, dpart, dcount,
+        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act, dpart, dcount, route,
         HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr,
         KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
         MH: tl.constexpr, MHP: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, NOPE: tl.constexpr,
@@ -674,7 +711,7 @@ def kimi_decode_step(
         BN_A: tl.constexpr, GC_A: tl.constexpr, RB_B: tl.constexpr, BV: tl.constexpr,
         BN_O: tl.constexpr, GC_O: tl.constexpr, GC_MO: tl.constexpr,
         RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
-        BN_F: tl.constexpr, SPLIT_F: tl.constexpr,
+        BN_F: tl.constexpr, SPLIT_F: tl.constexpr, ROUTE_ONCE: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
         SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
@@ -715,17 +752,17 @@ def kimi_decode_step(
             _norm_to_slot(hp, moe_norm + layer * HID, slot, HID, HB, EPS)
             _moe_in(pid, P, ONE, slot, rt_w + layer * (E * HID), logits,
                     sg_w + layer * (NSH * MI * HID // 8), su_w + layer * (NSH * MI * HID // 8),
-                    sg_sz + layer * (NSH * MI * G_H), su_sz + layer * (NSH * MI * G_H), act,
-                    HID, E, MI, NACT, NSH, RB_R, HB, BN_SH, GC_SH)
+                    sg_sz + layer * (NSH * MI * G_H), su_sz + layer * (NSH * MI * G_H), act, route,
+                    HID, E, EP, MI, NACT, NAP, NSH, SCALE, RB_R, HB, BN_SH, GC_SH, ROUTE_ONCE)
         elif kind == MOE_UP:
-            _moe_up(pid, P, ONE, slot, logits, g_w + layer * (E * MI * HID // 8), u_w + layer * (E * MI * HID // 8),
+            _moe_up(pid, P, ONE, slot, logits, route, g_w + layer * (E * MI * HID // 8), u_w + layer * (E * MI * HID // 8),
                     g_sz + layer * (E * MI * G_H), u_sz + layer * (E * MI * G_H), act,
-                    HID, E, EP, MI, NACT, NAP, SCALE, BN_E, GC_E)
+                    HID, E, EP, MI, NACT, NAP, SCALE, BN_E, GC_E, ROUTE_ONCE)
         elif kind == MOE_DOWN:
-            _moe_down(pid, P, ONE, logits, d_w + layer * ((E + NSH) * MI * HID // 8),
+            _moe_down(pid, P, ONE, logits, route, d_w + layer * ((E + NSH) * MI * HID // 8),
                       d_sz + layer * ((E + NSH) * MI // 128 * HID), act, hp,
                       tl.where(layer == NL - 1, x_out, xp), dpart, dcount,
-                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F)
+                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F, ROUTE_ONCE)
         elif kind == MLA_IN:
             _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
             _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA)

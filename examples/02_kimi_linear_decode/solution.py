@@ -161,6 +161,7 @@ class Layout:
             BN_O=cap(hid, 32), GC_O=cap(kin // GROUP, 8), GC_MO=cap(mh * vh // GROUP, 8),
             RB_R=cap(e, 4), BN_SH=cap(mi, 16), GC_SH=cap(g_h, 2), BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
             BN_F=cap(hid, 32), SPLIT_F=int(os.environ.get("KIMI_SPLIT_F", "0")),
+            ROUTE_ONCE=int(os.environ.get("KIMI_ROUTE_ONCE", "0")),
             BN_MA=64 if gpu_tiles else _next_pow2(n_ma), GC_MA=cap(g_h, 2),
             BNC=_pow2_divisor(kv, 128), BL=32 if gpu_tiles else 64, CB=cap(kv, 128),
             NCP=ncp, IB=min(32, ncp), BN_VB=cap(vh, 32), GC_VB=cap(kv // GROUP, 8),
@@ -321,6 +322,9 @@ class Model(nn.Module):
         # the parts stored (back to zero after each use).
         self._keep("dpart", torch.zeros((cfg.n_active + cfg.n_shared) * cfg.hidden, **f32))
         self._keep("dcount", torch.zeros(cfg.hidden // c["BN_F"], dtype=torch.int32, device=dev))
+        # ROUTE_ONCE's count of router tiles (back to zero after each use), then the top-k's
+        # expert indices and weights (as int32 bits).
+        self._keep("route", torch.zeros(1 + 2 * c["NAP"], dtype=torch.int32, device=dev))
         self.kagent_stamps = torch.zeros(len(rows) + 1, programs if gpu else 1, dtype=torch.int64, device=dev)
         self._cache = None
 
@@ -401,7 +405,7 @@ class Model(nn.Module):
                 p.pk_s_gate_w, p.pk_s_up_w, p.pk_s_gate_sz, p.pk_s_up_sz, p.pk_down_w, p.pk_down_sz,
                 p.pk_s_slots, p.pk_s_qkv, p.pk_s_dec, p.pk_s_beta, p.pk_s_ot, p.pk_s_mq, p.pk_s_kr_raw,
                 p.pk_s_qabs, p.pk_s_qr, p.pk_s_pm, p.pk_s_pl, p.pk_s_pacc, p.pk_s_olat, p.pk_s_logits, p.pk_s_act,
-                p.pk_dpart, p.pk_dcount]
+                p.pk_dpart, p.pk_dcount, p.pk_route]
         return args, x_out, (c_dst, k_dst)
 
     def step(self, hidden: torch.Tensor, state: list):
