@@ -118,15 +118,18 @@ def run_megakernel_stages(ctx: ToolContext, out: Path) -> bool:
 
 def run_megakernel_ncu(ctx: ToolContext, out: Path) -> bool:
     """The ncu_kernel tool on one launch of the megakernel (its probe, after two warm-up
-    launches): its details, then its source view (where the warps wait, by source line)."""
+    launches): its details, then its source view (where the warps wait, by source line) at the
+    shortest context and at the longest (where the attention over the cache takes a fifth of
+    the step)."""
     report, ok = {}, True
-    for view in ("details", "source"):
+    for name, view, context in (("details", "details", 2048), ("source", "source", 2048),
+                                ("source_16384", "source", 16384)):
         started = time.monotonic()
         ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "kimi_decode_step", "launch_skip": 2,
-                                       "view": view}, ctx)
-        report[view] = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error,
+                                       "view": view, "arguments": ["--context", str(context)]}, ctx)
+        report[name] = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error,
                         "content": ncu.content, "data": ncu.data}
-        print(f"--- ncu_kernel tool on the megakernel, view {view} ({report[view]['seconds']} s)\n"
+        print(f"--- ncu_kernel tool on the megakernel, view {view}, ctx {context} ({report[name]['seconds']} s)\n"
               f"{ncu.content[:12000]}", flush=True)
         ok = ok and not ncu.is_error
     for csv_file in (ctx.workspace / "build").glob("*.csv"):
