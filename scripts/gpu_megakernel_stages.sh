@@ -6,8 +6,8 @@
 # test of the harness against the kernel (scripts/megakernel_regression.py, REPEATS=3
 # evaluations; KIMI_SPLIT_F=1 in the environment evaluates the split down projection);
 # AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the landed kernel against its
-# split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), both, and itself,
-# 4 rounds. Run from the repository root:
+# split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), both, the shared
+# expert in 3 pieces of its inputs (SPLIT_SH=3, 32 columns a tile), all three, and itself, 4 rounds. Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
 # Everything lands in $OUT/stages.tar.gz beside log.txt.
@@ -51,6 +51,8 @@ if [ "${TUNE:-0}" = 1 ]; then
     --variant '{"name": "now"}' --variant '{"name": "split", "consts": {"SPLIT_F": 1}}' \
     --variant '{"name": "route", "consts": {"ROUTE_ONCE": 1}}' \
     --variant '{"name": "split+route", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1}}' \
+    --variant '{"name": "sh3", "consts": {"SPLIT_SH": 3, "BN_SH": 32}}' \
+    --variant '{"name": "all", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32}}' \
     --variant '{"name": "again"}' > "$OUT/tune.log" 2>&1
   echo "tune: exit $? after $(( $(date +%s) - t0 )) s"
   tail -5 "$OUT/tune.log"

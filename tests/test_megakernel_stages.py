@@ -109,7 +109,11 @@ for name, switches in variants.items():
     out[name] = [hidden] + [t for layer in state for t in layer.values()]
     c = model.layout.consts
     ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], programs=model.layout.programs,
-                     pieces=(c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], counts=model.pk_dcount.tolist(),
+                     pieces=(c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], counts=model.pk_count.tolist(),
+                     split_sh=c["SPLIT_SH"], groups_a_piece=c["HID"] // 128 // c["SPLIT_SH"],
+                     worst_cos=min(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(),
+                                                                         dim=0).item()
+                                   for a, b in zip(out["landed"], out[name], strict=True)),
                      route=model.pk_route.tolist(), nap=c["NAP"], nact=c["NACT"], experts=c["E"],
                      bitwise=all(torch.equal(a, b) for a, b in zip(out["landed"], out[name], strict=True)))
 print(json.dumps(ran))
@@ -119,8 +123,9 @@ print(json.dumps(ran))
 @pytest.fixture(scope="module")
 def variants():
     switches = {"landed": {}, "split": {"KIMI_SPLIT_F": "1"}, "route_once": {"KIMI_ROUTE_ONCE": "1"},
-                "both": {"KIMI_SPLIT_F": "1", "KIMI_ROUTE_ONCE": "1"}}
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_F", "KIMI_ROUTE_ONCE")}
+                "both": {"KIMI_SPLIT_F": "1", "KIMI_ROUTE_ONCE": "1"}, "split_shared": {"KIMI_SPLIT_SH": "2"}}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_F", "KIMI_ROUTE_ONCE", "KIMI_SPLIT_SH")}
     done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
                           capture_output=True, text=True, timeout=1500,
                           env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"})
@@ -150,3 +155,19 @@ def test_the_top_k_computed_once_gives_the_same_bits(variants, name):
     chosen = idx[:once["nact"]]
     assert len(set(chosen)) == once["nact"] and all(0 <= e < once["experts"] for e in chosen)
     assert plain["route"] == [0] * len(plain["route"])  # the landed kernel leaves it untouched
+
+
+def test_the_shared_expert_in_pieces_of_its_inputs_gives_the_same_answer(variants):
+    split, plain = variants["split_shared"], variants["landed"]
+    assert (plain["split_sh"], split["split_sh"]) == (1, 2) and split["groups_a_piece"] >= 1
+    # Its sums are grouped by piece: close to the landed kernel's, not its bits.
+    assert split["worst_cos"] > 0.99999
+    assert set(split["counts"]) == {0}   # every tile's count back at zero
+
+
+def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    driver = VARIANTS_DRIVER.replace("variants = json.loads(sys.argv[1])", "variants = {'landed': {}}")
+    done = subprocess.run([sys.executable, "-c", driver], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**env, "KIMI_SPLIT_SH": "3"})
+    assert done.returncode != 0 and "KIMI_SPLIT_SH=3" in done.stderr

@@ -157,22 +157,23 @@ def _gemv(wt_ptr, szt_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.con
 
 @triton.jit
 def _gemv2(wa_ptr, wb_ptr, sza_ptr, szb_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
-           GC: tl.constexpr, one):
-    """_gemv for two matrices of the same layout at the same tile (gate and up)."""
+           GC: tl.constexpr, one, g_base=0):
+    """_gemv for two matrices of the same layout at the same tile (gate and up), over the G
+    groups from g_base (a piece of the tile's inputs; all of them by default)."""
     NC: tl.constexpr = G // GC
     acc_a = tl.zeros([BN, GC], tl.float32)
     acc_b = tl.zeros([BN, GC], tl.float32)
-    wa, sza = _load_chunk(wa_ptr, sza_ptr, 0, BN, GC)
-    wb, szb = _load_chunk(wb_ptr, szb_ptr, 0, BN, GC)
+    wa, sza = _load_chunk(wa_ptr, sza_ptr, g_base, BN, GC)
+    wb, szb = _load_chunk(wb_ptr, szb_ptr, g_base, BN, GC)
     for c in range(1, NC):
-        wa_next, sza_next = _load_chunk(wa_ptr, sza_ptr, c * GC, BN, GC)
-        wb_next, szb_next = _load_chunk(wb_ptr, szb_ptr, c * GC, BN, GC)
-        acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, (c - 1) * GC, GC, one)
+        wa_next, sza_next = _load_chunk(wa_ptr, sza_ptr, g_base + c * GC, BN, GC)
+        wb_next, szb_next = _load_chunk(wb_ptr, szb_ptr, g_base + c * GC, BN, GC)
+        acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, g_base + (c - 1) * GC, GC, one)
         wa = wa_next
         sza = sza_next
         wb = wb_next
         szb = szb_next
-    acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, (NC - 1) * GC, GC, one)
+    acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, g_base + (NC - 1) * GC, GC, one)
     return tl.sum(acc_a, axis=1), tl.sum(acc_b, axis=1)
 
 
@@ -393,27 +394,54 @@ def _pick(vec, NAP: tl.constexpr, j):
 
 @triton.jit
 def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, susz_ptr, act_ptr, route_ptr,
+            part_ptr, count_ptr,
             HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
             NAP: tl.constexpr, NSH: tl.constexpr, SCALE: tl.constexpr,
-            RB: tl.constexpr, HB: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr):
+            RB: tl.constexpr, HB: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr,
+            KP: tl.constexpr):
     """Router logits (float32) and the shared experts' silu(gate) * up; with ROUTE_ONCE, the
-    top-k from the logits as well, once."""
+    top-k from the logits as well, once.
+
+    KP > 1 (SPLIT_SH): each shared tile's inputs in KP pieces of G / KP groups, so that a
+    program walks G / KP chunks instead of G (a chunk's words are one memory round trip);
+    each piece stores its float32 gate and up sums at part_ptr and counts itself at its
+    tile, and the piece that completes the tile adds the pieces in order and writes
+    silu(gate) * up (then sets the count back to zero). Deterministic; not the landed
+    path's bits, since the sums are grouped by piece."""
     G: tl.constexpr = HID // 128
     NR: tl.constexpr = E // RB
     NTN: tl.constexpr = MI // BN
-    for t in range(pid, NR + NSH * NTN, P):
+    GP: tl.constexpr = G // KP
+    for t in range(pid, NR + NSH * NTN * KP, P):
         if t < NR:
             rows = t * RB + tl.arange(0, RB)
             tl.store(logits_ptr + rows, _rows_dot(rw_ptr, rows, slot, HID, RB, HB))
             if ROUTE_ONCE:
                 _routing_once(route_ptr, logits_ptr, NR, E, EP, NACT, NAP, SCALE)
         else:
-            s = (t - NR) // NTN
-            tile = s * NTN + (t - NR) % NTN
+            tile = (t - NR) // KP   # (over the NSH experts' tiles)
+            s = tile // NTN
+            k = (tile % NTN) * BN + tl.arange(0, BN)
             g, u = _gemv2(sg_ptr + tile * (G * BN * 16), su_ptr + tile * (G * BN * 16),
-                          sgsz_ptr + tile * (G * BN), susz_ptr + tile * (G * BN), slot, HID // 8, G, BN, GC, one)
-            k = ((t - NR) % NTN) * BN + tl.arange(0, BN)
-            _store_t(act_ptr + (NACT + s) * MI, k, g / (1.0 + tl.exp(-g)) * u, MI)
+                          sgsz_ptr + tile * (G * BN), susz_ptr + tile * (G * BN), slot, HID // 8, GP, BN, GC, one,
+                          ((t - NR) % KP) * GP)
+            if KP > 1:
+                piece = (t - NR) % KP
+                n = tile * BN + tl.arange(0, BN)
+                tl.store(part_ptr + (2 * piece) * (NSH * MI) + n, g)
+                tl.store(part_ptr + (2 * piece + 1) * (NSH * MI) + n, u)
+                tl.debug_barrier()   # every thread's sums stored before the piece is counted
+                if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == KP - 1:
+                    tl.debug_barrier()   # the other pieces' sums, seen by this program's every thread
+                    g = tl.zeros([BN], tl.float32)
+                    u = tl.zeros([BN], tl.float32)
+                    for pp in range(KP):
+                        g += tl.load(part_ptr + (2 * pp) * (NSH * MI) + n, cache_modifier=".cg")
+                        u += tl.load(part_ptr + (2 * pp + 1) * (NSH * MI) + n, cache_modifier=".cg")
+                    _store_t(act_ptr + (NACT + s) * MI, k, g / (1.0 + tl.exp(-g)) * u, MI)
+                    tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed")
+            else:
+                _store_t(act_ptr + (NACT + s) * MI, k, g / (1.0 + tl.exp(-g)) * u, MI)
 
 
 @triton.jit
@@ -701,7 +729,7 @@ def kimi_decode_step(
         kda_w, kda_sz, kda_bw, kda_cw, kda_ow, kda_osz,
         mla_w, mla_sz, kb_w, kb_s, kb_z, vb_w, vb_sz, mla_ow, mla_osz, inv_freq,
         rt_w, g_w, u_w, g_sz, u_sz, sg_w, su_w, sg_sz, su_sz, d_w, d_sz,
-        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act, dpart, dcount, route,
+        slots, qkv, dec, beta, ot, mq, kr_raw, qabs, qr, pm, pl, pacc, olat, logits, act, part, count, route,
         HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr,
         KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
         MH: tl.constexpr, MHP: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, NOPE: tl.constexpr,
@@ -710,7 +738,7 @@ def kimi_decode_step(
         MI: tl.constexpr, SCALE: tl.constexpr, NL: tl.constexpr,
         BN_A: tl.constexpr, GC_A: tl.constexpr, RB_B: tl.constexpr, BV: tl.constexpr,
         BN_O: tl.constexpr, GC_O: tl.constexpr, GC_MO: tl.constexpr,
-        RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
+        RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, SPLIT_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
         BN_F: tl.constexpr, SPLIT_F: tl.constexpr, ROUTE_ONCE: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
@@ -752,8 +780,8 @@ def kimi_decode_step(
             _norm_to_slot(hp, moe_norm + layer * HID, slot, HID, HB, EPS)
             _moe_in(pid, P, ONE, slot, rt_w + layer * (E * HID), logits,
                     sg_w + layer * (NSH * MI * HID // 8), su_w + layer * (NSH * MI * HID // 8),
-                    sg_sz + layer * (NSH * MI * G_H), su_sz + layer * (NSH * MI * G_H), act, route,
-                    HID, E, EP, MI, NACT, NAP, NSH, SCALE, RB_R, HB, BN_SH, GC_SH, ROUTE_ONCE)
+                    sg_sz + layer * (NSH * MI * G_H), su_sz + layer * (NSH * MI * G_H), act, route, part, count,
+                    HID, E, EP, MI, NACT, NAP, NSH, SCALE, RB_R, HB, BN_SH, GC_SH, ROUTE_ONCE, SPLIT_SH)
         elif kind == MOE_UP:
             _moe_up(pid, P, ONE, slot, logits, route, g_w + layer * (E * MI * HID // 8), u_w + layer * (E * MI * HID // 8),
                     g_sz + layer * (E * MI * G_H), u_sz + layer * (E * MI * G_H), act,
@@ -761,7 +789,7 @@ def kimi_decode_step(
         elif kind == MOE_DOWN:
             _moe_down(pid, P, ONE, logits, route, d_w + layer * ((E + NSH) * MI * HID // 8),
                       d_sz + layer * ((E + NSH) * MI // 128 * HID), act, hp,
-                      tl.where(layer == NL - 1, x_out, xp), dpart, dcount,
+                      tl.where(layer == NL - 1, x_out, xp), part, count,
                       HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F, ROUTE_ONCE)
         elif kind == MLA_IN:
             _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)

@@ -151,6 +151,9 @@ class Layout:
             def cap(n, gpu_cap):
                 return _pow2_divisor(n, 1 << 20)
         n_ma = mh * (nope + rope) + kv + rope
+        split_sh = int(os.environ.get("KIMI_SPLIT_SH", "1"))   # pieces of a shared tile's inputs
+        if split_sh < 1 or g_h % split_sh:
+            raise ValueError(f"KIMI_SPLIT_SH={split_sh}: the {g_h} groups of the hidden do not split in as many pieces")
         c = dict(
             HID=hid, HB=_next_pow2(hid), EPS=float(cfg.eps),
             KIN=kin, KD=kd, KH=kh,
@@ -159,7 +162,8 @@ class Layout:
             MI=mi, SCALE=float(cfg.routed_scaling), NL=len(cfg.pattern),
             BN_A=cap(kin, 128), GC_A=cap(g_h, 2), RB_B=cap(kh, 4), BV=cap(kd, 32),
             BN_O=cap(hid, 32), GC_O=cap(kin // GROUP, 8), GC_MO=cap(mh * vh // GROUP, 8),
-            RB_R=cap(e, 4), BN_SH=cap(mi, 16), GC_SH=cap(g_h, 2), BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
+            RB_R=cap(e, 4), BN_SH=cap(mi, 16), GC_SH=cap(g_h // split_sh, 2), SPLIT_SH=split_sh,
+            BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
             BN_F=cap(hid, 32), SPLIT_F=int(os.environ.get("KIMI_SPLIT_F", "0")),
             ROUTE_ONCE=int(os.environ.get("KIMI_ROUTE_ONCE", "0")),
             BN_MA=64 if gpu_tiles else _next_pow2(n_ma), GC_MA=cap(g_h, 2),
@@ -318,10 +322,13 @@ class Model(nn.Module):
         self._keep("xp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("hp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("bar", torch.zeros(2, dtype=torch.int32, device=dev))
-        # The split down projection's (SPLIT_F) expert parts, and each column tile's count of
-        # the parts stored (back to zero after each use).
-        self._keep("dpart", torch.zeros((cfg.n_active + cfg.n_shared) * cfg.hidden, **f32))
-        self._keep("dcount", torch.zeros(cfg.hidden // c["BN_F"], dtype=torch.int32, device=dev))
+        # The split stages' parts (SPLIT_F: the down projection's, by expert; SPLIT_SH: the
+        # shared experts' gate and up, by piece of the inputs), and each tile's count of the
+        # parts stored, back to zero after each use, so that the stages (a barrier apart) share
+        # them.
+        sh = cfg.n_shared * cfg.moe_inter
+        self._keep("part", torch.zeros(max((cfg.n_active + cfg.n_shared) * cfg.hidden, 2 * c["SPLIT_SH"] * sh), **f32))
+        self._keep("count", torch.zeros(max(cfg.hidden // c["BN_F"], sh // c["BN_SH"]), dtype=torch.int32, device=dev))
         # ROUTE_ONCE's count of router tiles (back to zero after each use), then the top-k's
         # expert indices and weights (as int32 bits).
         self._keep("route", torch.zeros(1 + 2 * c["NAP"], dtype=torch.int32, device=dev))
@@ -405,7 +412,7 @@ class Model(nn.Module):
                 p.pk_s_gate_w, p.pk_s_up_w, p.pk_s_gate_sz, p.pk_s_up_sz, p.pk_down_w, p.pk_down_sz,
                 p.pk_s_slots, p.pk_s_qkv, p.pk_s_dec, p.pk_s_beta, p.pk_s_ot, p.pk_s_mq, p.pk_s_kr_raw,
                 p.pk_s_qabs, p.pk_s_qr, p.pk_s_pm, p.pk_s_pl, p.pk_s_pacc, p.pk_s_olat, p.pk_s_logits, p.pk_s_act,
-                p.pk_dpart, p.pk_dcount, p.pk_route]
+                p.pk_part, p.pk_count, p.pk_route]
         return args, x_out, (c_dst, k_dst)
 
     def step(self, hidden: torch.Tensor, state: list):
