@@ -6,8 +6,9 @@
 # test of the harness against the kernel (scripts/megakernel_regression.py, REPEATS=3
 # evaluations; KIMI_SPLIT_F=1 in the environment evaluates the split down projection);
 # AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the landed kernel against its
-# split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), both, the shared
-# expert in 3 pieces of its inputs (SPLIT_SH=3, 32 columns a tile), all three, and itself, 4 rounds. Run from the repository root:
+# split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), the shared expert in
+# 3 pieces of its inputs (SPLIT_SH=3, 32 columns a tile), the counting grid barrier (BAR_COUNT=1),
+# all four, and itself, 4 rounds. Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
 # Everything lands in $OUT/stages.tar.gz beside log.txt.
@@ -34,15 +35,6 @@ if [ "${STAGES:-1}" = 1 ]; then
   cat "$OUT/stages.log"
   keep_round stages
 fi
-if [ "${NCU:-0}" = 1 ]; then
-  # Nsight Compute on one launch, through the ncu_kernel tool: its full section set, then its
-  # source view (stall samples by source line).
-  t0=$(date +%s)
-  timeout 480 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
-  echo "ncu_kernel: exit $? after $(( $(date +%s) - t0 )) s"
-  cat "$OUT/ncu.log"
-  keep_round stages
-fi
 if [ "${TUNE:-0}" = 1 ]; then
   # Side by side in rounds of turned order; "again" is the landed kernel once more (what a
   # difference of nothing reads as).
@@ -50,12 +42,21 @@ if [ "${TUNE:-0}" = 1 ]; then
   timeout 480 python3 examples/02_kimi_linear_decode/tune.py --out "$OUT/tune.json" --rounds 4 \
     --variant '{"name": "now"}' --variant '{"name": "split", "consts": {"SPLIT_F": 1}}' \
     --variant '{"name": "route", "consts": {"ROUTE_ONCE": 1}}' \
-    --variant '{"name": "split+route", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1}}' \
     --variant '{"name": "sh3", "consts": {"SPLIT_SH": 3, "BN_SH": 32}}' \
-    --variant '{"name": "all", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32}}' \
+    --variant '{"name": "barcount", "consts": {"BAR_COUNT": 1}}' \
+    --variant '{"name": "all", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1}}' \
     --variant '{"name": "again"}' > "$OUT/tune.log" 2>&1
   echo "tune: exit $? after $(( $(date +%s) - t0 )) s"
-  tail -5 "$OUT/tune.log"
+  tail -30 "$OUT/tune.log"
+  keep_round stages
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  # Nsight Compute on one launch, through the ncu_kernel tool: its full section set, then its
+  # source view (stall samples by source line).
+  t0=$(date +%s)
+  timeout 480 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
+  echo "ncu_kernel: exit $? after $(( $(date +%s) - t0 )) s"
+  cat "$OUT/ncu.log"
   keep_round stages
 fi
 if [ "${REPEATS:-3}" -gt 0 ]; then

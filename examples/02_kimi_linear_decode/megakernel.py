@@ -248,6 +248,23 @@ def _grid_barrier(bar_ptr, P):
 
 
 @triton.jit
+def _grid_barrier_count(bar_ptr, P):
+    """_grid_barrier with one atomic on the way in and nothing after the last arrival: a
+    64-bit count of every arrival since the buffer was zeroed, never reset. Barrier k's
+    arrivals are numbered kP .. kP+P-1 (no program can arrive at the next barrier before all
+    have arrived at this one), so a program waits until the count reaches the next multiple
+    of P above its own number. It needs the same P at every launch on a buffer (the model's
+    grid is fixed) and is 64 bits wide so that no decode runs long enough to wrap it."""
+    cnt_ptr = (bar_ptr + 2).to(tl.pointer_type(tl.int64))   # (bytes 8..15 of the barrier's buffer)
+    tl.debug_barrier()  # this program's writes are all issued before it arrives
+    arrived = tl.atomic_add(cnt_ptr, 1, sem="acq_rel")
+    target = (arrived // P + 1) * P
+    while tl.atomic_add(cnt_ptr, 0, sem="acquire") < target:
+        pass
+    tl.debug_barrier()
+
+
+@triton.jit
 def _now():
     """The device's nanosecond clock (%globaltimer), for the stage stamps."""
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
@@ -742,7 +759,7 @@ def kimi_decode_step(
         BN_F: tl.constexpr, SPLIT_F: tl.constexpr, ROUTE_ONCE: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
-        SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
+        SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, BAR_COUNT: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
     # ONE: the bits of 1.0f, a kernel argument so that it sits in a register and the nibble's
     # mask-and-or is one LOP3 (two immediates would take two).
     # STOP (kagent's stage sweep): the work of stages after it is skipped, every barrier still
@@ -810,4 +827,7 @@ def kimi_decode_step(
             tl.store(stamps + (si + 1) * P + pid, _now())
         if USE_BARRIER:
             if si + 1 < s_hi:
-                _grid_barrier(bar_ptr, P)
+                if BAR_COUNT:
+                    _grid_barrier_count(bar_ptr, P)
+                else:
+                    _grid_barrier(bar_ptr, P)

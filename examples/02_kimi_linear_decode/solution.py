@@ -166,6 +166,7 @@ class Layout:
             BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
             BN_F=cap(hid, 32), SPLIT_F=int(os.environ.get("KIMI_SPLIT_F", "0")),
             ROUTE_ONCE=int(os.environ.get("KIMI_ROUTE_ONCE", "0")),
+            BAR_COUNT=int(os.environ.get("KIMI_BAR_COUNT", "0")),
             BN_MA=64 if gpu_tiles else _next_pow2(n_ma), GC_MA=cap(g_h, 2),
             BNC=_pow2_divisor(kv, 128), BL=32 if gpu_tiles else 64, CB=cap(kv, 128),
             NCP=ncp, IB=min(32, ncp), BN_VB=cap(vh, 32), GC_VB=cap(kv // GROUP, 8),
@@ -310,7 +311,7 @@ class Model(nn.Module):
             rows += [(k.value, layer, 0) for k in (mk.MOE_IN, mk.MOE_UP, mk.MOE_DOWN)]
         self.plan_rows = rows
         self._keep("plan", torch.tensor(rows, dtype=torch.int32, device=dev).reshape(-1))
-        # Scratch between stages, and the grid barrier's (count, generation).
+        # Scratch between stages, and the grid barrier's words.
         f32 = dict(dtype=torch.float32, device=dev)
         kin = cfg.kda_heads * cfg.kda_head_dim
         sizes = dict(slots=programs * c["SLOT"], qkv=3 * kin, dec=kin, beta=cfg.kda_heads,
@@ -321,7 +322,8 @@ class Model(nn.Module):
             self._keep("s_" + name, torch.zeros(n, **f32))
         self._keep("xp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
         self._keep("hp", torch.zeros(cfg.hidden, dtype=torch.bfloat16, device=dev))
-        self._keep("bar", torch.zeros(2, dtype=torch.int32, device=dev))
+        # (count, generation) of the grid barrier, then BAR_COUNT's 64-bit count of arrivals.
+        self._keep("bar", torch.zeros(4, dtype=torch.int32, device=dev))
         # The split stages' parts (SPLIT_F: the down projection's, by expert; SPLIT_SH: the
         # shared experts' gate and up, by piece of the inputs), and each tile's count of the
         # parts stored, back to zero after each use, so that the stages (a barrier apart) share

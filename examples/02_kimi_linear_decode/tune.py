@@ -39,6 +39,7 @@ import solution  # noqa: E402
 
 LAYOUT_OF = solution.Layout.of
 KERNEL = mk.kimi_decode_step
+COMPILE_TIMEOUT_S = 300   # one variant's compile and first step, in its own process
 
 
 class _Launcher:
@@ -138,8 +139,12 @@ def main() -> None:
 
     def compile_in_child(variant: dict) -> dict:
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, "--compile-only", json.dumps(variant)],
-                              check=False, capture_output=True, text=True)
+        try:   # (the child also runs one step: a variant whose grid barrier never opens ends here)
+            done = subprocess.run([sys.executable, __file__, "--compile-only", json.dumps(variant)],
+                                  check=False, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"name": variant.get("name"), "rc": None, "s": round(time.perf_counter() - t0, 1),
+                    "stderr_tail": f"no step within {COMPILE_TIMEOUT_S} s of starting to compile it"}
         return {"name": variant.get("name"), "rc": done.returncode, "s": round(time.perf_counter() - t0, 1),
                 "stderr_tail": done.stderr[-2000:] if done.returncode else ""}
 
@@ -170,6 +175,7 @@ def main() -> None:
     for row in result["rows"]:
         print(row["variant"].get("name"), "median ms", row["median_ms"], "ratio to first", row["ratio_to_first"],
               "regs", row["n_regs"], "spills", row["n_spills"], "hidden cos to first", row.get("hidden_cos_to_first"),
+              "bitwise", row.get("hidden_equal_to_first"), "worst state cos", row.get("worst_state_cos_to_first"),
               flush=True)
 
 
