@@ -171,3 +171,35 @@ def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused
     done = subprocess.run([sys.executable, "-c", driver], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**env, "KIMI_SPLIT_SH": "3"})
     assert done.returncode != 0 and "KIMI_SPLIT_SH=3" in done.stderr
+
+
+# tune.py's overrides bypass the environment's check: the layout checks itself after them.
+LAYOUT_DRIVER = """
+import json, sys
+sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
+import reference as ref, shapes, solution
+cfg = ref.build_config(shapes.SMOKE_SHAPES[0])
+refused = {}
+for name, overrides in json.loads(sys.argv[1]).items():
+    layout = solution.Layout.of(cfg, 5, gpu=False, gpu_tiles=True)
+    layout.consts.update(overrides)
+    try:
+        layout.check()
+        refused[name] = None
+    except ValueError as error:
+        refused[name] = str(error)
+print(json.dumps(refused))
+"""
+
+
+def test_a_layout_overridden_as_tune_does_is_checked_again():
+    cases = {"as_built": {}, "split_4": {"SPLIT_SH": 4}, "chunks_4": {"GC_SH": 4}, "wide_tile": {"BN_F": 96}}
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_SH")}
+    done = subprocess.run([sys.executable, "-c", LAYOUT_DRIVER, json.dumps(cases)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    refused = json.loads(done.stdout.strip().splitlines()[-1])
+    assert refused["as_built"] is None
+    assert "SPLIT_SH=4 does not divide" in refused["split_4"]
+    assert "GC_SH=4 does not divide" in refused["chunks_4"]
+    assert "BN_F=96 does not divide" in refused["wide_tile"]

@@ -172,7 +172,23 @@ class Layout:
             NCP=ncp, IB=min(32, ncp), BN_VB=cap(vh, 32), GC_VB=cap(kv // GROUP, 8),
             SLOT=hid, INTERPRET=not gpu,
         )
-        return Layout(programs, c)
+        layout = Layout(programs, c)
+        layout.check()
+        return layout
+
+    def check(self) -> None:
+        """Refuse tilings that the kernel would compute wrongly without an error (checked again
+        after tune.py's overrides): every tile inside its matrix, every split on whole chunks."""
+        c = self.consts
+        g_h = c["HID"] // GROUP
+        widths = {"BN_SH": c["MI"], "BN_E": c["MI"], "BN_F": c["HID"], "BN_O": c["HID"]}
+        bad = [f"{k}={c[k]} does not divide {n}" for k, n in widths.items() if n % c[k]]
+        if c["SPLIT_SH"] < 1 or g_h % c["SPLIT_SH"]:
+            bad.append(f"SPLIT_SH={c['SPLIT_SH']} does not divide the hidden's {g_h} groups")
+        elif (g_h // c["SPLIT_SH"]) % c["GC_SH"]:
+            bad.append(f"GC_SH={c['GC_SH']} does not divide a piece's {g_h // c['SPLIT_SH']} groups")
+        if bad:
+            raise ValueError("kernel layout: " + "; ".join(bad))
 
     def chunks(self, length: int) -> tuple[int, int]:
         """Rows per attention chunk (a multiple of BL) and the number of chunks for a cache

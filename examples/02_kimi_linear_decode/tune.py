@@ -63,6 +63,7 @@ def apply(variant: dict) -> None:
         if unknown:
             raise SystemExit(f"tune.py: the layout has no constant {sorted(unknown)}")
         layout.consts.update(consts)
+        layout.check()
         return layout
 
     solution.Layout.of = staticmethod(layout_of)
