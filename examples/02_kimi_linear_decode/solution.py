@@ -151,7 +151,9 @@ class Layout:
             def cap(n, gpu_cap):
                 return _pow2_divisor(n, 1 << 20)
         n_ma = mh * (nope + rope) + kv + rope
-        split_sh = int(os.environ.get("KIMI_SPLIT_SH", "1"))   # pieces of a shared tile's inputs
+        # Pieces of a shared tile's inputs; split, the tiles are twice as wide (so that pieces
+        # and router tiles still fill about one round of programs: faster on an H100, 2026-12-05).
+        split_sh = int(os.environ.get("KIMI_SPLIT_SH", "1"))
         if split_sh < 1 or g_h % split_sh:
             raise ValueError(f"KIMI_SPLIT_SH={split_sh}: the {g_h} groups of the hidden do not split in as many pieces")
         c = dict(
@@ -162,7 +164,7 @@ class Layout:
             MI=mi, SCALE=float(cfg.routed_scaling), NL=len(cfg.pattern),
             BN_A=cap(kin, 128), GC_A=cap(g_h, 2), RB_B=cap(kh, 4), BV=cap(kd, 32),
             BN_O=cap(hid, 32), GC_O=cap(kin // GROUP, 8), GC_MO=cap(mh * vh // GROUP, 8),
-            RB_R=cap(e, 4), BN_SH=cap(mi, 16), GC_SH=cap(g_h // split_sh, 2), SPLIT_SH=split_sh,
+            RB_R=cap(e, 4), BN_SH=cap(mi, 16 if split_sh == 1 else 32), GC_SH=cap(g_h // split_sh, 2), SPLIT_SH=split_sh,
             BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
             BN_F=cap(hid, 32), SPLIT_F=int(os.environ.get("KIMI_SPLIT_F", "0")),
             ROUTE_ONCE=int(os.environ.get("KIMI_ROUTE_ONCE", "0")),
