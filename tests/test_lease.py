@@ -14,7 +14,7 @@ import torch
 
 from kagent.sandbox.harness import lease as harness_lease
 from kagent.sandbox.harness.lease import Lease
-from kagent.sandbox.harness.remote import SHARED_REPROBES, LeftRunning, Watch
+from kagent.sandbox.harness.remote import REREADS_ALONE, SHARED_REPROBES, LeftRunning, Watch
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV, exclusive_here, lease_name, open_lease, read_records
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
@@ -277,21 +277,24 @@ def test_work_left_behind_still_fails_with_the_device_alone(evaluation_lease):
         watch.check("loading the solution")
 
 
-def test_a_probe_over_its_limit_while_timing_alone_or_without_a_lease_fails_only_when_read_over_it_twice(
+def test_a_probe_over_its_limit_while_timing_alone_or_without_a_lease_fails_only_when_every_reading_is_over_it(
         evaluation_lease, monkeypatch):
-    # Every reading over the limit is read again once, at once: work left running delays both.
-    watch = _watch(ScriptedProbe(0.9, 1.2, 1.3, 1.2, 1.2, 1.2, 1.2))
+    # A reading over the limit is read again, up to REREADS_ALONE times: work left running
+    # delays every reading.
+    assert REREADS_ALONE == 2
+    watch = _watch(ScriptedProbe(0.9, 1.2, 1.3, 1.1, 1.2, 1.2, 1.2, 1.2, 1.2, 1.2))
     assert watch.check("a timed block") == 0.9  # within the limit: read once
     with harness_lease.exclusive("timing", shared_after=False):
-        with pytest.raises(LeftRunning, match=r"took 1\.200 ms, then 1\.300 ms with the device alone \(idle"):
+        with pytest.raises(LeftRunning, match=r"took 1\.200 ms, then 1\.300, 1\.100 ms with the device alone \(idle"):
             watch.check("a timed block")
     # Under a lease, no longer holding it (after the timing, as here): no advice on leases.
-    with pytest.raises(LeftRunning, match=r"took 1\.200 ms, then 1\.200 ms \(idle"):
+    with pytest.raises(LeftRunning, match=r"took 1\.200 ms, then 1\.200, 1\.200 ms \(idle"):
         watch.check("closing")
     monkeypatch.setattr(harness_lease, "_current", None)
     with pytest.raises(LeftRunning, match=r"evaluations that share a GPU must share its lease \(\$KAGENT_GPU_LEASE\)"):
         watch.check("running a step")
     assert [c["alone"] for c in watch.confirmed] == [True, False, False]
+    assert watch.probe.readings == []  # type: ignore[attr-defined]
 
 
 def test_one_slow_reading_alone_is_read_again_and_what_delayed_it_is_charged(evaluation_lease):
@@ -302,6 +305,24 @@ def test_one_slow_reading_alone_is_read_again_and_what_delayed_it_is_charged(eva
     with harness_lease.exclusive("timing", shared_after=False):
         assert watch.check("a timed block") == 1.2
     assert watch.confirmed == [{"what": "a timed block", "first_ms": 1.2, "again_ms": 0.4, "alone": True}]
+
+
+def test_two_slow_readings_in_a_row_alone_are_settled_by_a_third(evaluation_lease):
+    """A fast kernel on an H100 read 0.726 then 0.685 ms against 0.511 allowed, once in 9 first
+    readings over the limit (2026-12-05): a third reading within it passes; the first stands."""
+    watch = _watch(ScriptedProbe(1.4, 1.3, 0.35))
+    with harness_lease.exclusive("timing", shared_after=False):
+        assert watch.check("a timed block") == 1.4
+    assert watch.confirmed == [{"what": "a timed block", "first_ms": 1.4, "again_ms": 0.35, "alone": True}]
+
+
+def test_a_reread_far_over_its_limit_fails_without_reading_further(evaluation_lease):
+    # Just over, then far over: work left behind took the device; no third reading is taken.
+    watch = _watch(ScriptedProbe(1.2, 2.5, 0.4))
+    with harness_lease.exclusive("timing", shared_after=False):
+        with pytest.raises(LeftRunning, match=r"took 1\.200 ms, then 2\.500 ms with the device alone"):
+            watch.check("a timed block")
+    assert watch.probe.readings == [0.4]  # type: ignore[attr-defined]
 
 
 def test_a_reading_far_over_its_limit_fails_at_once(evaluation_lease):

@@ -64,8 +64,11 @@ IDLE_SLACK_MS = 0.1
 SHARED_REPROBES = 10
 SHARED_REPROBE_GAP_S = 0.005
 # With the device not shared, a probe over its limit but within this factor of it is read
-# again once (Watch._settle_alone); one further over fails at once.
+# again, up to REREADS_ALONE times, REREAD_GAP_S apart (Watch._settle_alone); one further
+# over fails at once.
 REREAD_WITHIN_LIMITS = 2.0
+REREADS_ALONE = 2
+REREAD_GAP_S = 0.002
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -330,23 +333,33 @@ class Watch:
 
     def _settle_alone(self, what: str, first_ms: float) -> float:
         """Nothing else of kagent's on the device: a reading just over the limit (within
-        REREAD_WITHIN_LIMITS of it) is read again at once, and fails only if the second is over
-        it too. Work still running delays both (work left behind holds the device for a time
-        slice, about 2 ms on an H200, before the probe's context gets it: 1.98 ms against 0.54
-        allowed), while the host's own jitter rarely strikes twice in a row (an honest baseline
-        failed once at 0.515 ms against 0.510 allowed, H200, 2026-12-03). The first reading is
-        what stands: whatever delayed it, work that ended meanwhile included, is charged to the
-        block it follows. A reading further over fails at once."""
+        REREAD_WITHIN_LIMITS of it) is read again, up to REREADS_ALONE times, and fails only
+        if every reading is over it. Work still running delays every reading (work left behind
+        holds the device for a time slice, about 2 ms on an H200, before the probe's context
+        gets it: 1.98 ms against 0.54 allowed, which fails at once), while the host's and the
+        device's own hiccups come and go: an honest baseline failed once at 0.515 ms against
+        0.510 allowed (H200, 2026-12-03), and a fast kernel on an H100 read 0.726 ms then 0.685
+        against 0.511 allowed, once in 9 first readings over the limit, the other 8 settled by
+        the second (2026-12-05). The first reading is what stands: whatever delayed it, work that
+        ended meanwhile included, is charged to the block it follows. A reading further over
+        fails at once."""
         assert self.probe is not None
         holding = lease.held()
-        shown = f"{first_ms:.3f} ms"
-        if first_ms <= self.probe.limit_ms * REREAD_WITHIN_LIMITS:
-            probe_ms = self.probe.milliseconds()
-            self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4),
+        readings = [first_ms]
+        while readings[-1] <= self.probe.limit_ms * REREAD_WITHIN_LIMITS and len(readings) <= REREADS_ALONE:
+            if len(readings) > 1:
+                time.sleep(REREAD_GAP_S)
+            readings.append(self.probe.milliseconds())
+            if readings[-1] <= self.probe.limit_ms:
+                break
+        if len(readings) > 1:
+            self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(readings[-1], 4),
                                    "alone": holding == "exclusive"})
-            if probe_ms <= self.probe.limit_ms:
+            if readings[-1] <= self.probe.limit_ms:
                 return first_ms
-            shown += f", then {probe_ms:.3f} ms"
+        shown = f"{first_ms:.3f} ms"
+        if len(readings) > 1:
+            shown += ", then " + ", ".join(f"{ms:.3f}" for ms in readings[1:]) + " ms"
         if holding == "exclusive":
             shown += " with the device alone"
         elif not lease.under_lease():
