@@ -2,9 +2,10 @@
 # kagent's megakernel stage by stage on one GPU (issue 14's stage breakdown), each part
 # switched by a variable: check.py at full scale (CHECK=1); the stages tool, its
 # kagent_stop_after sweep and the kernel's own %globaltimer stamps, at every full-scale context
-# (STAGES=1); Nsight Compute on one launch through the ncu_kernel tool (NCU=0); the regression
-# test of the harness against the kernel (scripts/megakernel_regression.py, REPEATS=3
-# evaluations; KIMI_SPLIT_F=1 in the environment evaluates the split down projection);
+# (STAGES=1); the regression test of the harness against the kernel
+# (scripts/megakernel_regression.py, REPEATS=3 evaluations; KIMI_SPLIT_F=1 in the environment
+# evaluates the split down projection); Nsight Compute on one launch through the ncu_kernel
+# tool (NCU=0; NCU_VIEWS=source_16384 for that view only, see scripts/stage_tools_run.py);
 # AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the landed kernel against its
 # split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), the shared expert in
 # 3 pieces of its inputs (SPLIT_SH=3, 32 columns a tile), the counting grid barrier (BAR_COUNT=1),
@@ -51,6 +52,14 @@ if [ "${TUNE:-0}" = 1 ]; then
   tail -30 "$OUT/tune.log"
   keep_round stages
 fi
+if [ "${REPEATS:-3}" -gt 0 ]; then
+  # (bench.py and the evaluations share one build HOME: the kernel is compiled once.)
+  t0=$(date +%s)
+  timeout 420 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-3}"
+  echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
+  bench_summary "$OUT/bench.json"
+  keep_round stages
+fi
 if [ "${NCU:-0}" = 1 ]; then
   # Nsight Compute on one launch, through the ncu_kernel tool: its full section set, then its
   # source view (stall samples by source line).
@@ -58,14 +67,6 @@ if [ "${NCU:-0}" = 1 ]; then
   timeout 480 python3 scripts/stage_tools_run.py megakernel-ncu "$OUT" /tmp/kagent-megakernel-stages > "$OUT/ncu.log" 2>&1
   echo "ncu_kernel: exit $? after $(( $(date +%s) - t0 )) s"
   cat "$OUT/ncu.log"
-  keep_round stages
-fi
-if [ "${REPEATS:-3}" -gt 0 ]; then
-  # (bench.py and the evaluations share one build HOME: the kernel is compiled once.)
-  t0=$(date +%s)
-  timeout 420 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-3}"
-  echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
-  bench_summary "$OUT/bench.json"
   keep_round stages
 fi
 # A/A beside it (cold, then warm), AA_RUNS in all (3 by default; 0: none).

@@ -14,6 +14,7 @@ ncu_kernel tool on one launch of it, both views (its probe.py; a GPU with Nsight
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -120,10 +121,14 @@ def run_megakernel_ncu(ctx: ToolContext, out: Path) -> bool:
     """The ncu_kernel tool on one launch of the megakernel (its probe, after two warm-up
     launches): its details, then its source view (where the warps wait, by source line) at the
     shortest context and at the longest (where the attention over the cache takes a fifth of
-    the step)."""
+    the step); NCU_VIEWS=source_16384 (a comma list of those names) runs only those."""
     report, ok = {}, True
-    for name, view, context in (("details", "details", 2048), ("source", "source", 2048),
-                                ("source_16384", "source", 16384)):
+    views = (("details", "details", 2048), ("source", "source", 2048), ("source_16384", "source", 16384))
+    wanted = os.environ.get("NCU_VIEWS", ",".join(name for name, _, _ in views)).split(",")
+    unknown = set(wanted) - {name for name, _, _ in views}
+    if unknown:
+        raise SystemExit(f"NCU_VIEWS: unknown {sorted(unknown)}; some of {', '.join(name for name, _, _ in views)}")
+    for name, view, context in (v for v in views if v[0] in wanted):
         started = time.monotonic()
         ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "kimi_decode_step", "launch_skip": 2,
                                        "view": view, "arguments": ["--context", str(context)]}, ctx)
