@@ -9,7 +9,8 @@
 # AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the landed kernel against its
 # split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), the shared expert in
 # 3 pieces of its inputs (SPLIT_SH=3, 32 columns a tile), the counting grid barrier (BAR_COUNT=1),
-# the first three together, all four, and itself, 4 rounds. Run from the repository root:
+# the first three together, all four, and itself, 4 rounds (TUNE_VARIANTS=FILE: the variants of
+# FILE instead, one JSON object a line). Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
 # Everything lands in $OUT/stages.tar.gz beside log.txt.
@@ -40,14 +41,20 @@ if [ "${TUNE:-0}" = 1 ]; then
   # Side by side in rounds of turned order; "again" is the landed kernel once more (what a
   # difference of nothing reads as).
   t0=$(date +%s)
-  timeout 480 python3 examples/02_kimi_linear_decode/tune.py --out "$OUT/tune.json" --rounds 4 \
-    --variant '{"name": "now"}' --variant '{"name": "split", "consts": {"SPLIT_F": 1}}' \
-    --variant '{"name": "route", "consts": {"ROUTE_ONCE": 1}}' \
-    --variant '{"name": "sh3", "consts": {"SPLIT_SH": 3, "BN_SH": 32}}' \
-    --variant '{"name": "barcount", "consts": {"BAR_COUNT": 1}}' \
-    --variant '{"name": "split+route+sh3", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32}}' \
-    --variant '{"name": "all", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1}}' \
-    --variant '{"name": "again"}' > "$OUT/tune.log" 2>&1
+  variants=()
+  if [ -n "${TUNE_VARIANTS:-}" ]; then  # a file of variants, one JSON object a line
+    while IFS= read -r line; do [ -n "$line" ] && variants+=(--variant "$line"); done < "$TUNE_VARIANTS"
+  else
+    variants=(--variant '{"name": "now"}' --variant '{"name": "split", "consts": {"SPLIT_F": 1}}'
+      --variant '{"name": "route", "consts": {"ROUTE_ONCE": 1}}'
+      --variant '{"name": "sh3", "consts": {"SPLIT_SH": 3, "BN_SH": 32}}'
+      --variant '{"name": "barcount", "consts": {"BAR_COUNT": 1}}'
+      --variant '{"name": "split+route+sh3", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32}}'
+      --variant '{"name": "all", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1}}'
+      --variant '{"name": "again"}')
+  fi
+  timeout 480 python3 examples/02_kimi_linear_decode/tune.py --out "$OUT/tune.json" --rounds 4 "${variants[@]}" \
+    > "$OUT/tune.log" 2>&1
   echo "tune: exit $? after $(( $(date +%s) - t0 )) s"
   tail -30 "$OUT/tune.log"
   keep_round stages

@@ -108,7 +108,7 @@ for name, switches in variants.items():
         del os.environ[key]
     out[name] = [hidden] + [t for layer in state for t in layer.values()]
     c = model.layout.consts
-    ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], programs=model.layout.programs,
+    ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], att_lo=c["ATT_LO"], programs=model.layout.programs,
                      pieces=(c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], counts=model.pk_count.tolist(),
                      split_sh=c["SPLIT_SH"], groups_a_piece=c["HID"] // 128 // c["SPLIT_SH"],
                      worst_cos=min(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(),
@@ -123,9 +123,10 @@ print(json.dumps(ran))
 @pytest.fixture(scope="module")
 def variants():
     switches = {"landed": {}, "split": {"KIMI_SPLIT_F": "1"}, "route_once": {"KIMI_ROUTE_ONCE": "1"},
-                "both": {"KIMI_SPLIT_F": "1", "KIMI_ROUTE_ONCE": "1"}, "split_shared": {"KIMI_SPLIT_SH": "2"}}
+                "both": {"KIMI_SPLIT_F": "1", "KIMI_ROUTE_ONCE": "1"}, "split_shared": {"KIMI_SPLIT_SH": "2"},
+                "attention_bf16": {"KIMI_ATT_LO": "0"}}
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_F", "KIMI_ROUTE_ONCE", "KIMI_SPLIT_SH")}
+           if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_F", "KIMI_ROUTE_ONCE", "KIMI_SPLIT_SH", "KIMI_ATT_LO")}
     done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
                           capture_output=True, text=True, timeout=1500,
                           env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"})
@@ -163,6 +164,16 @@ def test_the_shared_expert_in_pieces_of_its_inputs_gives_the_same_answer(variant
     # Its sums are grouped by piece: close to the landed kernel's, not its bits.
     assert split["worst_cos"] > 0.99999
     assert set(split["counts"]) == {0}   # every tile's count back at zero
+
+
+def test_the_attention_with_one_bf16_part_is_close_but_not_the_same_bits(variants):
+    """KIMI_ATT_LO=0: the query and the probabilities rounded to bf16 once, three tensor-core
+    products a block instead of five. Not the landed bits (so the switch does something), and
+    close to them at every output and state."""
+    plain, single = variants["landed"], variants["attention_bf16"]
+    assert (plain["att_lo"], single["att_lo"]) == (1, 0)
+    assert not single["bitwise"]
+    assert single["worst_cos"] > 0.9999, single["worst_cos"]
 
 
 def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():

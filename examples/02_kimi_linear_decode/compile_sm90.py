@@ -52,12 +52,15 @@ def signature(variant: dict) -> tuple[dict, dict, dict]:
     """The kernel's (signature, constexprs, attributes) for ``variant`` at full scale on the
     H200: types from a smoke-scale model's launch arguments, constants from the full-scale
     layout with the variant's changes, every pointer 16-byte aligned."""
-    tune.apply(variant)
+    # The smoke-scale model with the layout as built: a variant's constants need not fit its
+    # matrices (SPLIT_SH=3 does not divide its 2 groups), and the argument types do not change.
+    solution.Layout.of = staticmethod(tune.LAYOUT_OF)
     smoke = reference.build_config(shapes.SMOKE_SHAPES[0])
     model = bench.random_model(smoke, torch.device("cpu"))
     context = shapes.SMOKE_SHAPES[0]["context_len"]
     state = reference.init_state(smoke, context, 0)
     args, _, _ = model.kernel_args(reference.init_token(smoke, 0), state)
+    tune.apply(variant)
     full = reference.build_config(shapes.SHAPES[0])
     consts = dict(solution.Layout.of(full, H200_PROGRAMS, True).consts, USE_BARRIER=True, STAMPS=True)
     names = list(inspect.signature(tune.KERNEL.fn).parameters)

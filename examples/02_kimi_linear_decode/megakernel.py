@@ -643,12 +643,13 @@ def _mla_absorb(pid, P, one, kbw_ptr, kbs_ptr, kbz_ptr, mq_ptr, qabs_ptr, kr_raw
 def _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs_ptr, qr_ptr,
                 pm_ptr, pl_ptr, pacc_ptr,
                 MH: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr, BL: tl.constexpr,
-                SM_SCALE: tl.constexpr, F32: tl.constexpr):
+                SM_SCALE: tl.constexpr, ATT_LO: tl.constexpr, F32: tl.constexpr):
     """Attention of every head over rows [t*R, (t+1)*R) of the latent cache (rows < L from the
     cache handed in, row L from the new one, copied across when they differ): a running
-    softmax per chunk, its max, sum and latent-weighted sum left for the merge. The query
-    is split into two bf16 parts (hi + lo) so the tensor-core products keep float32's
-    precision; the cache itself is bf16."""
+    softmax per chunk, its max, sum and latent-weighted sum left for the merge. With ATT_LO
+    the query and the probabilities are each split into two bf16 parts (hi + lo) so the
+    tensor-core products keep float32's precision (five products a block); without, each is
+    rounded to bf16 once (three). The cache itself is bf16."""
     if pid < NCHK:
         hh = tl.arange(0, HP)[:, None]
         cc = tl.arange(0, KV)[None, :]
@@ -678,7 +679,10 @@ def _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs_ptr
                     tl.store(c_dst + rc * KV + cc, cblk, mask=keep)
                     tl.store(kr_dst + rc * ROPE + rr, kblk, mask=keep)
                 ct = tl.trans(cblk)
-                s = _dot(q_hi, ct, F32) + _dot(q_lo, ct, F32) + _dot(q_r, tl.trans(kblk), F32)
+                s = _dot(q_hi, ct, F32)
+                if ATT_LO:
+                    s += _dot(q_lo, ct, F32)
+                s += _dot(q_r, tl.trans(kblk), F32)
                 s = tl.where(valid[None, :], s * SM_SCALE, NEG)
                 m_new = tl.maximum(m_i, tl.max(s, axis=1))
                 alpha = tl.exp(m_i - m_new)
@@ -687,7 +691,9 @@ def _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs_ptr
                 p_hi = _bf16(p)
                 p_lo = _bf16(p - p_hi).to(tl.bfloat16)
                 p_hi = p_hi.to(tl.bfloat16)
-                acc = acc * alpha[:, None] + _dot(p_hi, cblk, F32) + _dot(p_lo, cblk, F32)
+                acc = acc * alpha[:, None] + _dot(p_hi, cblk, F32)
+                if ATT_LO:
+                    acc += _dot(p_lo, cblk, F32)
                 m_i = m_new
             h1 = tl.arange(0, HP)
             tl.store(pm_ptr + t * HP + h1, m_i)
@@ -757,7 +763,8 @@ def kimi_decode_step(
         BN_O: tl.constexpr, GC_O: tl.constexpr, GC_MO: tl.constexpr,
         RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, SPLIT_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
         BN_F: tl.constexpr, SPLIT_F: tl.constexpr, ROUTE_ONCE: tl.constexpr,
-        BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, CB: tl.constexpr,
+        BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, ATT_LO: tl.constexpr,
+        CB: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
         SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, BAR_COUNT: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
     # ONE: the bits of 1.0f, a kernel argument so that it sits in a register and the nibble's
@@ -816,7 +823,7 @@ def kimi_decode_step(
                         MH, MHP, KV, NOPE, ROPE, BNC)
         elif kind == MLA_ATTEND:
             _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs, qr, pm, pl, pacc,
-                        MH, HP, KV, ROPE, BL, QD ** -0.5, INTERPRET)
+                        MH, HP, KV, ROPE, BL, QD ** -0.5, ATT_LO, INTERPRET)
         elif kind == MLA_MERGE:
             _mla_merge(pid, P, NCHK, pm, pl, pacc, olat, MH, HP, KV, CB, NCP, IB)
         elif kind == MLA_VALUE:

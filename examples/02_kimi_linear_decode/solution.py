@@ -171,6 +171,7 @@ class Layout:
             BAR_COUNT=int(os.environ.get("KIMI_BAR_COUNT", "0")),
             BN_MA=64 if gpu_tiles else _next_pow2(n_ma), GC_MA=cap(g_h, 2),
             BNC=_pow2_divisor(kv, 128), BL=32 if gpu_tiles else 64, CB=cap(kv, 128),
+            ATT_LO=int(os.environ.get("KIMI_ATT_LO", "1")),
             NCP=ncp, IB=min(32, ncp), BN_VB=cap(vh, 32), GC_VB=cap(kv // GROUP, 8),
             SLOT=hid, INTERPRET=not gpu,
         )
