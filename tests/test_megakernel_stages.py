@@ -84,8 +84,9 @@ def test_the_host_stamps_each_stage_s_end_under_the_interpreter(ran):
 
 # Two chained steps with the GPU's tiles and 5 programs (so that every program takes several
 # pieces of the split down projection, and the count of each tile is reached by pieces of
-# different programs), the landed kernel against its switchable variants (the split down
-# projection; the top-k computed once in MOE_IN; both): hidden and every state tensor.
+# different programs), the kernel with every switch off against its switchable variants (the
+# split down projection; the top-k computed once in MOE_IN; both; the shared expert in pieces;
+# the attention in one bf16 part) and against the defaults: hidden and every state tensor.
 VARIANTS_DRIVER = """
 import json, os, sys
 import torch
@@ -113,20 +114,30 @@ for name, switches in variants.items():
                      split_sh=c["SPLIT_SH"], groups_a_piece=c["HID"] // 128 // c["SPLIT_SH"],
                      worst_cos=min(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(),
                                                                          dim=0).item()
-                                   for a, b in zip(out["landed"], out[name], strict=True)),
+                                   for a, b in zip(out["none"], out[name], strict=True)),
                      route=model.pk_route.tolist(), nap=c["NAP"], nact=c["NACT"], experts=c["E"],
-                     bitwise=all(torch.equal(a, b) for a, b in zip(out["landed"], out[name], strict=True)))
+                     bar_count=c["BAR_COUNT"],
+                     bitwise=all(torch.equal(a, b) for a, b in zip(out["none"], out[name], strict=True)),
+                     bitwise_both="both" in out and all(torch.equal(a, b)
+                                                        for a, b in zip(out["both"], out[name], strict=True)))
 print(json.dumps(ran))
 """
 
 
+# Every switch of the layout off (each is on by default but ATT_LO's bf16 attention, whose
+# "off" is 1: two parts).
+SWITCHES_OFF = {"KIMI_SPLIT_F": "0", "KIMI_ROUTE_ONCE": "0", "KIMI_SPLIT_SH": "1", "KIMI_BAR_COUNT": "0",
+                "KIMI_ATT_LO": "1"}
+
+
 @pytest.fixture(scope="module")
 def variants():
-    switches = {"landed": {}, "split": {"KIMI_SPLIT_F": "1"}, "route_once": {"KIMI_ROUTE_ONCE": "1"},
-                "both": {"KIMI_SPLIT_F": "1", "KIMI_ROUTE_ONCE": "1"}, "split_shared": {"KIMI_SPLIT_SH": "2"},
-                "attention_bf16": {"KIMI_ATT_LO": "0"}}
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_F", "KIMI_ROUTE_ONCE", "KIMI_SPLIT_SH", "KIMI_ATT_LO")}
+    def on(**switch):
+        return {**SWITCHES_OFF, **switch}
+    switches = {"none": SWITCHES_OFF, "split": on(KIMI_SPLIT_F="1"), "route_once": on(KIMI_ROUTE_ONCE="1"),
+                "both": on(KIMI_SPLIT_F="1", KIMI_ROUTE_ONCE="1"), "split_shared": on(KIMI_SPLIT_SH="2"),
+                "attention_bf16": on(KIMI_ATT_LO="0"), "defaults": {}}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
     done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
                           capture_output=True, text=True, timeout=1500,
                           env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"})
@@ -136,7 +147,7 @@ def variants():
 
 @pytest.mark.parametrize("name", ["split", "both"])
 def test_the_split_down_projection_gives_the_same_bits(variants, name):
-    plain, split = variants["landed"], variants[name]
+    plain, split = variants["none"], variants[name]
     assert (plain["split"], split["split"]) == (0, 1)
     assert split["pieces"] > 2 * split["programs"]  # several pieces a program
     assert split["bitwise"]
@@ -146,7 +157,7 @@ def test_the_split_down_projection_gives_the_same_bits(variants, name):
 
 @pytest.mark.parametrize("name", ["route_once", "both"])
 def test_the_top_k_computed_once_gives_the_same_bits(variants, name):
-    plain, once = variants["landed"], variants[name]
+    plain, once = variants["none"], variants[name]
     assert (plain["route_once"], once["route_once"]) == (0, 1)
     assert once["bitwise"]
     count, idx = once["route"][0], once["route"][1:1 + once["nap"]]
@@ -155,30 +166,58 @@ def test_the_top_k_computed_once_gives_the_same_bits(variants, name):
     assert count == 0
     chosen = idx[:once["nact"]]
     assert len(set(chosen)) == once["nact"] and all(0 <= e < once["experts"] for e in chosen)
-    assert plain["route"] == [0] * len(plain["route"])  # the landed kernel leaves it untouched
+    assert plain["route"] == [0] * len(plain["route"])  # without the switch it stays untouched
 
 
 def test_the_shared_expert_in_pieces_of_its_inputs_gives_the_same_answer(variants):
-    split, plain = variants["split_shared"], variants["landed"]
+    split, plain = variants["split_shared"], variants["none"]
     assert (plain["split_sh"], split["split_sh"]) == (1, 2) and split["groups_a_piece"] >= 1
-    # Its sums are grouped by piece: close to the landed kernel's, not its bits.
+    # Its sums are grouped by piece: close to the unsplit kernel's, not its bits.
     assert split["worst_cos"] > 0.99999
     assert set(split["counts"]) == {0}   # every tile's count back at zero
 
 
 def test_the_attention_with_one_bf16_part_is_close_but_not_the_same_bits(variants):
     """KIMI_ATT_LO=0: the query and the probabilities rounded to bf16 once, three tensor-core
-    products a block instead of five. Not the landed bits (so the switch does something), and
-    close to them at every output and state."""
-    plain, single = variants["landed"], variants["attention_bf16"]
+    products a block instead of five. Not the bits of two parts (so the switch does something),
+    and close to them at every output and state."""
+    plain, single = variants["none"], variants["attention_bf16"]
     assert (plain["att_lo"], single["att_lo"]) == (1, 0)
     assert not single["bitwise"]
     assert single["worst_cos"] > 0.9999, single["worst_cos"]
 
 
+def test_the_switches_are_on_by_default(variants):
+    """Unset, every switch is on but the shared expert's split, which the smoke scale's 2 groups
+    do not divide by 3 (the full scale's 18 do): the answer is the split and the top-k computed
+    once, bit for bit."""
+    default = variants["defaults"]
+    assert (default["split"], default["route_once"], default["bar_count"], default["att_lo"]) == (1, 1, 1, 1)
+    assert default["split_sh"] == 1 and default["groups_a_piece"] == 2
+    assert default["bitwise_both"]
+
+
+FULL_SCALE_DEFAULTS_DRIVER = """
+import json, sys
+sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
+import reference as ref, shapes, solution
+c = solution.Layout.of(ref.build_config(shapes.SHAPES[0]), 132, gpu=False, gpu_tiles=True).consts
+print(json.dumps({k: c[k] for k in ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO")}))
+"""
+
+
+def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with_wide_tiles():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
+    done = subprocess.run([sys.executable, "-c", FULL_SCALE_DEFAULTS_DRIVER], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1}
+
+
 def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    driver = VARIANTS_DRIVER.replace("variants = json.loads(sys.argv[1])", "variants = {'landed': {}}")
+    driver = VARIANTS_DRIVER.replace("variants = json.loads(sys.argv[1])", "variants = {'none': {}}")
     done = subprocess.run([sys.executable, "-c", driver], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**env, "KIMI_SPLIT_SH": "3"})
     assert done.returncode != 0 and "KIMI_SPLIT_SH=3" in done.stderr
