@@ -3,14 +3,14 @@
 # switched by a variable: check.py at full scale (CHECK=1); the stages tool, its
 # kagent_stop_after sweep and the kernel's own %globaltimer stamps, at every full-scale context
 # (STAGES=1); the regression test of the harness against the kernel
-# (scripts/megakernel_regression.py, REPEATS=3 evaluations; KIMI_SPLIT_F=1 in the environment
-# evaluates the split down projection); Nsight Compute on one launch through the ncu_kernel
+# (scripts/megakernel_regression.py, REPEATS=3 evaluations; KIMI_SPLIT_F=0 in the environment
+# evaluates the kernel without its split down projection, and so on); Nsight Compute on one launch through the ncu_kernel
 # tool (NCU=0; NCU_VIEWS=source_16384 for that view only, see scripts/stage_tools_run.py);
-# AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the landed kernel against its
-# split down projection (SPLIT_F=1), its top-k computed once (ROUTE_ONCE=1), the shared expert in
-# 3 pieces of its inputs (SPLIT_SH=3, 32 columns a tile), the counting grid barrier (BAR_COUNT=1),
-# the first three together, all four, and itself, 4 rounds (TUNE_VARIANTS=FILE: the variants of
-# FILE instead, one JSON object a line). Run from the repository root:
+# AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the kernel as built against
+# itself with each of its switches off (the split down projection SPLIT_F, the top-k computed
+# once ROUTE_ONCE, the shared expert in 3 pieces SPLIT_SH with 32-column tiles, the counting
+# grid barrier BAR_COUNT), all four off, and itself again, 4 rounds (TUNE_VARIANTS=FILE: the
+# variants of FILE instead, one JSON object a line). Run from the repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
 # Everything lands in $OUT/stages.tar.gz beside log.txt.
@@ -45,12 +45,11 @@ if [ "${TUNE:-0}" = 1 ]; then
   if [ -n "${TUNE_VARIANTS:-}" ]; then  # a file of variants, one JSON object a line
     while IFS= read -r line; do [ -n "$line" ] && variants+=(--variant "$line"); done < "$TUNE_VARIANTS"
   else
-    variants=(--variant '{"name": "now"}' --variant '{"name": "split", "consts": {"SPLIT_F": 1}}'
-      --variant '{"name": "route", "consts": {"ROUTE_ONCE": 1}}'
-      --variant '{"name": "sh3", "consts": {"SPLIT_SH": 3, "BN_SH": 32}}'
-      --variant '{"name": "barcount", "consts": {"BAR_COUNT": 1}}'
-      --variant '{"name": "split+route+sh3", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32}}'
-      --variant '{"name": "all", "consts": {"SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1}}'
+    variants=(--variant '{"name": "now"}' --variant '{"name": "no SPLIT_F", "consts": {"SPLIT_F": 0}}'
+      --variant '{"name": "no ROUTE_ONCE", "consts": {"ROUTE_ONCE": 0}}'
+      --variant '{"name": "no SPLIT_SH", "consts": {"SPLIT_SH": 1, "BN_SH": 16}}'
+      --variant '{"name": "no BAR_COUNT", "consts": {"BAR_COUNT": 0}}'
+      --variant '{"name": "none", "consts": {"SPLIT_F": 0, "ROUTE_ONCE": 0, "SPLIT_SH": 1, "BN_SH": 16, "BAR_COUNT": 0}}'
       --variant '{"name": "again"}')
   fi
   timeout 480 python3 examples/02_kimi_linear_decode/tune.py --out "$OUT/tune.json" --rounds 4 "${variants[@]}" \
