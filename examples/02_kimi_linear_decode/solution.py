@@ -121,7 +121,7 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-# The layout's switches (README, "The switches"): each on by default since the H100 runs of
+# The layout's switches (README, "Three more switches"): each on by default since the H100 runs of
 # 2026-12-05 (all four: 0.83-0.87x the step without them, 12 of 13 evaluations passed every
 # check); KIMI_<NAME>=0 turns one off, for comparisons and bisecting.
 DEFAULT_SPLIT_SH = 3
