@@ -3,7 +3,8 @@
 # switched by a variable: check.py at full scale (CHECK=1); the stages tool, its
 # kagent_stop_after sweep and the kernel's own %globaltimer stamps, at every full-scale context
 # (STAGES=1); the regression test of the harness against the kernel
-# (scripts/megakernel_regression.py, REPEATS=3 evaluations; KIMI_SPLIT_F=0 in the environment
+# (scripts/megakernel_regression.py, REPEATS=3 evaluations, each kagent eval given the options
+# of EVAL_OPTIONS, e.g. "--min-request-ms=10"; KIMI_SPLIT_F=0 in the environment
 # evaluates the kernel without its split down projection, and so on); Nsight Compute on one launch through the ncu_kernel
 # tool (NCU=0; NCU_VIEWS=source_16384 for that view only, see scripts/stage_tools_run.py);
 # AA_RUNS=3 A/A evaluations (cold, then warm); TUNE=1: tune.py, the kernel as built against
@@ -61,7 +62,9 @@ fi
 if [ "${REPEATS:-3}" -gt 0 ]; then
   # (bench.py and the evaluations share one build HOME: the kernel is compiled once.)
   t0=$(date +%s)
-  timeout 420 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-3}"
+  eval_options=()
+  for option in ${EVAL_OPTIONS:-}; do eval_options+=("--eval-option=$option"); done
+  timeout 420 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-3}" "${eval_options[@]}"
   echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
   bench_summary "$OUT/bench.json"
   keep_round stages

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 from kagent.sandbox.containment import BUILD_CACHE_VARIABLES
 from kagent.sandbox.results import EvalResult
@@ -114,7 +115,7 @@ def show(criteria: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(out: Path, repeats: int, recording: bool = False) -> list[dict]:
+def run(out: Path, repeats: int, recording: bool = False, eval_options: Sequence[str] = ()) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     # One build HOME for bench.py and every evaluation (kagent eval --build-home): the kernel
@@ -135,7 +136,7 @@ def run(out: Path, repeats: int, recording: bool = False) -> list[dict]:
         path = out / f"eval_{i + 1}.json"
         done = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", "02_kimi_linear_decode", "--solution",
                                str(EXAMPLE / "solution.py"), "--device", "cuda", "--build-home", str(build_home),
-                               "--out", str(path)],
+                               "--out", str(path), *eval_options],
                               capture_output=True, text=True, timeout=300)
         if not path.exists():
             raise SystemExit(f"evaluation {i + 1} wrote no result (exit {done.returncode}):\n"
@@ -155,12 +156,15 @@ def main(argv: list[str]) -> int:
     running.add_argument("--repeats", type=int, default=5)
     running.add_argument("--recording", action="store_true",
                          help="bench.py also times its loop with each step's hidden recorded, as timed chains do")
+    running.add_argument("--eval-option", action="append", default=[], dest="eval_options",
+                         help="an option passed on to every kagent eval, e.g. --eval-option=--min-request-ms=10 "
+                              "(repeat it for several)")
     judging = sub.add_parser("judge")
     judging.add_argument("bench", type=Path)
     judging.add_argument("evaluations", type=Path, nargs="+")
     args = parser.parse_args(argv)
     if args.command == "run":
-        criteria = run(args.out, args.repeats, args.recording)
+        criteria = run(args.out, args.repeats, args.recording, args.eval_options)
         (args.out / "regression.json").write_text(json.dumps(criteria, indent=1))
     else:
         try:
