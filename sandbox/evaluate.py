@@ -87,7 +87,7 @@ class EvalOptions(BaseModel):
     min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to a contestant's "
                                             "process should last: one whose step takes a quarter of it or more runs "
                                             "blocks of block_steps; any other as many steps per block as that takes, "
-                                            "a fast one its whole chain several times per request (default 20 ms; "
+                                            "a fast one its whole chain several times per request (default 10 ms; "
                                             "0: blocks of block_steps)")
     reference_workers: Optional[int] = Field(None, ge=0, description="Processes that compute a decode task's secret "
                                              "cases beside the referee (None: 4 on CUDA, 0 on the CPU)")

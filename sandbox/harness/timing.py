@@ -111,7 +111,9 @@ DEFAULT_BLOCK_STEPS = 1
 # A timed request lasts at least this long where the contestant allows: each request costs a
 # fixed overhead (pipes, waking the process, the device's switch between contexts, the first
 # launch that no earlier step hides) that is taken off as its calibrated median, and its
-# rest, about 0.1 ms either way on an H200, must stay small beside the request. A contestant
+# rest, about 0.1 ms either way on an H200, must stay small beside the request (10 ms: within
+# 3% of a plain loop on an H200, 2026-12-06; 20 ms took 1.3 s more of each shape's timing for
+# a 0.3 ms kernel, MEASUREMENTS.md). A contestant
 # runs as many steps per block as that takes, and one whose whole chain is shorter runs the
 # whole chain several times per request, each from fresh inputs. A host-bound one, whose
 # single step takes a quarter of that or more, runs blocks of ``block_steps`` (single steps
@@ -120,7 +122,7 @@ DEFAULT_BLOCK_STEPS = 1
 # far from where the rule changes: in an A/A run both sides must get the same blocks, and a
 # threshold within the baseline's range of paces would give them different ones whenever
 # their warm-ups fell on either side of it.
-MIN_REQUEST_MS = 20.0
+MIN_REQUEST_MS = 10.0
 MAX_CHAINS_PER_REQUEST = 16
 # What a block is taken to have lasted at least (see Contestant.next_block).
 SHORTEST_BLOCK_MS = 1e-6
@@ -132,7 +134,14 @@ def block_plan(step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEP
     when warming up, within chains of ``steps``: ``block_steps`` steps where one step takes a
     quarter of ``min_request_ms`` or more; else as many as last ``min_request_ms``; and where
     a whole chain is shorter than that, the whole chain as many times in one request as make
-    it. The same rule for every contestant."""
+    it. The same rule for every contestant.
+
+    Blocks within a chain are as even as its length allows, none shorter than the rule asks
+    (a chain of 32 steps at 0.34 ms a step and 10 ms a request: one block of 32, not 30 and a
+    2-step rest: on an H200, 2026-12-06, the 2-step blocks of three evaluations read a median
+    0.37-0.52 ms a step against the 30-step blocks' 0.32, and the mixture's median up to 7%
+    above the same process's plain loop); Contestant.next_block gives a short rest to the
+    block before it."""
     least = min(block_steps, steps)
     if step_ms <= 0:  # faster than a request's own noise: as fast as can be
         return steps, MAX_CHAINS_PER_REQUEST
@@ -140,7 +149,7 @@ def block_plan(step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEP
         return least, 1
     wanted = max(least, math.ceil(min_request_ms / step_ms))
     if wanted <= steps:
-        return wanted, 1
+        return steps // (steps // wanted), 1
     return steps, min(MAX_CHAINS_PER_REQUEST, math.ceil(min_request_ms / (steps * step_ms)))
 
 
@@ -176,7 +185,10 @@ class Contestant:
     def next_block(self) -> float:
         """Run the next block; its milliseconds per step by the referee's clock."""
         first = self.position
-        count = min(self.block_steps, self.steps - first)
+        left = self.steps - first
+        count = min(self.block_steps, left)
+        if left - count < self.block_steps:  # the chain's last block takes a shorter rest with it
+            count = left
         chains = self.chains_per_request if count == self.steps else 1
         started = time.perf_counter()
         self.process.request(self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps",
@@ -327,7 +339,7 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
         c.plan(*plans[c.name])
     warmed = time.perf_counter()
     before = {c.name: dict(c.seconds) for c in (baseline, candidate)}
-    blocks_per_chain = max(math.ceil(steps / plan[0]) for plan in plans.values())
+    blocks_per_chain = max(steps // plan[0] for plan in plans.values())  # (a short rest joins the last block)
     samples = run_pairs([baseline, candidate], rounds * blocks_per_chain)
     paired = time.perf_counter()
     self_timed = list(candidate.self_timed_ms)  # of the timed blocks only
