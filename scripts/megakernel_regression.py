@@ -32,8 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kagent.sandbox.containment import BUILD_CACHE_VARIABLES
 from kagent.sandbox.results import EvalResult

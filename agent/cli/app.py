@@ -110,7 +110,8 @@ def eval_command(
                                                           "longest chain; shorter chains run more, to as many steps."),
     min_request_ms: Optional[float] = typer.Option(None, min=0, help="The least a timed request to the solution's "
                                                    "process should last: a faster solution runs its whole chain "
-                                                   "several times a request (default 10; 0: single steps, as a host-bound one runs)."),
+                                                   "several times a request (default 10; 0: single steps, "
+                                                   "as a host-bound one runs)."),
     timeout: Optional[float] = typer.Option(None, min=1, help="Seconds before the run is killed "
                                                               "(default 900 full, 300 smoke)."),
     atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
