@@ -195,12 +195,13 @@ def test_a_fast_contestant_warms_up_once_more_over_enough_steps_to_say_its_pace(
 
 
 @pytest.mark.parametrize("step_ms, steps, expected", [
-    (0.23, 32, (32, 3)),   # a fast kernel: 7.4 ms a chain, three in one request
-    (0.23, 16, (16, 6)),
+    (0.23, 32, (32, 2)),   # a fast kernel: 7.4 ms a chain, two in one request (10 ms at least)
+    (0.23, 16, (16, 3)),
     (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
-    (1.0, 32, (32, 1)),    # 20 steps make a request long enough: the chain in one block, not 20 + 12
-    (3.0, 32, (8, 1)),     # 7 would do: four even blocks of 8, not four of 7 and a rest of 4
-    (1.0, 64, (21, 1)),    # three blocks of 21 (the rest of one joins the last)
+    (0.34, 32, (32, 1)),   # 30 steps would do: the chain in one block, not 30 + 2 (an H200, 2026-12-06)
+    (1.0, 32, (10, 1)),    # 10 steps make a request long enough: blocks of 10, 10 and 12
+    (2.0, 32, (5, 1)),     # 5 would do: blocks of 5, and the rest of 2 joins the last (7)
+    (3.0, 32, (1, 1)),     # a quarter of a request or more: host-bound, single steps
     (10.0, 32, (1, 1)),    # host-bound (the baseline): single steps, many pairs
     (7.0, 32, (1, 1)),     # ... however fast the machine runs it that day
     (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
@@ -231,8 +232,8 @@ def test_both_contestants_get_their_blocks_by_the_same_rule_and_pair_up():
     base, cand = _Recorder("baseline", log, steps=8, ms_per_step=10.0), _Recorder("candidate", log, steps=8)
     result = timing.time_shape(base, cand, timing.Settings(rounds=2, warmup=2, isolated_steps=2), steps=8)
     # The baseline at 10 ms a step: single steps; the candidate at 1 ms: a chain of 8 is too
-    # short for a request, so three of them a request.
-    assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (1, 8, 3)
+    # short for a request (10 ms), so two of them a request.
+    assert (result["block_steps"], result["candidate_block_steps"], result["candidate_chains_per_request"]) == (1, 8, 2)
     assert result["pairs"] == 2 * 8 and len(result["baseline_samples_ms"]) == len(result["candidate_samples_ms"]) == 16
     assert result["speedup"] == pytest.approx(10.0) and result["candidate_isolated_ms"] == pytest.approx(1.0)
 
