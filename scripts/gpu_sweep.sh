@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# `kagent sweep` on one GPU (issue 16): the flagship with the scripted demo session thinking
-# THINK_S (20) seconds a turn, one member alone, then MEMBERS (4) members sharing the GPU
-# through its lease, each member with the same budget. Results in $OUT: figures.json (the
-# busy time per hour against the run alone, overlapping timed holds, the A/A of every
-# member's baseline call and of one evaluation outside any sweep) and sweeps.tar.gz (each
-# sweep's record, board, JSON, lease records, nvidia-smi samples, logs and traces).
+# `kagent sweep` on one GPU (issue 16): the flagship with a scripted session thinking THINK_S
+# (20) seconds a turn, one member alone, then MEMBERS (4) members sharing the GPU through its
+# lease, each member with the same budget. The session (SCRIPT) is examples/sweep_session.yaml:
+# laps of five turns, one attempt a lap, until the budget ends it (the demo session, which the
+# runs of 2026-12-02 and 12-03 used, finishes after 8 turns, so its members stop early).
+# Results in $OUT: figures.json (the busy time per hour against the run alone, overlapping
+# timed holds, the A/A of every member's baseline call and of one evaluation outside any
+# sweep) and sweeps.tar.gz (each sweep's record, board, JSON, lease records, nvidia-smi
+# samples, logs and traces).
 #
 #   bash scripts/gpu_sweep.sh            (about 7 minutes on an H200)
 #
@@ -22,7 +25,7 @@ set -uo pipefail
 REPO=$(pwd)
 source scripts/gpu_setup.sh
 DEVICE=${DEVICE:-cuda} TASK=${TASK:-02_kimi_linear_decode} THINK_S=${THINK_S:-20} MEMBERS=${MEMBERS:-4}
-BUDGET=${BUDGET:-180s} SCRIPT=${SCRIPT:-$REPO/examples/demo_session.yaml}
+BUDGET=${BUDGET:-180s} SCRIPT=${SCRIPT:-$REPO/examples/sweep_session.yaml}
 date -u; nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader || true
 cd /tmp
 kagent() { python3 -m kagent.agent.cli "$@"; }

@@ -364,6 +364,45 @@ def test_a_script_may_say_it_needs_a_gpu_and_take_a_file_s_text(tmp_path):
             load_script(script)
 
 
+def test_a_looping_script_plays_its_laps_until_the_budget_ends_it(tmp_path):
+    script = tmp_path / "loop.yaml"
+    script.write_text("loop_from: 1\nturns:\n- text: first\n"
+                      "- tool_calls: [{name: design, arguments: {}}]\n- tool_calls: [{name: check, arguments: {}}]\n")
+    model = make_model(f"scripted:{script}")
+    answers = [model.complete("", [user("a")], TOOLS, 10).message for _ in range(7)]
+    assert [a.tool_calls()[0].name if a.tool_calls() else a.text() for a in answers] == \
+        ["first", "design", "check", "design", "check", "design", "check"]
+    ids = [a.tool_calls()[0].id for a in answers[1:]]
+    assert ids == ["call_1_0", "call_2_0", "call_1_0_lap1", "call_2_0_lap1", "call_1_0_lap2", "call_2_0_lap2"]
+    # A resumed run goes on from the turn after its last answered one, laps included.
+    resumed = make_model(f"scripted:{script}")
+    resumed.start_at = 5
+    assert resumed.complete("", [user("a")], TOOLS, 10).message.tool_calls()[0].id == "call_1_0_lap2"
+    # Without loop_from a script still runs out.
+    plain = ScriptedModel(load_script(script))
+    for _ in range(3):
+        plain.complete("", [user("a")], TOOLS, 10)
+    with pytest.raises(ModelError, match="no more turns"):
+        plain.complete("", [user("a")], TOOLS, 10)
+    for bad in ("loop_from: 3\nturns: [{text: a}]\n", "loop_from: -1\nturns: [{text: a}]\n",
+                "loop_from: '0'\nturns: [{text: a}]\n", "loop_from: true\nturns: [{text: a}]\n"):
+        script.write_text(bad)
+        with pytest.raises(ModelError, match="loop_from must be the index of one of its 1 turns"):
+            load_script(script)
+
+
+def test_the_sweep_session_loops_over_whole_attempts():
+    """examples/sweep_session.yaml: a baseline, a port, then laps of five turns that each end
+    in a benchmark, every lap's edit one that applies whatever was kept or reverted."""
+    script = read_script(Path(__file__).resolve().parents[1] / "examples" / "sweep_session.yaml")
+    assert script.needs is None and script.loop_from == 2
+    lap = [[c.name for c in t.message.tool_calls()] for t in script.turns[script.loop_from:]]
+    assert lap == [["design"], ["read_file"], ["shell"], ["check"], ["benchmark"]]
+    (edit,) = script.turns[script.loop_from + 2].message.tool_calls()
+    assert edit.arguments["command"].startswith("echo ") and ">> solution.py" in edit.arguments["command"]
+    assert [c.name for c in script.turns[0].message.tool_calls()] == ["baseline"]
+
+
 def test_the_megakernel_session_plays_kagent_s_own_kernel_and_its_edits_apply():
     """examples/megakernel_session.yaml: its files are the example kernel's, and every edit it
     makes finds the text it replaces, once, in the file as the session left it."""

@@ -78,4 +78,5 @@ def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Opt
                                   reasoning_effort=reasoning_effort)
     path, delay_s = module.parse_spec(rest)
     script = module.read_script(path)
-    return module.ScriptedModel(script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint)
+    return module.ScriptedModel(script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint,
+                                loop_from=script.loop_from)

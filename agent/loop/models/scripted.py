@@ -3,9 +3,12 @@
 Its spec is ``scripted:<file>``, or ``scripted:<file>?delay=<seconds>`` for a model that
 thinks that long before each answer (a sweep's measurements stand in for a real model so).
 
-A script is a list of turns, or a mapping ``{needs: cuda, hint: ..., turns: [...]}`` for a
-session whose steps only a GPU can run (a run on a CPU refuses it at the start, saying so,
-rather than failing at every step). In a YAML script, ``!file PATH`` stands for the text of a
+A script is a list of turns, or a mapping ``{needs: cuda, hint: ..., loop_from: K, turns:
+[...]}``: ``needs`` for a session whose steps only a GPU can run (a run on a CPU refuses it at
+the start, saying so, rather than failing at every step); ``loop_from`` for a session that
+never runs out: after its last turn it plays turns K, K+1, ... again, lap after lap, until the
+run's budget ends it (a sweep's busy-time measurement needs members that keep working for
+their whole budget). In a YAML script, ``!file PATH`` stands for the text of a
 file, PATH relative to the script's folder: a session that writes a large kernel keeps the
 kernel in a file of its own, and the trace records the text itself.
 """
@@ -64,6 +67,7 @@ class Script:
     turns: list[ModelResponse]
     needs: Optional[str] = None  # "cuda": the session's steps run on a GPU only
     hint: Optional[str] = None  # what to run instead where it cannot
+    loop_from: Optional[int] = None  # after the last turn, play from this one again
 
 
 def _file_loader(folder: Path) -> type[yaml.SafeLoader]:
@@ -96,13 +100,18 @@ def read_script(path: Union[str, Path]) -> Script:
         raise ModelError(f"the script {path} is not valid {kind}: {exc}") from exc
     if not isinstance(data, dict):
         return Script(parse_script(data))
-    unknown = set(data) - {"needs", "hint", "turns"}
+    unknown = set(data) - {"needs", "hint", "turns", "loop_from"}
     if (unknown or "turns" not in data or data.get("needs") not in (None, *DEVICES_A_SCRIPT_MAY_NEED)
             or not isinstance(data.get("hint", ""), str)):
         raise ModelError(f"the script {path} is a mapping, so it must hold turns (a list) and may hold needs "
-                         f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}) and hint (a line of text); got keys "
-                         f"{sorted(data)} and needs {data.get('needs')!r}")
-    return Script(parse_script(data["turns"]), needs=data.get("needs"), hint=data.get("hint"))
+                         f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}), hint (a line of text) and loop_from "
+                         f"(a turn's index); got keys {sorted(data)} and needs {data.get('needs')!r}")
+    turns = parse_script(data["turns"])
+    loop_from = data.get("loop_from")
+    if loop_from is not None and (type(loop_from) is not int or not 0 <= loop_from < len(turns)):
+        raise ModelError(f"the script {path}: loop_from must be the index of one of its {len(turns)} turns "
+                         f"(0 to {len(turns) - 1}); got {loop_from!r}")
+    return Script(turns, needs=data.get("needs"), hint=data.get("hint"), loop_from=loop_from)
 
 
 def load_script(path: Union[str, Path]) -> list[ModelResponse]:
@@ -130,10 +139,11 @@ class ScriptedModel:
     """Returns the scripted responses in order, ignoring its input but recording it in ``calls``."""
 
     def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0, delay_s: float = 0.0,
-                 needs: Optional[str] = None, hint: Optional[str] = None):
+                 needs: Optional[str] = None, hint: Optional[str] = None, loop_from: Optional[int] = None):
         self.name = name
         self.needs, self.hint = needs, hint  # the device its steps need, and what to run instead
         self._turns = list(turns)
+        self.loop_from = loop_from  # (Script.loop_from)
         self.calls: list[list[Message]] = []
         # Turns already played (a resumed run continues where its trace says it was).
         self.start_at = start_at
@@ -143,7 +153,15 @@ class ScriptedModel:
                  max_tokens: int) -> ModelResponse:
         self.calls.append(list(messages))
         position = self.start_at + len(self.calls) - 1
+        lap = 0
         if position >= len(self._turns):
-            raise ModelError("the script has no more turns")
+            if self.loop_from is None:
+                raise ModelError("the script has no more turns")
+            lap, index = divmod(position - len(self._turns), len(self._turns) - self.loop_from)
+            lap, position = lap + 1, self.loop_from + index
         time.sleep(self.delay_s)
-        return self._turns[position].model_copy(deep=True)
+        turn = self._turns[position].model_copy(deep=True)
+        for block in turn.message.content if lap else ():
+            if isinstance(block, ToolCall):  # each lap's calls named apart from the earlier laps'
+                block.id = f"{block.id}_lap{lap}"
+        return turn
