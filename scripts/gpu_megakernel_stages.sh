@@ -11,7 +11,9 @@
 # itself with each of its switches off (the split down projection SPLIT_F, the top-k computed
 # once ROUTE_ONCE, the shared expert in 3 pieces SPLIT_SH with 32-column tiles, the counting
 # grid barrier BAR_COUNT), all four off, and itself again, 4 rounds (TUNE_VARIANTS=FILE: the
-# variants of FILE instead, one JSON object a line). Run from the repository root:
+# variants of FILE instead, one JSON object a line); ATTEND=1: the attention stage launched
+# alone (examples/02_kimi_linear_decode/attend_alone.py, its default variants). Run from the
+# repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
 # Everything lands in $OUT/stages.tar.gz beside log.txt.
@@ -57,6 +59,14 @@ if [ "${TUNE:-0}" = 1 ]; then
     > "$OUT/tune.log" 2>&1
   echo "tune: exit $? after $(( $(date +%s) - t0 )) s"
   tail -30 "$OUT/tune.log"
+  keep_round stages
+fi
+if [ "${ATTEND:-0}" = 1 ]; then
+  # What the attention stage costs outside the megakernel, its partials checked against torch.
+  t0=$(date +%s)
+  timeout 300 python3 examples/02_kimi_linear_decode/attend_alone.py --out "$OUT/attend.json" > "$OUT/attend.log" 2>&1
+  echo "attend_alone: exit $? after $(( $(date +%s) - t0 )) s"
+  cat "$OUT/attend.log"
   keep_round stages
 fi
 if [ "${REPEATS:-3}" -gt 0 ]; then

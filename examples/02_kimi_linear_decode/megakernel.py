@@ -838,3 +838,17 @@ def kimi_decode_step(
                     _grid_barrier_count(bar_ptr, P)
                 else:
                     _grid_barrier(bar_ptr, P)
+
+
+# --------------------------------------------------------------------------- #
+# one stage on its own (attend_alone.py)
+# --------------------------------------------------------------------------- #
+@triton.jit(do_not_specialize=["L", "R", "NCHK"])
+def attend_alone(L, R, NCHK, c_ptr, kr_ptr, qabs_ptr, qr_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                 MH: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr, BL: tl.constexpr,
+                 SM_SCALE: tl.constexpr, ATT_LO: tl.constexpr, F32: tl.constexpr):
+    """The attention stage alone, over a cache of rows 0..L whose last row is the new one (no
+    copy), its partials left as in the megakernel. Defined here so that the interpreter's
+    launch prepares this module's functions as the megakernel's own launch does."""
+    _mla_attend(tl.program_id(0), tl.num_programs(0), L, R, NCHK, 0, c_ptr, kr_ptr, c_ptr, kr_ptr,
+                qabs_ptr, qr_ptr, pm_ptr, pl_ptr, pacc_ptr, MH, HP, KV, ROPE, BL, SM_SCALE, ATT_LO, F32)
