@@ -9,7 +9,7 @@
 # sweep) and sweeps.tar.gz (each sweep's record, board, JSON, lease records, nvidia-smi
 # samples, logs and traces).
 #
-#   bash scripts/gpu_sweep.sh            (about 7 minutes on an H200)
+#   bash scripts/gpu_sweep.sh            (about 8 minutes on an H200)
 #
 # Each member's budget is BUDGET (180s: 2 minutes of exploring, the final minute kept for the
 # re-verification, as any run keeps it). In two minutes the members' first evaluation (the

@@ -111,9 +111,10 @@ DEFAULT_BLOCK_STEPS = 1
 # A timed request lasts at least this long where the contestant allows: each request costs a
 # fixed overhead (pipes, waking the process, the device's switch between contexts, the first
 # launch that no earlier step hides) that is taken off as its calibrated median, and its
-# rest, about 0.1 ms either way on an H200, must stay small beside the request (10 ms: within
-# 3% of a plain loop on an H200, 2026-12-06; 20 ms took 1.3 s more of each shape's timing for
-# a 0.3 ms kernel, MEASUREMENTS.md). A contestant
+# rest, about 0.1 ms either way on an H200, must stay small beside the request (10 ms, with
+# the even blocks of block_plan: a 0.3 ms kernel's steady time within +0.4 to +1.6% of its own
+# plain loop on an H100, 2026-12-06, where 20 ms read +0.4 to +0.8% and took about 1.3 s more
+# of each shape's timing; MEASUREMENTS.md). A contestant
 # runs as many steps per block as that takes, and one whose whole chain is shorter runs the
 # whole chain several times per request, each from fresh inputs. A host-bound one, whose
 # single step takes a quarter of that or more, runs blocks of ``block_steps`` (single steps
