@@ -8,8 +8,8 @@ cost is its own or its neighbours'.
 
 A variant changes the stage's constants (BL, ATT_LO) or its warps (num_warps); by default the
 megakernel's own, 4 warps, three tensor-core products (ATT_LO=0), and the megakernel's again.
-Each is timed as the median over rounds of a loop of back-to-back launches (CUDA events), less
-an empty launch's time taken the same way. Without a GPU, Triton's interpreter runs it at the
+Each is timed as the median over rounds of a CUDA graph of back-to-back launches (CUDA events),
+less an empty launch's time taken the same way. Without a GPU, Triton's interpreter runs it at the
 sizes given (``--contexts``, ``--programs``): the check only, the times are the interpreter's.
 """
 from __future__ import annotations
@@ -86,15 +86,22 @@ def checked(buffers: dict, inputs: dict, context: int, per: int, nchk: int, hp: 
 
 
 def per_launch_ms(launch: Callable[[], None], device: torch.device, launches: int, rounds: int) -> float:
-    """Median over rounds of the mean milliseconds per launch of ``launches`` back to back
-    (CUDA events on a GPU; the host's clock under the interpreter)."""
+    """Median over rounds of the mean milliseconds per launch of ``launches`` back to back.
+    On a GPU the launches are captured in a CUDA graph and its replays timed with CUDA events,
+    so that the host's cost of a Triton launch (tens of µs, as long as the stage itself) is
+    not what is measured; under the interpreter, the host's clock."""
     per = []
-    for _ in range(rounds):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+    graph = None
+    if device.type == "cuda":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             for _ in range(launches):
                 launch()
+    for _ in range(rounds):
+        if graph is not None:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
             end.record()
             end.synchronize()
             per.append(start.elapsed_time(end) / launches)
