@@ -26,13 +26,20 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import bench  # noqa: E402  (it puts the task on the path)
 import megakernel as mk  # noqa: E402  (it chooses the interpreter where no GPU is seen)
+import reference  # noqa: E402
+import shapes  # noqa: E402
 import solution  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-MH, KV, ROPE, QD = 32, 512, 64, 192  # the task's full scale: mla_heads, kv_lora, qk_rope, qk_nope + qk_rope
 H200_PROGRAMS = 132
+# The stage's constants as the megakernel compiles them for a GPU at the task's full scale.
+STAGE = {name: value for name, value in
+         solution.Layout.of(reference.build_config(shapes.SHAPES[0]), H200_PROGRAMS, True).consts.items()
+         if name in ("MH", "HP", "KV", "ROPE", "NOPE", "BL", "ATT_LO")}
+MH, KV, ROPE, QD = STAGE["MH"], STAGE["KV"], STAGE["ROPE"], STAGE["NOPE"] + STAGE["ROPE"]
 DEFAULT_VARIANTS = ('{"name": "the megakernel\'s"}', '{"name": "4 warps", "num_warps": 4}',
                     '{"name": "three products", "consts": {"ATT_LO": 0}}', '{"name": "the megakernel\'s again"}')
 
@@ -41,14 +48,6 @@ DEFAULT_VARIANTS = ('{"name": "the megakernel\'s"}', '{"name": "4 warps", "num_w
 def empty(x_ptr):  # (alone in this module: it calls nothing of the megakernel's)
     if tl.program_id(0) < 0:  # never: the launch and nothing else
         tl.store(x_ptr, 0.0)
-
-
-def chunks(context: int, programs: int, bl: int) -> tuple[int, int]:
-    """Rows per chunk and chunks for a cache of ``context`` rows before the step (the
-    megakernel's own rule, solution.Layout.chunks)."""
-    rows = context + 1
-    per = bl * -(-rows // (programs * bl))
-    return per, -(-rows // per)
 
 
 def expected_partials(inputs: dict, context: int, per: int, nchk: int) -> tuple[torch.Tensor, ...]:
@@ -116,15 +115,15 @@ def per_launch_ms(launch: Callable[[], None], device: torch.device, launches: in
 def run_variant(variant: dict, inputs: dict, contexts: list[int], programs: int, launches: int,
                 rounds: int) -> dict:
     device = inputs["c"].device
-    consts = {"MH": MH, "HP": max(16, triton.next_power_of_2(MH)), "KV": KV, "ROPE": ROPE, "BL": 32,
-              "SM_SCALE": QD ** -0.5, "ATT_LO": 1, **variant.get("consts", {}), "F32": device.type != "cuda"}
+    consts = {**{k: v for k, v in STAGE.items() if k != "NOPE"}, "SM_SCALE": QD ** -0.5, **variant.get("consts", {}),
+              "F32": device.type != "cuda"}
     unknown = set(variant.get("consts", {})) - {"BL", "ATT_LO"}
     if unknown:
         raise SystemExit(f"attend_alone.py: a variant may change BL and ATT_LO, not {sorted(unknown)}")
     warps = variant.get("num_warps", solution.NUM_WARPS)
     row: dict = {"variant": variant, "contexts": []}
     for context in contexts:
-        per, nchk = chunks(context, programs, consts["BL"])
+        per, nchk = solution.Layout(programs, {"BL": consts["BL"]}).chunks(context)  # the megakernel's own rule
         buffers = {name: torch.full((programs * consts["HP"] * size,), float("nan"), device=device)
                    for name, size in (("pm", 1), ("pl", 1), ("pacc", KV))}
 
