@@ -12,7 +12,8 @@
 # once ROUTE_ONCE, the shared expert in 3 pieces SPLIT_SH with 32-column tiles, the counting
 # grid barrier BAR_COUNT), all four off, and itself again, 4 rounds (TUNE_VARIANTS=FILE: the
 # variants of FILE instead, one JSON object a line); ATTEND=1: the attention stage launched
-# alone (examples/02_kimi_linear_decode/attend_alone.py, its default variants). Run from the
+# alone (examples/02_kimi_linear_decode/attend_alone.py, its default variants, or with
+# ATTEND_VARIANTS=FILE those of FILE, one JSON object a line). Run from the
 # repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
@@ -23,7 +24,7 @@ source scripts/gpu_setup.sh
 date -u
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
 if [ "${CHECK:-1}" = 1 ]; then
-  # The kernel against the task's reference at full scale, one step per seed (plain and salient).
+  # The kernel against the task's reference at full scale, two chained steps per seed (plain and salient).
   timeout 240 python3 examples/02_kimi_linear_decode/check.py --scale full --seeds 0,1
   echo "check.py: exit $?"
 fi
@@ -64,7 +65,12 @@ fi
 if [ "${ATTEND:-0}" = 1 ]; then
   # What the attention stage costs outside the megakernel, its partials checked against torch.
   t0=$(date +%s)
-  timeout 300 python3 examples/02_kimi_linear_decode/attend_alone.py --out "$OUT/attend.json" > "$OUT/attend.log" 2>&1
+  variants=()
+  if [ -n "${ATTEND_VARIANTS:-}" ]; then  # a file of variants, one JSON object a line
+    while IFS= read -r line; do [ -n "$line" ] && variants+=(--variant "$line"); done < "$ATTEND_VARIANTS"
+  fi
+  timeout 300 python3 examples/02_kimi_linear_decode/attend_alone.py --out "$OUT/attend.json" "${variants[@]}" \
+    > "$OUT/attend.log" 2>&1
   echo "attend_alone: exit $? after $(( $(date +%s) - t0 )) s"
   cat "$OUT/attend.log"
   keep_round stages

@@ -1,6 +1,7 @@
 """examples/02_kimi_linear_decode/tune.py on the CPU: what it can do without a GPU. A variant's
 constants reach the layout the model is built with (an unknown one is refused), its warps
-reach the launch, and each variant's figures are paired with the first variant's round by
+reach the launch, a variant naming another copy of megakernel.py launches that copy's kernel,
+and each variant's figures are paired with the first variant's round by
 round. The timing itself needs a GPU (MEASUREMENTS.md has its runs and its own A/A).
 
 In a fresh interpreter: the kernel's module sets TRITON_INTERPRET before Triton is imported."""
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 REPO = Path(__file__).resolve().parents[1]
 
 DRIVER = """
-import json, sys
+import json, shutil, sys, tempfile
 sys.path.insert(0, "examples/02_kimi_linear_decode")
 import tune
 out = {}
@@ -36,6 +37,13 @@ try:
     out["unknown"] = "accepted"
 except SystemExit as exc:
     out["unknown"] = str(exc)
+copy = tempfile.mkdtemp() + "/megakernel_before.py"
+shutil.copy("examples/02_kimi_linear_decode/megakernel.py", copy)
+tune.apply({"kernel": copy})
+other = tune.mk.kimi_decode_step.kernel
+out["copy_launched"] = other is not tune.KERNEL and other.fn.__code__.co_filename == copy
+tune.apply({"name": "this folder's"})
+out["own_launched"] = tune.mk.kimi_decode_step.kernel is tune.KERNEL
 rows = [{"rounds": [[1.0, 2.0], [1.2, 2.2], [1.1, 2.1]]}, {"rounds": [[0.5, 2.2], [0.6, 2.0], [0.5, 2.31]]}]
 tune.summarize(rows)
 out["rows"] = [{k: r[k] for k in ("median_ms", "ratio_to_first")} for r in rows]
@@ -52,6 +60,7 @@ def test_tune_applies_a_variant_and_pairs_its_rounds_with_the_first():
     assert (out["bl"], out["warps"]) == (16, 16)
     assert (out["bl_default"], out["warps_default"]) == (64, 8)  # the interpreter's tiles, 8 warps
     assert "no constant ['NO_SUCH']" in out["unknown"]
+    assert out["copy_launched"] and out["own_launched"]
     # Medians per context; ratios paired by round, then their median: at the first context
     # 0.5/1.0, 0.6/1.2, 0.5/1.1; at the second 2.2/2.0, 2.0/2.2, 2.31/2.1.
     assert out["rows"][0] == {"median_ms": [1.1, 2.1], "ratio_to_first": [1.0, 1.0]}

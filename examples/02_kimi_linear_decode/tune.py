@@ -1,5 +1,6 @@
 """Launch and layout options of the megakernel measured side by side on a GPU: for each
-variant (warps a program, a register cap, any of the layout's constants), the plain chain
+variant (warps a program, a register cap, any of the layout's constants, or another copy of
+megakernel.py such as the kernel before a change, by its path), the plain chain
 loop's milliseconds per step at each context (bench.py's loop), its ratio to the first
 variant's in the same round, the compiled kernel's registers, spills and shared memory, and
 its output against the first variant's from the same inputs (a variant that changes the
@@ -7,7 +8,8 @@ math shows it here before any evaluation).
 
     python examples/02_kimi_linear_decode/tune.py --out tune.json \
         --variant '{"name": "now"}' --variant '{"name": "w16", "num_warps": 16, "maxnreg": 128}' \
-        --variant '{"name": "bl64", "consts": {"BL": 64}}'
+        --variant '{"name": "bl64", "consts": {"BL": 64}}' \
+        --variant '{"name": "before", "kernel": "/tmp/megakernel_before.py"}'
 
 Every variant is compiled first, in parallel processes sharing Triton's cache (a compile
 takes over a minute), then timed in rounds, the order turned each round: measured once
@@ -17,6 +19,7 @@ each in a fixed order, two kernels swapped ranks when their order was swapped (H
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -40,17 +43,37 @@ import solution  # noqa: E402
 LAYOUT_OF = solution.Layout.of
 KERNEL = mk.kimi_decode_step
 COMPILE_TIMEOUT_S = 300   # one variant's compile and first step, in its own process
+_KERNELS_BY_PATH: dict[str, object] = {}
 
 
 class _Launcher:
-    """mk.kimi_decode_step with launch options added (those the solution does not pass)."""
+    """A kernel with the megakernel's signature, launched with options added (those the
+    solution does not pass)."""
 
-    def __init__(self, options: dict):
-        self.options = options
+    def __init__(self, kernel, options: dict):
+        self.kernel, self.options = kernel, options
 
     def __getitem__(self, grid):
-        launch = KERNEL[grid]
+        launch = self.kernel[grid]
         return lambda *args, **kwargs: launch(*args, **kwargs, **self.options)
+
+
+def kernel_of(variant: dict):
+    """The variant's kernel: this folder's, or the kimi_decode_step of the copy of megakernel.py
+    that its "kernel" names (a path), loaded once as a module of its own. The solution launches
+    it with the arguments it passes this folder's, so the copy must keep the kernel's signature."""
+    path = variant.get("kernel")
+    if not path:
+        return KERNEL
+    path = str(Path(path).resolve())
+    if path not in _KERNELS_BY_PATH:
+        spec = importlib.util.spec_from_file_location(f"megakernel_variant_{len(_KERNELS_BY_PATH)}", path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"tune.py: no kernel module at {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _KERNELS_BY_PATH[path] = module.kimi_decode_step
+    return _KERNELS_BY_PATH[path]
 
 
 def apply(variant: dict) -> None:
@@ -68,7 +91,8 @@ def apply(variant: dict) -> None:
 
     solution.Layout.of = staticmethod(layout_of)
     solution.NUM_WARPS = variant.get("num_warps", 8)
-    mk.kimi_decode_step = _Launcher({"maxnreg": variant["maxnreg"]} if variant.get("maxnreg") else {})
+    options = {"maxnreg": variant["maxnreg"]} if variant.get("maxnreg") else {}
+    mk.kimi_decode_step = _Launcher(kernel_of(variant), options)
 
 
 def one_step(model, cfg, device, context: int):
@@ -120,7 +144,7 @@ def summarize(rows: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts")
+    ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts, kernel")
     ap.add_argument("--steps", type=int, default=30, help="steps per timed chain")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over every variant, each in a turned order")
     ap.add_argument("--compile-only", help=argparse.SUPPRESS)
