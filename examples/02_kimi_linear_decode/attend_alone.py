@@ -72,7 +72,7 @@ def expected_partials(inputs: dict, context: int, per: int, nchk: int) -> tuple[
 def checked(buffers: dict, inputs: dict, context: int, per: int, nchk: int, hp: int) -> dict:
     """How far the stage's partials are from expected_partials: the largest difference of the
     maxima, and the cosine of the sums and the weighted sums."""
-    m, l, acc = expected_partials(inputs, context, per, nchk)
+    m, l, acc = (t.cpu() for t in expected_partials(inputs, context, per, nchk))  # beside the stage's, on the host
     got_m = buffers["pm"][: nchk * hp].view(nchk, hp)[:, :MH].double().cpu()
     got_l = buffers["pl"][: nchk * hp].view(nchk, hp)[:, :MH].double().cpu()
     got_acc = buffers["pacc"][: nchk * hp * KV].view(nchk, hp, KV)[:, :MH].double().cpu()

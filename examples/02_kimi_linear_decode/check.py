@@ -1,10 +1,12 @@
-"""One step of the megakernel against the task's reference, from the same state: the next
-hidden, the step's own contribution and every state tensor, by cosine (as kagent eval
-compares them, without its isolation). Exits 1 below --min-cosine. A quick check of a change
-before a whole evaluation: on the CPU (Triton's interpreter, smoke scale, about 5-20 s a step
-on this machine) or on a GPU.
+"""Steps of the megakernel against the task's reference, from the same state: the next
+hidden, the last step's own contribution and every state tensor, by cosine (as kagent eval
+compares them, without its isolation). Two steps by default, each side chained on its own
+state: the first on the cache handed in (which the kernel copies into its own), the second
+appending to the kernel's own cache in place, as a timed chain does. Exits 1 below
+--min-cosine. A quick check of a change before a whole evaluation: on the CPU (Triton's
+interpreter, smoke scale, about 5-20 s a step on this machine) or on a GPU.
 
-    python examples/02_kimi_linear_decode/check.py [--scale smoke|full] [--context N] [--seeds 0,1]
+    python examples/02_kimi_linear_decode/check.py [--scale smoke|full] [--context N] [--seeds 0,1] [--steps 2]
 """
 from __future__ import annotations
 
@@ -20,17 +22,21 @@ import shapes  # noqa: E402
 import solution  # noqa: E402
 
 
-def compare(ref_model, model, cfg, context: int, seed: int, salient: bool, device) -> dict:
+def compare(ref_model, model, cfg, context: int, seed: int, salient: bool, device, steps: int = 2) -> dict:
     state = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, seed)]
     x = reference.init_token(cfg, seed).to(device)
     if salient:
         state = reference.salient_state(ref_model, x, state)
-    with torch.no_grad():
-        want, want_state = ref_model.step(x.clone(), clone_state(state))
-    t0 = time.perf_counter()
-    got, got_state = model.step(x.clone(), clone_state(state))
-    seconds = time.perf_counter() - t0
-    cos = {"hidden": cosine(want, got), "delta": cosine(want - x, got - x)}
+    want, want_state, got, got_state = x.clone(), clone_state(state), x.clone(), clone_state(state)
+    seconds = 0.0
+    for _ in range(steps):
+        want_in, got_in = want, got
+        with torch.no_grad():
+            want, want_state = ref_model.step(want_in.clone(), want_state)
+        t0 = time.perf_counter()
+        got, got_state = model.step(got_in.clone(), got_state)
+        seconds += time.perf_counter() - t0
+    cos = {"hidden": cosine(want, got), "delta": cosine(want - want_in, got - got_in)}
     for i, (a, b) in enumerate(zip(want_state, got_state)):
         for name in a:
             if a[name].shape != b[name].shape:
@@ -39,7 +45,7 @@ def compare(ref_model, model, cfg, context: int, seed: int, salient: bool, devic
     mla = next(i for i, kind in enumerate(cfg.pattern) if kind == "M")
     for name in ("c_kv", "k_rope"):
         cos[f"L{mla}.{name}.appended"] = cosine(want_state[mla][name][-1], got_state[mla][name][-1])
-    return {"context": context, "seed": seed, "salient": salient, "seconds": seconds, "cosines": cos}
+    return {"context": context, "seed": seed, "salient": salient, "steps": steps, "seconds": seconds, "cosines": cos}
 
 
 def main() -> None:
@@ -48,6 +54,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=None, help="default: the scale's first shape")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--min-cosine", type=float, default=0.98)
+    ap.add_argument("--steps", type=int, default=2, help="chained steps from each state (1: the copy's path only)")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = (shapes.SMOKE_SHAPES if args.scale == "smoke" else shapes.SHAPES)[0]
@@ -59,10 +66,11 @@ def main() -> None:
     worst = 1.0
     for seed in (int(s) for s in args.seeds.split(",")):
         for salient in (False, True):
-            row = compare(ref_model, model, cfg, context, seed, salient, device)
+            row = compare(ref_model, model, cfg, context, seed, salient, device, args.steps)
             low = min(row["cosines"].items(), key=lambda kv: kv[1])
             worst = min(worst, low[1])
-            print(f"ctx {context} seed {seed}{' salient' if salient else ''}: {row['seconds']:.1f} s, "
+            print(f"ctx {context} seed {seed}{' salient' if salient else ''}, {args.steps} steps: "
+                  f"{row['seconds']:.1f} s, "
                   f"hidden {row['cosines']['hidden']:.6f}, delta {row['cosines']['delta']:.6f}, "
                   f"worst {low[0]} {low[1]:.6f}", flush=True)
     if worst < args.min_cosine:

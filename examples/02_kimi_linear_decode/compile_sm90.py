@@ -7,9 +7,11 @@ register cap, any of the layout's constants).
 
 Each variant's local-memory instructions (spills) are counted by source line, from the cubin's
 line table. The argument types come from a model's own launch arguments (a smoke-scale model on this
-machine: the same dtypes), pointers taken as 16-byte aligned as on the GPU. The landed kernel
-here (2026-12-05): 255 registers, a 312-byte stack frame, which is the 78 words a thread that
-the H200's driver reported for it (MEASUREMENTS.md).
+machine: the same dtypes), pointers taken as 16-byte aligned as on the GPU. The kernel here
+on 2026-12-05, before its switches: 255 registers, a 312-byte stack frame, which is the 78
+words a thread that the H200's driver reported for it (MEASUREMENTS.md); on 2026-12-06, with
+the switches on and the cache copy out of the attention: 255 registers, a 64-byte stack frame
+(16 bytes of spill stores), 147,456 bytes of shared memory.
 """
 from __future__ import annotations
 

@@ -640,14 +640,31 @@ def _mla_absorb(pid, P, one, kbw_ptr, kbs_ptr, kbz_ptr, mq_ptr, qabs_ptr, kr_raw
 
 
 @triton.jit
-def _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs_ptr, qr_ptr,
+def _cache_copy(pid, P, L, c_src, kr_src, c_dst, kr_dst, KV: tl.constexpr, ROPE: tl.constexpr,
+                BL: tl.constexpr):
+    """Rows [0, L) of the latent cache handed in copied into this step's own cache, where
+    they differ (the first step on a cache the solution did not allocate), in the MLA_IN
+    stage, two barriers before the attention reads them: so that the attention's loop reads
+    one cache, with no choice of pointer per row (the steady chain's steps append in place)."""
+    cc = tl.arange(0, KV)[None, :]
+    rr = tl.arange(0, ROPE)[None, :]
+    for b0 in range(pid * BL, L, P * BL):
+        rc = b0 + tl.arange(0, BL)[:, None]
+        keep = rc < L
+        tl.store(c_dst + rc * KV + cc, tl.load(c_src + rc * KV + cc, mask=keep, cache_modifier=".cg"), mask=keep)
+        tl.store(kr_dst + rc * ROPE + rr, tl.load(kr_src + rc * ROPE + rr, mask=keep, cache_modifier=".cg"),
+                 mask=keep)
+
+
+@triton.jit
+def _mla_attend(pid, P, L, R, NCHK, c_ptr, kr_ptr, qabs_ptr, qr_ptr,
                 pm_ptr, pl_ptr, pacc_ptr,
                 MH: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr, BL: tl.constexpr,
                 SM_SCALE: tl.constexpr, ATT_LO: tl.constexpr, F32: tl.constexpr):
-    """Attention of every head over rows [t*R, (t+1)*R) of the latent cache (rows < L from the
-    cache handed in, row L from the new one, copied across when they differ): a running
-    softmax per chunk, its max, sum and latent-weighted sum left for the merge. With ATT_LO
-    the query and the probabilities are each split into two bf16 parts (hi + lo) so the
+    """Attention of every head over rows [t*R, (t+1)*R) of the latent cache, rows 0..L (the
+    new row L written by MLA_IN and MLA_ABSORB, the older ones by earlier steps or copied
+    there by _cache_copy): a running softmax per chunk, its max, sum and latent-weighted sum
+    left for the merge. With ATT_LO the query and the probabilities are each split into two bf16 parts (hi + lo) so the
     tensor-core products keep float32's precision (five products a block); without, each is
     rounded to bf16 once (three). The cache itself is bf16."""
     if pid < NCHK:
@@ -668,16 +685,9 @@ def _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs_ptr
             for b0 in range(r0, r1, BL):
                 rows = b0 + tl.arange(0, BL)
                 valid = rows < r1
-                old = rows < L
                 rc = rows[:, None]
-                c_ptr = tl.where(old[:, None], c_src + rc * KV + cc, c_dst + rc * KV + cc)
-                k_ptr = tl.where(old[:, None], kr_src + rc * ROPE + rr, kr_dst + rc * ROPE + rr)
-                cblk = tl.load(c_ptr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
-                kblk = tl.load(k_ptr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
-                if COPY != 0:
-                    keep = (old & valid)[:, None]
-                    tl.store(c_dst + rc * KV + cc, cblk, mask=keep)
-                    tl.store(kr_dst + rc * ROPE + rr, kblk, mask=keep)
+                cblk = tl.load(c_ptr + rc * KV + cc, mask=valid[:, None], other=0.0, cache_modifier=".cg")
+                kblk = tl.load(kr_ptr + rc * ROPE + rr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
                 ct = tl.trans(cblk)
                 s = _dot(q_hi, ct, F32)
                 if ATT_LO:
@@ -818,11 +828,13 @@ def kimi_decode_step(
         elif kind == MLA_IN:
             _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
             _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA)
+            if COPY != 0:
+                _cache_copy(pid, P, L, c_src, kr_src, c_dst, kr_dst, KV, ROPE, BL)
         elif kind == MLA_ABSORB:
             _mla_absorb(pid, P, ONE, kb_w, kb_s, kb_z, mq, qabs, kr_raw, qr, kr_dst, inv_freq, L,
                         MH, MHP, KV, NOPE, ROPE, BNC)
         elif kind == MLA_ATTEND:
-            _mla_attend(pid, P, L, R, NCHK, COPY, c_src, kr_src, c_dst, kr_dst, qabs, qr, pm, pl, pacc,
+            _mla_attend(pid, P, L, R, NCHK, c_dst, kr_dst, qabs, qr, pm, pl, pacc,
                         MH, HP, KV, ROPE, BL, QD ** -0.5, ATT_LO, INTERPRET)
         elif kind == MLA_MERGE:
             _mla_merge(pid, P, NCHK, pm, pl, pacc, olat, MH, HP, KV, CB, NCP, IB)
@@ -847,8 +859,8 @@ def kimi_decode_step(
 def attend_alone(L, R, NCHK, c_ptr, kr_ptr, qabs_ptr, qr_ptr, pm_ptr, pl_ptr, pacc_ptr,
                  MH: tl.constexpr, HP: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr, BL: tl.constexpr,
                  SM_SCALE: tl.constexpr, ATT_LO: tl.constexpr, F32: tl.constexpr):
-    """The attention stage alone, over a cache of rows 0..L whose last row is the new one (no
-    copy), its partials left as in the megakernel. Defined here so that the interpreter's
-    launch prepares this module's functions as the megakernel's own launch does."""
-    _mla_attend(tl.program_id(0), tl.num_programs(0), L, R, NCHK, 0, c_ptr, kr_ptr, c_ptr, kr_ptr,
-                qabs_ptr, qr_ptr, pm_ptr, pl_ptr, pacc_ptr, MH, HP, KV, ROPE, BL, SM_SCALE, ATT_LO, F32)
+    """The attention stage alone, over a cache of rows 0..L whose last row is the new one,
+    its partials left as in the megakernel. Defined here so that the interpreter's launch
+    prepares this module's functions as the megakernel's own launch does."""
+    _mla_attend(tl.program_id(0), tl.num_programs(0), L, R, NCHK, c_ptr, kr_ptr, qabs_ptr, qr_ptr,
+                pm_ptr, pl_ptr, pacc_ptr, MH, HP, KV, ROPE, BL, SM_SCALE, ATT_LO, F32)
