@@ -192,6 +192,61 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
     assert mine[0].waited_s >= 0.9
 
 
+def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease_dir, kagent_home, tmp_path):
+    """Another member asks for the device alone while this evaluation checks: it gets it at the
+    evaluation's next step, not when the evaluation's checks are over."""
+    path = tmp_path / "task" / "double.py"
+    path.parent.mkdir()
+    path.write_text(KB)
+    task = resolve_task(str(path))
+    log = lease_dir / f"{lease_name('cpu')}.jsonl"
+    other = _lease("another member")
+    held: list = []
+
+    def time_once_the_evaluation_checks() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not (log.exists() and CALIBRATION in log.read_text()):
+            time.sleep(0.02)  # its calibration is over: it shares the device for its checks now
+        other.acquire("exclusive", "timing")
+        time.sleep(0.3)
+        held.append(other.release())
+
+    timer = threading.Thread(target=time_once_the_evaluation_checks)
+    timer.start()
+    result = run_eval(task, None, kagent_home, mode="aa")
+    timer.join()
+    other.close()
+    assert result.verdict is Verdict.PASS, result.reason
+    records = read_records(log)
+    mine = [r for r in records if r.holder == "test-holder"]
+    (theirs,) = [r for r in records if r.holder == "another member"]
+    aside = [r for r in mine if r.what.startswith("evaluation (after stepping aside")]
+    assert aside, [(r.kind, r.what) for r in mine]
+    # It gave its shared hold back for the other's, shared again only after it, and went on checking.
+    assert any(abs(r.released_at - theirs.acquired_at) < 0.25 and r.kind == "shared" for r in mine)
+    assert aside[0].acquired_at >= theirs.released_at
+    assert all(not (r.acquired_at < theirs.released_at and theirs.acquired_at < r.released_at) for r in mine)
+
+
+def test_a_shared_holder_steps_aside_only_for_one_waiting_to_hold_it_alone(evaluation_lease, lease_dir):
+    assert not harness_lease.step_aside()  # nobody waits: it keeps its hold
+    timer = _lease("timer")
+    waiting = threading.Thread(target=lambda: (timer.acquire("exclusive", "timing"), time.sleep(0.3),
+                                               timer.release()))
+    waiting.start()
+    deadline = time.monotonic() + WAIT_S
+    while not _someone_waits_on(lease_dir / f"{lease_name('cpu')}.lock") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert harness_lease.step_aside()  # returns once the other's hold is over, sharing again
+    waiting.join(5)
+    assert evaluation_lease.hold is not None and evaluation_lease.hold["kind"] == "shared"
+    timer.close()
+    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    assert [(r.holder, r.kind) for r in records] == [("checking", "shared"), ("timer", "exclusive")]
+    assert records[1].acquired_at >= records[0].released_at
+    assert evaluation_lease.hold["acquired_at"] >= records[1].released_at
+
+
 def test_the_profile_tool_holds_the_lease_alone(lease_dir, kimi, kagent_home, tmp_path):
     from kagent.sandbox.evaluate import EvalOptions
     from kagent.sandbox.scrub import scrubbed_env

@@ -429,6 +429,9 @@ class ContestantProcess(Peer):
         # copies ran on the referee's stream, and nothing orders them before the process's own.
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        # Nothing of this evaluation is on the device and the solution is stopped: where another
+        # evaluation waits to time, it goes first (lease.py).
+        lease.step_aside()
         if self.watchdog is not None:
             self.watchdog.begin(message)
         self.signal(signal.SIGCONT)
