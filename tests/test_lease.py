@@ -7,6 +7,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,11 +154,19 @@ def get_init_inputs():
 '''
 
 
-def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(lease_dir, kagent_home, tmp_path):
+def _evaluate_beside(other_member: Callable[[], None], kagent_home: Path, tmp_path: Path):
+    """An A/A evaluation of a small KernelBench task while ``other_member`` runs in a thread."""
     path = tmp_path / "task" / "double.py"
     path.parent.mkdir()
     path.write_text(KB)
-    task = resolve_task(str(path))
+    beside = threading.Thread(target=other_member)
+    beside.start()
+    result = run_eval(resolve_task(str(path)), None, kagent_home, mode="aa")
+    beside.join()
+    return result
+
+
+def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(lease_dir, kagent_home, tmp_path):
     blocker = _lease("someone timing")
     blocker.acquire("exclusive", "timing")
     lock_file = lease_dir / f"{lease_name('cpu')}.lock"
@@ -169,10 +178,7 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
         time.sleep(1.0)
         blocker.release()
 
-    releaser = threading.Thread(target=release_once_the_evaluation_waits)
-    releaser.start()
-    result = run_eval(task, None, kagent_home, mode="aa")
-    releaser.join()
+    result = _evaluate_beside(release_once_the_evaluation_waits, kagent_home, tmp_path)
     blocker.close()
     assert result.verdict is Verdict.PASS, result.reason
     (timing,) = [hold for hold in result.gpu_leases if hold.what == "timing"]
@@ -195,13 +201,8 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
 def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease_dir, kagent_home, tmp_path):
     """Another member asks for the device alone while this evaluation checks: it gets it at the
     evaluation's next step, not when the evaluation's checks are over."""
-    path = tmp_path / "task" / "double.py"
-    path.parent.mkdir()
-    path.write_text(KB)
-    task = resolve_task(str(path))
     log = lease_dir / f"{lease_name('cpu')}.jsonl"
     other = _lease("another member")
-    held: list = []
 
     def time_once_the_evaluation_checks() -> None:
         deadline = time.monotonic() + WAIT_S
@@ -209,12 +210,9 @@ def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease
             time.sleep(0.02)  # its calibration is over: it shares the device for its checks now
         other.acquire("exclusive", "timing")
         time.sleep(0.3)
-        held.append(other.release())
+        other.release()
 
-    timer = threading.Thread(target=time_once_the_evaluation_checks)
-    timer.start()
-    result = run_eval(task, None, kagent_home, mode="aa")
-    timer.join()
+    result = _evaluate_beside(time_once_the_evaluation_checks, kagent_home, tmp_path)
     other.close()
     assert result.verdict is Verdict.PASS, result.reason
     records = read_records(log)
