@@ -429,9 +429,11 @@ class ContestantProcess(Peer):
         # copies ran on the referee's stream, and nothing orders them before the process's own.
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        # Nothing of this evaluation is on the device and the solution is stopped: where another
-        # evaluation waits to time, it goes first (lease.py).
-        lease.step_aside()
+        # Where nothing of this evaluation is on the device (the referee synchronized, no reference
+        # worker busy, the solution stopped) and another evaluation waits to time, it goes first
+        # (lease.py).
+        if not self.watch.trusted_in_flight():
+            lease.step_aside()
         if self.watchdog is not None:
             self.watchdog.begin(message)
         self.signal(signal.SIGCONT)
