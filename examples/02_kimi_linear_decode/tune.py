@@ -68,7 +68,7 @@ def kernel_of(variant: dict):
     path = str(Path(path).resolve())
     if path not in _KERNELS_BY_PATH:
         spec = importlib.util.spec_from_file_location(f"megakernel_variant_{len(_KERNELS_BY_PATH)}", path)
-        if spec is None or spec.loader is None:
+        if not Path(path).is_file() or spec is None or spec.loader is None:
             raise SystemExit(f"tune.py: no kernel module at {path}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
