@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--min-cosine", type=float, default=0.98)
     ap.add_argument("--steps", type=int, default=2, help="chained steps from each state (1: the copy's path only)")
     args = ap.parse_args()
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = (shapes.SMOKE_SHAPES if args.scale == "smoke" else shapes.SHAPES)[0]
     cfg = reference.build_config(shape)
