@@ -310,13 +310,15 @@ def test_a_probe_busy_at_every_reading_while_sharing_is_asked_again_with_the_dev
     reading with the device alone, after the other members let go."""
     other = _lease("another member")
     other.acquire("shared", "evaluation (check)")
-    threading.Timer(0.5, other.release).start()
+    letting_go = threading.Timer(0.5, other.release)
+    letting_go.start()
     watch = _watch(ScriptedProbe(4.5, *[4.0] * SHARED_REPROBES, 0.4))  # the last: with the device alone
     started = time.monotonic()
     assert watch.check("running a step") == 0.4
     assert time.monotonic() - started >= 0.45  # it waited for the other member to let go
     assert watch.confirmed == [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.4, "alone": True}]
     assert evaluation_lease.hold is not None and evaluation_lease.hold["kind"] == "shared"  # sharing again
+    letting_go.join()  # its release has logged (closing before would release a second time)
     other.close()
     records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
     (confirming,) = [r for r in records if r.kind == "exclusive"]

@@ -82,8 +82,8 @@ class Lease:
         # The time before the unlock: the next holder's acquired_at is after it, never before.
         record = {"version": RECORD_VERSION, "lease": self.name, "holder": self.holder, "host": socket.gethostname(),
                   "pid": os.getpid(), **self.hold, "released_at": time.time()}
-        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
         self.hold = None
+        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
         # One write of one line on a descriptor opened with O_APPEND: holds of other processes
         # never interleave within it.
         os.write(self.log_fd, (json.dumps(record) + "\n").encode())
