@@ -154,8 +154,10 @@ def board_markdown(summary: SweepSummary) -> str:
             sampled = f"{gpu.sampled_utilization:.1%} ({gpu.samples} samples)" if gpu.samples else "–"
             lines.append(f"| {gpu.lease} | {gpu.busy_fraction:.1%} | {gpu.timed_fraction:.1%} | {gpu.holds} "
                          f"({gpu.timed_holds}) | {gpu.waited_s:.0f} s | {gpu.overlaps} | {sampled} |")
-        lines += ["", "busy: some evaluation held the device (loading, checking, timing); timed alone: it held it "
-                      "exclusively; overlaps: exclusive holds that overlapped another (0 when the lease works)."]
+        lines += ["", "busy: some evaluation held the device (loading, checking, timing: host work too, so an upper "
+                      "bound); timed alone: it held it exclusively; overlaps: exclusive holds that overlapped another "
+                      "(0 when the lease works); nvidia-smi utilization: the share of time a kernel ran, the GPU's "
+                      "own busy time."]
     return "\n".join(lines) + "\n"
 
 
