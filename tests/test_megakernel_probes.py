@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kagent.tools.kernel_reports import find_cuda_tool
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
@@ -126,6 +128,27 @@ def test_the_megakernel_s_split_down_projection_compiles_for_sm90():
 
     (now_regs, now_frame), (split_regs, split_frame) = figures(now), figures(split)
     assert now_regs <= 255 and split_regs <= 255 and split_frame <= now_frame
+
+
+@needs_triton
+@pytest.mark.skipif(find_cuda_tool("nvdisasm", None) is None, reason="nvdisasm is not installed")
+def test_compile_sm90_names_the_loops_of_a_stage_and_what_one_pass_issues():
+    # The attention's block loop, read off the sm_90a SASS without a GPU: one pass of its body
+    # runs the tensor-core products on operands read from shared memory, and waits at the
+    # program's barrier (2026-12-06: 875 instructions, 200 HMMA, 170 LDSM, 8 BAR a 32-row block).
+    script = REPO / "examples" / "02_kimi_linear_decode" / "compile_sm90.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("KIMI_")}
+    done = subprocess.run([sys.executable, str(script), "--loops", "_mla_attend"], capture_output=True, text=True,
+                          timeout=1800, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loops = json.loads(done.stdout.strip().splitlines()[-1])["loops"]["_mla_attend"]
+    assert loops and all(loop["of_the_function"] >= 0.5 for loop in loops)
+    block = loops[0]  # the innermost: the fewest instructions
+    assert block["opcodes"]["HMMA"] > 0 and block["opcodes"]["LDSM"] > 0 and block["opcodes"]["BAR"] > 0
+    assert all(block["instructions"] <= loop["instructions"] for loop in loops)
+    refused = subprocess.run([sys.executable, str(script), "--loops", "no_such_stage"], capture_output=True,
+                             text=True, timeout=600, env=env)
+    assert refused.returncode != 0 and "no jit function ['no_such_stage']" in refused.stderr
 
 
 def test_the_stage_tools_on_the_two_stage_stand_in(tmp_path):

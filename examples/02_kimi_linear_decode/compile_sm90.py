@@ -5,8 +5,11 @@ register cap, any of the layout's constants).
 
     python examples/02_kimi_linear_decode/compile_sm90.py --variant '{"name": "split", "consts": {"SPLIT_F": 1}}'
 
+    python examples/02_kimi_linear_decode/compile_sm90.py --loops _mla_attend
+
 Each variant's local-memory instructions (spills) are counted by source line, from the cubin's
-line table. The argument types come from a model's own launch arguments (a smoke-scale model on this
+line table; ``--loops FUNCTION`` adds the compiled loops that run a function's code, each with
+its instructions a pass and their opcodes (what one 32-row block of the attention issues). The argument types come from a model's own launch arguments (a smoke-scale model on this
 machine: the same dtypes), pointers taken as 16-byte aligned as on the GPU. The kernel here
 on 2026-12-05, before its switches: 255 registers, a 312-byte stack frame, which is the 78
 words a thread that the H200's driver reported for it (MEASUREMENTS.md); on 2026-12-06, with
@@ -19,12 +22,15 @@ import argparse
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 # Compiled, not interpreted: megakernel.py turns the interpreter on where no GPU is seen,
 # unless this says otherwise.
@@ -41,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench  # noqa: E402  (it puts the task on the path)
+import megakernel  # noqa: E402
 import reference  # noqa: E402
 import shapes  # noqa: E402
 import solution  # noqa: E402
@@ -79,7 +86,7 @@ def signature(variant: dict) -> tuple[dict, dict, dict]:
     return sig, {n: consts[n] for n in names if n in consts}, attrs
 
 
-def compile_variant(variant: dict) -> dict:
+def compile_variant(variant: dict, loops: Sequence[str] = ()) -> dict:
     sig, constexprs, attrs = signature(variant)
     options = {"num_warps": variant.get("num_warps", solution.NUM_WARPS)}
     if variant.get("maxnreg"):
@@ -94,46 +101,110 @@ def compile_variant(variant: dict) -> dict:
         ptx.write_text(kernel.asm["ptx"])
         report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", "-o", os.devnull, str(ptx)],
                                 capture_output=True, text=True, check=True).stderr
-    return {"variant": variant, "compile_s": round(seconds, 1), "shared_bytes": kernel.metadata.shared,
-            "ptxas": [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line],
-            "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel"),
-            "spills_by_line": spills_by_line(kernel.asm["cubin"], kernel.asm["ptx"])}
+    code = disassembled(kernel.asm["cubin"], kernel.asm["ptx"])
+    row = {"variant": variant, "compile_s": round(seconds, 1), "shared_bytes": kernel.metadata.shared,
+           "ptxas": [line.strip() for line in report.splitlines() if "registers" in line or "spill" in line],
+           "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel"),
+           "spills_by_line": spills_by_line(code)}
+    if loops:
+        row["loops"] = {function: loops_of(code, function) for function in loops}
+    return row
 
 
-def spills_by_line(cubin: bytes, ptx: str, top: int = 12) -> list[str]:
-    """The source lines whose code reads or writes local memory (LDL, STL: the spills), most
-    instructions first, each at the kernel's own line that it was inlined from (tl.sum's body
-    counts where tl.sum was called), as the ncu_kernel tool's source view reads them. Static
-    counts: an instruction in a loop runs many times."""
+def disassembled(cubin: bytes, ptx: str) -> Optional[tuple[str, list[ncu_source.Instruction]]]:
+    """The cubin's listing (``nvdisasm -g``) and its instructions, each with the lines it was
+    inlined from; None where there is no nvdisasm."""
     nvdisasm = find_cuda_tool("nvdisasm", None)
     if nvdisasm is None:
-        return ["nvdisasm not found"]
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
         listings = [subprocess.run([nvdisasm, flag, "-c", str(path)], capture_output=True, text=True,
                                    check=True).stdout for flag in ("-g", "-gp")]
+        everything = []
+        for name, instructions in ncu_source.parse_disassembly(listings[0]).items():
+            ncu_source.inline_chains(ncu_source.Match(path, name, instructions, 1.0), cubin, ptx, listings[1])
+            everything += instructions
+    return listings[0], everything
+
+
+def spills_by_line(code: Optional[tuple[str, list[ncu_source.Instruction]]], top: int = 12) -> list[str]:
+    """The source lines whose code reads or writes local memory (LDL, STL: the spills), most
+    instructions first, each at the kernel's own line that it was inlined from (tl.sum's body
+    counts where tl.sum was called), as the ncu_kernel tool's source view reads them. Static
+    counts: an instruction in a loop runs many times."""
+    if code is None:
+        return ["nvdisasm not found"]
     counts: Counter = Counter()
-    for name, instructions in ncu_source.parse_disassembly(listings[0]).items():
-        ncu_source.inline_chains(ncu_source.Match(path, name, instructions, 1.0), cubin, ptx, listings[1])
-        for i in instructions:
-            if ncu_source.opcode(i.text) in ("LDL", "STL"):
-                file, line = ncu_source.own_line(i)
-                counts[(Path(file).name if file else "?", line, ncu_source.opcode(i.text))] += 1
+    for i in code[1]:
+        if ncu_source.opcode(i.text) in ("LDL", "STL"):
+            file, line = ncu_source.own_line(i)
+            counts[(Path(file).name if file else "?", line, ncu_source.opcode(i.text))] += 1
     return [f"{n} {op} {file}:{line}" for (file, line, op), n in counts.most_common(top)]
+
+
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_OFFSET = re.compile(r"/\*([0-9a-fA-F]+)\*/")
+_BRANCH_TARGET = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
+
+
+def loops_of(code: Optional[tuple[str, list[ncu_source.Instruction]]], function: str) -> list[dict]:
+    """The loops of the compiled kernel that run ``function``'s code (a function of
+    megakernel.py, by name; a loop is the span from a label to a branch back to it, and counts
+    where most of its instructions were inlined from that function's lines): each one's
+    instructions a pass, per warp, and how many of each opcode, most first. Static: what one pass
+    of the body issues, e.g. a 32-row block of the attention."""
+    if code is None:
+        return [{"error": "nvdisasm not found"}]
+    listing, instructions = code
+    source, first = inspect.getsourcelines(getattr(megakernel, function).fn)
+    lines = range(first, first + len(source))
+    labels: dict[str, int] = {}
+    waiting: list[str] = []
+    for text in listing.splitlines():
+        if label := _LABEL.match(text):
+            waiting.append(label.group(1))
+        if waiting and (offset := _OFFSET.search(text)):
+            labels.update((name, int(offset.group(1), 16)) for name in waiting)
+            waiting = []
+
+    def inside(i: ncu_source.Instruction) -> bool:
+        return any(file and file.endswith("megakernel.py") and line in lines
+                   for file, line in (*i.chain, (i.file, i.line)))
+
+    loops = []
+    for branch in instructions:
+        target = _BRANCH_TARGET.search(branch.text)
+        start = labels.get(target.group(1)) if target else None
+        if start is None or start >= branch.offset:
+            continue
+        body = [i for i in instructions if start <= i.offset <= branch.offset]
+        share = sum(inside(i) for i in body) / len(body)
+        if share >= 0.5:
+            opcodes = Counter(ncu_source.opcode(i.text) for i in body)
+            loops.append({"from": hex(start), "to": hex(branch.offset), "instructions": len(body),
+                          "of_the_function": round(share, 3), "opcodes": dict(opcodes.most_common())})
+    return sorted(loops, key=lambda loop: loop["instructions"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts")
+    ap.add_argument("--loops", action="append", default=[], metavar="FUNCTION",
+                    help="a function of megakernel.py (e.g. _mla_attend): the compiled loops that run its code, "
+                         "each with its instructions a pass and their opcodes")
     args = ap.parse_args()
+    unknown = [name for name in args.loops if not hasattr(getattr(megakernel, name, None), "fn")]
+    if unknown:
+        raise SystemExit(f"compile_sm90.py: no jit function {unknown} in megakernel.py")
     try:
         variants = [json.loads(text) for text in args.variant or ['{"name": "now"}']]
     except json.JSONDecodeError as err:
         raise SystemExit(f"compile_sm90.py: a --variant is not JSON: {err}") from None
     for variant in variants:
         try:
-            row = compile_variant(variant)
+            row = compile_variant(variant, args.loops)
         except triton.compiler.errors.CompilationError as err:  # the variant's own fault: said, and the next one
             cause: BaseException = err
             while cause.__cause__ is not None:  # Triton wraps the reason once per enclosing function
