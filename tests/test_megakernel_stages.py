@@ -109,7 +109,8 @@ for name, switches in variants.items():
         del os.environ[key]
     out[name] = [hidden] + [t for layer in state for t in layer.values()]
     c = model.layout.consts
-    ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], att_lo=c["ATT_LO"], programs=model.layout.programs,
+    ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], att_lo=c["ATT_LO"], group_sums=c["GROUP_SUMS"],
+                     programs=model.layout.programs,
                      pieces=(c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], counts=model.pk_count.tolist(),
                      split_sh=c["SPLIT_SH"], groups_a_piece=c["HID"] // 128 // c["SPLIT_SH"],
                      worst_cos=min(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(),
@@ -124,10 +125,10 @@ print(json.dumps(ran))
 """
 
 
-# Every switch of the layout off (each is on by default but ATT_LO's bf16 attention, whose
-# "off" is 1: two parts).
+# Every switch of the layout off (each is on by default but two: ATT_LO's bf16 attention, whose
+# "off" is 1, two parts; and GROUP_SUMS, not yet timed on a GPU).
 SWITCHES_OFF = {"KIMI_SPLIT_F": "0", "KIMI_ROUTE_ONCE": "0", "KIMI_SPLIT_SH": "1", "KIMI_BAR_COUNT": "0",
-                "KIMI_ATT_LO": "1"}
+                "KIMI_ATT_LO": "1", "KIMI_GROUP_SUMS": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +137,7 @@ def variants():
         return {**SWITCHES_OFF, **switch}
     switches = {"none": SWITCHES_OFF, "split": on(KIMI_SPLIT_F="1"), "route_once": on(KIMI_ROUTE_ONCE="1"),
                 "both": on(KIMI_SPLIT_F="1", KIMI_ROUTE_ONCE="1"), "split_shared": on(KIMI_SPLIT_SH="2"),
-                "attention_bf16": on(KIMI_ATT_LO="0"), "defaults": {}}
+                "attention_bf16": on(KIMI_ATT_LO="0"), "group_sums": on(KIMI_GROUP_SUMS="1"), "defaults": {}}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
     done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
                           capture_output=True, text=True, timeout=1500,
@@ -187,12 +188,25 @@ def test_the_attention_with_one_bf16_part_is_close_but_not_the_same_bits(variant
     assert single["worst_cos"] > 0.9999, single["worst_cos"]
 
 
+def test_the_group_sums_left_in_the_slot_give_the_same_answer(variants):
+    """KIMI_GROUP_SUMS=1: the normed input's sum over each group of 128 is computed once, into
+    the slot, and read by every int4 tile that takes the slot as its input (KDA_IN, the shared
+    expert, MOE_UP, MLA_IN) instead of added up by each. Summed in another order, yet the same
+    bits here: a float32 sum of 128 bf16 values rarely rounds. (Sums 10% off read a cosine of
+    0.81, tried 2026-12-06.)"""
+    plain, sums = variants["none"], variants["group_sums"]
+    assert (plain["group_sums"], sums["group_sums"]) == (0, 1)
+    assert sums["worst_cos"] > 0.99999, sums["worst_cos"]
+    assert sums["bitwise"]
+
+
 def test_the_switches_are_on_by_default(variants):
     """Unset, every switch is on but the shared expert's split, which the smoke scale's 2 groups
     do not divide by 3 (the full scale's 18 do): the answer is the split and the top-k computed
     once, bit for bit."""
     default = variants["defaults"]
     assert (default["split"], default["route_once"], default["bar_count"], default["att_lo"]) == (1, 1, 1, 1)
+    assert default["group_sums"] == 0  # (until a GPU has timed it)
     assert default["split_sh"] == 1 and default["groups_a_piece"] == 2
     assert default["bitwise_both"]
 
@@ -202,7 +216,8 @@ import json, sys
 sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
 import reference as ref, shapes, solution
 c = solution.Layout.of(ref.build_config(shapes.SHAPES[0]), 132, gpu=False, gpu_tiles=True).consts
-print(json.dumps({k: c[k] for k in ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO")}))
+names = ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO", "GROUP_SUMS")
+print(json.dumps({k: c[k] for k in names}))
 """
 
 
@@ -212,7 +227,7 @@ def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with
                           text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1}
+        "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1, "GROUP_SUMS": 0}
 
 
 def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():

@@ -103,8 +103,20 @@ def _scale_zero(sz):
 
 
 @triton.jit
-def _fma_chunk(acc, w, sz, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one):
-    """acc[BN, GC] += this chunk's dequantized dot products with x (transposed at xs_ptr)."""
+def _group_sums(xsum, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, SUMS: tl.constexpr):
+    """x's sums over groups g0..g0+GC of 128 inputs, [1, GC]: added up from the chunk's
+    partial sums ``xsum``, or (SUMS) read from after the K = 8 * K8 inputs at xs_ptr."""
+    if SUMS:
+        return tl.load(xs_ptr + 8 * K8 + g0 + tl.arange(0, GC))[None, :]
+    else:
+        return tl.sum(xsum, axis=2)
+
+
+@triton.jit
+def _fma_chunk(acc, w, sz, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one, SUMS: tl.constexpr = 0):
+    """acc[BN, GC] += this chunk's dequantized dot products with x (transposed at xs_ptr).
+    SUMS: x's sum over each group of 128 inputs is read where _norm_to_slot left it (right
+    after the vector), not added up again by every tile (GROUP_SUMS)."""
     r = (g0 + tl.arange(0, GC))[None, :, None] * 16 + tl.arange(0, 16)[None, None, :]
     t = tl.zeros(w.shape, tl.float32)
     xsum = tl.zeros([1, GC, 16], tl.float32)
@@ -112,13 +124,15 @@ def _fma_chunk(acc, w, sz, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one):
         xi = tl.load(xs_ptr + i * K8 + r)
         t += xi * (((w << (19 - 4 * i) if 4 * i <= 19 else w >> (4 * i - 19)) & 0x780000)
                    | one).to(tl.float32, bitcast=True)
-        xsum += xi
+        if not SUMS:
+            xsum += xi
     s, z = _scale_zero(sz)
-    return acc + s * (16.0 * tl.sum(t, axis=2) - (16.0 + z) * tl.sum(xsum, axis=2))
+    return acc + s * (16.0 * tl.sum(t, axis=2) - (16.0 + z) * _group_sums(xsum, xs_ptr, K8, g0, GC, SUMS))
 
 
 @triton.jit
-def _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one):
+def _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8: tl.constexpr, g0, GC: tl.constexpr, one,
+                SUMS: tl.constexpr = 0):
     """_fma_chunk for two matrices of the same shape sharing the input (gate and up)."""
     r = (g0 + tl.arange(0, GC))[None, :, None] * 16 + tl.arange(0, 16)[None, None, :]
     ta = tl.zeros(wa.shape, tl.float32)
@@ -130,8 +144,9 @@ def _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8: tl.constexpr, g0, GC
                     | one).to(tl.float32, bitcast=True)
         tb += xi * (((wb << (19 - 4 * i) if 4 * i <= 19 else wb >> (4 * i - 19)) & 0x780000)
                     | one).to(tl.float32, bitcast=True)
-        xsum += xi
-    xg = tl.sum(xsum, axis=2)
+        if not SUMS:
+            xsum += xi
+    xg = _group_sums(xsum, xs_ptr, K8, g0, GC, SUMS)
     sa, za = _scale_zero(sza)
     sb, zb = _scale_zero(szb)
     acc_a += sa * (16.0 * tl.sum(ta, axis=2) - (16.0 + za) * xg)
@@ -140,7 +155,8 @@ def _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8: tl.constexpr, g0, GC
 
 
 @triton.jit
-def _gemv(wt_ptr, szt_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, one):
+def _gemv(wt_ptr, szt_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, one,
+          SUMS: tl.constexpr = 0):
     """One tile of y = x @ W (BN columns, all G groups): the next chunk's words are loaded
     while this one's are multiplied."""
     NC: tl.constexpr = G // GC
@@ -148,16 +164,16 @@ def _gemv(wt_ptr, szt_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.con
     w, sz = _load_chunk(wt_ptr, szt_ptr, 0, BN, GC)
     for c in range(1, NC):
         w_next, sz_next = _load_chunk(wt_ptr, szt_ptr, c * GC, BN, GC)
-        acc = _fma_chunk(acc, w, sz, xs_ptr, K8, (c - 1) * GC, GC, one)
+        acc = _fma_chunk(acc, w, sz, xs_ptr, K8, (c - 1) * GC, GC, one, SUMS)
         w = w_next
         sz = sz_next
-    acc = _fma_chunk(acc, w, sz, xs_ptr, K8, (NC - 1) * GC, GC, one)
+    acc = _fma_chunk(acc, w, sz, xs_ptr, K8, (NC - 1) * GC, GC, one, SUMS)
     return tl.sum(acc, axis=1)
 
 
 @triton.jit
 def _gemv2(wa_ptr, wb_ptr, sza_ptr, szb_ptr, xs_ptr, K8: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
-           GC: tl.constexpr, one, g_base=0):
+           GC: tl.constexpr, one, g_base=0, SUMS: tl.constexpr = 0):
     """_gemv for two matrices of the same layout at the same tile (gate and up), over the G
     groups from g_base (a piece of the tile's inputs; all of them by default)."""
     NC: tl.constexpr = G // GC
@@ -168,12 +184,14 @@ def _gemv2(wa_ptr, wb_ptr, sza_ptr, szb_ptr, xs_ptr, K8: tl.constexpr, G: tl.con
     for c in range(1, NC):
         wa_next, sza_next = _load_chunk(wa_ptr, sza_ptr, g_base + c * GC, BN, GC)
         wb_next, szb_next = _load_chunk(wb_ptr, szb_ptr, g_base + c * GC, BN, GC)
-        acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, g_base + (c - 1) * GC, GC, one)
+        acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, g_base + (c - 1) * GC, GC, one,
+                                   SUMS)
         wa = wa_next
         sza = sza_next
         wb = wb_next
         szb = szb_next
-    acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, g_base + (NC - 1) * GC, GC, one)
+    acc_a, acc_b = _fma_chunk2(acc_a, acc_b, wa, sza, wb, szb, xs_ptr, K8, g_base + (NC - 1) * GC, GC, one,
+                               SUMS)
     return tl.sum(acc_a, axis=1), tl.sum(acc_b, axis=1)
 
 
@@ -206,9 +224,10 @@ def _store_t(ptr, k, v, K: tl.constexpr):
 
 
 @triton.jit
-def _norm_to_slot(x_ptr, nw_ptr, slot_ptr, HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr):
-    """rmsnorm(x) (bf16 values) into this program's slot, transposed; every thread's part is
-    written before any thread reads the slot."""
+def _norm_to_slot(x_ptr, nw_ptr, slot_ptr, HID: tl.constexpr, HB: tl.constexpr, EPS: tl.constexpr,
+                  SUMS: tl.constexpr):
+    """rmsnorm(x) (bf16 values) into this program's slot, transposed, and (SUMS) its sum over
+    each group of 128 after it; every thread's part is written before any thread reads the slot."""
     k = tl.arange(0, HB)
     m = k < HID
     x = tl.load(x_ptr + k, mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -216,6 +235,9 @@ def _norm_to_slot(x_ptr, nw_ptr, slot_ptr, HID: tl.constexpr, HB: tl.constexpr, 
     w = tl.load(nw_ptr + k, mask=m, other=0.0).to(tl.float32)
     y = _bf16(x * r * w)
     tl.store(slot_ptr + (k % 8) * (HID // 8) + k // 8, y, mask=m)
+    if SUMS:
+        g = tl.arange(0, HB // 128)
+        tl.store(slot_ptr + HID + g, tl.sum(tl.reshape(y, [HB // 128, 128]), axis=1), mask=g < HID // 128)
     tl.debug_barrier()
 
 
@@ -276,14 +298,14 @@ def _now():
 @triton.jit
 def _kda_in(pid, P, one, slot, w_ptr, sz_ptr, bw_ptr, cw_ptr, cq_ptr, ck_ptr, cv_ptr, qkv_ptr, dec_ptr, beta_ptr,
             HID: tl.constexpr, KIN: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr,
-            BN: tl.constexpr, GC: tl.constexpr, RB: tl.constexpr, HB: tl.constexpr):
+            BN: tl.constexpr, GC: tl.constexpr, RB: tl.constexpr, HB: tl.constexpr, SUMS: tl.constexpr):
     """q, k, v, g projections with the short conv (and its window shift), the decay and
     beta. Tiles: the int4 tiles of q|k|v|g, then the beta rows."""
     G: tl.constexpr = HID // 128
     NT: tl.constexpr = 4 * KIN // BN
     for t in range(pid, NT + KH // RB, P):
         if t < NT:
-            y = _bf16(_gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), slot, HID // 8, G, BN, GC, one))
+            y = _bf16(_gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), slot, HID // 8, G, BN, GC, one, SUMS))
             m = (t * BN) // KIN
             c = (t * BN) % KIN + tl.arange(0, BN)
             if m < 3:
@@ -415,7 +437,7 @@ def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, sus
             HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
             NAP: tl.constexpr, NSH: tl.constexpr, SCALE: tl.constexpr,
             RB: tl.constexpr, HB: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr,
-            KP: tl.constexpr):
+            KP: tl.constexpr, SUMS: tl.constexpr):
     """Router logits (float32) and the shared experts' silu(gate) * up; with ROUTE_ONCE, the
     top-k from the logits as well, once.
 
@@ -441,7 +463,7 @@ def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, sus
             k = (tile % NTN) * BN + tl.arange(0, BN)
             g, u = _gemv2(sg_ptr + tile * (G * BN * 16), su_ptr + tile * (G * BN * 16),
                           sgsz_ptr + tile * (G * BN), susz_ptr + tile * (G * BN), slot, HID // 8, GP, BN, GC, one,
-                          ((t - NR) % KP) * GP)
+                          ((t - NR) % KP) * GP, SUMS)
             if KP > 1:
                 piece = (t - NR) % KP
                 n = tile * BN + tl.arange(0, BN)
@@ -464,7 +486,8 @@ def _moe_in(pid, P, one, slot, rw_ptr, logits_ptr, sg_ptr, su_ptr, sgsz_ptr, sus
 @triton.jit
 def _moe_up(pid, P, one, slot, logits_ptr, route_ptr, gw_ptr, uw_ptr, gsz_ptr, usz_ptr, act_ptr,
             HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
-            NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr):
+            NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, GC: tl.constexpr, ROUTE_ONCE: tl.constexpr,
+            SUMS: tl.constexpr):
     """silu(gate) * up of the routed experts (the slot still holds this layer's normed h)."""
     G: tl.constexpr = HID // 128
     NTN: tl.constexpr = MI // BN
@@ -475,7 +498,8 @@ def _moe_up(pid, P, one, slot, logits_ptr, route_ptr, gw_ptr, uw_ptr, gsz_ptr, u
         e = _pick(idx, NAP, j)
         ow = (e * NTN + tn) * (G * BN * 16)
         osz = (e * NTN + tn) * (G * BN)
-        g, u = _gemv2(gw_ptr + ow, uw_ptr + ow, gsz_ptr + osz, usz_ptr + osz, slot, HID // 8, G, BN, GC, one)
+        g, u = _gemv2(gw_ptr + ow, uw_ptr + ow, gsz_ptr + osz, usz_ptr + osz, slot, HID // 8, G, BN, GC, one, 0,
+                      SUMS)
         k = tn * BN + tl.arange(0, BN)
         _store_t(act_ptr + j * MI, k, g / (1.0 + tl.exp(-g)) * u, MI)
 
@@ -579,13 +603,13 @@ def _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, ou
 @triton.jit
 def _mla_in(pid, P, one, slot, w_ptr, sz_ptr, mq_ptr, c_dst, kr_raw_ptr, L,
             HID: tl.constexpr, NQ: tl.constexpr, KV: tl.constexpr, ROPE: tl.constexpr,
-            BN: tl.constexpr, GC: tl.constexpr):
+            BN: tl.constexpr, GC: tl.constexpr, SUMS: tl.constexpr):
     """q_proj | kv_a (zero columns padding it to whole tiles): q (bf16 values, the rope part
     not yet rotated), the latent appended to the cache at row L, the rope key before its
     rotation."""
     G: tl.constexpr = HID // 128
     for t in range(pid, (NQ + KV + ROPE + BN - 1) // BN, P):
-        y = _bf16(_gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), slot, HID // 8, G, BN, GC, one))
+        y = _bf16(_gemv(w_ptr + t * (G * BN * 16), sz_ptr + t * (G * BN), slot, HID // 8, G, BN, GC, one, SUMS))
         n = t * BN + tl.arange(0, BN)
         tl.store(mq_ptr + n, y, mask=n < NQ)
         tl.store(c_dst + L * KV + (n - NQ), y.to(tl.bfloat16), mask=(n >= NQ) & (n < NQ + KV))
@@ -774,7 +798,7 @@ def kimi_decode_step(
         RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, SPLIT_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
         BN_F: tl.constexpr, SPLIT_F: tl.constexpr, ROUTE_ONCE: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, ATT_LO: tl.constexpr,
-        CB: tl.constexpr,
+        CB: tl.constexpr, GROUP_SUMS: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
         SLOT: tl.constexpr, USE_BARRIER: tl.constexpr, BAR_COUNT: tl.constexpr, INTERPRET: tl.constexpr, STAMPS: tl.constexpr):
     # ONE: the bits of 1.0f, a kernel argument so that it sits in a register and the nibble's
@@ -797,13 +821,13 @@ def kimi_decode_step(
         sub = tl.load(plan_ptr + 3 * si + 2)
         x_cur = tl.where(layer == 0, x_in, xp)   # this layer's input hidden
         if kind == KDA_IN:
-            _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
+            _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS, GROUP_SUMS)
             _kda_in(pid, P, ONE, slot, kda_w + sub * (4 * KIN * HID // 8), kda_sz + sub * (4 * KIN * G_H),
                     kda_bw + sub * (KH * HID), kda_cw + sub * (3 * 4 * KIN),
                     tl.where(sub == 0, cq0, tl.where(sub == 1, cq1, cq2)),
                     tl.where(sub == 0, ck0, tl.where(sub == 1, ck1, ck2)),
                     tl.where(sub == 0, cv0, tl.where(sub == 1, cv1, cv2)),
-                    qkv, dec, beta, HID, KIN, KD, KH, BN_A, GC_A, RB_B, HB)
+                    qkv, dec, beta, HID, KIN, KD, KH, BN_A, GC_A, RB_B, HB, GROUP_SUMS)
         elif kind == KDA_REC:
             _kda_rec(pid, P, tl.where(sub == 0, S0, tl.where(sub == 1, S1, S2)), qkv, dec, beta, ot,
                      KIN, KD, KH, BV)
@@ -811,23 +835,24 @@ def kimi_decode_step(
             _attn_out(pid, P, ONE, x_cur, kda_ow + sub * (KIN * HID // 8), kda_osz + sub * (KIN // 128 * HID),
                       ot, hp, KIN, HID, BN_O, GC_O)
         elif kind == MOE_IN:
-            _norm_to_slot(hp, moe_norm + layer * HID, slot, HID, HB, EPS)
+            _norm_to_slot(hp, moe_norm + layer * HID, slot, HID, HB, EPS, GROUP_SUMS)
             _moe_in(pid, P, ONE, slot, rt_w + layer * (E * HID), logits,
                     sg_w + layer * (NSH * MI * HID // 8), su_w + layer * (NSH * MI * HID // 8),
                     sg_sz + layer * (NSH * MI * G_H), su_sz + layer * (NSH * MI * G_H), act, route, part, count,
-                    HID, E, EP, MI, NACT, NAP, NSH, SCALE, RB_R, HB, BN_SH, GC_SH, ROUTE_ONCE, SPLIT_SH)
+                    HID, E, EP, MI, NACT, NAP, NSH, SCALE, RB_R, HB, BN_SH, GC_SH, ROUTE_ONCE, SPLIT_SH, GROUP_SUMS)
         elif kind == MOE_UP:
             _moe_up(pid, P, ONE, slot, logits, route, g_w + layer * (E * MI * HID // 8), u_w + layer * (E * MI * HID // 8),
                     g_sz + layer * (E * MI * G_H), u_sz + layer * (E * MI * G_H), act,
-                    HID, E, EP, MI, NACT, NAP, SCALE, BN_E, GC_E, ROUTE_ONCE)
+                    HID, E, EP, MI, NACT, NAP, SCALE, BN_E, GC_E, ROUTE_ONCE, GROUP_SUMS)
         elif kind == MOE_DOWN:
             _moe_down(pid, P, ONE, logits, route, d_w + layer * ((E + NSH) * MI * HID // 8),
                       d_sz + layer * ((E + NSH) * MI // 128 * HID), act, hp,
                       tl.where(layer == NL - 1, x_out, xp), part, count,
                       HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F, ROUTE_ONCE)
         elif kind == MLA_IN:
-            _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS)
-            _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA)
+            _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS, GROUP_SUMS)
+            _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA,
+                    GROUP_SUMS)
             if COPY != 0:
                 _cache_copy(pid, P, L, c_src, kr_src, c_dst, kr_dst, KV, ROPE, BL)
         elif kind == MLA_ABSORB:

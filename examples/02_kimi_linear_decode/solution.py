@@ -189,7 +189,10 @@ class Layout:
             BNC=_pow2_divisor(kv, 128), BL=32 if gpu_tiles else 64, CB=cap(kv, 128),
             ATT_LO=_switch("KIMI_ATT_LO", 1),
             NCP=ncp, IB=min(32, ncp), BN_VB=cap(vh, 32), GC_VB=cap(kv // GROUP, 8),
-            SLOT=hid, INTERPRET=not gpu,
+            # GROUP_SUMS: the slot holds the normed input's sum over each group of 128 after it
+            # (room for them in whole 128-byte lines, so that every program's slot stays aligned
+            # for 16-byte loads).
+            GROUP_SUMS=_switch("KIMI_GROUP_SUMS", 0), SLOT=hid + 32 * -(-g_h // 32), INTERPRET=not gpu,
         )
         layout = Layout(programs, c)
         layout.check()
