@@ -9,8 +9,9 @@ register cap, any of the layout's constants).
 
 Each variant's local-memory instructions (spills) are counted by source line, from the cubin's
 line table; ``--loops FUNCTION`` adds the compiled loops that run a function's code, each with
-its instructions a pass and their opcodes (what one 32-row block of the attention issues). The argument types come from a model's own launch arguments (a smoke-scale model on this
-machine: the same dtypes), pointers taken as 16-byte aligned as on the GPU. The kernel here
+its instructions a pass and their opcodes (what one 32-row block of the attention issues). The
+argument types come from a model's own launch arguments (a smoke-scale model on this machine:
+the same dtypes), pointers taken as 16-byte aligned as on the GPU. The kernel here
 on 2026-12-05, before its switches: 255 registers, a 312-byte stack frame, which is the 78
 words a thread that the H200's driver reported for it (MEASUREMENTS.md); on 2026-12-06, with
 the switches on and the cache copy out of the attention: 255 registers, a 64-byte stack frame
@@ -111,8 +112,12 @@ def compile_variant(variant: dict, loops: Sequence[str] = ()) -> dict:
     return row
 
 
-def disassembled(cubin: bytes, ptx: str) -> Optional[tuple[str, list[ncu_source.Instruction]]]:
-    """The cubin's listing (``nvdisasm -g``) and its instructions, each with the lines it was
+# A cubin disassembled: its listing (``nvdisasm -g``) and each function's instructions.
+Disassembly = tuple[str, dict[str, list[ncu_source.Instruction]]]
+
+
+def disassembled(cubin: bytes, ptx: str) -> Optional[Disassembly]:
+    """The cubin's listing and each function's instructions, every one with the lines it was
     inlined from; None where there is no nvdisasm."""
     nvdisasm = find_cuda_tool("nvdisasm", None)
     if nvdisasm is None:
@@ -122,14 +127,13 @@ def disassembled(cubin: bytes, ptx: str) -> Optional[tuple[str, list[ncu_source.
         path.write_bytes(cubin)
         listings = [subprocess.run([nvdisasm, flag, "-c", str(path)], capture_output=True, text=True,
                                    check=True).stdout for flag in ("-g", "-gp")]
-        everything = []
-        for name, instructions in ncu_source.parse_disassembly(listings[0]).items():
+        functions = ncu_source.parse_disassembly(listings[0])
+        for name, instructions in functions.items():
             ncu_source.inline_chains(ncu_source.Match(path, name, instructions, 1.0), cubin, ptx, listings[1])
-            everything += instructions
-    return listings[0], everything
+    return listings[0], functions
 
 
-def spills_by_line(code: Optional[tuple[str, list[ncu_source.Instruction]]], top: int = 12) -> list[str]:
+def spills_by_line(code: Optional[Disassembly], top: int = 12) -> list[str]:
     """The source lines whose code reads or writes local memory (LDL, STL: the spills), most
     instructions first, each at the kernel's own line that it was inlined from (tl.sum's body
     counts where tl.sum was called), as the ncu_kernel tool's source view reads them. Static
@@ -137,19 +141,20 @@ def spills_by_line(code: Optional[tuple[str, list[ncu_source.Instruction]]], top
     if code is None:
         return ["nvdisasm not found"]
     counts: Counter = Counter()
-    for i in code[1]:
+    for i in (i for instructions in code[1].values() for i in instructions):
         if ncu_source.opcode(i.text) in ("LDL", "STL"):
             file, line = ncu_source.own_line(i)
             counts[(Path(file).name if file else "?", line, ncu_source.opcode(i.text))] += 1
     return [f"{n} {op} {file}:{line}" for (file, line, op), n in counts.most_common(top)]
 
 
+_SECTION = re.compile(r"^\.text\.(\S+):\s*$")  # a function's code begins (as ncu_source reads it)
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _OFFSET = re.compile(r"/\*([0-9a-fA-F]+)\*/")
 _BRANCH_TARGET = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 
 
-def loops_of(code: Optional[tuple[str, list[ncu_source.Instruction]]], function: str) -> list[dict]:
+def loops_of(code: Optional[Disassembly], function: str) -> list[dict]:
     """The loops of the compiled kernel that run ``function``'s code (a function of
     megakernel.py, by name; a loop is the span from a label to a branch back to it, and counts
     where most of its instructions were inlined from that function's lines): each one's
@@ -157,16 +162,18 @@ def loops_of(code: Optional[tuple[str, list[ncu_source.Instruction]]], function:
     of the body issues, e.g. a 32-row block of the attention."""
     if code is None:
         return [{"error": "nvdisasm not found"}]
-    listing, instructions = code
+    listing, functions = code
     source, first = inspect.getsourcelines(getattr(megakernel, function).fn)
     lines = range(first, first + len(source))
-    labels: dict[str, int] = {}
-    waiting: list[str] = []
+    labels: dict[tuple[str, str], int] = {}  # (compiled function, label): its offset
+    current, waiting = "", []
     for text in listing.splitlines():
+        if section := _SECTION.match(text):
+            current, waiting = section.group(1), []
         if label := _LABEL.match(text):
             waiting.append(label.group(1))
         if waiting and (offset := _OFFSET.search(text)):
-            labels.update((name, int(offset.group(1), 16)) for name in waiting)
+            labels.update(((current, name), int(offset.group(1), 16)) for name in waiting)
             waiting = []
 
     def inside(i: ncu_source.Instruction) -> bool:
@@ -174,17 +181,18 @@ def loops_of(code: Optional[tuple[str, list[ncu_source.Instruction]]], function:
                    for file, line in (*i.chain, (i.file, i.line)))
 
     loops = []
-    for branch in instructions:
-        target = _BRANCH_TARGET.search(branch.text)
-        start = labels.get(target.group(1)) if target else None
-        if start is None or start >= branch.offset:
-            continue
-        body = [i for i in instructions if start <= i.offset <= branch.offset]
-        share = sum(inside(i) for i in body) / len(body)
-        if share >= 0.5:
-            opcodes = Counter(ncu_source.opcode(i.text) for i in body)
-            loops.append({"from": hex(start), "to": hex(branch.offset), "instructions": len(body),
-                          "of_the_function": round(share, 3), "opcodes": dict(opcodes.most_common())})
+    for compiled, instructions in functions.items():
+        for branch in instructions:
+            target = _BRANCH_TARGET.search(branch.text)
+            start = labels.get((compiled, target.group(1))) if target else None
+            if start is None or start >= branch.offset:
+                continue
+            body = [i for i in instructions if start <= i.offset <= branch.offset]
+            share = sum(inside(i) for i in body) / len(body)
+            if share >= 0.5:
+                opcodes = Counter(ncu_source.opcode(i.text) for i in body)
+                loops.append({"in": compiled, "from": hex(start), "to": hex(branch.offset), "instructions": len(body),
+                              "of_the_function": round(share, 3), "opcodes": dict(opcodes.most_common())})
     return sorted(loops, key=lambda loop: loop["instructions"])
 
 
