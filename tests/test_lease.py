@@ -37,10 +37,21 @@ def _lease(holder: str) -> Lease:
     return Lease(gate, lock, log, holder, files.name)
 
 
+def _waiters_on(path: Path) -> list[int]:
+    """The processes blocked in flock on ``path``: /proc/locks marks a waiter with '->' before
+    the lock's kind, mode, access, pid and device:inode."""
+    inode, waiters = f":{path.stat().st_ino}", []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields and len(fields) > fields.index("->") + 5:
+            at = fields.index("->")
+            if fields[at + 5].endswith(inode):
+                waiters.append(int(fields[at + 4]))
+    return waiters
+
+
 def _someone_waits_on(path: Path) -> bool:
-    """Whether a process is blocked in flock on ``path``: /proc/locks marks a waiter with '->'."""
-    inode = f":{path.stat().st_ino} "
-    return any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
+    return bool(_waiters_on(path))
 
 
 def test_the_lease_of_a_gpu_is_the_physical_one():
@@ -196,6 +207,36 @@ def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(le
     assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:], strict=False))
     # It waited for the blocker at its start (which let go a second after it saw it wait).
     assert mine[0].waited_s >= 0.9
+
+
+def test_an_evaluation_holds_nothing_while_its_interpreter_starts_and_imports(lease_dir, kagent_home, tmp_path):
+    """Its start and imports are host work: it asks for the lease just before its first work on
+    the device, so it waits for another member's timing with torch imported already."""
+    blocker = _lease("someone timing")
+    blocker.acquire("exclusive", "timing")
+    lock_file = lease_dir / f"{lease_name('cpu')}.lock"
+    seen: dict = {}
+
+    def release_once_the_evaluation_waits() -> None:
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while not (waiters := _waiters_on(lock_file)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            seen["maps"] = [Path(f"/proc/{pid}/maps").read_text() for pid in waiters]
+        except PermissionError:
+            seen["maps"] = None  # another user's process: nothing to read here
+        finally:
+            blocker.release()
+
+    result = _evaluate_beside(release_once_the_evaluation_waits, kagent_home, tmp_path)
+    blocker.close()
+    assert result.verdict is Verdict.PASS, result.reason
+    if seen["maps"] is None:
+        pytest.skip("the waiting process's memory map cannot be read by this user")
+    assert seen["maps"], "no evaluation waited for the lease"
+    assert all("libtorch" in maps for maps in seen["maps"])
+    (first, *_) = [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.holder == "test-holder"]
+    assert first.kind == "shared" and first.what == "evaluation (aa)"
 
 
 def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease_dir, kagent_home, tmp_path):

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError:
         early = {}  # the evaluation starts them itself, and reports why it cannot
     try:
-        with lease.shared(job, channel):  # the device's lease, shared until timing takes it alone (lease.py)
+        with lease.shared(job, channel):  # the device's lease: shared from the first device work, alone to time
             run(job, channel, early)
     finally:
         spawn.close_unadopted(early)

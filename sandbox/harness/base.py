@@ -42,6 +42,8 @@ class EvaluationBase:
         self.hidden_seeds: list[int] = []
         self._phase_start = began
         self.phase("imports")
+        # Nothing of this evaluation ran on the device before this line (lease.py).
+        lease.begin_device_work(f"evaluation ({job['mode']})")
         self.late_cache_files: dict[str, str] = {}
         self._probes_reported = 0  # of watch.confirmed, already sent with a check
         if self.device.type == "cuda" and not torch.cuda.is_available():

@@ -2,7 +2,9 @@
 
 Several kagent runs (the members of a sweep) may share one GPU. Each evaluation holds the
 device's lease *shared* while it loads, builds and checks (work other evaluations may do at
-the same time) and *exclusive* while it times, profiles or calibrates what timing subtracts,
+the same time), from its first work on the device (its interpreter's start and imports, host
+work like the evaluation's other processes' start beside it, hold nothing), and *exclusive*
+while it times, profiles or calibrates what timing subtracts,
 and to confirm that a probe which found the device busy during the checks was not delayed by
 another evaluation's work: then no other evaluation under the same lease runs anything on the
 device. Compiles and the model's thinking take no lease.
@@ -104,20 +106,31 @@ _current: Optional[Lease] = None
 
 @contextmanager
 def shared(job: dict, channel: Any) -> Iterator[None]:
-    """The whole evaluation, under the lease the job names (none: no lease, nothing waits)."""
+    """The whole evaluation, under the lease the job names (none: no lease, nothing waits);
+    held shared from begin_device_work() on, given back at the end."""
     global _current
     spec = job.get("gpu_lease")
     if not spec:
         yield
         return
     lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], spec["holder"], spec["name"], channel)
-    lease.acquire("shared", f"evaluation ({job.get('mode')})")
     _current = lease
     try:
         yield
     finally:
         _current = None
         lease.close()
+
+
+def begin_device_work(what: str) -> None:
+    """Before the evaluation's first work on the device (its device context, its probe's first
+    kernel): hold the lease shared from here on, waiting while another evaluation holds it
+    alone. Until then the evaluation only started its interpreter and imported (on a slow
+    host 3-4 s of every evaluation) and held nothing that others' timing waited for. Outside
+    a lease, or once held, nothing happens."""
+    lease = _current
+    if lease is not None and lease.hold is None:
+        lease.acquire("shared", what)
 
 
 def under_lease() -> bool:
