@@ -42,8 +42,11 @@ class EvaluationBase:
         self.hidden_seeds: list[int] = []
         self._phase_start = began
         self.phase("imports")
-        # Nothing of this evaluation ran on the device before this line (lease.py).
-        lease.begin_device_work(f"evaluation ({job['mode']})")
+        # Nothing of this evaluation ran on the device before here (lease.py). The wait for the
+        # lease, where there is one, is a phase of its own (not a part of the next one).
+        if lease.under_lease():
+            lease.begin_device_work(f"evaluation ({job['mode']})")
+            self.phase("gpu_lease")
         self.late_cache_files: dict[str, str] = {}
         self._probes_reported = 0  # of watch.confirmed, already sent with a check
         if self.device.type == "cuda" and not torch.cuda.is_available():
