@@ -1,7 +1,7 @@
 """The megakernel compiled for the H200 (sm_90a) on any machine, no GPU needed: a variant's
 registers, spills and shared memory from ptxas, at full scale with the GPU's tiles and 132
 programs, before a device call is spent on it. Variants as tune.py takes them (warps, a
-register cap, any of the layout's constants).
+register cap, any of the layout's constants, another copy of megakernel.py by its path).
 
     python examples/02_kimi_linear_decode/compile_sm90.py --variant '{"name": "split", "consts": {"SPLIT_F": 1}}'
 
@@ -73,7 +73,7 @@ def signature(variant: dict) -> tuple[dict, dict, dict]:
     tune.apply(variant)
     full = reference.build_config(shapes.SHAPES[0])
     consts = dict(solution.Layout.of(full, H200_PROGRAMS, True).consts, USE_BARRIER=True, STAMPS=True)
-    names = list(inspect.signature(tune.KERNEL.fn).parameters)
+    names = list(inspect.signature(tune.kernel_of(variant).fn).parameters)
     runtime = [n for n in names if n not in consts]
     assert len(runtime) == len(args), (len(runtime), len(args))
     types, attrs = {}, {}
@@ -93,7 +93,8 @@ def compile_variant(variant: dict, loops: Sequence[str] = ()) -> dict:
     if variant.get("maxnreg"):
         options["maxnreg"] = variant["maxnreg"]
     started = time.monotonic()
-    kernel = triton.compile(ASTSource(fn=tune.KERNEL, signature=sig, constexprs=constexprs, attrs=attrs),
+    source = tune.kernel_of(variant)  # this folder's kernel, or the copy the variant names
+    kernel = triton.compile(ASTSource(fn=source, signature=sig, constexprs=constexprs, attrs=attrs),
                             target=GPUTarget("cuda", 90, 32), options=options)
     seconds = time.monotonic() - started
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -108,7 +109,7 @@ def compile_variant(variant: dict, loops: Sequence[str] = ()) -> dict:
            "acq_rel_atomics": kernel.asm["ptx"].count("atom.global.gpu.acq_rel"),
            "spills_by_line": spills_by_line(code)}
     if loops:
-        row["loops"] = {function: loops_of(code, function) for function in loops}
+        row["loops"] = {function: loops_of(code, source.fn.__globals__.get(function)) for function in loops}
     return row
 
 
@@ -154,17 +155,20 @@ _OFFSET = re.compile(r"/\*([0-9a-fA-F]+)\*/")
 _BRANCH_TARGET = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 
 
-def loops_of(code: Optional[Disassembly], function: str) -> list[dict]:
-    """The loops of the compiled kernel that run ``function``'s code (a function of
-    megakernel.py, by name; a loop is the span from a label to a branch back to it, and counts
+def loops_of(code: Optional[Disassembly], function) -> list[dict]:
+    """The loops of the compiled kernel that run ``function``'s code (a jit function of the
+    kernel's module; a loop is the span from a label to a branch back to it, and counts
     where most of its instructions were inlined from that function's lines): each one's
     instructions a pass, per warp, and how many of each opcode, most first. Static: what one pass
     of the body issues, e.g. a 32-row block of the attention."""
     if code is None:
         return [{"error": "nvdisasm not found"}]
+    if not hasattr(function, "fn"):
+        return [{"error": "no such jit function in this variant's kernel module"}]
     listing, functions = code
-    source, first = inspect.getsourcelines(getattr(megakernel, function).fn)
+    source, first = inspect.getsourcelines(function.fn)
     lines = range(first, first + len(source))
+    module_file = Path(inspect.getsourcefile(function.fn) or "megakernel.py").name
     labels: dict[tuple[str, str], int] = {}  # (compiled function, label): its offset
     current, waiting = "", []
     for text in listing.splitlines():
@@ -177,7 +181,7 @@ def loops_of(code: Optional[Disassembly], function: str) -> list[dict]:
             waiting = []
 
     def inside(i: ncu_source.Instruction) -> bool:
-        return any(file and file.endswith("megakernel.py") and line in lines
+        return any(file and Path(file).name == module_file and line in lines
                    for file, line in (*i.chain, (i.file, i.line)))
 
     loops = []
