@@ -216,7 +216,7 @@ import json, sys
 sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
 import reference as ref, shapes, solution
 c = solution.Layout.of(ref.build_config(shapes.SHAPES[0]), 132, gpu=False, gpu_tiles=True).consts
-names = ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO", "GROUP_SUMS")
+names = ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO", "GROUP_SUMS", "SLOT", "HID")
 print(json.dumps({k: c[k] for k in names}))
 """
 
@@ -226,8 +226,13 @@ def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with
     done = subprocess.run([sys.executable, "-c", FULL_SCALE_DEFAULTS_DRIVER], cwd=REPO, capture_output=True,
                           text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+    consts = json.loads(done.stdout.strip().splitlines()[-1])
+    slot, hid = consts.pop("SLOT"), consts.pop("HID")
+    assert consts == {
         "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1, "GROUP_SUMS": 0}
+    # A program's slot: the vector and its group sums, in whole 128-byte lines (with room for
+    # the sums only, every other program's slot lost its 16-byte alignment: 8-byte loads).
+    assert slot >= hid + hid // 128 and slot % 32 == 0
 
 
 def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():
