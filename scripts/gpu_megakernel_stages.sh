@@ -28,6 +28,11 @@ if [ "${CHECK:-1}" = 1 ]; then
   timeout 240 python3 examples/02_kimi_linear_decode/check.py --scale full --seeds 0,1
   echo "check.py: exit $?"
 fi
+# --variant arguments from FILE, one JSON object a line, into the array variants.
+variants_from() {
+  if [ ! -f "$1" ]; then echo "gpu_megakernel_stages.sh: no variants file $1" >&2; exit 2; fi
+  while IFS= read -r line; do [ -n "$line" ] && variants+=(--variant "$line"); done < "$1"
+}
 bench_summary() {
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); k=d['kernel']
 print(sys.argv[1].split('/')[-1], 'loop ms', [round(c['best_ms'], 4) for c in d['single_launch']['chain']],
@@ -46,8 +51,8 @@ if [ "${TUNE:-0}" = 1 ]; then
   # difference of nothing reads as).
   t0=$(date +%s)
   variants=()
-  if [ -n "${TUNE_VARIANTS:-}" ]; then  # a file of variants, one JSON object a line
-    while IFS= read -r line; do [ -n "$line" ] && variants+=(--variant "$line"); done < "$TUNE_VARIANTS"
+  if [ -n "${TUNE_VARIANTS:-}" ]; then
+    variants_from "$TUNE_VARIANTS"
   else
     variants=(--variant '{"name": "now"}' --variant '{"name": "no SPLIT_F", "consts": {"SPLIT_F": 0}}'
       --variant '{"name": "no ROUTE_ONCE", "consts": {"ROUTE_ONCE": 0}}'
@@ -66,8 +71,8 @@ if [ "${ATTEND:-0}" = 1 ]; then
   # What the attention stage costs outside the megakernel, its partials checked against torch.
   t0=$(date +%s)
   variants=()
-  if [ -n "${ATTEND_VARIANTS:-}" ]; then  # a file of variants, one JSON object a line
-    while IFS= read -r line; do [ -n "$line" ] && variants+=(--variant "$line"); done < "$ATTEND_VARIANTS"
+  if [ -n "${ATTEND_VARIANTS:-}" ]; then
+    variants_from "$ATTEND_VARIANTS"
   fi
   timeout 300 python3 examples/02_kimi_linear_decode/attend_alone.py --out "$OUT/attend.json" "${variants[@]}" \
     > "$OUT/attend.log" 2>&1
