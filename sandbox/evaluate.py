@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
-from kagent.sandbox.lease import LeaseRecord, open_lease
+from kagent.sandbox.lease import LeaseRecord, lease_folder, open_lease
 from kagent.sandbox.results import (
     Bandwidth,
     CheckResult,
@@ -302,15 +302,19 @@ def _tail(path: Path) -> str:
 
 
 def run_child(bundle: Bundle, job: dict, options: EvalOptions,
-              progress: Optional[Callable[[dict], None]] = None) -> ChildRun:
+              progress: Optional[Callable[[dict], None]] = None, alone: bool = False) -> ChildRun:
     """Run the harness in a new session, reading its events until done, exit or the limit;
-    ``progress`` gets each authentic event as it arrives."""
+    ``progress`` gets each authentic event as it arrives. ``alone``: under a device lease,
+    the evaluation holds it exclusive from its first device work on, not shared."""
     private = bundle.root / "private"
     private.mkdir()
     home = options.home or bundle.root / "home"
     lease = open_lease(options.device)  # a sweep's device lease, as descriptors (kagent.sandbox.lease)
+    lease_field = lease.job_field
+    if lease_field is not None and alone:
+        lease_field = {**lease_field, "alone": True}
     job = {**job, "solution_home": str(home), "pid_namespace": containment.probe().pid_namespace,
-           "import_paths": _import_paths(), "gpu_lease": lease.job_field}
+           "import_paths": _import_paths(), "gpu_lease": lease_field}
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
     out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
@@ -480,6 +484,26 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     return promoted
 
 
+# What the referee's own errors say when the device's memory ran out: torch's allocator, and
+# the math libraries, which allocate a handle's workspace as they create it (on an 80 GB H100
+# shared by 4 evaluations, 2026-12-06: `cusolverDnCreate(handle)` answered
+# CUSOLVER_STATUS_INTERNAL_ERROR in the task's reference with 76 of 80 GB in use).
+DEVICE_MEMORY_SIGNS = ("out of memory", "OUT_OF_MEMORY", "ALLOC_FAILED", "cusolverDnCreate(handle)",
+                       "cublasCreate(handle)")
+
+
+def device_memory_ran_out(child: ChildRun) -> Optional[str]:
+    """The referee's own error (the task's code failing, or the harness's) where it names the
+    device's memory running out; None otherwise. Only the referee's: a solution's process could
+    raise such words to win a second evaluation (its own failures are its verdict)."""
+    for event in child.events:
+        if event.get("event") in ("task_error", "internal_error"):
+            text = f"{event.get('reason', '')}\n{event.get('details', '')}"
+            if any(sign in text for sign in DEVICE_MEMORY_SIGNS):
+                return str(event.get("reason", ""))[:OUTPUT_TAIL_CHARS]
+    return None
+
+
 def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
     return [StaticFinding(**f.__dict__) for f in static_checks.scan(solution, task.forbidden_imports)]
 
@@ -507,19 +531,33 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
             return EvalResult(**header, verdict=Verdict.FORBIDDEN, static_findings=findings,
                               reason=f"{first.rule} at {first.file}:{first.line}: {first.evidence}",
                               wall_seconds=round(time.monotonic() - started, 3))
-    with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
-        bundle = Bundle(Path(tmp), task, solution)
-        setup = time.monotonic() - started
-        try:
-            child = run_child(bundle, _job(task, bundle, options), options, progress)
-            child_done = time.monotonic()
-            tampered = bundle.tampering()
-            if options.cache_dir is not None:
-                promote_cache(bundle.cache_staging, options.cache_dir, child.events)
-        finally:
-            for folder in bundle.read_only:
-                _make_writable(folder)  # so the temporary folder can be removed
-        result = assemble(header, child, tampered, bundle.digest(), options)
+    ran_out: Optional[str] = None
+    begun = started
+    while True:
+        with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
+            bundle = Bundle(Path(tmp), task, solution)
+            setup = time.monotonic() - begun
+            try:
+                child = run_child(bundle, _job(task, bundle, options), options, progress, alone=ran_out is not None)
+                child_done = time.monotonic()
+                tampered = bundle.tampering()
+                if options.cache_dir is not None:
+                    promote_cache(bundle.cache_staging, options.cache_dir, child.events)
+            finally:
+                for folder in bundle.read_only:
+                    _make_writable(folder)  # so the temporary folder can be removed
+            # Once, where the device's memory ran out while other evaluations shared it: again,
+            # with the device alone (see device_memory_ran_out).
+            if ran_out is None and lease_folder() is not None and not tampered:
+                ran_out = device_memory_ran_out(child)
+                if ran_out is not None:
+                    if progress is not None:
+                        progress({"event": "device_memory_ran_out", "reason": ran_out})
+                    begun = time.monotonic()
+                    continue
+            result = assemble(header, child, tampered, bundle.digest(), options)
+            break
+    result.ran_alone_after = ran_out
     result.wall_seconds = round(time.monotonic() - started, 3)
     result.overhead_seconds = {"setup": round(setup, 3), **child.overhead,
                                "teardown": round(time.monotonic() - child_done, 3)}

@@ -19,6 +19,8 @@ def describe(event: dict) -> Optional[str]:
     if kind == "watchdog":
         compilers = ", ".join(event.get("compilers") or []) or "Triton writing its cache"
         return f"a step running {float(event.get('seconds', 0)):.0f} s: still compiling ({compilers})"
+    if kind == "device_memory_ran_out":
+        return "the device's memory ran out while shared: evaluating again with the device alone"
     if kind == "bandwidth":
         return "copy bandwidth " + ("read from the cache" if event.get("cached") else "measured")
     return None

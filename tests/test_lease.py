@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 
+from kagent.agent.cli.views import result_view
+from kagent.core.errors import KagentError
+from kagent.sandbox.containment import ResourceReport
+from kagent.sandbox.evaluate import ChildRun, EvalOptions, device_memory_ran_out, evaluate
 from kagent.sandbox.harness import lease as harness_lease
 from kagent.sandbox.harness.lease import Lease
 from kagent.sandbox.harness.remote import REREADS_ALONE, SHARED_REPROBES, LeftRunning, Watch
@@ -266,6 +271,79 @@ def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease
     assert any(abs(r.released_at - theirs.acquired_at) < 0.25 and r.kind == "shared" for r in mine)
     assert aside[0].acquired_at >= theirs.released_at
     assert all(not (r.acquired_at < theirs.released_at and theirs.acquired_at < r.released_at) for r in mine)
+
+
+# A KernelBench task whose loading in the referee finds the device's memory full whenever it
+# holds the lease shared (as when 4 evaluations filled an 80 GB H100, 2026-12-06), or always.
+KB_OUT_OF_MEMORY = KB + '''
+
+def get_init_inputs():
+    import sys
+    lease = sys.modules.get("kagent_harness.lease")  # the referee's; None in the contestants' processes
+    if lease is not None and lease.held() in WHEN:
+        raise RuntimeError("CUDA error: out of memory")
+    return []
+'''
+
+
+def _evaluate_short_of_memory(when: tuple, kagent_home: Path, tmp_path: Path, events: list):
+    path = tmp_path / "task" / "double.py"
+    path.parent.mkdir()
+    path.write_text(KB_OUT_OF_MEMORY + f"\nWHEN = {when!r}\n")
+    options = EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S,
+                          min_request_ms=0, mode="aa")
+    return evaluate(resolve_task(str(path)), None, options, progress=events.append)
+
+
+def test_an_evaluation_whose_device_memory_ran_out_while_shared_runs_again_with_the_device_alone(
+        lease_dir, kagent_home, tmp_path):
+    events: list = []
+    result = _evaluate_short_of_memory(("shared",), kagent_home, tmp_path, events)
+    assert result.verdict is Verdict.PASS, result.reason
+    assert "out of memory" in (result.ran_alone_after or "")
+    assert [e["event"] for e in events].count("device_memory_ran_out") == 1
+    mine = [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.holder == "test-holder"]
+    # The first run shared the device and stopped at the task's loading; the second held it
+    # alone from its first device work to its end, between its timed pieces too.
+    assert (mine[0].kind, mine[0].what) == ("shared", "evaluation (aa)")
+    assert (mine[1].kind, mine[1].what) == ("exclusive", "evaluation (aa)")
+    assert all(r.kind == "exclusive" for r in mine[1:]) and any(r.what == "timing" for r in mine[1:])
+    console = Console(record=True, width=240)
+    console.print(result_view(result))
+    assert "evaluated a second time with the device alone" in console.export_text()
+
+
+def test_memory_that_runs_out_with_the_device_alone_too_is_the_task_s_error(lease_dir, kagent_home, tmp_path):
+    events: list = []
+    with pytest.raises(KagentError, match="the task cannot be evaluated: .*out of memory"):
+        _evaluate_short_of_memory(("shared", "exclusive"), kagent_home, tmp_path, events)
+    assert [e["event"] for e in events].count("device_memory_ran_out") == 1  # one second run, not more
+    mine = [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.holder == "test-holder"]
+    assert [r.kind for r in mine] == ["shared", "exclusive"]
+
+
+def test_without_a_lease_memory_that_runs_out_is_reported_at_once(kagent_home, tmp_path, monkeypatch):
+    monkeypatch.delenv(LEASE_DIR_ENV, raising=False)
+    # No lease: the referee's hold reads None; the task fails on it as it would on a full device.
+    events: list = []
+    with pytest.raises(KagentError, match="the task cannot be evaluated: .*out of memory"):
+        _evaluate_short_of_memory((None,), kagent_home, tmp_path, events)
+    assert not [e for e in events if e["event"] == "device_memory_ran_out"]
+
+
+def test_only_the_referee_s_own_errors_count_as_the_device_s_memory_running_out():
+    def child(*events: dict) -> ChildRun:
+        return ChildRun(events=list(events), exit_code=0, timed_out=False, stdout_tail="", stderr_tail="",
+                        resources=ResourceReport())
+    assert device_memory_ran_out(child({"event": "task_error", "reason": "the task's reference.salient_state "
+                                        "failed: RuntimeError: cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when "
+                                        "calling `cusolverDnCreate(handle)`"})) is not None
+    assert device_memory_ran_out(child({"event": "internal_error", "reason": "x", "details": "torch.OutOfMemoryError:"
+                                        " CUDA out of memory"})) is not None
+    # A solution's own words (its check failing, its output) win it no second evaluation.
+    assert device_memory_ran_out(child({"event": "check", "name": "fixed_seeds", "status": "error",
+                                        "reason": "RuntimeError: CUDA error: out of memory"})) is None
+    assert device_memory_ran_out(child({"event": "task_error", "reason": "no shape with context 7"})) is None
 
 
 def test_a_shared_holder_steps_aside_only_for_one_waiting_to_hold_it_alone(evaluation_lease, lease_dir):

@@ -163,6 +163,9 @@ def _lease_line(result: EvalResult) -> str:
         alone = sum(bool(probe.get("alone")) for probe in asked)
         parts.append(f"{len(asked)} probes read busy beside other evaluations' work were read again "
                      f"({alone} of them with the device alone)")
+    if result.ran_alone_after:
+        parts.append(f"evaluated a second time with the device alone: the first run's device memory ran out "
+                     f"while shared ({result.ran_alone_after.splitlines()[0][:160]})")
     return "; ".join(parts)
 
 

@@ -22,6 +22,10 @@ shares again once the exclusive holder is done. Without it the one who times wai
 whole check phase of every other evaluation: on an H100 with 4 members (2026-12-06), a
 calibration of 0.3 s waited 12-38 s and the members waited 287 s in a 426-s window.
 
+The lease shares the device's time, not its memory: an evaluation whose referee found the
+device's memory full while sharing it runs again holding the lease exclusive from its first
+device work to its end (``alone`` in the job; kagent.sandbox.evaluate decides, once).
+
 Each hold is appended, when it ends, to the log as one JSON line (holder, kind, what, when it
 was asked for, got and given back); an exclusive one is also sent on the result channel, so
 that the result says its timing held the device alone and how long it waited. A process killed while it holds
@@ -49,9 +53,14 @@ LEASE_DIR_ENV = "KAGENT_GPU_LEASE"
 class Lease:
     """One process's side of a device lease, over descriptors opened by the agent side."""
 
-    def __init__(self, gate_fd: int, lock_fd: int, log_fd: int, holder: str, name: str, channel: Any = None):
+    def __init__(self, gate_fd: int, lock_fd: int, log_fd: int, holder: str, name: str, channel: Any = None,
+                 alone: bool = False):
         self.gate_fd, self.lock_fd, self.log_fd = gate_fd, lock_fd, log_fd
         self.holder, self.name, self.channel = holder, name, channel
+        # How the evaluation holds the device between its device-alone pieces: shared, or
+        # (alone) exclusive from its first device work to its end, when it runs again after the
+        # device's memory ran out while others shared it (kagent.sandbox.evaluate).
+        self.base_kind = "exclusive" if alone else "shared"
         # Not passed on: a process this one starts (the solution's) could otherwise unlock it.
         for fd in (gate_fd, lock_fd, log_fd):
             os.set_inheritable(fd, False)
@@ -113,7 +122,8 @@ def shared(job: dict, channel: Any) -> Iterator[None]:
     if not spec:
         yield
         return
-    lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], spec["holder"], spec["name"], channel)
+    lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], spec["holder"], spec["name"], channel,
+                  alone=bool(spec.get("alone")))
     _current = lease
     try:
         yield
@@ -124,13 +134,13 @@ def shared(job: dict, channel: Any) -> Iterator[None]:
 
 def begin_device_work(what: str) -> None:
     """Before the evaluation's first work on the device (its device context, its probe's first
-    kernel): hold the lease shared from here on, waiting while another evaluation holds it
-    alone. Until then the evaluation only started its interpreter and imported (2.9-5.6 s of
-    every evaluation on the H100 hosts of 2026-12-06) and held nothing that others' timing
-    waited for. Outside a lease, or once held, nothing happens."""
+    kernel): hold the lease shared from here on (exclusive for an evaluation run alone), waiting
+    while another evaluation holds it alone. Until then the evaluation only started its
+    interpreter and imported (2.9-5.6 s of every evaluation on the H100 hosts of 2026-12-06) and
+    held nothing that others' timing waited for. Outside a lease, or once held, nothing happens."""
     lease = _current
     if lease is not None and lease.hold is None:
-        lease.acquire("shared", what)
+        lease.acquire(lease.base_kind, what)
 
 
 def under_lease() -> bool:
@@ -160,7 +170,8 @@ def step_aside() -> bool:
 
 @contextmanager
 def exclusive(what: str, shared_after: bool = True) -> Iterator[None]:
-    """Timed or profiled work: the device alone, then (``shared_after``) back to sharing it.
+    """Timed or profiled work: the device alone, then (``shared_after``) back to holding it as
+    the evaluation does between such pieces (shared, or alone for an evaluation run alone).
 
     Outside an evaluation that holds a lease, nothing happens."""
     lease = _current
@@ -175,4 +186,4 @@ def exclusive(what: str, shared_after: bool = True) -> Iterator[None]:
     finally:
         lease.release()
         if shared_after:
-            lease.acquire("shared", f"evaluation (after {what})")
+            lease.acquire(lease.base_kind, f"evaluation (after {what})")
