@@ -91,7 +91,8 @@ class EvalOptions(BaseModel):
                                             "0: blocks of block_steps)")
     reference_workers: Optional[int] = Field(None, ge=0, description="Processes that compute a decode task's secret "
                                              "cases beside the referee (None: 4 on CUDA, 0 on the CPU)")
-    timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process")
+    timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process (the second run of "
+                             "an evaluation whose device memory ran out while shared gets what is left of it)")
     hang_after_s: float = Field(60.0, gt=0, description="Once the solution is built, a request to it that runs this "
                                 "long (or 20x the baseline's time for its steps, if more) with no compiler running "
                                 "has hung: the evaluation ends with a diagnosis (sandbox/harness/watchdog.py)")
@@ -511,7 +512,9 @@ def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
 def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
              progress: Optional[Callable[[dict], None]] = None) -> EvalResult:
     """Evaluate ``solution`` (None in A/A mode) on ``task``; never raises for a bad solution.
-    ``progress`` gets the harness's events (phase, check, timing, ...) as they arrive."""
+    ``progress`` gets the harness's events (phase, check, timing, ...) as they arrive. Under a
+    device lease, an evaluation whose referee ran out of device memory runs once more, holding
+    the device alone (``ran_alone_after`` says so)."""
     started = time.monotonic()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if options.mode != "aa":
@@ -532,13 +535,13 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
                               reason=f"{first.rule} at {first.file}:{first.line}: {first.evidence}",
                               wall_seconds=round(time.monotonic() - started, 3))
     ran_out: Optional[str] = None
-    begun = started
+    begun, this_run = started, options
     while True:
         with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
             bundle = Bundle(Path(tmp), task, solution)
             setup = time.monotonic() - begun
             try:
-                child = run_child(bundle, _job(task, bundle, options), options, progress, alone=ran_out is not None)
+                child = run_child(bundle, _job(task, bundle, options), this_run, progress, alone=ran_out is not None)
                 child_done = time.monotonic()
                 tampered = bundle.tampering()
                 if options.cache_dir is not None:
@@ -547,15 +550,16 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
                 for folder in bundle.read_only:
                     _make_writable(folder)  # so the temporary folder can be removed
             # Once, where the device's memory ran out while other evaluations shared it: again,
-            # with the device alone (see device_memory_ran_out).
-            if ran_out is None and lease_folder() is not None and not tampered:
+            # with the device alone (see device_memory_ran_out), within what is left of the limit.
+            left_s = options.timeout_s - (time.monotonic() - started)
+            if ran_out is None and lease_folder() is not None and not tampered and left_s >= 1:
                 ran_out = device_memory_ran_out(child)
                 if ran_out is not None:
                     if progress is not None:
                         progress({"event": "device_memory_ran_out", "reason": ran_out})
-                    begun = time.monotonic()
+                    begun, this_run = time.monotonic(), options.model_copy(update={"timeout_s": left_s})
                     continue
-            result = assemble(header, child, tampered, bundle.digest(), options)
+            result = assemble(header, child, tampered, bundle.digest(), this_run)
             break
     result.ran_alone_after = ran_out
     result.wall_seconds = round(time.monotonic() - started, 3)
