@@ -30,8 +30,8 @@ if sys.argv[2] == "short":  # a stage that stops 8 rows short of the cache's end
             return lambda L, *args, **kwargs: stage[grid](L - 8, *args, **kwargs)
 
     attend_alone.mk.attend_alone = Short()
-code = attend_alone.main(["--out", sys.argv[1], "--contexts", "40,130", "--programs", "3", "--launches", "1",
-                          "--rounds", "1"])
+code = attend_alone.main(["--out", sys.argv[1], "--contexts", "40,200", "--programs", "3", "--launches", "1",
+                          "--rounds", "1", "--cold-launches", "1"])
 print(json.dumps({"code": code}))
 """
 
@@ -51,9 +51,11 @@ def test_the_stage_alone_leaves_the_partials_torch_computes_for_every_variant(tm
     names = [row["variant"]["name"] for row in result["rows"]]
     assert names == ["the megakernel's", "4 warps", "three products", "the megakernel's again"]
     for row in result["rows"]:
-        # 41 rows on 3 programs: chunks of 32 rows (2); 131 rows: chunks of 64 rows, 2 blocks each (3).
+        # Blocks of 64 rows (the megakernel's): 41 rows on 3 programs, one chunk of one block;
+        # 201 rows, chunks of 128 rows (2), 2 blocks each.
         assert [(c["rows_per_chunk"], c["chunks"], c["blocks_per_chunk"]) for c in row["contexts"]] == \
-            [(32, 2, 1), (64, 3, 2)]
+            [(64, 1, 1), (128, 2, 2)]
+        assert all("us_cold" in c and "us_per_block_cold" in c for c in row["contexts"])
         for figures in row["contexts"]:
             exact = row["variant"].get("consts", {}).get("ATT_LO", 1) == 1
             assert figures["weighted_sum_cos"] > (0.9999999 if exact else 0.99999), figures

@@ -2,14 +2,18 @@
 chunks, programs and warps: its partial softmaxes checked against torch, then, on a GPU, its
 time. The stages tool times the stage inside the megakernel at 13-20 µs per 32-row block of
 each chunk (a 255-register, 15,000-instruction kernel); alone, the same code says whether that
-cost is its own or its neighbours'.
+cost is its own or its neighbours'. Alone and launched back to back it ran 2-4x faster than
+inside the kernel (H100, 2026-12-06), but there its cache rows stay in the L2 from one launch to
+the next, while inside the kernel they come from memory, after the step's 240 MB of weights:
+``--cold-launches`` also times it with the L2 written over before each launch.
 
     python examples/02_kimi_linear_decode/attend_alone.py --out attend.json [--variant JSON ...]
 
 A variant changes the stage's constants (BL, ATT_LO) or its warps (num_warps); by default the
 megakernel's own, 4 warps, three tensor-core products (ATT_LO=0), and the megakernel's again.
 Each is timed as the median over rounds of a CUDA graph of back-to-back launches (CUDA events),
-less an empty launch's time taken the same way. Without a GPU, Triton's interpreter runs it at the
+less an empty launch's time taken the same way; cold, each launch follows a write of 1.5 times the
+L2's size into a buffer of its own (the graph of both, less that of the writes alone). Without a GPU, Triton's interpreter runs it at the
 sizes given (``--contexts``, ``--programs``): the check only, the times are the interpreter's.
 """
 from __future__ import annotations
@@ -113,7 +117,7 @@ def per_launch_ms(launch: Callable[[], None], device: torch.device, launches: in
 
 
 def run_variant(variant: dict, inputs: dict, contexts: list[int], programs: int, launches: int,
-                rounds: int) -> dict:
+                rounds: int, cold_launches: int = 0) -> dict:
     device = inputs["c"].device
     consts = {**{k: v for k, v in STAGE.items() if k != "NOPE"}, "SM_SCALE": QD ** -0.5, **variant.get("consts", {}),
               "F32": device.type != "cuda"}
@@ -136,6 +140,17 @@ def run_variant(variant: dict, inputs: dict, contexts: list[int], programs: int,
                    **checked(buffers, inputs, context, per, nchk, consts["HP"])}
         ms = per_launch_ms(launch, device, launches, rounds) - inputs["empty_ms"]
         figures.update(us=round(1e3 * ms, 2), us_per_block=round(1e3 * ms / figures["blocks_per_chunk"], 2))
+        if cold_launches:
+            flush = inputs["flush"]
+
+            def after_flush():
+                flush.zero_()
+                launch()
+
+            cold = (per_launch_ms(after_flush, device, cold_launches, rounds)
+                    - per_launch_ms(flush.zero_, device, cold_launches, rounds) - inputs["empty_ms"])
+            figures.update(us_cold=round(1e3 * cold, 2),
+                           us_per_block_cold=round(1e3 * cold / figures["blocks_per_chunk"], 2))
         row["contexts"].append(figures)
     return row
 
@@ -148,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", type=int, default=H200_PROGRAMS, help="the grid (the megakernel's: one per SM)")
     ap.add_argument("--launches", type=int, default=200, help="launches back to back per timed round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cold-launches", type=int, default=20,
+                    help="launches per timed round with the L2 written over before each (0: none)")
     args = ap.parse_args(argv)
     try:
         variants = [json.loads(text) for text in args.variant or DEFAULT_VARIANTS]
@@ -161,14 +178,19 @@ def main(argv: list[str] | None = None) -> int:
               "kr": torch.randn(rows, ROPE, device=device, generator=gen).to(torch.bfloat16),
               "qabs": torch.randn(MH * KV, device=device, generator=gen) * 0.05,
               "qr": torch.randn(MH * ROPE, device=device, generator=gen) * 0.05}
+    # What evicts the cache's rows from the L2 (under the interpreter, a token megabyte).
+    flush_bytes = 3 * torch.cuda.get_device_properties(device).L2_cache_size // 2 if device.type == "cuda" else 2 ** 20
+    inputs["flush"] = torch.empty(flush_bytes // 4, dtype=torch.float32, device=device)
     probe = torch.zeros(1, device=device)
     empty[(args.programs,)](probe)
     inputs["empty_ms"] = per_launch_ms(lambda: empty[(args.programs,)](probe), device, args.launches, args.rounds)
     results = []
     for variant in variants:
-        results.append(run_variant(variant, inputs, contexts, args.programs, args.launches, args.rounds))
-        print(variant.get("name", variant), [(c["context"], c["us"], c["us_per_block"], round(c["weighted_sum_cos"], 6))
-                                             for c in results[-1]["contexts"]], flush=True)
+        results.append(run_variant(variant, inputs, contexts, args.programs, args.launches, args.rounds,
+                                   args.cold_launches))
+        print(variant.get("name", variant), [(c["context"], c["us"], c["us_per_block"], c.get("us_cold"),
+                                              round(c["weighted_sum_cos"], 6)) for c in results[-1]["contexts"]],
+              flush=True)
     args.out.write_text(json.dumps({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                                     "programs": args.programs, "empty_launch_us": round(1e3 * inputs["empty_ms"], 2),
                                     "rows": results}, indent=1))
