@@ -31,6 +31,17 @@ layout = tune.solution.Layout.of(cfg, 4, False)
 out["bl"], out["warps"] = layout.consts["BL"], tune.solution.NUM_WARPS
 tune.apply({})
 out["bl_default"], out["warps_default"] = tune.solution.Layout.of(cfg, 4, False).consts["BL"], tune.solution.NUM_WARPS
+out["bl_gpu"] = tune.solution.Layout.of(cfg, 4, False, True).consts["BL"]
+import os
+os.environ["KIMI_BL"] = "48"
+try:
+    tune.solution.Layout.of(cfg, 4, False)
+    out["bl_48"] = "accepted"
+except ValueError as exc:
+    out["bl_48"] = str(exc)
+os.environ["KIMI_BL"] = "32"
+out["bl_32"] = tune.solution.Layout.of(cfg, 4, False, True).consts["BL"]
+del os.environ["KIMI_BL"]
 tune.apply({"consts": {"NO_SUCH": 1}})
 try:
     tune.solution.Layout.of(cfg, 4, False)
@@ -59,6 +70,9 @@ def test_tune_applies_a_variant_and_pairs_its_rounds_with_the_first():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert (out["bl"], out["warps"]) == (16, 16)
     assert (out["bl_default"], out["warps_default"]) == (64, 8)  # the interpreter's tiles, 8 warps
+    # The GPU's tiles take blocks of 64 rows too (since 2026-12-06); KIMI_BL sets a power of two.
+    assert out["bl_gpu"] == 64 and out["bl_32"] == 32
+    assert "KIMI_BL=48" in out["bl_48"] and "power of two" in out["bl_48"]
     assert "no constant ['NO_SUCH']" in out["unknown"]
     assert out["copy_launched"] and out["own_launched"]
     # Medians per context; ratios paired by round, then their median: at the first context
