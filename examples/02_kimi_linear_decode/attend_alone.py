@@ -12,9 +12,10 @@ the next, while inside the kernel they come from memory, after the step's 240 MB
 A variant changes the stage's constants (BL, ATT_LO) or its warps (num_warps); by default the
 megakernel's own, 4 warps, three tensor-core products (ATT_LO=0), and the megakernel's again.
 Each is timed as the median over rounds of a CUDA graph of back-to-back launches (CUDA events),
-less an empty launch's time taken the same way; cold, each launch follows a write of 1.5 times the
-L2's size into a buffer of its own (the graph of both, less that of the writes alone). Without a GPU, Triton's interpreter runs it at the
-sizes given (``--contexts``, ``--programs``): the check only, the times are the interpreter's.
+less an empty launch's time taken the same way; cold, each launch follows a write of 1.5 times
+the L2's size into a buffer of its own (the graph of both, less that of the writes alone).
+Without a GPU, Triton's interpreter runs it at the sizes given (``--contexts``, ``--programs``):
+the check only, the times are the interpreter's.
 """
 from __future__ import annotations
 
