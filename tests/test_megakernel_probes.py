@@ -135,7 +135,8 @@ def test_the_megakernel_s_split_down_projection_compiles_for_sm90():
 def test_compile_sm90_names_the_loops_of_a_stage_and_what_one_pass_issues():
     # The attention's block loop, read off the sm_90a SASS without a GPU: one pass of its body
     # runs the tensor-core products on operands read from shared memory, and waits at the
-    # program's barrier (2026-12-06: 875 instructions, 200 HMMA, 170 LDSM, 8 BAR a 32-row block).
+    # program's barrier (2026-12-06: 875 instructions, 200 HMMA, 170 LDSM, 8 BAR a 32-row block;
+    # 1,050, 264 HMMA, for the 64-row blocks built since).
     script = REPO / "examples" / "02_kimi_linear_decode" / "compile_sm90.py"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("KIMI_")}
     done = subprocess.run([sys.executable, str(script), "--loops", "_mla_attend"], capture_output=True, text=True,
