@@ -331,6 +331,36 @@ def test_without_a_lease_memory_that_runs_out_is_reported_at_once(kagent_home, t
     assert not [e for e in events if e["event"] == "device_memory_ran_out"]
 
 
+SAYS_OUT_OF_MEMORY = '''
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        raise RuntimeError("CUDA error: out of memory")  # hoping for a second draw of secret cases
+'''
+
+
+def test_a_solution_that_says_the_device_s_memory_ran_out_wins_no_second_evaluation(lease_dir, kagent_home,
+                                                                                      tmp_path):
+    task = tmp_path / "task" / "double.py"
+    task.parent.mkdir()
+    task.write_text(KB)
+    solution = tmp_path / "work" / "solution.py"
+    solution.parent.mkdir()
+    solution.write_text(SAYS_OUT_OF_MEMORY)
+    events: list = []
+    options = EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S,
+                          min_request_ms=0, mode="check")
+    result = evaluate(resolve_task(str(task)), solution, options, progress=events.append)
+    assert result.verdict is not Verdict.PASS and "out of memory" in result.reason, result.reason
+    assert result.ran_alone_after is None and not [e for e in events if e["event"] == "device_memory_ran_out"]
+    mine = [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.holder == "test-holder"]
+    # One evaluation, shared from its start: none that held the device alone from its start.
+    starts = [r for r in mine if r.what == "evaluation (check)"]
+    assert [r.kind for r in starts] == ["shared"], [(r.kind, r.what) for r in mine]
+
+
 def test_only_the_referee_s_own_errors_count_as_the_device_s_memory_running_out():
     def child(*events: dict) -> ChildRun:
         return ChildRun(events=list(events), exit_code=0, timed_out=False, stdout_tail="", stderr_tail="",
