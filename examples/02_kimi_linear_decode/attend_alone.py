@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-launches", type=int, default=20,
                     help="launches per timed round with the L2 written over before each (0: none)")
     args = ap.parse_args(argv)
+    if args.launches < 1 or args.rounds < 1 or args.cold_launches < 0:
+        ap.error("--launches and --rounds must be at least 1, --cold-launches at least 0")
     try:
         variants = [json.loads(text) for text in args.variant or DEFAULT_VARIANTS]
         contexts = [int(c) for c in args.contexts.split(",")]
