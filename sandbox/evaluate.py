@@ -536,12 +536,12 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
                               wall_seconds=round(time.monotonic() - started, 3))
     ran_out: Optional[str] = None
     begun, this_run = started, options
-    while True:
+    for alone in (False, True):
         with tempfile.TemporaryDirectory(prefix="kagent-eval-") as tmp:
             bundle = Bundle(Path(tmp), task, solution)
             setup = time.monotonic() - begun
             try:
-                child = run_child(bundle, _job(task, bundle, options), this_run, progress, alone=ran_out is not None)
+                child = run_child(bundle, _job(task, bundle, options), this_run, progress, alone=alone)
                 child_done = time.monotonic()
                 tampered = bundle.tampering()
                 if options.cache_dir is not None:
@@ -552,7 +552,7 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
             # Once, where the device's memory ran out while other evaluations shared it: again,
             # with the device alone (see device_memory_ran_out), within what is left of the limit.
             left_s = options.timeout_s - (time.monotonic() - started)
-            if ran_out is None and lease_folder() is not None and not tampered and left_s >= 1:
+            if not alone and lease_folder() is not None and not tampered and left_s >= 1:
                 ran_out = device_memory_ran_out(child)
                 if ran_out is not None:
                     if progress is not None:
