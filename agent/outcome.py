@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kagent.core.errors import EXIT_USAGE
+from kagent.sandbox.results import EvalResult, Verdict
 
 # The model sent the same tool call, with the same arguments, and it failed this many times
 # in a row: the run ends (see RunConfig.max_repeated_failures).
@@ -67,3 +68,20 @@ def exit_codes_text() -> str:
     lines += [(EXIT_USAGE, "bad usage: nothing was started"),
               (EXIT_CTRL_C, "interrupted by Ctrl-C; `kagent resume` goes on")]
     return "\n".join(f"{code} {text}." for code, text in sorted(lines))
+
+
+# A final re-verification that could not finish says nothing against the best attempt: the
+# benchmark that made it the best stands.
+REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
+
+
+def reverification_note(result: EvalResult) -> str:
+    """What the final re-verification came to, as the trace's Finalized note says it: a timeout
+    (a GPU shared with a sweep's other members can slow a full evaluation past what is left) is
+    neither a confirmation nor a refutation, and the note must not read "re-verified"."""
+    if result.verdict is Verdict.PASS:
+        return "re-verified"
+    if result.verdict in REVERIFICATION_INCONCLUSIVE:
+        return (f"re-verification inconclusive ({result.verdict.value}: {result.reason[:200]}); "
+                f"the best attempt's benchmark stands")
+    return f"failed its re-verification ({result.verdict.value})"

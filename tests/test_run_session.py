@@ -353,24 +353,54 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
 
 
+def run_whose_final_evaluation_ends(tmp_path: Path, reference_text: str, monkeypatch, verdict: str, reason: str):
+    """A run whose benchmark of the port passes and whose final re-verification (only that: the
+    benchmark ran before the stand-in is in place for it) ends with ``verdict``."""
+    import kagent.agent.loop.agent as loop_module
+    from kagent.sandbox.results import EvalResult, Verdict
+
+    def final_evaluation(task, solution, options, progress=None):
+        return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
+                          device=options.device, verdict=Verdict(verdict), reason=reason,
+                          started_at="2026-12-01T00:00:00+00:00", wall_seconds=1.0)
+
+    monkeypatch.setattr(loop_module, "evaluate", final_evaluation)
+    turns = [call_turn("write_file", path="solution.py", content=reference_text),
+             call_turn("benchmark", contexts=[16]), call_turn("finish", summary="done")]
+    return start_run(run_options(tmp_path, write_script(tmp_path / "s.json", turns), wall_s=900))
+
+
 @pytest.mark.slow
 def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, reference_text, monkeypatch):
     """The benchmark passed, the final re-verification does not (say a hidden seed fails): no
     verified result, and the report says which attempt failed and how."""
-    import kagent.agent.loop.agent as loop_module
-    from kagent.sandbox.results import EvalResult, Verdict
-
-    def refuting(task, solution, options, progress=None):
-        return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
-                          device=options.device, verdict=Verdict.INCORRECT, reason="hidden_seeds: cosine 0.41",
-                          started_at="2026-12-01T00:00:00+00:00", wall_seconds=1.0)
-
-    monkeypatch.setattr(loop_module, "evaluate", refuting)
-    turns = [call_turn("write_file", path="solution.py", content=reference_text),
-             call_turn("benchmark", contexts=[16]), call_turn("finish", summary="done")]
-    run_dir, report = start_run(run_options(tmp_path, write_script(tmp_path / "s.json", turns), wall_s=900))
+    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "incorrect",
+                                                      "hidden_seeds: cosine 0.41")
     assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
     assert "the best attempt (1) failed its final re-verification: incorrect: hidden_seeds" in report.reason
     assert report.final_score is None and report.result_score is None and report.result_from is None
     assert ("- result: none: attempt 1 failed its final re-verification (incorrect)"
             in (run_dir / "report.md").read_text())
+
+
+@pytest.mark.slow
+def test_a_re_verification_that_times_out_leaves_the_benchmark_standing(tmp_path, reference_text, monkeypatch):
+    """A final re-verification cut by its time limit (as a sweep member's was, on a GPU shared with
+    three others) neither confirms nor refutes: the run's result is the best attempt's benchmark,
+    and neither the trace's note nor the run's page calls it re-verified or failed."""
+    from kagent.agent.cli.report.page import render_run
+    from kagent.agent.cli.report.story import read_story
+
+    reason = "no verdict within the 59.97 s limit; the process group was killed"
+    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "timeout", reason)
+    assert report.status == "finished" and report.best_attempt == 1 and report.best_score > 0
+    assert report.result_score == report.best_score and report.result_from == "exploration"
+    assert report.final_verdict == "timeout" and report.final_score is None
+    final = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "finalized"]
+    assert len(final) == 1 and final[0].note == (f"re-verification inconclusive (timeout: {reason}); "
+                                                 "the best attempt's benchmark stands"), final[0].note
+    markdown = (run_dir / "report.md").read_text()
+    assert "as measured while exploring (the re-verification ended timeout)" in markdown, markdown
+    page = render_run(read_story(run_dir), run_dir / "report.html")
+    assert f"<b>{report.best_score:.3f}x" in page and "attempt 1 as measured while exploring" in page
+    assert "its final re-verification was inconclusive" in page and "failed its final" not in page

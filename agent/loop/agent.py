@@ -21,7 +21,7 @@ from kagent.agent.loop.budget import BudgetTracker
 from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
 from kagent.agent.loop.ledger import Attempt, Design, Ledger, single_launch
 from kagent.agent.loop.state import Rebuilt
-from kagent.agent.outcome import Cause, EndState, end_state
+from kagent.agent.outcome import REVERIFICATION_INCONCLUSIVE, Cause, EndState, end_state, reverification_note
 from kagent.agent.settings import RunConfig
 from kagent.agent.storage.trace import (
     INLINE_LIMIT,
@@ -50,12 +50,10 @@ from kagent.tasks import TaskRef
 from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap
 from kagent.tools.evaluation import summarize
 
-# A final re-verification that could not finish says nothing against the best attempt: the
-# benchmark that made it the best stands.
-REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
 # The final re-verification, the verdict a run ends on, draws this many times the secret
 # inputs of an evaluation: a solution wrong on rare inputs must not slip through at the end.
 FINAL_HIDDEN_SEEDS_FACTOR = 2
+
 # The model's notes, in the workspace: kept as they are through every revert, and shown in full
 # after every compaction, so that what a long run learned outlives its conversation.
 NOTES_FILE = "notes.md"
@@ -634,6 +632,7 @@ class Agent:
                 with self._busy(f"re-verifying attempt {best.number}"):
                     self.final_evaluation = evaluate(self.task, self.workspace.root / self.config.solution_name,
                                                      options, progress=self._on_progress)
+                note = reverification_note(self.final_evaluation)
             except KagentError as err:
                 note = f"re-verification could not run: {err.message}"
         else:
