@@ -664,3 +664,42 @@ def test_baseline_reports_time_per_token_and_the_floor(tmp_path, kimi, kagent_ho
         assert label in outcome.content
     assert "ms per token" in outcome.content and "bytes floor" in outcome.content
     assert TOOLS["baseline"].run({"extra": 1}, ctx).is_error
+
+
+DIES_LOADING = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (as a shared GPU answers)")
+
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_baseline_that_cannot_be_measured_keeps_its_evaluation_in_the_outcome(tmp_path, kagent_home):
+    """The model sees why (the verdict, the stderr's tail) and the trace keeps the whole
+    evaluation: a crash's stderr is the only account of it."""
+    from kagent.tasks import resolve_task
+
+    path = tmp_path / "task" / "dies.py"
+    path.parent.mkdir()
+    path.write_text(DIES_LOADING)
+    ctx = ToolContext(workspace=tmp_path, task=resolve_task(str(path)),
+                      eval_options=EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home))
+    outcome = TOOLS["baseline"].run({}, ctx)
+    assert outcome.is_error and outcome.content.startswith("the baseline could not be measured."), outcome.content
+    assert "CUDA out of memory" in outcome.content, outcome.content
+    evaluation = outcome.data["evaluation"]
+    assert evaluation["verdict"] != "pass" and "CUDA out of memory" in json.dumps(evaluation)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcome
+from kagent.tools.evaluation import summarize
 
 
 class BaselineArgs(Args):
@@ -25,7 +26,11 @@ class Baseline(BaseTool):
         except KagentError as err:
             raise ToolError(err.message) from err
         if result.verdict.value != "pass":
-            raise ToolError(f"the baseline could not be measured: {result.verdict.value}: {result.reason}")
+            # The whole evaluation stays in the trace: a crash's stderr is the only account of
+            # why (a sweep member's baseline died loading on a shared GPU, 2026-12-07, and the
+            # trace said no more than its exit code).
+            return ToolOutcome(content=f"the baseline could not be measured.\n{summarize(result)}", is_error=True,
+                               data={"evaluation": result.model_dump(mode="json")})
         lines = [f"Baseline of {ctx.task.name} on {options.device} ({options.scale} scale):"]
         for t in result.timings:
             floor = (f"; bytes floor {t.roofline.floor_ms * 1e3:.1f} us ({t.roofline.bytes_per_step / 1e6:.1f} MB "
