@@ -83,6 +83,28 @@ def agreement(model, cfg, device, context: int) -> dict:
     return report
 
 
+def launch_agreement(model, cfg, device, context: int, steps: int = 6) -> dict:
+    """Chained steps launched directly (KIMI_LAUNCH=direct) against the same steps through
+    Triton's dispatch, from the same inputs: the same compiled kernel must give the same bits;
+    and how many of the direct launcher's steps skipped the dispatch."""
+    direct = model.direct
+    state0 = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, 7)]
+    x0 = reference.init_token(cfg, 7).to(device)
+    outs = []
+    for launcher in (None, direct):
+        model.direct, model._cache = launcher, None
+        x, state = x0.clone(), clone_state(state0)
+        for _ in range(steps):
+            x, state = model.step(x, state)
+        torch.cuda.synchronize(device)
+        outs.append((x, state))
+    model.direct = direct
+    (y0, s0), (y1, s1) = outs
+    return {"context": context, "steps": steps, "hidden_equal": bool(torch.equal(y0, y1)),
+            "state_equal": all(torch.equal(a[k], b[k]) for a, b in zip(s0, s1) for k in a),
+            "dispatches": direct.dispatches, "direct_launches": direct.direct_launches}
+
+
 def chain_ms(model, cfg, device, context: int, steps: int, warmup: int = 3, record: bool = False) -> dict:
     """A plain loop of chained steps (each output fed back in), timed with CUDA events. With
     ``record``, each step's hidden is also copied into a buffer, as kagent's harness does in a
@@ -107,11 +129,15 @@ def chain_ms(model, cfg, device, context: int, steps: int, warmup: int = 3, reco
     wall0 = time.perf_counter()
     for _ in range(steps):
         x, state = model.step(x, state)
+    # Until here only the host worked (a queue of 30 launches never fills): its time per step,
+    # which a step's device time must exceed for the loop to be the GPU's time.
+    enqueue_ms = (time.perf_counter() - wall0) * 1e3 / steps
     torch.cuda.synchronize(device)
     host_ms = (time.perf_counter() - wall0) * 1e3 / steps
     floor_us = bytes_per_step(cfg, context) / 4.27e12 * 1e6
     best = min(runs)
     return {"context": context, "steps": steps, "ms_per_step": runs, "best_ms": best, "host_wall_ms": host_ms,
+            "host_enqueue_ms": enqueue_ms,
             "floor_us_at_4.27TBps": floor_us, "fraction_of_floor": floor_us / (best * 1e3),
             "finite": bool(torch.isfinite(x.float()).all())}
 
@@ -158,6 +184,9 @@ def main() -> None:
         t0 = time.perf_counter()
         result["agreement"] = [agreement(model, cfg, device, 2048)]
         result["first_steps_s (compiles)"] = time.perf_counter() - t0
+        result["launch"] = "direct" if model.direct is not None else "jit"
+        if model.direct is not None:
+            result["launch_agreement"] = launch_agreement(model, cfg, device, 2048)
         k = model.last_kernel
         result["kernel"] = {"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
                             "shared_bytes": k.metadata.shared, "programs": model.layout.programs,
@@ -168,6 +197,9 @@ def main() -> None:
         key = "single_launch" if single else "stage_launches"
         result[key] = {"chain": [chain_ms(model, cfg, device, s["context_len"], 30) for s in shapes.SHAPES]}
         result[key]["profile"] = launches(model, cfg, device, 2048)
+        if single and model.direct is not None:  # the steps so far, by how they were launched
+            result[key]["direct"] = {"dispatches": model.direct.dispatches,
+                                     "direct_launches": model.direct.direct_launches}
         if args.recording:
             result[key]["chain_recording"] = [chain_ms(model, cfg, device, s["context_len"], 30, record=True)
                                               for s in shapes.SHAPES]
