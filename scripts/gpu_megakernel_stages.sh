@@ -36,6 +36,7 @@ variants_from() {
 bench_summary() {
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); k=d['kernel']
 print(sys.argv[1].split('/')[-1], 'loop ms', [round(c['best_ms'], 4) for c in d['single_launch']['chain']],
+      'host ms a step', [round(c['host_enqueue_ms'], 4) for c in d['single_launch']['chain'] if 'host_enqueue_ms' in c],
       'regs', k['n_regs'], 'spills', k['n_spills'], 'shared', k['shared_bytes'])" "$1"
 }
 # The tools' children compile into the run's own HOME.

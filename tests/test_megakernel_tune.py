@@ -1,8 +1,8 @@
 """examples/02_kimi_linear_decode/tune.py on the CPU: what it can do without a GPU. A variant's
 constants reach the layout the model is built with (an unknown one is refused), its warps
-reach the launch, a variant naming another copy of megakernel.py launches that copy's kernel,
-and each variant's figures are paired with the first variant's round by
-round. The timing itself needs a GPU (MEASUREMENTS.md has its runs and its own A/A).
+reach the launch, its variables are set for it alone, a variant naming another copy of
+megakernel.py launches that copy's kernel, and each variant's figures are paired with the
+first variant's round by round. The timing itself needs a GPU (MEASUREMENTS.md has its runs and its own A/A).
 
 In a fresh interpreter: the kernel's module sets TRITON_INTERPRET before Triton is imported."""
 from __future__ import annotations
@@ -55,6 +55,13 @@ other = tune.mk.kimi_decode_step.kernel
 out["copy_launched"] = other is not tune.KERNEL and other.fn.__code__.co_filename == copy
 tune.apply({"name": "this folder's"})
 out["own_launched"] = tune.mk.kimi_decode_step.kernel is tune.KERNEL
+out["signature_seen"] = tune.mk.kimi_decode_step.arg_names == tune.KERNEL.arg_names
+tune.apply({"env": {"KIMI_LAUNCH": "direct", "KIMI_SPLIT_F": 0}})
+out["env_set"] = [os.environ.get("KIMI_LAUNCH"), os.environ.get("KIMI_SPLIT_F")]
+tune.apply({"env": {"KIMI_SPLIT_F": 1}})
+out["env_next"] = [os.environ.get("KIMI_LAUNCH"), os.environ.get("KIMI_SPLIT_F")]
+tune.apply({})
+out["env_none"] = [os.environ.get("KIMI_LAUNCH"), os.environ.get("KIMI_SPLIT_F")]
 rows = [{"rounds": [[1.0, 2.0], [1.2, 2.2], [1.1, 2.1]]}, {"rounds": [[0.5, 2.2], [0.6, 2.0], [0.5, 2.31]]}]
 tune.summarize(rows)
 out["rows"] = [{k: r[k] for k in ("median_ms", "ratio_to_first")} for r in rows]
@@ -75,6 +82,9 @@ def test_tune_applies_a_variant_and_pairs_its_rounds_with_the_first():
     assert "KIMI_BL=48" in out["bl_48"] and "power of two" in out["bl_48"]
     assert "no constant ['NO_SUCH']" in out["unknown"]
     assert out["copy_launched"] and out["own_launched"]
+    assert out["signature_seen"]  # the kernel's own attributes through the launcher (the direct launch reads them)
+    # A variant's variables are set for it alone: the next variant's replace them.
+    assert out["env_set"] == ["direct", "0"] and out["env_next"] == [None, "1"] and out["env_none"] == [None, None]
     # Medians per context; ratios paired by round, then their median: at the first context
     # 0.5/1.0, 0.6/1.2, 0.5/1.1; at the second 2.2/2.0, 2.0/2.2, 2.31/2.1.
     assert out["rows"][0] == {"median_ms": [1.1, 2.1], "ratio_to_first": [1.0, 1.0]}

@@ -1,6 +1,7 @@
 """Launch and layout options of the megakernel measured side by side on a GPU: for each
-variant (warps a program, a register cap, any of the layout's constants, or another copy of
-megakernel.py such as the kernel before a change, by its path), the plain chain
+variant (warps a program, a register cap, any of the layout's constants, variables the solution
+reads as it loads such as KIMI_LAUNCH, or another copy of megakernel.py such as the kernel
+before a change, by its path), the plain chain
 loop's milliseconds per step at each context (bench.py's loop), its ratio to the first
 variant's in the same round, the compiled kernel's registers, spills and shared memory, and
 its output against the first variant's from the same inputs (a variant that changes the
@@ -9,6 +10,7 @@ math shows it here before any evaluation).
     python examples/02_kimi_linear_decode/tune.py --out tune.json \
         --variant '{"name": "now"}' --variant '{"name": "w16", "num_warps": 16, "maxnreg": 128}' \
         --variant '{"name": "bl64", "consts": {"BL": 64}}' \
+        --variant '{"name": "direct", "env": {"KIMI_LAUNCH": "direct"}}' \
         --variant '{"name": "before", "kernel": "/tmp/megakernel_before.py"}'
 
 Every variant is compiled first, in parallel processes sharing Triton's cache (a compile
@@ -48,7 +50,8 @@ _KERNELS_BY_PATH: dict[str, object] = {}
 
 class _Launcher:
     """A kernel with the megakernel's signature, launched with options added (those the
-    solution does not pass)."""
+    solution does not pass). Anything else is the kernel's own (its signature and compiled
+    kernels, which the solution's direct launch reads)."""
 
     def __init__(self, kernel, options: dict):
         self.kernel, self.options = kernel, options
@@ -56,6 +59,9 @@ class _Launcher:
     def __getitem__(self, grid):
         launch = self.kernel[grid]
         return lambda *args, **kwargs: launch(*args, **kwargs, **self.options)
+
+    def __getattr__(self, name: str):
+        return getattr(self.kernel, name)
 
 
 def kernel_of(variant: dict):
@@ -76,9 +82,19 @@ def kernel_of(variant: dict):
     return _KERNELS_BY_PATH[path]
 
 
+_ENV_SET: set[str] = set()  # the variables the variant applied last set
+
+
 def apply(variant: dict) -> None:
-    """Make the solution module build and launch ``variant``."""
+    """Make the solution module build and launch ``variant``: its "env" (variables the solution
+    reads as it loads, e.g. KIMI_LAUNCH) replaces the previous variant's."""
     consts = variant.get("consts", {})
+    for name in _ENV_SET - set(variant.get("env", {})):
+        os.environ.pop(name, None)
+    _ENV_SET.clear()
+    for name, value in variant.get("env", {}).items():
+        os.environ[name] = str(value)
+        _ENV_SET.add(name)
 
     def layout_of(*args, **kwargs):
         layout = LAYOUT_OF(*args, **kwargs)
@@ -144,7 +160,7 @@ def summarize(rows: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts, kernel")
+    ap.add_argument("--variant", action="append", default=[], help="JSON: name, num_warps, maxnreg, consts, env, kernel")
     ap.add_argument("--steps", type=int, default=30, help="steps per timed chain")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over every variant, each in a turned order")
     ap.add_argument("--compile-only", help=argparse.SUPPRESS)
