@@ -493,14 +493,20 @@ DEVICE_MEMORY_SIGNS = ("out of memory", "OUT_OF_MEMORY", "ALLOC_FAILED", "cusolv
                        "cublasCreate(handle)")
 
 
-def device_memory_ran_out(child: ChildRun) -> Optional[str]:
+def device_memory_ran_out(child: ChildRun, aa: bool = False) -> Optional[str]:
     """The referee's own error (the task's code failing, or the harness's) where it names the
     device's memory running out; None otherwise. Only the referee's: a solution's process could
-    raise such words to win a second evaluation (its own failures are its verdict)."""
+    raise such words to win a second evaluation (its own failures are its verdict). In an A/A
+    run (``aa``) both contestants run the task's baseline, nobody's solution: a contestant that
+    failed or died with the device's memory named, in its report or in the stderr every
+    process of the evaluation writes to, is the task's code failing too (a sweep member's
+    baseline died loading on a shared GPU, 2026-12-07)."""
     for event in child.events:
-        if event.get("event") in ("task_error", "internal_error"):
+        failed_check = event.get("event") == "check" and event.get("status") in ("crash", "error")
+        if event.get("event") in ("task_error", "internal_error") or (aa and failed_check):
             text = f"{event.get('reason', '')}\n{event.get('details', '')}"
-            if any(sign in text for sign in DEVICE_MEMORY_SIGNS):
+            if any(sign in text for sign in DEVICE_MEMORY_SIGNS) or (
+                    aa and failed_check and any(sign in child.stderr_tail for sign in DEVICE_MEMORY_SIGNS)):
                 return str(event.get("reason", ""))[:OUTPUT_TAIL_CHARS]
     return None
 
@@ -553,7 +559,7 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
             # with the device alone (see device_memory_ran_out), within what is left of the limit.
             left_s = options.timeout_s - (time.monotonic() - started)
             if not alone and lease_folder() is not None and not tampered and left_s >= 1:
-                ran_out = device_memory_ran_out(child)
+                ran_out = device_memory_ran_out(child, aa=options.mode == "aa")
                 if ran_out is not None:
                     if progress is not None:
                         progress({"event": "device_memory_ran_out", "reason": ran_out})

@@ -331,6 +331,38 @@ def test_without_a_lease_memory_that_runs_out_is_reported_at_once(kagent_home, t
     assert not [e for e in events if e["event"] == "device_memory_ran_out"]
 
 
+# The same task, its loading killing the process that stands in for the solution in an A/A run
+# (the baseline's own and the referee's load it fine), with torch's words on the stderr, as a
+# sweep member's did on a shared GPU (2026-12-07): both contestants run the task's baseline
+# there, so that death is the task's code failing, not a solution's verdict.
+KB_CONTESTANT_DIES_OUT_OF_MEMORY = KB.replace('''    def forward(self, x):''', '''    def __init__(self):
+        import os, sys
+        super().__init__()
+        argv = sys.argv
+        if "--non-dumpable" in argv and argv[argv.index("--non-dumpable") + 1] == "0":  # not the baseline's
+            print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr,
+                  flush=True)
+            os._exit(1)
+
+    def forward(self, x):''')
+
+
+def test_an_a_a_run_whose_baseline_ran_out_of_device_memory_runs_again_alone(lease_dir, kagent_home, tmp_path):
+    path = tmp_path / "task" / "double.py"
+    path.parent.mkdir()
+    path.write_text(KB_CONTESTANT_DIES_OUT_OF_MEMORY)
+    options = EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S,
+                          min_request_ms=0, mode="aa")
+    events: list = []
+    result = evaluate(resolve_task(str(path)), None, options, progress=events.append)
+    # It dies alone too (the memory here never frees): once more, not more, and said so.
+    assert result.verdict is Verdict.CRASH and "died while loading" in result.reason, result.reason
+    assert [e["event"] for e in events].count("device_memory_ran_out") == 1
+    assert result.ran_alone_after is not None
+    mine = [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.holder == "test-holder"]
+    assert [r.kind for r in mine][:1] == ["shared"] and "exclusive" in [r.kind for r in mine]
+
+
 SAYS_OUT_OF_MEMORY = '''
 import torch
 
