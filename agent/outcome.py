@@ -34,7 +34,8 @@ class Ending:
 
 ENDINGS: dict[str, Ending] = {
     "finished": Ending(0, "a verified result is in place: the best attempt passed its final re-verification "
-                          "(or its benchmark, when the re-verification could not finish)", "green"),
+                          "(or its benchmark, when the re-verification stopped short after its secret inputs "
+                          "passed)", "green"),
     "failed": Ending(1, "an error ended the run, such as a model provider refusing for good", "red"),
     "no_result": Ending(3, "the model finished with no verified result: no attempt passed a benchmark, or the "
                            "best one failed its re-verification", "yellow"),
@@ -70,9 +71,19 @@ def exit_codes_text() -> str:
     return "\n".join(f"{code} {text}." for code, text in sorted(lines))
 
 
-# A final re-verification that could not finish says nothing against the best attempt: the
-# benchmark that made it the best stands.
-REVERIFICATION_INCONCLUSIVE = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
+# The verdicts of a final re-verification that stopped short rather than judged: its time ran
+# out, or the harness failed.
+STOPPED_SHORT = frozenset({Verdict.TIMEOUT, Verdict.INTERNAL_ERROR})
+
+
+def reverification_inconclusive(result: EvalResult) -> bool:
+    """A final re-verification that stopped short says nothing against the best attempt (the
+    benchmark that made it the best stands) only once its secret inputs had passed: they are
+    what it adds to that benchmark (twice as many). One that stopped before them verified
+    nothing new, and a solution could stall there on purpose to keep a score its larger draw
+    would refute."""
+    return result.verdict in STOPPED_SHORT and any(c.name == "hidden_seeds" and c.status == "pass"
+                                                   for c in result.checks)
 
 
 def reverification_note(result: EvalResult) -> str:
@@ -81,7 +92,10 @@ def reverification_note(result: EvalResult) -> str:
     neither a confirmation nor a refutation, and the note must not read "re-verified"."""
     if result.verdict is Verdict.PASS:
         return "re-verified"
-    if result.verdict in REVERIFICATION_INCONCLUSIVE:
+    if reverification_inconclusive(result):
         return (f"re-verification inconclusive ({result.verdict.value}: {result.reason[:200]}); "
                 f"the best attempt's benchmark stands")
+    if result.verdict in STOPPED_SHORT:
+        return (f"re-verification stopped before its secret inputs passed ({result.verdict.value}: "
+                f"{result.reason[:200]}); no verified result")
     return f"failed its re-verification ({result.verdict.value})"

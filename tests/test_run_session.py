@@ -353,16 +353,19 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
 
 
-def run_whose_final_evaluation_ends(tmp_path: Path, reference_text: str, monkeypatch, verdict: str, reason: str):
+def run_whose_final_evaluation_ends(tmp_path: Path, reference_text: str, monkeypatch, verdict: str, reason: str,
+                                    passed: tuple[str, ...] = ()):
     """A run whose benchmark of the port passes and whose final re-verification (only that: the
-    benchmark ran before the stand-in is in place for it) ends with ``verdict``."""
+    benchmark ran before the stand-in is in place for it) ends with ``verdict``, the checks
+    ``passed`` passed before it."""
     import kagent.agent.loop.agent as loop_module
-    from kagent.sandbox.results import EvalResult, Verdict
+    from kagent.sandbox.results import CheckResult, EvalResult, Verdict
 
     def final_evaluation(task, solution, options, progress=None):
         return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
                           device=options.device, verdict=Verdict(verdict), reason=reason,
-                          started_at="2026-12-01T00:00:00+00:00", wall_seconds=1.0)
+                          started_at="2026-12-01T00:00:00+00:00", wall_seconds=1.0,
+                          checks=[CheckResult(name=name, status="pass", reason="passed") for name in passed])
 
     monkeypatch.setattr(loop_module, "evaluate", final_evaluation)
     turns = [call_turn("write_file", path="solution.py", content=reference_text),
@@ -392,7 +395,8 @@ def test_a_re_verification_that_times_out_leaves_the_benchmark_standing(tmp_path
     from kagent.agent.cli.report.story import read_story
 
     reason = "no verdict within the 59.97 s limit; the process group was killed"
-    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "timeout", reason)
+    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "timeout", reason,
+                                                      passed=("load", "fixed_seeds", "hidden_seeds"))
     assert report.status == "finished" and report.best_attempt == 1 and report.best_score > 0
     assert report.result_score == report.best_score and report.result_from == "exploration"
     assert report.final_verdict == "timeout" and report.final_score is None
@@ -404,3 +408,18 @@ def test_a_re_verification_that_times_out_leaves_the_benchmark_standing(tmp_path
     page = render_run(read_story(run_dir), run_dir / "report.html")
     assert f"<b>{report.best_score:.3f}x" in page and "attempt 1 as measured while exploring" in page
     assert "its final re-verification was inconclusive" in page and "failed its final" not in page
+
+
+@pytest.mark.slow
+def test_a_re_verification_stopped_before_its_secret_inputs_verifies_nothing(tmp_path, reference_text, monkeypatch):
+    """A solution wrong on rare inputs could stall once the final re-verification's larger draw
+    begins, so that a timeout keeps its score: a re-verification that stopped before its secret
+    inputs passed leaves no verified result."""
+    reason = "no verdict within the 59.97 s limit; the process group was killed"
+    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "timeout", reason,
+                                                      passed=("load", "fixed_seeds"))
+    assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
+    assert report.result_score is None and report.result_from is None
+    final = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "finalized"]
+    assert final[0].note.startswith("re-verification stopped before its secret inputs passed (timeout: ")
+    assert "- result: none: attempt 1 failed its final re-verification (timeout)" in (run_dir / "report.md").read_text()

@@ -21,7 +21,7 @@ from kagent.agent.loop.budget import BudgetTracker
 from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
 from kagent.agent.loop.ledger import Attempt, Design, Ledger, single_launch
 from kagent.agent.loop.state import Rebuilt
-from kagent.agent.outcome import REVERIFICATION_INCONCLUSIVE, Cause, EndState, end_state, reverification_note
+from kagent.agent.outcome import Cause, EndState, end_state, reverification_inconclusive, reverification_note
 from kagent.agent.settings import RunConfig
 from kagent.agent.storage.trace import (
     INLINE_LIMIT,
@@ -110,8 +110,8 @@ class RunReport(BaseModel):
                                                            "re-verification measured it, when it passed")
     final_speedups: dict[str, float] = Field(default_factory=dict, description="Per shape, re-verified")
     result_score: Optional[float] = Field(None, description="The run's result: final_score; best_score when the "
-                                                            "re-verification could not finish; None without a "
-                                                            "verified result")
+                                                            "re-verification stopped short after its secret inputs "
+                                                            "passed; None without a verified result")
     result_from: Optional[Literal["final re-verification", "exploration"]] = Field(
         None, description="Which measurement result_score is")
     attempts: int
@@ -649,10 +649,11 @@ class Agent:
         return final.score if final is not None and final.verdict is Verdict.PASS else best.score
 
     def _verified(self) -> bool:
-        """Whether a verified result stands: a best attempt its final re-verification did not refute."""
+        """Whether a verified result stands: a best attempt its final re-verification did not refute
+        (see reverification_inconclusive)."""
         best, final = self.ledger.best_attempt(), self.final_evaluation
         return best is not None and (final is None or final.verdict is Verdict.PASS
-                                     or final.verdict in REVERIFICATION_INCONCLUSIVE)
+                                     or reverification_inconclusive(final))
 
     def _end(self, cause: Cause, reason: str) -> RunReport:
         best, final = self.ledger.best_attempt(), self.final_evaluation

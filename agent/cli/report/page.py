@@ -34,7 +34,7 @@ from kagent.agent.cli.trace_reading import (
     shorten,
     thinking_line,
 )
-from kagent.agent.outcome import REVERIFICATION_INCONCLUSIVE
+from kagent.agent.outcome import reverification_inconclusive
 from kagent.agent.storage.trace import (
     AttemptRecorded,
     Compacted,
@@ -114,7 +114,7 @@ def _result_text(story: RunStory) -> str:
         explored = f"; {best.score:.3f}x while exploring" if best is not None and best.score is not None else ""
         return (f"<b>{esc(score_text(result.score, score_interval(result)))}</b>, attempt "
                 f"{esc(final.best_attempt if final else '?')} re-verified{esc(explored)}")
-    if result is not None and result.verdict in REVERIFICATION_INCONCLUSIVE and best is not None:
+    if result is not None and reverification_inconclusive(result) and best is not None:
         # As `kagent runs` says it: the benchmark that made it the best stands (RunReport.result_score).
         return (f"<b>{esc(score_text(best.score, best.interval))}</b>, attempt {best.number} as measured while "
                 f"exploring; its final re-verification was inconclusive: {verdict_span(result.verdict.value)} "
