@@ -406,6 +406,12 @@ def test_only_the_referee_s_own_errors_count_as_the_device_s_memory_running_out(
     assert device_memory_ran_out(child({"event": "check", "name": "fixed_seeds", "status": "error",
                                         "reason": "RuntimeError: CUDA error: out of memory"})) is None
     assert device_memory_ran_out(child({"event": "task_error", "reason": "no shape with context 7"})) is None
+    # A solution's process dying with the words on the stderr: its verdict, outside an A/A run.
+    died = child({"event": "check", "name": "load", "status": "crash", "reason": "the solution's process died "
+                  "while loading the solution (exit code 1)"})
+    died.stderr_tail = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert device_memory_ran_out(died) is None
+    assert device_memory_ran_out(died, aa=True) is not None  # in an A/A run that process runs the baseline
 
 
 def test_a_shared_holder_steps_aside_only_for_one_waiting_to_hold_it_alone(evaluation_lease, lease_dir):

@@ -94,6 +94,21 @@ try:
     out["short"] = "launched"
 except TypeError as exc:
     out["short"] = str(exc)
+# The switch itself, read as the model loads: a value it does not know is refused; without a
+# GPU (the interpreter launches stage by stage) there is no single launch to make direct.
+import os
+sys.path.insert(0, "tasks/02_kimi_linear_decode")
+import reference, shapes
+model = solution.Model(reference.build_config(shapes.SMOKE_SHAPES[0]))
+os.environ["KIMI_LAUNCH"] = "fast"
+try:
+    model.pack()
+    out["unknown_launch"] = "accepted"
+except ValueError as exc:
+    out["unknown_launch"] = str(exc)
+os.environ["KIMI_LAUNCH"] = "direct"
+model.pack()
+out["direct_without_gpu"] = model.direct is None
 print(json.dumps(out))
 """
 
@@ -113,3 +128,4 @@ def test_a_step_launches_the_kernel_its_arguments_were_compiled_for():
     assert out["weight_replaced"] == [4, 2]         # another object where a weight was
     assert out["after_it"] == [4, 3]
     assert out["short"] == f"{out['n_args'] - 1} arguments for a kernel of {out['n_args']}"
+    assert out["unknown_launch"].startswith("KIMI_LAUNCH='fast': jit") and out["direct_without_gpu"]
