@@ -501,13 +501,16 @@ def device_memory_ran_out(child: ChildRun, aa: bool = False) -> Optional[str]:
     failed or died with the device's memory named, in its report or in the stderr every
     process of the evaluation writes to, is the task's code failing too (a sweep member's
     baseline died loading on a shared GPU, 2026-12-07)."""
+    def names_memory(text: str) -> bool:
+        return any(sign in text for sign in DEVICE_MEMORY_SIGNS)
+
     for event in child.events:
-        failed_check = event.get("event") == "check" and event.get("status") in ("crash", "error")
-        if event.get("event") in ("task_error", "internal_error") or (aa and failed_check):
-            text = f"{event.get('reason', '')}\n{event.get('details', '')}"
-            if any(sign in text for sign in DEVICE_MEMORY_SIGNS) or (
-                    aa and failed_check and any(sign in child.stderr_tail for sign in DEVICE_MEMORY_SIGNS)):
-                return str(event.get("reason", ""))[:OUTPUT_TAIL_CHARS]
+        text = f"{event.get('reason', '')}\n{event.get('details', '')}"
+        referees = event.get("event") in ("task_error", "internal_error") and names_memory(text)
+        contestants = (aa and event.get("event") == "check" and event.get("status") in ("crash", "error")
+                       and names_memory(f"{text}\n{child.stderr_tail}"))
+        if referees or contestants:
+            return str(event.get("reason", ""))[:OUTPUT_TAIL_CHARS]
     return None
 
 

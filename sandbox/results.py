@@ -234,9 +234,10 @@ class EvalResult(Model):
                                                                     "(its cgroup's peak), where measured")
     stderr_tail: str = ""
     stdout_tail: str = ""
-    ran_alone_after: Optional[str] = Field(None, description="Under a device lease: the referee's error of a first "
-                                           "run whose device memory ran out while other evaluations shared the "
-                                           "device; this result is of the run that followed, holding it alone")
+    ran_alone_after: Optional[str] = Field(None, description="Under a device lease: the referee's error (in an A/A "
+                                           "run, either contestant's too) of a first run whose device memory ran "
+                                           "out while other evaluations shared the device; this result is of the "
+                                           "run that followed, holding it alone")
 
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)

@@ -22,9 +22,10 @@ shares again once the exclusive holder is done. Without it the one who times wai
 whole check phase of every other evaluation: on an H100 with 4 members (2026-12-06), a
 calibration of 0.3 s waited 12-38 s and the members waited 287 s in a 426-s window.
 
-The lease shares the device's time, not its memory: an evaluation whose referee found the
-device's memory full while sharing it runs again holding the lease exclusive from its first
-device work to its end (``alone`` in the job; kagent.sandbox.evaluate decides, once).
+The lease shares the device's time, not its memory: an evaluation whose referee (in an A/A
+run, either contestant too) found the device's memory full while sharing it runs again
+holding the lease exclusive from its first device work to its end (``alone`` in the job;
+kagent.sandbox.evaluate decides, once).
 
 Each hold is appended, when it ends, to the log as one JSON line (holder, kind, what, when it
 was asked for, got and given back); an exclusive one is also sent on the result channel, so
