@@ -34,8 +34,7 @@ class Ending:
 
 ENDINGS: dict[str, Ending] = {
     "finished": Ending(0, "a verified result is in place: the best attempt passed its final re-verification "
-                          "(or its benchmark, when the re-verification stopped short after its secret inputs "
-                          "passed)", "green"),
+                          "(or its benchmark, once its re-verification passed the secret inputs)", "green"),
     "failed": Ending(1, "an error ended the run, such as a model provider refusing for good", "red"),
     "no_result": Ending(3, "the model finished with no verified result: no attempt passed a benchmark, or the "
                            "best one failed its re-verification", "yellow"),
