@@ -13,7 +13,8 @@
 # grid barrier BAR_COUNT), all four off, and itself again, 4 rounds (TUNE_VARIANTS=FILE: the
 # variants of FILE instead, one JSON object a line); ATTEND=1: the attention stage launched
 # alone (examples/02_kimi_linear_decode/attend_alone.py, its default variants, or with
-# ATTEND_VARIANTS=FILE those of FILE, one JSON object a line). Run from the
+# ATTEND_VARIANTS=FILE those of FILE, one JSON object a line); DIRECT=1: bench.py with the
+# kernel's direct launch (KIMI_LAUNCH=direct, examples/02_kimi_linear_decode/solution.py). Run from the
 # repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
@@ -45,6 +46,18 @@ if [ "${STAGES:-1}" = 1 ]; then
   timeout 300 python3 scripts/stage_tools_run.py megakernel "$OUT" /tmp/kagent-megakernel-stages > "$OUT/stages.log" 2>&1
   echo "stages: exit $? after $(( $(date +%s) - t0 )) s"
   cat "$OUT/stages.log"
+  keep_round stages
+fi
+if [ "${DIRECT:-0}" = 1 ]; then
+  # bench.py with the direct launch (KIMI_LAUNCH=direct): its loop and host time a step, how many
+  # steps skipped Triton's dispatch, and 6 chained steps direct against dispatched, bitwise.
+  t0=$(date +%s)
+  KIMI_LAUNCH=direct timeout 200 python3 examples/02_kimi_linear_decode/bench.py --out "$OUT/bench_direct.json" \
+    > "$OUT/bench_direct.log" 2>&1
+  echo "bench.py, direct launch: exit $? after $(( $(date +%s) - t0 )) s"
+  bench_summary "$OUT/bench_direct.json"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))
+print('direct launches', d['single_launch'].get('direct'), 'agreement', d.get('launch_agreement'))" "$OUT/bench_direct.json"
   keep_round stages
 fi
 if [ "${TUNE:-0}" = 1 ]; then
