@@ -345,6 +345,7 @@ class Model(nn.Module):
         self.kagent_stop_after: int | None = None
         self.kagent_stamps: torch.Tensor | None = None
         self.direct: DirectLaunch | None = None  # KIMI_LAUNCH=direct (set at each load)
+        self._bound: tuple[tuple, tuple] | None = None  # the repacked buffers the kernel takes (_bind)
 
     # -- repacking, once per load ------------------------------------------------------------
     def _keep(self, name: str, tensor: torch.Tensor) -> None:
@@ -453,6 +454,7 @@ class Model(nn.Module):
         self._keep("route", torch.zeros(1 + 2 * c["NAP"], dtype=torch.int32, device=dev))
         self.kagent_stamps = torch.zeros(len(rows) + 1, programs if gpu else 1, dtype=torch.int64, device=dev)
         self._cache = None
+        self._bound = None
 
     def kagent_stages(self, context_len: int | None) -> list[dict]:
         """The plan's stages for kagent's stages tool, each with what it must move: the task's
@@ -516,23 +518,38 @@ class Model(nn.Module):
                 if not st[name].is_contiguous():
                     raise ValueError(f"state {name} must be contiguous")
         x_out = torch.empty_like(hidden)
-        p = self
+        head, weights = self._bound or self._bind()
         stop = len(self.plan_rows) if self.kagent_stop_after is None else self.kagent_stop_after
-        args = [p.pk_plan, 0, len(self.plan_rows), stop, p.kagent_stamps, p.pk_bar, ONE_BITS,
-                hidden, x_out, p.pk_xp, p.pk_hp,
+        args = [head[0], 0, len(self.plan_rows), stop, self.kagent_stamps, head[1], ONE_BITS,
+                hidden, x_out, head[2], head[3],
                 *[st["S"] for st in kdas], *[st["cq"] for st in kdas], *[st["ck"] for st in kdas],
                 *[st["cv"] for st in kdas],
-                c_in, k_in, c_dst, k_dst, length, per, nchk, copy,
-                p.pk_attn_norm, p.pk_moe_norm,
-                p.pk_kda_w, p.pk_kda_sz, p.pk_kda_bw, p.pk_kda_cw, p.pk_kda_o_w, p.pk_kda_o_sz,
-                p.pk_mla_w, p.pk_mla_sz, p.pk_kb_w, p.pk_kb_s, p.pk_kb_z, p.pk_vb_w, p.pk_vb_sz,
-                p.pk_mla_ow, p.pk_mla_osz, p.pk_inv_freq,
-                p.pk_rt_w, p.pk_gate_w, p.pk_up_w, p.pk_gate_sz, p.pk_up_sz,
-                p.pk_s_gate_w, p.pk_s_up_w, p.pk_s_gate_sz, p.pk_s_up_sz, p.pk_down_w, p.pk_down_sz,
-                p.pk_s_slots, p.pk_s_qkv, p.pk_s_dec, p.pk_s_beta, p.pk_s_ot, p.pk_s_mq, p.pk_s_kr_raw,
-                p.pk_s_qabs, p.pk_s_qr, p.pk_s_pm, p.pk_s_pl, p.pk_s_pacc, p.pk_s_olat, p.pk_s_logits, p.pk_s_act,
-                p.pk_part, p.pk_count, p.pk_route]
+                c_in, k_in, c_dst, k_dst, length, per, nchk, copy, *weights]
         return args, x_out, (c_dst, k_dst)
+
+    def _bind(self) -> tuple[tuple, tuple]:
+        """The repacked buffers among the kernel's arguments, looked up once per load: a step's
+        host time is what a 0.3-ms step of device time can wait for on a slow host, and each
+        buffer read through nn.Module's attribute lookup costs about as much as a small torch
+        call (52 of them were 20 of the 50 us that building the arguments took on the CPU)."""
+        b = self._buffers
+        head = (b["pk_plan"], b["pk_bar"], b["pk_xp"], b["pk_hp"])
+        weights = tuple(b["pk_" + name] for name in (
+            "attn_norm", "moe_norm",
+            "kda_w", "kda_sz", "kda_bw", "kda_cw", "kda_o_w", "kda_o_sz",
+            "mla_w", "mla_sz", "kb_w", "kb_s", "kb_z", "vb_w", "vb_sz", "mla_ow", "mla_osz", "inv_freq",
+            "rt_w", "gate_w", "up_w", "gate_sz", "up_sz",
+            "s_gate_w", "s_up_w", "s_gate_sz", "s_up_sz", "down_w", "down_sz",
+            "s_slots", "s_qkv", "s_dec", "s_beta", "s_ot", "s_mq", "s_kr_raw",
+            "s_qabs", "s_qr", "s_pm", "s_pl", "s_pacc", "s_olat", "s_logits", "s_act",
+            "part", "count", "route"))
+        self._bound = (head, weights)
+        return self._bound
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .cuda() and the like put new tensors in the buffers' places: bind them again.
+        self._bound = None
+        return super()._apply(fn, *args, **kwargs)
 
     def step(self, hidden: torch.Tensor, state: list):
         args, x_out, (c_dst, k_dst) = self.kernel_args(hidden, state)
