@@ -142,6 +142,34 @@ def chain_ms(model, cfg, device, context: int, steps: int, warmup: int = 3, reco
             "finite": bool(torch.isfinite(x.float()).all())}
 
 
+def host_profile(model, cfg, device, context: int, steps: int = 200, top: int = 15) -> dict:
+    """Where the host's time a step goes (cProfile over chained steps, the queue never full):
+    the functions with the most time of their own, in us a step. The profiler adds its own
+    cost to each Python call, so the figures are for ranking, not for adding up."""
+    import cProfile
+    import pstats
+
+    state = [{k: v.to(device) for k, v in layer.items()} for layer in reference.init_state(cfg, context, 0)]
+    x = reference.init_token(cfg, 0).to(device)
+    for _ in range(3):
+        x, state = model.step(x, state)
+    torch.cuda.synchronize(device)
+    profiler = cProfile.Profile()
+    wall0 = time.perf_counter()
+    profiler.enable()
+    for _ in range(steps):
+        x, state = model.step(x, state)
+    profiler.disable()
+    enqueue_ms = (time.perf_counter() - wall0) * 1e3 / steps
+    torch.cuda.synchronize(device)
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (primitive calls, calls, own, cumulative, callers)
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return {"context": context, "steps": steps, "host_enqueue_ms_profiled": enqueue_ms,
+            "functions": [{"function": f"{Path(f).name}:{line}({name})", "calls_a_step": calls / steps,
+                           "own_us_a_step": own / steps * 1e6, "cumulative_us_a_step": cum / steps * 1e6}
+                          for (f, line, name), (_, calls, own, cum, _) in rows]}
+
+
 def launches(model, cfg, device, context: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
@@ -163,6 +191,8 @@ def main() -> None:
     ap.add_argument("--stage-launches-only", action="store_true", help="skip the single launch (it hung before)")
     ap.add_argument("--recording", action="store_true",
                     help="also the plain loop with each step's hidden recorded, as the harness's timed chains do")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="also where the host's time a single-launch step goes (cProfile, ctx 2048)")
     args = ap.parse_args()
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
@@ -200,6 +230,8 @@ def main() -> None:
         if single and model.direct is not None:  # the steps so far, by how they were launched
             result[key]["direct"] = {"dispatches": model.direct.dispatches,
                                      "direct_launches": model.direct.direct_launches}
+        if single and args.host_profile:
+            result[key]["host_profile"] = host_profile(model, cfg, device, 2048)
         if args.recording:
             result[key]["chain_recording"] = [chain_ms(model, cfg, device, s["context_len"], 30, record=True)
                                               for s in shapes.SHAPES]
