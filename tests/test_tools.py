@@ -703,3 +703,102 @@ def test_a_baseline_that_cannot_be_measured_keeps_its_evaluation_in_the_outcome(
     assert "CUDA out of memory" in outcome.content, outcome.content
     evaluation = outcome.data["evaluation"]
     assert evaluation["verdict"] != "pass" and "CUDA out of memory" in json.dumps(evaluation)
+
+
+DOUBLES = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture()
+def counted_evaluations(monkeypatch):
+    """The baseline tool's evaluations, counted (each still runs)."""
+    import kagent.tools.baseline as baseline_module
+
+    ran = []
+    real = baseline_module.evaluate
+
+    def counting(*args, **kwargs):
+        ran.append(args[0].name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(baseline_module, "evaluate", counting)
+    return ran
+
+
+def _task_file(tmp_path, name: str, source: str):
+    from kagent.tasks import resolve_task
+
+    path = tmp_path / name / f"{name}.py"
+    path.parent.mkdir()
+    path.write_text(source)
+    return resolve_task(str(path))
+
+
+def test_runs_sharing_a_lease_folder_measure_a_task_s_baseline_once(tmp_path, kagent_home, monkeypatch,
+                                                                    counted_evaluations):
+    """A sweep's members (one lease folder) read the first member's measurement of a task on a
+    device; another task, or runs without a lease folder, measure their own; a baseline that
+    failed is not shared."""
+    from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV
+
+    monkeypatch.setenv(LEASE_DIR_ENV, str(tmp_path / "leases"))
+    options = EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home)
+    doubles = _task_file(tmp_path, "doubles", DOUBLES)
+
+    def baseline(task, holder: str):
+        monkeypatch.setenv(HOLDER_ENV, holder)
+        return TOOLS["baseline"].run({}, ToolContext(workspace=tmp_path / holder, task=task, eval_options=options))
+
+    first, second = baseline(doubles, "m01"), baseline(doubles, "m02")
+    assert not first.is_error and not second.is_error, (first.content, second.content)
+    assert counted_evaluations == ["doubles"]
+    assert "shared_from" not in first.data
+    assert second.data["shared_from"]["holder"] == "m01" and second.data["timings"] == first.data["timings"]
+    assert "measured once for every run on this device by m01" in second.content
+    # Another task's baseline is its own; a failed one is measured again by the next run.
+    dies = _task_file(tmp_path, "dies", DIES_LOADING)
+    assert baseline(dies, "m01").is_error and baseline(dies, "m02").is_error
+    assert counted_evaluations == ["doubles", "dies", "dies"]
+    # Without a lease folder every run measures.
+    monkeypatch.delenv(LEASE_DIR_ENV)
+    assert "shared_from" not in baseline(doubles, "m03").data
+    assert counted_evaluations == ["doubles", "dies", "dies", "doubles"]
+
+
+def test_a_run_waits_for_another_s_baseline_only_until_its_deadline(tmp_path, kagent_home, monkeypatch,
+                                                                    counted_evaluations):
+    import fcntl
+    import os
+
+    from kagent.sandbox.lease import LEASE_DIR_ENV
+    from kagent.tools.baseline import shared_baseline_file
+
+    monkeypatch.setenv(LEASE_DIR_ENV, str(tmp_path / "leases"))
+    options = EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home)
+    doubles = _task_file(tmp_path, "doubles", DOUBLES)
+    shared = shared_baseline_file(doubles, options.model_copy(update={"mode": "aa"}))
+    assert shared is not None
+    held = os.open(shared.with_name(shared.name + ".lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)   # another run, measuring
+    try:
+        ctx = ToolContext(workspace=tmp_path, task=doubles, eval_options=options, deadline=time.monotonic() + 2.0)
+        began = time.monotonic()
+        outcome = TOOLS["baseline"].run({}, ctx)
+    finally:
+        os.close(held)
+    assert outcome.is_error and "while another run on this device measured the baseline" in outcome.content
+    assert time.monotonic() - began < 5 and counted_evaluations == []
