@@ -38,11 +38,13 @@ def _geomean(values: list[float]) -> Optional[float]:
 
 
 def member_aa(run_dir: Path) -> list[dict]:
-    """Each baseline call's A/A in a member's trace: per shape and over the shapes."""
+    """Each baseline call's A/A in a member's trace: per shape and over the shapes. A call
+    that read another member's measurement of the task (tools/baseline.py) is that member's."""
     found = []
     for line in (run_dir / "trace.jsonl").read_text().splitlines():
         event = json.loads(line)
-        if event.get("type") == "tool_finished" and event["name"] == "baseline" and not event["is_error"]:
+        if (event.get("type") == "tool_finished" and event["name"] == "baseline" and not event["is_error"]
+                and "shared_from" not in event["data"]):
             per_shape = {t["label"]: t["speedup"] for t in event["data"]["timings"]}
             found.append({"per_shape": per_shape, "score": _geomean(list(per_shape.values()))})
     return found
