@@ -140,7 +140,7 @@ def _report(ctx: ToolContext, options: EvalOptions, result: EvalResult,
         lines.append(f"- device copy bandwidth: {result.bandwidth.bytes_per_s / 1e12:.3f} TB/s")
     data: dict = {"timings": [t.model_dump() for t in result.timings]}
     if shared is not None:
-        when = time.strftime("%H:%M:%S UTC", time.gmtime(shared.measured_at))
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(shared.measured_at))
         lines.append(f"(measured once for every run on this device by {shared.holder} at {when}; "
                      "scores always come from each evaluation's own timing of the baseline beside the candidate)")
         data["shared_from"] = {"holder": shared.holder, "measured_at": shared.measured_at, "lease": shared.lease}
