@@ -109,7 +109,8 @@ for name, switches in variants.items():
         del os.environ[key]
     out[name] = [hidden] + [t for layer in state for t in layer.values()]
     c = model.layout.consts
-    ran[name] = dict(split=c["SPLIT_F"], route_once=c["ROUTE_ONCE"], att_lo=c["ATT_LO"], group_sums=c["GROUP_SUMS"],
+    ran[name] = dict(split=c["SPLIT_F"], late_count=c["LATE_COUNT"], lanes=c["QP"], route_once=c["ROUTE_ONCE"],
+                     att_lo=c["ATT_LO"], group_sums=c["GROUP_SUMS"],
                      programs=model.layout.programs,
                      pieces=(c["NACT"] + c["NSH"]) * c["HID"] // c["BN_F"], counts=model.pk_count.tolist(),
                      split_sh=c["SPLIT_SH"], groups_a_piece=c["HID"] // 128 // c["SPLIT_SH"],
@@ -128,7 +129,7 @@ print(json.dumps(ran))
 # Every switch of the layout off (each is on by default but two: ATT_LO's bf16 attention, whose
 # "off" is 1, two parts; and GROUP_SUMS, not yet timed on a GPU).
 SWITCHES_OFF = {"KIMI_SPLIT_F": "0", "KIMI_ROUTE_ONCE": "0", "KIMI_SPLIT_SH": "1", "KIMI_BAR_COUNT": "0",
-                "KIMI_ATT_LO": "1", "KIMI_GROUP_SUMS": "0"}
+                "KIMI_ATT_LO": "1", "KIMI_GROUP_SUMS": "0", "KIMI_LATE_COUNT": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,7 @@ def variants():
         return {**SWITCHES_OFF, **switch}
     switches = {"none": SWITCHES_OFF, "split": on(KIMI_SPLIT_F="1"), "route_once": on(KIMI_ROUTE_ONCE="1"),
                 "both": on(KIMI_SPLIT_F="1", KIMI_ROUTE_ONCE="1"), "split_shared": on(KIMI_SPLIT_SH="2"),
+                "late_count": on(KIMI_SPLIT_F="1", KIMI_LATE_COUNT="1"),
                 "attention_bf16": on(KIMI_ATT_LO="0"), "group_sums": on(KIMI_GROUP_SUMS="1"), "defaults": {}}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
     done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
@@ -154,6 +156,17 @@ def test_the_split_down_projection_gives_the_same_bits(variants, name):
     assert split["bitwise"]
     # Every tile's count is back at zero for the next layer and the next step.
     assert set(split["counts"]) == {0} and len(split["counts"]) > 1
+
+
+def test_the_down_projection_s_pieces_counted_once_a_program_give_the_same_bits(variants):
+    """KIMI_LATE_COUNT=1: each program counts all its pieces together after the last one (one
+    lane a piece) instead of after each; the tile's last piece counted still sums its experts
+    in the same order, so the answer is the split kernel's bit for bit, and every count is back
+    at zero."""
+    late, split = variants["late_count"], variants["split"]
+    assert (split["late_count"], late["late_count"]) == (0, 1) and late["split"] == 1
+    assert late["lanes"] * late["programs"] >= late["pieces"] > 2 * late["programs"]
+    assert late["bitwise"] and set(late["counts"]) == {0}
 
 
 @pytest.mark.parametrize("name", ["route_once", "both"])
@@ -206,7 +219,7 @@ def test_the_switches_are_on_by_default(variants):
     once, bit for bit."""
     default = variants["defaults"]
     assert (default["split"], default["route_once"], default["bar_count"], default["att_lo"]) == (1, 1, 1, 1)
-    assert default["group_sums"] == 0  # (until a GPU has timed it)
+    assert default["group_sums"] == 0 and default["late_count"] == 0  # (until a GPU has timed them)
     assert default["split_sh"] == 1 and default["groups_a_piece"] == 2
     assert default["bitwise_both"]
 
@@ -216,7 +229,8 @@ import json, sys
 sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
 import reference as ref, shapes, solution
 c = solution.Layout.of(ref.build_config(shapes.SHAPES[0]), 132, gpu=False, gpu_tiles=True).consts
-names = ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO", "GROUP_SUMS", "SLOT", "HID")
+names = ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO", "GROUP_SUMS", "LATE_COUNT", "QP", "SLOT",
+         "HID")
 print(json.dumps({k: c[k] for k in names}))
 """
 
@@ -229,7 +243,8 @@ def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with
     consts = json.loads(done.stdout.strip().splitlines()[-1])
     slot, hid = consts.pop("SLOT"), consts.pop("HID")
     assert consts == {
-        "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1, "GROUP_SUMS": 0}
+        "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1, "GROUP_SUMS": 0,
+        "LATE_COUNT": 0, "QP": 8}   # (648 pieces of the down projection on 132 programs: 5 a program at most)
     # A program's slot: the vector and its group sums, in whole 128-byte lines (with room for
     # the sums only, every other program's slot lost its 16-byte alignment: 8-byte loads).
     assert slot >= hid + hid // 128 and slot % 32 == 0

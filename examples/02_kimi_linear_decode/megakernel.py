@@ -513,7 +513,7 @@ def _expert_of(idx, j, E: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr):
 def _moe_down(pid, P, one, logits_ptr, route_ptr, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
               HID: tl.constexpr, E: tl.constexpr, EP: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr,
               NSH: tl.constexpr, NAP: tl.constexpr, SCALE: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr,
-              ROUTE_ONCE: tl.constexpr):
+              ROUTE_ONCE: tl.constexpr, LATE_COUNT: tl.constexpr, QP: tl.constexpr):
     """out = h + bf16(sum_j w_j down_j(act_j) + sum_s down_s(act_s)), the experts in the
     reference's order.
 
@@ -524,7 +524,9 @@ def _moe_down(pid, P, one, logits_ptr, route_ptr, dw_ptr, dsz_ptr, act_ptr, hp_p
     (an acquire-release atomic after the program's threads stored, as the grid barrier
     arrives), and the piece that completes the tile sums its experts in the same order with
     the same operations, so the result is the same bit for bit. The count goes back to zero
-    for the next layer's use (the grid barriers between order that)."""
+    for the next layer's use (the grid barriers between order that). LATE_COUNT=1: a program
+    counts its pieces (at most QP) together after its last one, one lane a piece, instead of
+    a CTA barrier and an atomic round trip after each."""
     GI: tl.constexpr = MI // 128
     NJ: tl.constexpr = NACT + NSH
     NT: tl.constexpr = HID // BN
@@ -533,7 +535,7 @@ def _moe_down(pid, P, one, logits_ptr, route_ptr, dw_ptr, dsz_ptr, act_ptr, hp_p
     idx, wts = _routed(route_ptr, logits_ptr, E, EP, NACT, NAP, SCALE, ROUTE_ONCE)
     if SPLIT:
         _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
-                         HID, E, MI, NACT, NAP, BN, GI, NJ, NT, EW, ES)
+                         HID, E, MI, NACT, NAP, BN, GI, NJ, NT, EW, ES, LATE_COUNT, QP)
     else:
         for t in range(pid, NT, P):
             tw = dw_ptr + t * (GI * BN * 16)
@@ -561,7 +563,7 @@ def _moe_down(pid, P, one, logits_ptr, route_ptr, dw_ptr, dsz_ptr, act_ptr, hp_p
 def _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, out_ptr, part_ptr, count_ptr,
                      HID: tl.constexpr, E: tl.constexpr, MI: tl.constexpr, NACT: tl.constexpr, NAP: tl.constexpr,
                      BN: tl.constexpr, GI: tl.constexpr, NJ: tl.constexpr, NT: tl.constexpr, EW: tl.constexpr,
-                     ES: tl.constexpr):
+                     ES: tl.constexpr, LATE_COUNT: tl.constexpr, QP: tl.constexpr):
     """_moe_down's SPLIT=1: piece q is expert q // NT of column tile q % NT."""
     col = tl.arange(0, BN)
     q = pid
@@ -582,19 +584,38 @@ def _moe_down_pieces(pid, P, one, idx, wts, dw_ptr, dsz_ptr, act_ptr, hp_ptr, ou
                 sz_next = sz
             y = tl.sum(_fma_chunk(tl.zeros([BN, GI], tl.float32), w, sz, act_ptr + j * MI, MI // 8, 0, GI, one), axis=1)
             tl.store(part_ptr + j * HID + t * BN + col, y)
-            tl.debug_barrier()   # every thread's part stored before the piece is counted
-            if tl.atomic_add(count_ptr + t, 1, sem="acq_rel") == NJ - 1:
-                tl.debug_barrier()   # the other pieces' parts, seen by this program's every thread
-                acc = tl.zeros([BN], tl.float32)
-                for jj in range(NJ):
-                    yj = tl.load(part_ptr + jj * HID + t * BN + col, cache_modifier=".cg")
-                    acc += tl.where(jj < NACT, _pick(wts, NAP, jj), 1.0) * yj
-                h = tl.load(hp_ptr + t * BN + col, cache_modifier=".cg").to(tl.float32)
-                tl.store(out_ptr + t * BN + col, _bf16(h + _bf16(acc)).to(tl.bfloat16))
-                tl.atomic_xchg(count_ptr + t, 0, sem="relaxed")
+            if not LATE_COUNT:
+                tl.debug_barrier()   # every thread's part stored before the piece is counted
+                if tl.atomic_add(count_ptr + t, 1, sem="acq_rel") == NJ - 1:
+                    _down_tile_sum(t, wts, part_ptr, hp_ptr, out_ptr, count_ptr, HID, NACT, NAP, BN, NJ)
             w = w_next
             sz = sz_next
             q = nq
+    if LATE_COUNT:
+        tl.debug_barrier()   # every piece's part stored by every thread before any is counted
+        k = tl.arange(0, QP)
+        mine = pid + k * P
+        counted = tl.atomic_add(count_ptr + mine % NT, 1, mask=mine < NJ * NT, sem="acq_rel")
+        completes = (mine < NJ * NT) & (counted == NJ - 1)
+        for i in range(QP):
+            if tl.sum(tl.where((k == i) & completes, 1, 0)) > 0:
+                _down_tile_sum((pid + i * P) % NT, wts, part_ptr, hp_ptr, out_ptr, count_ptr, HID, NACT, NAP, BN, NJ)
+
+
+@triton.jit
+def _down_tile_sum(t, wts, part_ptr, hp_ptr, out_ptr, count_ptr, HID: tl.constexpr, NACT: tl.constexpr,
+                   NAP: tl.constexpr, BN: tl.constexpr, NJ: tl.constexpr):
+    """The last piece of column tile t counted: its experts' parts summed in the reference's
+    order, the residual added, the tile's count back to zero."""
+    col = tl.arange(0, BN)
+    tl.debug_barrier()   # the other pieces' parts, seen by this program's every thread
+    acc = tl.zeros([BN], tl.float32)
+    for jj in range(NJ):
+        yj = tl.load(part_ptr + jj * HID + t * BN + col, cache_modifier=".cg")
+        acc += tl.where(jj < NACT, _pick(wts, NAP, jj), 1.0) * yj
+    h = tl.load(hp_ptr + t * BN + col, cache_modifier=".cg").to(tl.float32)
+    tl.store(out_ptr + t * BN + col, _bf16(h + _bf16(acc)).to(tl.bfloat16))
+    tl.atomic_xchg(count_ptr + t, 0, sem="relaxed")
 
 
 # --------------------------------------------------------------------------- #
@@ -796,7 +817,7 @@ def kimi_decode_step(
         BN_A: tl.constexpr, GC_A: tl.constexpr, RB_B: tl.constexpr, BV: tl.constexpr,
         BN_O: tl.constexpr, GC_O: tl.constexpr, GC_MO: tl.constexpr,
         RB_R: tl.constexpr, BN_SH: tl.constexpr, GC_SH: tl.constexpr, SPLIT_SH: tl.constexpr, BN_E: tl.constexpr, GC_E: tl.constexpr,
-        BN_F: tl.constexpr, SPLIT_F: tl.constexpr, ROUTE_ONCE: tl.constexpr,
+        BN_F: tl.constexpr, SPLIT_F: tl.constexpr, LATE_COUNT: tl.constexpr, QP: tl.constexpr, ROUTE_ONCE: tl.constexpr,
         BN_MA: tl.constexpr, GC_MA: tl.constexpr, BNC: tl.constexpr, BL: tl.constexpr, ATT_LO: tl.constexpr,
         CB: tl.constexpr, GROUP_SUMS: tl.constexpr,
         NCP: tl.constexpr, IB: tl.constexpr, BN_VB: tl.constexpr, GC_VB: tl.constexpr,
@@ -848,7 +869,7 @@ def kimi_decode_step(
             _moe_down(pid, P, ONE, logits, route, d_w + layer * ((E + NSH) * MI * HID // 8),
                       d_sz + layer * ((E + NSH) * MI // 128 * HID), act, hp,
                       tl.where(layer == NL - 1, x_out, xp), part, count,
-                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F, ROUTE_ONCE)
+                      HID, E, EP, MI, NACT, NSH, NAP, SCALE, BN_F, SPLIT_F, ROUTE_ONCE, LATE_COUNT, QP)
         elif kind == MLA_IN:
             _norm_to_slot(x_cur, attn_norm + layer * HID, slot, HID, HB, EPS, GROUP_SUMS)
             _mla_in(pid, P, ONE, slot, mla_w, mla_sz, mq, c_dst, kr_raw, L, HID, MH * QD, KV, ROPE, BN_MA, GC_MA,

@@ -254,7 +254,7 @@ class Layout:
             BN_O=cap(hid, 32), GC_O=cap(kin // GROUP, 8), GC_MO=cap(mh * vh // GROUP, 8),
             RB_R=cap(e, 4), BN_SH=cap(mi, 16 if split_sh == 1 else 32), GC_SH=cap(g_h // split_sh, 2), SPLIT_SH=split_sh,
             BN_E=cap(mi, 64), GC_E=cap(g_h, 2),
-            BN_F=cap(hid, 32), SPLIT_F=_switch("KIMI_SPLIT_F", 1),
+            BN_F=cap(hid, 32), SPLIT_F=_switch("KIMI_SPLIT_F", 1), LATE_COUNT=_switch("KIMI_LATE_COUNT", 0),
             ROUTE_ONCE=_switch("KIMI_ROUTE_ONCE", 1),
             BAR_COUNT=_switch("KIMI_BAR_COUNT", 1),
             BN_MA=64 if gpu_tiles else _next_pow2(n_ma), GC_MA=cap(g_h, 2),
@@ -266,6 +266,9 @@ class Layout:
             # for 16-byte loads).
             GROUP_SUMS=_switch("KIMI_GROUP_SUMS", 0), SLOT=hid + 32 * -(-g_h // 32), INTERPRET=not gpu,
         )
+        # The most pieces of the split down projection a program takes (LATE_COUNT counts them
+        # in one vector of this many lanes).
+        c["QP"] = _next_pow2(-(-(cfg.n_active + cfg.n_shared) * (hid // c["BN_F"]) // programs))
         layout = Layout(programs, c)
         layout.check()
         return layout
@@ -281,6 +284,10 @@ class Layout:
             bad.append(f"SPLIT_SH={c['SPLIT_SH']} does not divide the hidden's {g_h} groups")
         elif (g_h // c["SPLIT_SH"]) % c["GC_SH"]:
             bad.append(f"GC_SH={c['GC_SH']} does not divide a piece's {g_h // c['SPLIT_SH']} groups")
+        pieces = (c["NACT"] + c["NSH"]) * (c["HID"] // c["BN_F"]) if c["HID"] % c["BN_F"] == 0 else 0
+        if c["QP"] * self.programs < pieces:
+            bad.append(f"QP={c['QP']} lanes do not hold a program's share of {pieces} down-projection pieces "
+                       f"on {self.programs} programs")
         if bad:
             raise ValueError("kernel layout: " + "; ".join(bad))
 
