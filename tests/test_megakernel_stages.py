@@ -278,7 +278,8 @@ print(json.dumps(refused))
 
 
 def test_a_layout_overridden_as_tune_does_is_checked_again():
-    cases = {"as_built": {}, "split_4": {"SPLIT_SH": 4}, "chunks_4": {"GC_SH": 4}, "wide_tile": {"BN_F": 96}}
+    cases = {"as_built": {}, "split_4": {"SPLIT_SH": 4}, "chunks_4": {"GC_SH": 4}, "wide_tile": {"BN_F": 96},
+             "narrow_tile": {"BN_F": 4}}
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_SH")}
     done = subprocess.run([sys.executable, "-c", LAYOUT_DRIVER, json.dumps(cases)], cwd=REPO, capture_output=True,
                           text=True, timeout=300, env=env)
@@ -288,3 +289,5 @@ def test_a_layout_overridden_as_tune_does_is_checked_again():
     assert "SPLIT_SH=4 does not divide" in refused["split_4"]
     assert "GC_SH=4 does not divide" in refused["chunks_4"]
     assert "BN_F=96 does not divide" in refused["wide_tile"]
+    # Narrower tiles of the down projection, more pieces than LATE_COUNT's lanes hold.
+    assert "lanes do not hold a program's share" in refused["narrow_tile"]
