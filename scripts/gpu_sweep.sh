@@ -13,8 +13,9 @@
 #
 # Each member's budget is BUDGET (180s: 2 minutes of exploring, the final minute kept for the
 # re-verification, as any run keeps it). In two minutes the members' first evaluation (the
-# baseline's A/A, all four at once) fills most of the window; longer budgets show the steady
-# state but do not fit both sweeps in one 10-minute device call. So SWEEPS picks which run
+# baseline's A/A: one member measures it, the others wait and read it, since ed7683c; before,
+# all four at once took 46-98 s of a 5-minute member on an H200) fills much of the window;
+# longer budgets show the steady state but do not fit both sweeps in one 10-minute device call. So SWEEPS picks which run
 # ("alone shared"), and ALONE_FROM names the sweeps.tar.gz of an earlier call (carried) whose
 # alone sweep the shared one is compared with:
 #   SWEEPS=alone BUDGET=420s bash scripts/gpu_sweep.sh            (one call; keep its sweeps.tar.gz)
