@@ -14,7 +14,8 @@
 # variants of FILE instead, one JSON object a line); ATTEND=1: the attention stage launched
 # alone (examples/02_kimi_linear_decode/attend_alone.py, its default variants, or with
 # ATTEND_VARIANTS=FILE those of FILE, one JSON object a line); DIRECT=1: bench.py with the
-# kernel's direct launch (KIMI_LAUNCH=direct, examples/02_kimi_linear_decode/solution.py). Run from the
+# kernel's direct launch (KIMI_LAUNCH=direct, examples/02_kimi_linear_decode/solution.py);
+# HOST_PROFILE=1: where the host's time a step goes, either launch (bench.py --host-profile). Run from the
 # repository root:
 #   bash scripts/stage_wheels.sh   # then, through the device tool with carry [".whl"]:
 #   bash scripts/gpu_megakernel_stages.sh
@@ -58,6 +59,23 @@ if [ "${DIRECT:-0}" = 1 ]; then
   bench_summary "$OUT/bench_direct.json"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1]))
 print('direct launches', d['single_launch'].get('direct'), 'agreement', d.get('launch_agreement'))" "$OUT/bench_direct.json"
+  keep_round stages
+fi
+if [ "${HOST_PROFILE:-0}" = 1 ]; then
+  # Where the host's time a step goes, with Triton's dispatch and with the direct launch
+  # (bench.py --host-profile: cProfile over 200 chained steps at ctx 2048).
+  for launch in jit direct; do
+    t0=$(date +%s)
+    KIMI_LAUNCH=$launch timeout 200 python3 examples/02_kimi_linear_decode/bench.py --host-profile \
+      --out "$OUT/bench_profile_$launch.json" > "$OUT/bench_profile_$launch.log" 2>&1
+    echo "bench.py --host-profile, $launch launch: exit $? after $(( $(date +%s) - t0 )) s"
+    bench_summary "$OUT/bench_profile_$launch.json"
+    python3 -c "import json,sys; h=json.load(open(sys.argv[1]))['single_launch']['host_profile']
+print('profiled host ms a step', round(h['host_enqueue_ms_profiled'], 4))
+for f in h['functions'][:12]:
+    print('  %-64s %6.1f calls %7.1f us own %7.1f us cumulative' % (f['function'][:64], f['calls_a_step'],
+          f['own_us_a_step'], f['cumulative_us_a_step']))" "$OUT/bench_profile_$launch.json"
+  done
   keep_round stages
 fi
 if [ "${TUNE:-0}" = 1 ]; then
