@@ -267,6 +267,7 @@ def _inputs():''')
 def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease_dir, kagent_home, tmp_path):
     """Another member asks for the device alone while this evaluation checks: it gets it at the
     evaluation's next step, not when the evaluation's checks are over."""
+    assert KB_CHECKS_WAIT_FOR_ANOTHER != KB  # its get_inputs found and made to wait
     log = lease_dir / f"{lease_name('cpu')}.jsonl"
     other = _lease("another member")
 
