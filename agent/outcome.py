@@ -3,6 +3,7 @@
 The loop, status.json, the trace, `kagent runs`, the exit code of `kagent run` and `kagent
 resume`, their --help and the README all read this table, so they cannot disagree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,17 +34,30 @@ class Ending:
 
 
 ENDINGS: dict[str, Ending] = {
-    "finished": Ending(0, "a verified result is in place: the best attempt passed its final re-verification "
-                          "(or its benchmark, once its re-verification passed the secret inputs)", "green"),
+    "finished": Ending(
+        0,
+        "a verified result is in place: the best attempt passed its final re-verification "
+        "(or its benchmark, once its re-verification passed the secret inputs)",
+        "green",
+    ),
     "failed": Ending(1, "an error ended the run, such as a model provider refusing for good", "red"),
-    "no_result": Ending(3, "the model finished with no verified result: no attempt passed a benchmark, or the "
-                           "best one failed its re-verification", "yellow"),
-    "stopped": Ending(4, "the wall-clock budget, --max-cost or --max-tokens ran out before any verified "
-                         "result", "yellow"),
-    "stuck": Ending(5, f"the model sent the same failing tool call {REPEATED_FAILURE_LIMIT} times in a row, "
-                       "and the run was ended", "red"),
-    "interrupted": Ending(6, "the model provider stayed unavailable through every retry; `kagent resume` "
-                             "goes on", "yellow"),
+    "no_result": Ending(
+        3,
+        "the model finished with no verified result: no attempt passed a benchmark, or the "
+        "best one failed its re-verification",
+        "yellow",
+    ),
+    "stopped": Ending(
+        4, "the wall-clock budget, --max-cost or --max-tokens ran out before any verified result", "yellow"
+    ),
+    "stuck": Ending(
+        5,
+        f"the model sent the same failing tool call {REPEATED_FAILURE_LIMIT} times in a row, and the run was ended",
+        "red",
+    ),
+    "interrupted": Ending(
+        6, "the model provider stayed unavailable through every retry; `kagent resume` goes on", "yellow"
+    ),
 }
 
 
@@ -65,8 +79,10 @@ def end_state(cause: Cause, verified: bool) -> EndState:
 def exit_codes_text() -> str:
     """The exit codes as --help shows them, one per line."""
     lines = [(ending.exit_code, f"{state}: {ending.meaning}") for state, ending in ENDINGS.items()]
-    lines += [(EXIT_USAGE, "bad usage: nothing was started"),
-              (EXIT_CTRL_C, "interrupted by Ctrl-C; `kagent resume` goes on")]
+    lines += [
+        (EXIT_USAGE, "bad usage: nothing was started"),
+        (EXIT_CTRL_C, "interrupted by Ctrl-C; `kagent resume` goes on"),
+    ]
     return "\n".join(f"{code} {text}." for code, text in sorted(lines))
 
 
@@ -81,8 +97,9 @@ def reverification_inconclusive(result: EvalResult) -> bool:
     what it adds to that benchmark (twice as many). One that stopped before them verified
     nothing new, and a solution could stall there on purpose to keep a score its larger draw
     would refute."""
-    return result.verdict in STOPPED_SHORT and any(c.name == "hidden_seeds" and c.status == "pass"
-                                                   for c in result.checks)
+    return result.verdict in STOPPED_SHORT and any(
+        c.name == "hidden_seeds" and c.status == "pass" for c in result.checks
+    )
 
 
 def reverification_note(result: EvalResult) -> str:
@@ -92,9 +109,13 @@ def reverification_note(result: EvalResult) -> str:
     if result.verdict is Verdict.PASS:
         return "re-verified"
     if reverification_inconclusive(result):
-        return (f"re-verification inconclusive ({result.verdict.value}: {result.reason[:200]}); "
-                f"the best attempt's benchmark stands")
+        return (
+            f"re-verification inconclusive ({result.verdict.value}: {result.reason[:200]}); "
+            f"the best attempt's benchmark stands"
+        )
     if result.verdict in STOPPED_SHORT:
-        return (f"re-verification stopped before its secret inputs passed ({result.verdict.value}: "
-                f"{result.reason[:200]}); no verified result")
+        return (
+            f"re-verification stopped before its secret inputs passed ({result.verdict.value}: "
+            f"{result.reason[:200]}); no verified result"
+        )
     return f"failed its re-verification ({result.verdict.value})"

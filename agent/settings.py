@@ -3,6 +3,7 @@ file, then the command line's flags, in that order (kagent.agent.cli.config), an
 the run's RunConfig in config.json and at the start of its trace. Everything else of a run
 reads its settings here.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,10 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise KagentError(f"--budget takes a duration such as 3h, 90m or 2h30m; got '{text}'")
     if seconds > MAX_BUDGET_S:
-        raise KagentError(f"--budget is at most {format_duration(MAX_BUDGET_S)} (7 days); got '{text}'",
-                          hint="a longer run is a series of runs: `kagent resume RUN --budget ...` extends one")
+        raise KagentError(
+            f"--budget is at most {format_duration(MAX_BUDGET_S)} (7 days); got '{text}'",
+            hint="a longer run is a series of runs: `kagent resume RUN --budget ...` extends one",
+        )
     return seconds
 
 
@@ -66,14 +69,20 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    wall_s: float = Field(DEFAULT_WALL_S, gt=0, description="Wall-clock seconds the run may take, summed over "
-                          "resumed segments; a duration such as 3h or 90m is taken too")
+    wall_s: float = Field(
+        DEFAULT_WALL_S,
+        gt=0,
+        description="Wall-clock seconds the run may take, summed over "
+        "resumed segments; a duration such as 3h or 90m is taken too",
+    )
     max_cost_usd: float | None = Field(None, gt=0, description="Model spend in US dollars after which exploring stops")
     max_tokens: int | None = Field(None, gt=0, description="Model tokens (input + output) after which exploring stops")
     final_slice: float = Field(
-        0.1, ge=0, lt=1,
+        0.1,
+        ge=0,
+        lt=1,
         description="Fraction of the wall time kept at the end for re-verifying the best attempt "
-                    "(at least 60 s, or half the budget when that is shorter; see final_slice_s)",
+        "(at least 60 s, or half the budget when that is shorter; see final_slice_s)",
     )
 
     @field_validator("wall_s", mode="before")
@@ -107,39 +116,67 @@ class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str = Field(description="The task as given: a built-in name, a problem folder or a KernelBench .py file")
-    run_id: Optional[str] = Field(None, description="The run's id, the name of its folder (none: the task, the time "
-                                  "and a random suffix; a sweep names its members so)")
-    direction: Optional[str] = Field(None, description="What this run should try, told to the model in its first "
-                                     "message (a sweep's branches of one task are told apart so)")
-    model: str = Field(description="provider:model (anthropic:<model>, openai:<model>, "
-                                   "openai-compatible:<url>#<model>, scripted:<file>)")
+    run_id: Optional[str] = Field(
+        None,
+        description="The run's id, the name of its folder (none: the task, the time "
+        "and a random suffix; a sweep names its members so)",
+    )
+    direction: Optional[str] = Field(
+        None,
+        description="What this run should try, told to the model in its first "
+        "message (a sweep's branches of one task are told apart so)",
+    )
+    model: str = Field(
+        description="provider:model (anthropic:<model>, openai:<model>, "
+        "openai-compatible:<url>#<model>, scripted:<file>)"
+    )
     budget: Budget = Field(default_factory=Budget, description="What the run may spend: wall time, money, tokens")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; a run keeps the device auto resolved to")
-    scale: Optional[Scale] = Field(None, description="full: the real sizes; smoke: a tiny config for CPUs and CI; "
-                                                     "none: full on CUDA, smoke on the CPU")
+    scale: Optional[Scale] = Field(
+        None,
+        description="full: the real sizes; smoke: a tiny config for CPUs and CI; none: full on CUDA, smoke on the CPU",
+    )
     auto_revert: bool = Field(True, description="Revert a failed check or a regression to the best attempt")
-    thinking_budget: Optional[int] = Field(None, description="Anthropic extended thinking, tokens per turn, "
-                                                             "carved out of max_output_tokens (none: no budget)")
-    reasoning_effort: Optional[str] = Field(None, description="Anthropic adaptive thinking or an OpenAI reasoning "
-                                                              "model: the effort asked for")
-    max_output_tokens: int = Field(16_000, gt=0, description="Tokens one model call may answer with, thinking "
-                                   "included (kagent run: the model's own cap, kagent.agent.loop.models.limits)")
-    context_limit_tokens: int = Field(150_000, gt=0, description="Compact older turns once the conversation is "
-                                                                 "estimated to hold more tokens than this")
+    thinking_budget: Optional[int] = Field(
+        None,
+        description="Anthropic extended thinking, tokens per turn, carved out of max_output_tokens (none: no budget)",
+    )
+    reasoning_effort: Optional[str] = Field(
+        None, description="Anthropic adaptive thinking or an OpenAI reasoning model: the effort asked for"
+    )
+    max_output_tokens: int = Field(
+        16_000,
+        gt=0,
+        description="Tokens one model call may answer with, thinking "
+        "included (kagent run: the model's own cap, kagent.agent.loop.models.limits)",
+    )
+    context_limit_tokens: int = Field(
+        150_000,
+        gt=0,
+        description="Compact older turns once the conversation is estimated to hold more tokens than this",
+    )
     keep_recent_messages: int = Field(12, ge=1, description="Messages kept verbatim when compacting")
     eval_timeout_s: float = Field(900.0, gt=0, description="Seconds one check or benchmark may take")
     model_timeout_s: float = Field(REQUEST_TIMEOUT_S, gt=0, description="Seconds one model request may take")
-    max_repeated_failures: int = Field(REPEATED_FAILURE_LIMIT, ge=2, description="The run ends (stuck) when the "
-                                       "same tool call, with the same arguments, fails this many times in a row")
+    max_repeated_failures: int = Field(
+        REPEATED_FAILURE_LIMIT,
+        ge=2,
+        description="The run ends (stuck) when the "
+        "same tool call, with the same arguments, fails this many times in a row",
+    )
     solution_name: str = Field("solution.py", description="The solution's file in the workspace")
-    runs_root: Optional[Path] = Field(None, exclude=True, description="The folder the run's folder goes in "
-                                      "(default ./runs, or $KAGENT_RUNS); not kept with the run")
+    runs_root: Optional[Path] = Field(
+        None,
+        exclude=True,
+        description="The folder the run's folder goes in (default ./runs, or $KAGENT_RUNS); not kept with the run",
+    )
 
     def for_run(self, run_id: str, device: str) -> RunConfig:
         """The settings as the run ``run_id`` keeps them, on the ``device`` that "auto" (or the
         device given) resolved to, with the scale that goes with it when none was given."""
-        return RunConfig.model_validate({**self.model_dump(), "run_id": run_id, "device": device,
-                                         "scale": self.scale or default_scale(device)})
+        return RunConfig.model_validate(
+            {**self.model_dump(), "run_id": run_id, "device": device, "scale": self.scale or default_scale(device)}
+        )
 
 
 class RunConfig(RunSettings):

@@ -1,4 +1,5 @@
 """The one error type users see: a clear message at the CLI boundary, no traceback."""
+
 from __future__ import annotations
 
 # The exit code of bad usage (nothing was started): a KagentError's, unless it says otherwise, and

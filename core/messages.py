@@ -4,6 +4,7 @@ Providers translate these to and from their wire formats; the trace stores them;
 only ever sees these. Content blocks carry a ``type`` literal so that a list of them
 round-trips through JSON unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Protocol, Union
@@ -98,8 +99,10 @@ class ModelResponse(BaseModel):
     usage: Usage
     model: str = Field(description="The model name the provider reports")
     request_id: Optional[str] = None
-    raw: dict[str, Any] = Field(default_factory=dict, description="The response as the provider sent it "
-                                "(for a stream: the final message it assembles)")
+    raw: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The response as the provider sent it (for a stream: the final message it assembles)",
+    )
 
 
 class ChatModel(Protocol):
@@ -107,6 +110,5 @@ class ChatModel(Protocol):
 
     name: str  # "provider:model", as given on the command line
 
-    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                 max_tokens: int) -> ModelResponse:
+    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> ModelResponse:
         """One assistant turn. Raises TransientModelError (worth retrying) or ModelError."""

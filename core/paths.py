@@ -1,4 +1,5 @@
 """Where kagent keeps things on disk."""
+
 from __future__ import annotations
 
 import os
@@ -26,5 +27,6 @@ def runs_folder(root: Optional[Path] = None) -> tuple[Path, str]:
     return runs_dir().absolute(), "./runs here, the default"
 
 
-RUNS_ELSEWHERE = ("runs go to ./runs under the folder kagent was started in, or to $KAGENT_RUNS; --root FOLDER "
-                  "looks in another")
+RUNS_ELSEWHERE = (
+    "runs go to ./runs under the folder kagent was started in, or to $KAGENT_RUNS; --root FOLDER looks in another"
+)

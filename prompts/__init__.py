@@ -5,6 +5,7 @@ The system prompt of a run is ``system.md``; a task that asks for a single launc
 task with a section of its own (``tasks/<task name>.md``) adds that. The whole text is recorded
 in the run's trace and hashed there (RunStarted.system, prompt_sha256).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -35,6 +35,7 @@ A user other than root gets the same namespaces and jail inside a user namespace
 (``unshare --map-root-user``) where the kernel allows it, but no cgroups: processes and
 memory are then capped by rlimits alone, and the notice says so.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -72,14 +73,36 @@ PROBE_TIMEOUT_S = 10.0
 _PID_FLAGS = ("-p", "-f", "--kill-child", "--mount-proc")
 # Folders never covered: the system the code needs. Covering one of them, or a folder above
 # one, would leave nothing to run.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/var",
-               "/proc", "/sys", "/dev", "/run", "/boot", "/srv", "/snap", "/nix")
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/var",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/boot",
+    "/srv",
+    "/snap",
+    "/nix",
+)
 # Each command gets an empty /tmp, /var/tmp and /dev/shm of its own, and a /dev with only these.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev", "/dev/shm")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidia-caps", "dri")
 KAGENT_PACKAGES = ("kagent.core", "kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
-DEV_LINKS = {"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
-             "/dev/stderr": "/proc/self/fd/2"}
+DEV_LINKS = {
+    "/dev/fd": "/proc/self/fd",
+    "/dev/stdin": "/proc/self/fd/0",
+    "/dev/stdout": "/proc/self/fd/1",
+    "/dev/stderr": "/proc/self/fd/2",
+}
 PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -92,18 +115,32 @@ def _machine_memory() -> int:
 class Limits(BaseModel):
     """What a contained command may use. The defaults suit kernel work on a GPU machine."""
 
-    network: bool = Field(False, description="True lets the command use the network; False (the default) "
-                                             "runs it in a network namespace of its own, with no network")
-    max_file_bytes: int = Field(8 << 30, gt=0, description="largest file the command may write (RLIMIT_FSIZE); "
-                                                          "past it the write fails and the process gets SIGXFSZ")
-    max_processes: int = Field(4096, gt=0, description="processes and threads the command may have at once: "
-                                                       "the cgroup's pids.max where one can be made, and "
-                                                       "RLIMIT_NPROC (which root ignores)")
+    network: bool = Field(
+        False,
+        description="True lets the command use the network; False (the default) "
+        "runs it in a network namespace of its own, with no network",
+    )
+    max_file_bytes: int = Field(
+        8 << 30,
+        gt=0,
+        description="largest file the command may write (RLIMIT_FSIZE); "
+        "past it the write fails and the process gets SIGXFSZ",
+    )
+    max_processes: int = Field(
+        4096,
+        gt=0,
+        description="processes and threads the command may have at once: "
+        "the cgroup's pids.max where one can be made, and "
+        "RLIMIT_NPROC (which root ignores)",
+    )
     max_open_files: int = Field(4096, gt=0, description="file descriptors per process (RLIMIT_NOFILE)")
-    max_memory_bytes: int = Field(default_factory=lambda: _machine_memory() * 3 // 4, gt=0,
-                                  description="host memory (resident, page cache, its private /tmp) the "
-                                              "command may use before the kernel kills it; GPU memory is "
-                                              "not counted. Default: three quarters of the machine's")
+    max_memory_bytes: int = Field(
+        default_factory=lambda: _machine_memory() * 3 // 4,
+        gt=0,
+        description="host memory (resident, page cache, its private /tmp) the "
+        "command may use before the kernel kills it; GPU memory is "
+        "not counted. Default: three quarters of the machine's",
+    )
 
 
 class FilePlan(BaseModel):
@@ -113,16 +150,18 @@ class FilePlan(BaseModel):
     hide: list[str] = Field(default_factory=list, description="covered by an empty read-only folder")
     private: list[str] = Field(default_factory=list, description="covered by an empty writable tmpfs")
     show: list[str] = Field(default_factory=list, description="inside a covered folder: brought back read-only")
-    writable: list[str] = Field(default_factory=list, description="read-write (brought back where covered); "
-                                                                  "everything else is read-only")
+    writable: list[str] = Field(
+        default_factory=list, description="read-write (brought back where covered); everything else is read-only"
+    )
     read_only: list[str] = Field(default_factory=list, description="inside writable paths: read-only")
     links: dict[str, str] = Field(default_factory=dict, description="symbolic links made after the covers")
 
 
 def _coverable(path: Path) -> bool:
     text = str(path)
-    return text != "/" and not any(system == text or system.startswith(text.rstrip("/") + "/")
-                                   for system in SYSTEM_DIRS)
+    return text != "/" and not any(
+        system == text or system.startswith(text.rstrip("/") + "/") for system in SYSTEM_DIRS
+    )
 
 
 def _within(path: str, folder: str) -> bool:
@@ -146,8 +185,13 @@ def _kagent_packages() -> list[Path]:
     return folders
 
 
-def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Sequence[Path] = (),
-              hide: Sequence[Path] = (), python: Optional[str] = None) -> FilePlan:
+def file_plan(
+    writable: Sequence[Path],
+    show: Sequence[Path] = (),
+    read_only: Sequence[Path] = (),
+    hide: Sequence[Path] = (),
+    python: Optional[str] = None,
+) -> FilePlan:
     """The arrangement every contained command gets, around what it may write.
 
     Hidden: the home folders, kagent's cache, the runs folder and the folder kagent was started
@@ -159,8 +203,14 @@ def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Se
     """
     covered = [Path.home(), Path("/root"), Path("/home"), kagent_home(), runs_dir(), Path.cwd(), *hide]
     interpreter = Path(python or sys.executable)
-    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                str(interpreter.parent.parent), str(interpreter.resolve().parent.parent)}
+    prefixes = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        str(interpreter.parent.parent),
+        str(interpreter.resolve().parent.parent),
+    }
     imports = [Path(entry) for entry in sys.path if entry and Path(entry).is_dir()]
     # kagent's own packages, wherever they are installed (an editable install maps them to
     # the checkout, which is covered): the profiler's child imports the harness from there.
@@ -169,8 +219,11 @@ def file_plan(writable: Sequence[Path], show: Sequence[Path] = (), read_only: Se
     granted = _existing([*writable, *show])
     # What the caller grants wins over a cover (the cache is inside kagent's home, the
     # workspace may be inside the project); a cover above it still hides the rest.
-    hidden = [h for h in _existing([p.resolve() for p in covered if _coverable(p.resolve())])
-              if h not in PRIVATE_DIRS and not any(_within(h, g) for g in granted)]
+    hidden = [
+        h
+        for h in _existing([p.resolve() for p in covered if _coverable(p.resolve())])
+        if h not in PRIVATE_DIRS and not any(_within(h, g) for g in granted)
+    ]
     return FilePlan(
         hide=hidden,
         private=list(PRIVATE_DIRS),
@@ -193,12 +246,14 @@ def with_writable_build_caches(env: dict[str, str], plan: FilePlan) -> dict[str,
     """``env`` less each build-cache variable whose folder ``plan`` does not let the command
     write and keep: those caches fall back to HOME, which every contained command may write
     and which outlives it (a cache folder it cannot write is worth a compile, not a crash)."""
+
     def kept(value: str) -> bool:
         path = str(Path(value).absolute())
-        return any(_within(path, folder) for folder in plan.writable) and \
-            not any(_within(path, folder) for folder in plan.read_only)
-    return {name: value for name, value in env.items()
-            if name not in BUILD_CACHE_VARIABLES or (value and kept(value))}
+        return any(_within(path, folder) for folder in plan.writable) and not any(
+            _within(path, folder) for folder in plan.read_only
+        )
+
+    return {name: value for name, value in env.items() if name not in BUILD_CACHE_VARIABLES or (value and kept(value))}
 
 
 class ResourceReport(BaseModel):
@@ -216,8 +271,10 @@ class ResourceReport(BaseModel):
         if self.out_of_memory:
             found.append(f"killed: out of memory (the limit is {_gib(self.memory_limit_bytes)} of host memory)")
         if self.process_limit_hit:
-            found.append(f"the process limit ({self.process_limit} processes and threads) was reached: "
-                         f"some forks or thread starts failed")
+            found.append(
+                f"the process limit ({self.process_limit} processes and threads) was reached: "
+                f"some forks or thread starts failed"
+            )
         return found
 
 
@@ -276,7 +333,7 @@ def _remove_stale_cgroups(support: CgroupSupport) -> None:
     """Remove cgroups left by kagent processes that are gone (a crash skips the cleanup)."""
     for root in {path for path in (support.pids_root, support.memory_root) if path is not None}:
         for folder in root.glob(f"{_CGROUP_PREFIX}*"):
-            owner = folder.name[len(_CGROUP_PREFIX):].split("-")[0]
+            owner = folder.name[len(_CGROUP_PREFIX) :].split("-")[0]
             if owner.isdigit() and not Path(f"/proc/{owner}").exists():
                 _remove_folder(folder)
 
@@ -341,6 +398,7 @@ class CommandCgroup:
                     os.write(fd, pid)
                 finally:
                     os.close(fd)
+
         return join
 
     def report(self) -> ResourceReport:
@@ -356,8 +414,10 @@ class CommandCgroup:
                 found.out_of_memory = _counter(memory / "memory.events", "oom_kill") > 0
                 found.peak_memory_bytes = _read_int(memory / "memory.peak")
             else:
-                found.out_of_memory = (_counter(memory / "memory.oom_control", "oom_kill") > 0
-                                       or _counter(memory / "memory.oom_control", "under_oom") > 0)
+                found.out_of_memory = (
+                    _counter(memory / "memory.oom_control", "oom_kill") > 0
+                    or _counter(memory / "memory.oom_control", "under_oom") > 0
+                )
                 found.peak_memory_bytes = _read_int(memory / "memory.max_usage_in_bytes")
         return found
 
@@ -397,15 +457,29 @@ class Capabilities:
 
     @property
     def complete(self) -> bool:
-        return (self.network_namespace and self.ipc_namespace and self.pid_namespace and self.files
-                and self.process_cap and self.memory_cap and self.rlimits)
+        return (
+            self.network_namespace
+            and self.ipc_namespace
+            and self.pid_namespace
+            and self.files
+            and self.process_cap
+            and self.memory_cap
+            and self.rlimits
+        )
 
 
 def _runs(argv: list[str], preexec_fn: Optional[Callable[[], None]] = None, cwd: Optional[str] = None) -> bool:
     """True when ``argv`` exits 0 within the probe timeout."""
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S, preexec_fn=preexec_fn, cwd=cwd)
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=PROBE_TIMEOUT_S,
+            preexec_fn=preexec_fn,
+            cwd=cwd,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
@@ -435,10 +509,17 @@ def _probe_files(unshare: str) -> bool:
             (root / folder).mkdir(parents=True)
         (root / "hidden" / "marker").write_text("secret")
         plan = file_plan(writable=[root / "work"], read_only=[root / "work" / "task"], hide=[root / "hidden"])
-        test = ("test ! -e hidden/marker && touch work/ok && ! touch work/task/x 2>/dev/null "
-                "&& ! touch /usr/kagent-probe 2>/dev/null && ! umount work/task 2>/dev/null")
-        argv = [unshare, *_user_flags(), *_PID_FLAGS, "--",
-                *_jail_argv(["sh", "-c", test], plan, drop_capabilities=True)]
+        test = (
+            "test ! -e hidden/marker && touch work/ok && ! touch work/task/x 2>/dev/null "
+            "&& ! touch /usr/kagent-probe 2>/dev/null && ! umount work/task 2>/dev/null"
+        )
+        argv = [
+            unshare,
+            *_user_flags(),
+            *_PID_FLAGS,
+            "--",
+            *_jail_argv(["sh", "-c", test], plan, drop_capabilities=True),
+        ]
         return _runs(argv, cwd=scratch) and (root / "work" / "ok").exists()
 
 
@@ -448,8 +529,9 @@ def probe() -> Capabilities:
     unshare = shutil.which("unshare")
     network = unshare is not None and _runs([unshare, *_user_flags(), "-n", "true"])
     ipc = unshare is not None and _runs([unshare, *_user_flags(), "-i", "true"])
-    pid = unshare is not None and _runs([unshare, *_user_flags(), *_PID_FLAGS, "--",
-                                         *_jail_argv(["true"], None, False)])
+    pid = unshare is not None and _runs(
+        [unshare, *_user_flags(), *_PID_FLAGS, "--", *_jail_argv(["true"], None, False)]
+    )
     files = pid and unshare is not None and _probe_files(unshare)
     cgroups = _cgroup_support()
     if cgroups is not None:
@@ -463,8 +545,15 @@ def probe() -> Capabilities:
                 cgroups = None
             trial.remove()
     rlimits = _runs(["true"], preexec_fn=_rlimit_setter(Limits()))
-    caps = Capabilities(unshare=unshare, network_namespace=network, ipc_namespace=ipc, pid_namespace=pid,
-                        files=files, cgroups=cgroups, rlimits=rlimits)
+    caps = Capabilities(
+        unshare=unshare,
+        network_namespace=network,
+        ipc_namespace=ipc,
+        pid_namespace=pid,
+        files=files,
+        cgroups=cgroups,
+        rlimits=rlimits,
+    )
     log.debug("containment probe: %s", caps)
     return caps
 
@@ -493,6 +582,7 @@ def _rlimit_setter(limits: Limits) -> Callable[[], None]:
     def apply() -> None:
         for which, pair in settings:
             resource.setrlimit(which, pair)
+
     return apply
 
 
@@ -514,6 +604,7 @@ def dying_with_this_process() -> Callable[[], None]:
         # ever come, and the child, now init's, must not start the command.
         if os.getppid() != parent:
             os._exit(1)
+
     return die_with_parent
 
 
@@ -583,6 +674,7 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
     def preexec() -> None:
         for step in steps:
             step()
+
     return Contained(wrapped, preexec, cgroup)
 
 
@@ -600,24 +692,28 @@ def describe() -> str:
     """One sentence: what isolation executed code gets on this machine, and what it does not."""
     caps = probe()
     parts = [
-        "network: none (network namespace)" if caps.network_namespace
+        "network: none (network namespace)"
+        if caps.network_namespace
         else "network: NOT isolated (no network namespace here)",
-        "shared memory, semaphores and message queues: its own (IPC namespace)" if caps.ipc_namespace
+        "shared memory, semaphores and message queues: its own (IPC namespace)"
+        if caps.ipc_namespace
         else "shared memory, semaphores and message queues: NOT isolated, left to later commands "
-             "(no IPC namespace here)",
+        "(no IPC namespace here)",
         "process tree: killed as a whole at the limit and when kagent dies (pid namespace)"
         if caps.pid_namespace
         else "process tree: killed by process group only, so a process that calls setsid can survive, "
-             "and when kagent dies only the command's first process dies with it (no pid namespace here)",
+        "and when kagent dies only the command's first process dies with it (no pid namespace here)",
         "files: only the workspace and a build home are writable, home folders, the project and "
-        "other runs hidden, no capabilities (mount namespace)" if caps.files
+        "other runs hidden, no capabilities (mount namespace)"
+        if caps.files
         else "files: NOT isolated, the code can read and write what the user running kagent can "
-             "(no mount namespace here)",
-        "process count: capped (pids cgroup)" if caps.process_cap
+        "(no mount namespace here)",
+        "process count: capped (pids cgroup)"
+        if caps.process_cap
         else "process count: not capped for root (no pids cgroup here)",
-        "memory: capped (memory cgroup)" if caps.memory_cap
-        else "memory: NOT capped (no memory cgroup here)",
-        "core dumps off, file size and open files capped (rlimits)" if caps.rlimits
+        "memory: capped (memory cgroup)" if caps.memory_cap else "memory: NOT capped (no memory cgroup here)",
+        "core dumps off, file size and open files capped (rlimits)"
+        if caps.rlimits
         else "resource limits: none (rlimits could not be set)",
     ]
     return "Executed code: " + "; ".join(parts) + "."

@@ -6,6 +6,7 @@ copied beside it, and a new child process runs the harness there. The child repo
 pipe that only it was given (not stdout); the parent enforces the time limit by killing the
 child's whole process group, and afterwards checks by hash that the pristine copy is intact.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,10 @@ HARNESS_PACKAGE = "kagent_harness"
 # site-packages, no working directory on the import path; -B: no bytecode written into the
 # pristine copy; -u: unbuffered), and imports the harness from the pristine copy alone.
 REFEREE_FLAGS = ("-I", "-B", "-u", "-c")
-REFEREE_BOOTSTRAP = ("import json, sys; sys.path[:0] = json.loads(sys.argv.pop(1)); "
-                     "from kagent_harness.__main__ import main; sys.exit(main())")
+REFEREE_BOOTSTRAP = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv.pop(1)); "
+    "from kagent_harness.__main__ import main; sys.exit(main())"
+)
 # A solution folder is copied whole (its kernels, headers, helpers); past this it is refused.
 MAX_SOLUTION_BYTES = 64 << 20
 SKIPPED_NAMES = {"__pycache__", ".git", "build", ".ipynb_checkpoints"}
@@ -74,33 +77,64 @@ DEFAULT_HIDDEN_SEEDS = {"mega": 48, "kernelbench": 2}
 class EvalOptions(BaseModel):
     """How to evaluate: every field has a default suited to the scale."""
 
-    mode: Literal["eval", "check", "aa"] = Field("eval", description="eval: check and time; check: correctness "
-                                                 "only; aa: the baseline timed against itself")
+    mode: Literal["eval", "check", "aa"] = Field(
+        "eval", description="eval: check and time; check: correctness only; aa: the baseline timed against itself"
+    )
     device: str = Field("cpu", description="torch device for the run: cpu, cuda, cuda:1")
     scale: Literal["smoke", "full"] = Field("smoke", description="smoke: tiny config for CPUs and CI")
     contexts: Optional[list[int]] = Field(None, description="Context lengths to time (default: all of the scale)")
-    rounds: Optional[int] = Field(None, ge=1, description="Timed chains per contestant at the shape with the "
-                                                          "longest chain (shorter chains run more, to as many steps)")
+    rounds: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Timed chains per contestant at the shape with the "
+        "longest chain (shorter chains run more, to as many steps)",
+    )
     warmup: Optional[int] = Field(None, ge=0, description="Untimed warm-up steps per contestant and shape")
-    block_steps: Optional[int] = Field(None, ge=1, description="The fewest consecutive steps per timed block; "
-                                                               "the contestants alternate block by block (default 1)")
-    min_request_ms: Optional[float] = Field(None, ge=0, description="The least a timed request to a contestant's "
-                                            "process should last: one whose step takes a quarter of it or more runs "
-                                            "blocks of block_steps; any other as many steps per block as that takes, "
-                                            "a fast one its whole chain several times per request (default 10 ms; "
-                                            "0: blocks of block_steps)")
-    reference_workers: Optional[int] = Field(None, ge=0, description="Processes that compute a decode task's secret "
-                                             "cases beside the referee (None: 4 on CUDA, 0 on the CPU)")
-    timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit for the child process (the second run of "
-                             "an evaluation whose device memory ran out while shared gets what is left of it)")
-    hang_after_s: float = Field(60.0, gt=0, description="Once the solution is built, a request to it that runs this "
-                                "long (or 20x the baseline's time for its steps, if more) with no compiler running "
-                                "has hung: the evaluation ends with a diagnosis (sandbox/harness/watchdog.py)")
+    block_steps: Optional[int] = Field(
+        None,
+        ge=1,
+        description="The fewest consecutive steps per timed block; "
+        "the contestants alternate block by block (default 1)",
+    )
+    min_request_ms: Optional[float] = Field(
+        None,
+        ge=0,
+        description="The least a timed request to a contestant's "
+        "process should last: one whose step takes a quarter of it or more runs "
+        "blocks of block_steps; any other as many steps per block as that takes, "
+        "a fast one its whole chain several times per request (default 10 ms; "
+        "0: blocks of block_steps)",
+    )
+    reference_workers: Optional[int] = Field(
+        None,
+        ge=0,
+        description="Processes that compute a decode task's secret "
+        "cases beside the referee (None: 4 on CUDA, 0 on the CPU)",
+    )
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Wall-clock limit for the child process (the second run of "
+        "an evaluation whose device memory ran out while shared gets what is left of it)",
+    )
+    hang_after_s: float = Field(
+        60.0,
+        gt=0,
+        description="Once the solution is built, a request to it that runs this "
+        "long (or 20x the baseline's time for its steps, if more) with no compiler running "
+        "has hung: the evaluation ends with a diagnosis (sandbox/harness/watchdog.py)",
+    )
     cache_dir: Optional[Path] = Field(None, description="Where reference weights, outputs and bandwidth are cached")
-    home: Optional[Path] = Field(None, description="The solution's HOME, where its builds are cached (torch "
-                                                   "extensions, Triton); None: a fresh one per evaluation")
-    hidden_seeds: Optional[int] = Field(None, ge=1, description="Seeds drawn at run time, unknown to the solution "
-                                                                "(None: the task kind's DEFAULT_HIDDEN_SEEDS)")
+    home: Optional[Path] = Field(
+        None,
+        description="The solution's HOME, where its builds are cached (torch "
+        "extensions, Triton); None: a fresh one per evaluation",
+    )
+    hidden_seeds: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Seeds drawn at run time, unknown to the solution (None: the task kind's DEFAULT_HIDDEN_SEEDS)",
+    )
     atol: float = Field(1e-2, description="KernelBench files: absolute tolerance of allclose")
     rtol: float = Field(1e-2, description="KernelBench files: relative tolerance of allclose")
     python: str = Field(default_factory=lambda: sys.executable, description="Interpreter for the child")
@@ -181,8 +215,10 @@ def _copy_solution(solution: Path, dest: Path) -> None:
             elif path.is_file():
                 total += path.stat().st_size
         if total > MAX_SOLUTION_BYTES:
-            raise KagentError(f"the solution's folder {solution.parent} holds more than "
-                              f"{MAX_SOLUTION_BYTES >> 20} MiB", hint="put the solution in a folder of its own")
+            raise KagentError(
+                f"the solution's folder {solution.parent} holds more than {MAX_SOLUTION_BYTES >> 20} MiB",
+                hint="put the solution in a folder of its own",
+            )
         return skipped
 
     shutil.copytree(solution.parent, dest, ignore=ignore)
@@ -247,8 +283,10 @@ class Bundle:
         return changed
 
     def digest(self) -> dict[str, str]:
-        return {name: hashlib.sha256(json.dumps(h, sort_keys=True).encode()).hexdigest()
-                for name, h in self.expected.items()}
+        return {
+            name: hashlib.sha256(json.dumps(h, sort_keys=True).encode()).hexdigest()
+            for name, h in self.expected.items()
+        }
 
 
 def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
@@ -280,16 +318,18 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
 
 class ChildRun(BaseModel):
     events: list[dict]
-    forged: list[str] = Field(default_factory=list, description="Lines on the result channel the harness "
-                                                                "did not sign")
+    forged: list[str] = Field(default_factory=list, description="Lines on the result channel the harness did not sign")
     exit_code: Optional[int]
     timed_out: bool
     stdout_tail: str
     stderr_tail: str
     resources: containment.ResourceReport
-    overhead: dict[str, float] = Field(default_factory=dict, description="Seconds of the child's life outside "
-                                       "its phases: start (spawned to its first event: the jail, the interpreter, "
-                                       "torch), exit (its last event to its whole group stopped)")
+    overhead: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds of the child's life outside "
+        "its phases: start (spawned to its first event: the jail, the interpreter, "
+        "torch), exit (its last event to its whole group stopped)",
+    )
 
 
 def _tail(path: Path) -> str:
@@ -302,8 +342,13 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def run_child(bundle: Bundle, job: dict, options: EvalOptions,
-              progress: Optional[Callable[[dict], None]] = None, alone: bool = False) -> ChildRun:
+def run_child(
+    bundle: Bundle,
+    job: dict,
+    options: EvalOptions,
+    progress: Optional[Callable[[dict], None]] = None,
+    alone: bool = False,
+) -> ChildRun:
     """Run the harness in a new session, reading its events until done, exit or the limit;
     ``progress`` gets each authentic event as it arrives. ``alone``: under a device lease,
     the evaluation holds it exclusive from its first device work on, not shared."""
@@ -314,8 +359,13 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
     lease_field = lease.job_field
     if lease_field is not None and alone:
         lease_field = {**lease_field, "alone": True}
-    job = {**job, "solution_home": str(home), "pid_namespace": containment.probe().pid_namespace,
-           "import_paths": _import_paths(), "gpu_lease": lease_field}
+    job = {
+        **job,
+        "solution_home": str(home),
+        "pid_namespace": containment.probe().pid_namespace,
+        "import_paths": _import_paths(),
+        "gpu_lease": lease_field,
+    }
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
     out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
@@ -357,10 +407,25 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
         # this machine allows; the pipes pass through unshare and the jail, which exec the
         # harness with its fds intact.
         child = runner.start(
-            [options.python, *REFEREE_FLAGS, REFEREE_BOOTSTRAP, json.dumps([str(bundle.harness.parent),
-                                                                            *job["import_paths"]]),
-             "--job", str(job_file), "--result-fd", str(write_fd), "--key-fd", str(key_read)],
-            files, env, private, stdout=out, stderr=err, pass_fds=(write_fd, key_read, *lease.fds))
+            [
+                options.python,
+                *REFEREE_FLAGS,
+                REFEREE_BOOTSTRAP,
+                json.dumps([str(bundle.harness.parent), *job["import_paths"]]),
+                "--job",
+                str(job_file),
+                "--result-fd",
+                str(write_fd),
+                "--key-fd",
+                str(key_read),
+            ],
+            files,
+            env,
+            private,
+            stdout=out,
+            stderr=err,
+            pass_fds=(write_fd, key_read, *lease.fds),
+        )
     os.close(write_fd)
     os.close(key_read)
     lease.close()  # the referee holds its own copies; a lock must not outlive it here
@@ -378,9 +443,16 @@ def run_child(bundle: Bundle, job: dict, options: EvalOptions,
         overhead["start"] = round(first - spawned, 3)
         overhead["exit"] = round(stopped - last, 3)
     # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
-    return ChildRun(events=received.events, forged=received.forged, exit_code=finished.exit_status,
-                    timed_out=received.timed_out, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
-                    resources=finished.resources, overhead=overhead)
+    return ChildRun(
+        events=received.events,
+        forged=received.forged,
+        exit_code=finished.exit_status,
+        timed_out=received.timed_out,
+        stdout_tail=_tail(out_path),
+        stderr_tail=_tail(err_path),
+        resources=finished.resources,
+        overhead=overhead,
+    )
 
 
 class ResultPipe:
@@ -489,8 +561,13 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
 # the math libraries, which allocate a handle's workspace as they create it (on an 80 GB H100
 # shared by 4 evaluations, 2026-12-06: `cusolverDnCreate(handle)` answered
 # CUSOLVER_STATUS_INTERNAL_ERROR in the task's reference with 76 of 80 GB in use).
-DEVICE_MEMORY_SIGNS = ("out of memory", "OUT_OF_MEMORY", "ALLOC_FAILED", "cusolverDnCreate(handle)",
-                       "cublasCreate(handle)")
+DEVICE_MEMORY_SIGNS = (
+    "out of memory",
+    "OUT_OF_MEMORY",
+    "ALLOC_FAILED",
+    "cusolverDnCreate(handle)",
+    "cublasCreate(handle)",
+)
 
 
 def device_memory_ran_out(child: ChildRun, aa: bool = False) -> Optional[str]:
@@ -501,14 +578,19 @@ def device_memory_ran_out(child: ChildRun, aa: bool = False) -> Optional[str]:
     failed or died with the device's memory named, in its report or in the stderr every
     process of the evaluation writes to, is the task's code failing too (a sweep member's
     baseline died loading on a shared GPU, 2026-12-07)."""
+
     def names_memory(text: str) -> bool:
         return any(sign in text for sign in DEVICE_MEMORY_SIGNS)
 
     for event in child.events:
         text = f"{event.get('reason', '')}\n{event.get('details', '')}"
         referees = event.get("event") in ("task_error", "internal_error") and names_memory(text)
-        contestants = (aa and event.get("event") == "check" and event.get("status") in ("crash", "error")
-                       and names_memory(f"{text}\n{child.stderr_tail}"))
+        contestants = (
+            aa
+            and event.get("event") == "check"
+            and event.get("status") in ("crash", "error")
+            and names_memory(f"{text}\n{child.stderr_tail}")
+        )
         if referees or contestants:
             return str(event.get("reason", ""))[:OUTPUT_TAIL_CHARS]
     return None
@@ -518,8 +600,9 @@ def _static(task: TaskRef, solution: Path) -> list[StaticFinding]:
     return [StaticFinding(**f.__dict__) for f in static_checks.scan(solution, task.forbidden_imports)]
 
 
-def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
-             progress: Optional[Callable[[dict], None]] = None) -> EvalResult:
+def evaluate(
+    task: TaskRef, solution: Optional[Path], options: EvalOptions, progress: Optional[Callable[[dict], None]] = None
+) -> EvalResult:
     """Evaluate ``solution`` (None in A/A mode) on ``task``; never raises for a bad solution.
     ``progress`` gets the harness's events (phase, check, timing, ...) as they arrive. Under a
     device lease, an evaluation whose referee ran out of device memory runs once more, holding
@@ -532,17 +615,27 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
         solution = solution.resolve()
         if not solution.is_file():
             raise KagentError(f"no solution file at {solution}")
-    header = dict(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
-                  device=options.device, started_at=started_at,
-                  solution=str(solution) if solution else None,
-                  solution_sha256=hashlib.sha256(solution.read_bytes()).hexdigest() if solution else None)
+    header = dict(
+        task=task.name,
+        task_kind=task.kind,
+        mode=options.mode,
+        scale=options.scale,
+        device=options.device,
+        started_at=started_at,
+        solution=str(solution) if solution else None,
+        solution_sha256=hashlib.sha256(solution.read_bytes()).hexdigest() if solution else None,
+    )
     if solution is not None:
         findings = _static(task, solution)
         if findings:
             first = findings[0]
-            return EvalResult(**header, verdict=Verdict.FORBIDDEN, static_findings=findings,
-                              reason=f"{first.rule} at {first.file}:{first.line}: {first.evidence}",
-                              wall_seconds=round(time.monotonic() - started, 3))
+            return EvalResult(
+                **header,
+                verdict=Verdict.FORBIDDEN,
+                static_findings=findings,
+                reason=f"{first.rule} at {first.file}:{first.line}: {first.evidence}",
+                wall_seconds=round(time.monotonic() - started, 3),
+            )
     ran_out: Optional[str] = None
     begun, this_run = started, options
     for alone in (False, True):
@@ -572,13 +665,17 @@ def evaluate(task: TaskRef, solution: Optional[Path], options: EvalOptions,
             break
     result.ran_alone_after = ran_out
     result.wall_seconds = round(time.monotonic() - started, 3)
-    result.overhead_seconds = {"setup": round(setup, 3), **child.overhead,
-                               "teardown": round(time.monotonic() - child_done, 3)}
+    result.overhead_seconds = {
+        "setup": round(setup, 3),
+        **child.overhead,
+        "teardown": round(time.monotonic() - child_done, 3),
+    }
     return result
 
 
-def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: dict,
-             options: EvalOptions) -> EvalResult:
+def assemble(
+    header: dict, child: ChildRun, tampered: list[str], bundle_digest: dict, options: EvalOptions
+) -> EvalResult:
     """Turn the child's events into a validated EvalResult with one verdict."""
     checks, timings, launches, leases = [], [], [], []
     fields: dict = {}
@@ -589,8 +686,7 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
         try:
             if kind == "check":
                 core = {k: body.pop(k) for k in ("name", "status", "reason") if k in body}
-                checks.append(CheckResult(**core, details=str(body.pop("details", ""))[:OUTPUT_TAIL_CHARS],
-                                          data=body))
+                checks.append(CheckResult(**core, details=str(body.pop("details", ""))[:OUTPUT_TAIL_CHARS], data=body))
             elif kind == "timing":
                 timings.append(ShapeTiming(**body))
             elif kind == "launches":
@@ -605,12 +701,17 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
                 fields["determinism"] = Determinism(**body)
             elif kind == "score":
                 fields["score"] = body["geomean_speedup"]
-                fields["clocks_during_timing"] = {"before": body.get("clocks_before", {}),
-                                                  "after": body.get("clocks_after", {})}
+                fields["clocks_during_timing"] = {
+                    "before": body.get("clocks_before", {}),
+                    "after": body.get("clocks_after", {}),
+                }
             elif kind == "done":
-                fields.update(phases=body.get("phases", {}), start_up=body.get("start_up", {}),
-                              hidden_seeds=body.get("hidden_seeds", []),
-                              cache=body.get("cache", {}))
+                fields.update(
+                    phases=body.get("phases", {}),
+                    start_up=body.get("start_up", {}),
+                    hidden_seeds=body.get("hidden_seeds", []),
+                    cache=body.get("cache", {}),
+                )
             elif kind == "task_error":
                 task_error = body["reason"]
             elif kind == "internal_error":
@@ -623,31 +724,60 @@ def assemble(header: dict, child: ChildRun, tampered: list[str], bundle_digest: 
     verdict, reason = _verdict(checks, done, child, tampered, internal_error, options)
     if verdict is not Verdict.PASS:
         fields.pop("score", None)
-    return EvalResult(**header, **fields, verdict=verdict, reason=reason, checks=checks, timings=timings,
-                      launches=launches, gpu_leases=leases, wall_seconds=0.0, bundle_sha256=bundle_digest,
-                      exit_code=child.exit_code, stdout_tail=child.stdout_tail, stderr_tail=child.stderr_tail,
-                      limits_hit=child.resources.problems(), peak_host_memory_bytes=child.resources.peak_memory_bytes)
+    return EvalResult(
+        **header,
+        **fields,
+        verdict=verdict,
+        reason=reason,
+        checks=checks,
+        timings=timings,
+        launches=launches,
+        gpu_leases=leases,
+        wall_seconds=0.0,
+        bundle_sha256=bundle_digest,
+        exit_code=child.exit_code,
+        stdout_tail=child.stdout_tail,
+        stderr_tail=child.stderr_tail,
+        limits_hit=child.resources.problems(),
+        peak_host_memory_bytes=child.resources.peak_memory_bytes,
+    )
 
 
-def _verdict(checks: list[CheckResult], done: bool, child: ChildRun, tampered: list[str],
-             internal_error: Optional[str], options: EvalOptions) -> tuple[Verdict, str]:
+def _verdict(
+    checks: list[CheckResult],
+    done: bool,
+    child: ChildRun,
+    tampered: list[str],
+    internal_error: Optional[str],
+    options: EvalOptions,
+) -> tuple[Verdict, str]:
     if tampered:
         return Verdict.TAMPERED, f"the pristine task/harness copy changed during the run: {', '.join(tampered[:5])}"
     if child.forged:
-        return Verdict.TAMPERED, (f"the result channel carried {len(child.forged)} line(s) the harness did not sign, "
-                                  f"the first: {child.forged[0][:120]!r}: the solution wrote to it")
+        return Verdict.TAMPERED, (
+            f"the result channel carried {len(child.forged)} line(s) the harness did not sign, "
+            f"the first: {child.forged[0][:120]!r}: the solution wrote to it"
+        )
     if child.timed_out:
         compiling = next((e for e in reversed(child.events) if e.get("event") == "watchdog"), None)
-        still = (f" (the watchdog saw a step still compiling {compiling.get('seconds', 0):.0f} s in: "
-                 f"{', '.join(compiling.get('compilers') or ['Triton writing its cache'])})" if compiling else "")
-        return Verdict.TIMEOUT, (f"no verdict within the {options.timeout_s:g} s limit{still}; the process group "
-                                 f"was killed")
+        still = (
+            f" (the watchdog saw a step still compiling {compiling.get('seconds', 0):.0f} s in: "
+            f"{', '.join(compiling.get('compilers') or ['Triton writing its cache'])})"
+            if compiling
+            else ""
+        )
+        return Verdict.TIMEOUT, (
+            f"no verdict within the {options.timeout_s:g} s limit{still}; the process group was killed"
+        )
     if internal_error:
         return Verdict.INTERNAL_ERROR, internal_error
     if not done:
         last = checks[-1].name if checks else "start-up"
-        how = (f"killed by signal {-child.exit_code}" if child.exit_code and child.exit_code < 0
-               else f"exit code {child.exit_code}")
+        how = (
+            f"killed by signal {-child.exit_code}"
+            if child.exit_code and child.exit_code < 0
+            else f"exit code {child.exit_code}"
+        )
         limits = child.resources.problems()
         if limits:  # the likeliest cause, said first: a crash message after an OOM kill misleads
             return Verdict.CRASH, f"the process died after {last} ({how}): {'; '.join(limits)}"

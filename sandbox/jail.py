@@ -21,6 +21,7 @@ The file arrangement, all in this namespace only:
   remount, mount, or open files by handle around any of this, nor gain privileges through
   setuid programs.
 """
+
 import ctypes
 import json
 import os
@@ -31,8 +32,15 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
 # Per-mount flags a read-only remount must keep (the kernel refuses to drop some of them).
-KEPT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+KEPT_OPTIONS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 # Mounts the read-only pass leaves alone: the namespace's own /proc (unshare --mount-proc).
 UNTOUCHED = ("/proc",)
@@ -175,7 +183,7 @@ def run(command):
 
 def main(argv):
     plan = json.loads(argv[1])
-    command = argv[argv.index("--") + 1:]
+    command = argv[argv.index("--") + 1 :]
     if plan:
         cwd = os.getcwd()  # as a path: the old directory may now lie under a cover
         try:

@@ -11,6 +11,7 @@ see the same GPU under different indices still share one lease. Its files, in th
 This side opens them and hands the descriptors to the referee in the job
 (kagent.sandbox.harness.lease takes and gives back the lease there).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,9 @@ class LeaseRecord(BaseModel):
     holder: str = Field(description="Who held it: the run id a sweep gave the member")
     host: str
     pid: int = Field(description="The process that held it (an evaluation's referee)")
-    kind: Literal["shared", "exclusive"] = Field(description="exclusive: the device alone (timing, "
-                                                         "profiling, calibration, a busy probe asked again)")
+    kind: Literal["shared", "exclusive"] = Field(
+        description="exclusive: the device alone (timing, profiling, calibration, a busy probe asked again)"
+    )
     what: str = Field(description="The work it was held for")
     requested_at: float = Field(description="Unix time the lease was asked for")
     acquired_at: float

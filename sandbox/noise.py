@@ -1,6 +1,7 @@
 """Whether a measured speedup means anything: within noise (its interval holds 1), or too noisy
 to go by at all. What a person reads (`kagent eval`) and what a model reads (the benchmark
 tool) say it the same way, from here."""
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,9 @@ def _half_width(low: float, high: float, value: float) -> float:
 def score_within_noise(result: EvalResult) -> bool:
     """Every shape within noise, or the score's interval holds 1."""
     interval = score_interval(result)
-    return bool(result.timings) and (all(t.within_noise for t in result.timings)
-                                     or (interval is not None and interval[0] <= 1.0 <= interval[1]))
+    return bool(result.timings) and (
+        all(t.within_noise for t in result.timings) or (interval is not None and interval[0] <= 1.0 <= interval[1])
+    )
 
 
 def noisy_timings(result: EvalResult) -> list[ShapeTiming]:
@@ -58,6 +60,7 @@ def score_lines(result: EvalResult, advice: str = "time more rounds (--rounds) o
     score_noisy = interval is not None and _half_width(*interval, result.score) > NOISY_HALF_WIDTH
     if noisy or score_noisy:
         where = ", ".join(["the score"] * score_noisy + [t.label for t in noisy])
-        lines.append(f"too noisy to mean anything ({where}): a 95% interval wider than ±{NOISY_HALF_WIDTH:.0%}; "
-                     f"{advice}")
+        lines.append(
+            f"too noisy to mean anything ({where}): a 95% interval wider than ±{NOISY_HALF_WIDTH:.0%}; {advice}"
+        )
     return lines

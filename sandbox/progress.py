@@ -1,5 +1,6 @@
 """What an evaluation has just done, in a few words, from the harness's events as they arrive
 (kagent.sandbox.evaluate passes them on): the live view of a run and `kagent eval` show it."""
+
 from __future__ import annotations
 
 from typing import Optional

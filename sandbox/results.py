@@ -3,6 +3,7 @@
 The GPU side sends plain JSON events (kagent.sandbox.harness.protocol); ``EvalResult`` is
 what the agent side makes of them, validated field by field.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -36,7 +37,8 @@ class CheckResult(Model):
     name: str = Field(description="Which check: load, fixed_seeds, hidden_seeds, overwrite_in_place, ...")
     status: Literal["pass", "fail", "error", "crash", "timeout"] = Field(
         description="fail: wrong answer; error: the code raised; crash: the solution's process died; "
-                    "timeout: the watchdog found a step hung and ended the evaluation")
+        "timeout: the watchdog found a step hung and ended the evaluation"
+    )
     reason: str = Field(description="One line a person or a model can act on")
     details: str = Field("", description="Traceback or other evidence, capped")
     data: dict = Field(default_factory=dict, description="Per-case cosines, seeds and the like")
@@ -51,8 +53,10 @@ class Stats(Model):
     iqr_ms: float
     min_ms: float
     max_ms: float
-    median_ci_low_ms: Optional[float] = Field(None, description="95% bootstrap interval of the median, low end "
-                                              "(absent from results made before it was measured)")
+    median_ci_low_ms: Optional[float] = Field(
+        None,
+        description="95% bootstrap interval of the median, low end (absent from results made before it was measured)",
+    )
     median_ci_high_ms: Optional[float] = None
 
     @property
@@ -74,40 +78,59 @@ class ShapeTiming(Model):
     label: str = Field(description="'ctx 2048' for a decode task, 'default' for a KernelBench file")
     context_len: Optional[int] = None
     steps: int = Field(description="Steps per timed chain")
-    rounds: int = Field(description="Chains timed of the contestant with the most blocks per chain (the other "
-                                    "runs as many blocks)")
+    rounds: int = Field(
+        description="Chains timed of the contestant with the most blocks per chain (the other runs as many blocks)"
+    )
     pairs: Optional[int] = Field(None, description="Timed blocks per contestant, paired back to back in ABBA order")
-    block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the baseline, one "
-                                                         "request to its process each (contestants alternate block "
-                                                         "by block)")
-    candidate_block_steps: Optional[int] = Field(None, description="Consecutive steps per timed block of the "
-                                                                   "solution, one request to its process each: "
-                                                                   "up to a whole chain for a fast one")
-    candidate_chains_per_request: Optional[int] = Field(None, description="Times a whole chain ran, each from "
-                                                        "fresh inputs, in one request to the solution's process "
-                                                        "(a fast one's request must outlast its fixed cost)")
+    block_steps: Optional[int] = Field(
+        None,
+        description="Consecutive steps per timed block of the baseline, one "
+        "request to its process each (contestants alternate block "
+        "by block)",
+    )
+    candidate_block_steps: Optional[int] = Field(
+        None,
+        description="Consecutive steps per timed block of the "
+        "solution, one request to its process each: "
+        "up to a whole chain for a fast one",
+    )
+    candidate_chains_per_request: Optional[int] = Field(
+        None,
+        description="Times a whole chain ran, each from "
+        "fresh inputs, in one request to the solution's process "
+        "(a fast one's request must outlast its fixed cost)",
+    )
     baseline: Stats
     candidate: Stats
-    baseline_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's, in "
-                                             "timing order; paired with candidate_samples_ms")
-    candidate_samples_ms: list[float] = Field(default_factory=list, description="Per step, each block's, in "
-                                              "timing order; the k-th ran beside the baseline's k-th")
+    baseline_samples_ms: list[float] = Field(
+        default_factory=list, description="Per step, each block's, in timing order; paired with candidate_samples_ms"
+    )
+    candidate_samples_ms: list[float] = Field(
+        default_factory=list,
+        description="Per step, each block's, in timing order; the k-th ran beside the baseline's k-th",
+    )
     speedup: float = Field(description="Median over back-to-back block pairs of baseline / candidate time")
     ratio_of_medians: float = Field(description="baseline median / candidate median, for comparison")
     ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
     ci_high: float
     within_noise: bool = Field(description="True when the interval contains 1.0")
     candidate_isolated_ms: Optional[float] = Field(
-        None, description="Median latency of one step of the solution timed on its own (synchronized around, "
-                          "one step per request): what a caller that waits for every token sees")
+        None,
+        description="Median latency of one step of the solution timed on its own (synchronized around, "
+        "one step per request): what a caller that waits for every token sees",
+    )
     candidate_self_timed_ms: Optional[float] = Field(
-        None, description="Median per step as the solution's own process timed its blocks with CUDA events: "
-                          "information only, the referee's clock gives every figure above")
+        None,
+        description="Median per step as the solution's own process timed its blocks with CUDA events: "
+        "information only, the referee's clock gives every figure above",
+    )
     roofline: Optional[Roofline] = None
     wall_seconds: dict[str, float] = Field(
-        default_factory=dict, description="Where this shape's timing went by the referee's wall clock: warm_up, "
+        default_factory=dict,
+        description="Where this shape's timing went by the referee's wall clock: warm_up, "
         "pairs (the timed blocks, of which pairs_<contestant>_staging, _requests (the timed requests, their probes "
-        "included) and _chain_checks, the comparison of each timed chain with the validated one), isolated")
+        "included) and _chain_checks, the comparison of each timed chain with the validated one), isolated",
+    )
 
     @property
     def tokens_per_s(self) -> float:
@@ -132,13 +155,18 @@ class LaunchReport(Model):
     cuda_graph_replay: bool = False
     torch_compile: bool = False
     note: str = ""
-    cached: bool = Field(False, description="Read from the cache: the baseline's count, cached by its file, the "
-                                            "device and torch")
-    device_ms: Optional[float] = Field(None, description="The profiler's device time of the step: its kernels', "
-                                                         "copies' and sets' durations summed")
-    reported_by: str = Field("the referee", description="Which process profiled the step, each contestant's "
-                                                        "its own: the candidate's count comes from code it "
-                                                        "controls, so it decides nothing")
+    cached: bool = Field(
+        False, description="Read from the cache: the baseline's count, cached by its file, the device and torch"
+    )
+    device_ms: Optional[float] = Field(
+        None, description="The profiler's device time of the step: its kernels', copies' and sets' durations summed"
+    )
+    reported_by: str = Field(
+        "the referee",
+        description="Which process profiled the step, each contestant's "
+        "its own: the candidate's count comes from code it "
+        "controls, so it decides nothing",
+    )
 
 
 class Environment(Model):
@@ -175,9 +203,11 @@ class Determinism(Model):
 
     case: str = Field(description="The correctness case both calls started from (fresh copies of its inputs)")
     bitwise_equal: bool = Field(description="The two calls returned the same bytes in every output tensor")
-    max_abs_diff: Optional[float] = Field(description="Largest absolute difference between the two calls' outputs "
-                                                      "(0.0 when bitwise equal; None where NaN or infinity "
-                                                      "makes it undefined)")
+    max_abs_diff: Optional[float] = Field(
+        description="Largest absolute difference between the two calls' outputs "
+        "(0.0 when bitwise equal; None where NaN or infinity "
+        "makes it undefined)"
+    )
     largest_in: Optional[str] = Field(None, description="The output tensor it is in: hidden, or L<layer>.<name>")
 
 
@@ -203,41 +233,55 @@ class EvalResult(Model):
     wall_seconds: float = Field(description="Whole evaluation, process start to verdict")
     phases: dict[str, float] = Field(default_factory=dict, description="Seconds per phase in the child")
     start_up: dict[str, dict[str, float]] = Field(
-        default_factory=dict, description="Per process of the evaluation (baseline, reference worker N, solution), "
+        default_factory=dict,
+        description="Per process of the evaluation (baseline, reference worker N, solution), "
         "in seconds from the referee's start: ready (interpreter, torch and device context up), asked (to load) and "
-        "loaded, from the process's own reply: where a warm evaluation's start-up time goes")
-    overhead_seconds: dict[str, float] = Field(default_factory=dict, description="The rest of the wall time: setup "
-                                               "(static rules, the pristine copy), start (the child's jail and "
-                                               "interpreter, to its first event; its imports are the first phase), "
-                                               "exit (its last event to its whole group stopped), teardown (the "
-                                               "tamper check, the cache's new entries promoted, the folder removed)")
+        "loaded, from the process's own reply: where a warm evaluation's start-up time goes",
+    )
+    overhead_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="The rest of the wall time: setup "
+        "(static rules, the pristine copy), start (the child's jail and "
+        "interpreter, to its first event; its imports are the first phase), "
+        "exit (its last event to its whole group stopped), teardown (the "
+        "tamper check, the cache's new entries promoted, the folder removed)",
+    )
     checks: list[CheckResult] = Field(default_factory=list)
     static_findings: list[StaticFinding] = Field(default_factory=list)
     timings: list[ShapeTiming] = Field(default_factory=list)
     score: Optional[float] = Field(None, description="Geometric mean of the speedups over the timed shapes")
     launches: list[LaunchReport] = Field(default_factory=list)
-    gpu_leases: list[LeaseRecord] = Field(default_factory=list, description="The device lease held alone, under "
-                                          "a sweep (sandbox/lease.py): the timing, a bandwidth measurement, the "
-                                          "calibration, a busy probe asked again")
+    gpu_leases: list[LeaseRecord] = Field(
+        default_factory=list,
+        description="The device lease held alone, under "
+        "a sweep (sandbox/lease.py): the timing, a bandwidth measurement, the "
+        "calibration, a busy probe asked again",
+    )
     bandwidth: Optional[Bandwidth] = None
     environment: Optional[Environment] = None
     clocks_during_timing: dict = Field(default_factory=dict)
     hidden_seeds: list[int] = Field(default_factory=list, description="Seeds drawn for this run, told afterwards")
-    determinism: Optional[Determinism] = Field(None, description="Decode tasks: whether two calls on identical "
-                                                                 "inputs repeat bit for bit")
+    determinism: Optional[Determinism] = Field(
+        None, description="Decode tasks: whether two calls on identical inputs repeat bit for bit"
+    )
     bundle_sha256: dict[str, str] = Field(default_factory=dict, description="Hashes of the pristine copy")
     cache: dict = Field(default_factory=dict)
     exit_code: Optional[int] = None
-    limits_hit: list[str] = Field(default_factory=list, description="Sandbox limits the run ran into "
-                                                                    "(host memory, processes)")
-    peak_host_memory_bytes: Optional[int] = Field(None, description="Most host memory the run held at once "
-                                                                    "(its cgroup's peak), where measured")
+    limits_hit: list[str] = Field(
+        default_factory=list, description="Sandbox limits the run ran into (host memory, processes)"
+    )
+    peak_host_memory_bytes: Optional[int] = Field(
+        None, description="Most host memory the run held at once (its cgroup's peak), where measured"
+    )
     stderr_tail: str = ""
     stdout_tail: str = ""
-    ran_alone_after: Optional[str] = Field(None, description="Under a device lease: the referee's error (in an A/A "
-                                           "run, either contestant's too) of a first run whose device memory ran "
-                                           "out while other evaluations shared the device; this result is of the "
-                                           "run that followed, holding it alone")
+    ran_alone_after: Optional[str] = Field(
+        None,
+        description="Under a device lease: the referee's error (in an A/A "
+        "run, either contestant's too) of a first run whose device memory ran "
+        "out while other evaluations shared the device; this result is of the "
+        "run that followed, holding it alone",
+    )
 
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)
@@ -267,13 +311,17 @@ class EvalResult(Model):
             return None
         timing, device_ms = found
         steady = timing.candidate.median_ms
-        line = (f"{timing.label}: steady {steady:.4g} ms/step, profiler device time {device_ms:.4g} ms/step "
-                f"(from the solution's own process)")
+        line = (
+            f"{timing.label}: steady {steady:.4g} ms/step, profiler device time {device_ms:.4g} ms/step "
+            f"(from the solution's own process)"
+        )
         gap = steady / device_ms - 1
         if abs(gap) > DEVICE_TIME_TOLERANCE:
-            line += (f": they differ by {gap:+.0%}, more than {DEVICE_TIME_TOLERANCE:.0%}; "
-                     + ("the step waits on the host or idles between launches" if gap > 0
-                        else "the profiler saw more device time than the steps took (overlapping streams?)"))
+            line += f": they differ by {gap:+.0%}, more than {DEVICE_TIME_TOLERANCE:.0%}; " + (
+                "the step waits on the host or idles between launches"
+                if gap > 0
+                else "the profiler saw more device time than the steps took (overlapping streams?)"
+            )
         return line
 
     @property

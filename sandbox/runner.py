@@ -9,6 +9,7 @@ profiles (tools/base.py, tools/jobs.py). ``run`` waits for the end, or the time 
 ``start`` hands back a ``Running`` process for callers that read it while it runs (the
 evaluation's result pipe) or leave it running (a background job), and which must ``stop`` it.
 """
+
 from __future__ import annotations
 
 import os
@@ -83,14 +84,25 @@ class Running:
             self.proc.wait()
             resources = self.box.report()
             self.box.close()
-            self._finished = Finished(returncode=self.proc.returncode, timed_out=timed_out,
-                                      seconds=round(time.monotonic() - self.started, 3), resources=resources)
+            self._finished = Finished(
+                returncode=self.proc.returncode,
+                timed_out=timed_out,
+                seconds=round(time.monotonic() - self.started, 3),
+                resources=resources,
+            )
         return self._finished
 
 
-def start(argv: list[str], files: Optional[containment.FilePlan], env: dict[str, str], cwd: Path,
-          stdout: Output, stderr: Output, limits: Optional[containment.Limits] = None,
-          pass_fds: Sequence[int] = ()) -> Running:
+def start(
+    argv: list[str],
+    files: Optional[containment.FilePlan],
+    env: dict[str, str],
+    cwd: Path,
+    stdout: Output,
+    stderr: Output,
+    limits: Optional[containment.Limits] = None,
+    pass_fds: Sequence[int] = (),
+) -> Running:
     """Start ``argv`` contained, in ``cwd`` with ``env``, seeing the files ``files`` lays out
     (None: the files as they are), its output to ``stdout`` and ``stderr``; ``pass_fds`` are
     inherited (unshare and the jail exec the command, so they stay open). Build caches that
@@ -100,16 +112,33 @@ def start(argv: list[str], files: Optional[containment.FilePlan], env: dict[str,
     if files is not None:
         env = containment.with_writable_build_caches(env, files)
     try:
-        proc = subprocess.Popen(box.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                pass_fds=tuple(pass_fds), start_new_session=True, preexec_fn=box.preexec)
+        proc = subprocess.Popen(
+            box.argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            preexec_fn=box.preexec,
+        )
     except BaseException:
         box.close()
         raise
     return Running(proc, box)
 
 
-def run(argv: list[str], timeout_s: float, files: Optional[containment.FilePlan], env: dict[str, str], cwd: Path,
-        stdout: Output, stderr: Output, limits: Optional[containment.Limits] = None) -> Finished:
+def run(
+    argv: list[str],
+    timeout_s: float,
+    files: Optional[containment.FilePlan],
+    env: dict[str, str],
+    cwd: Path,
+    stdout: Output,
+    stderr: Output,
+    limits: Optional[containment.Limits] = None,
+) -> Finished:
     """``start`` it and wait for its end; at ``timeout_s`` its whole process group is killed."""
     running = start(argv, files, env, cwd, stdout, stderr, limits)
     ended = False

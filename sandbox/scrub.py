@@ -3,6 +3,7 @@
 Commands the model runs and solutions under evaluation must not see API keys: they could
 print them into the trace or use them.
 """
+
 from __future__ import annotations
 
 import os

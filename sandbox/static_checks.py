@@ -4,6 +4,7 @@ The solution file and every local module it imports (found by following its impo
 its own folder) are parsed, never executed. Findings carry file, line and the offending
 code, so that a model or a person sees exactly what to change.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,18 +20,18 @@ DYNAMIC_IMPORT_MODULES = ("importlib", "imp", "runpy", "pkgutil", "zipimport", "
 # flagged when called and when merely referenced (``f = eval``).
 DYNAMIC_CODE_NAMES = ("exec", "eval", "compile")
 # Attributes through which a loaded module or the import machinery can be reached.
-SENSITIVE_ATTRIBUTES = ("modules", "__import__", "import_module", "__builtins__", "__loader__", "__spec__",
-                        "__dict__")
+SENSITIVE_ATTRIBUTES = ("modules", "__import__", "import_module", "__builtins__", "__loader__", "__spec__", "__dict__")
 # Modules on which any dynamic attribute lookup (getattr) is treated as an import in disguise.
 SENSITIVE_MODULES = ("sys", "builtins", "importlib")
 # torch APIs that replay or compile work instead of running it, which the timing would credit
 # to the solution: by dotted name, matched on the name itself and everything under it.
-CUDA_GRAPH_APIS = ("torch.cuda.CUDAGraph", "torch.cuda.graph", "torch.cuda.graphs",
-                   "torch.cuda.make_graphed_callables")
+CUDA_GRAPH_APIS = ("torch.cuda.CUDAGraph", "torch.cuda.graph", "torch.cuda.graphs", "torch.cuda.make_graphed_callables")
 TORCH_COMPILE_APIS = ("torch.compile", "torch._dynamo", "torch._inductor")
 # The same in C++/CUDA source (native files, or strings handed to load_inline).
-CUDA_GRAPH_NATIVE = re.compile(r"\b(cudaGraph\w*|cudaStreamBeginCapture\w*|cudaStreamEndCapture|cuGraph\w*|"
-                               r"cuStreamBeginCapture\w*)\b")
+CUDA_GRAPH_NATIVE = re.compile(
+    r"\b(cudaGraph\w*|cudaStreamBeginCapture\w*|cudaStreamEndCapture|cuGraph\w*|"
+    r"cuStreamBeginCapture\w*)\b"
+)
 NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
 # Comments in C++/CUDA source, so that an honest "// no cudaGraphLaunch here" does not trip.
 _NATIVE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
@@ -46,6 +47,7 @@ def api_rule(dotted: str) -> str | None:
 
 def native_graph_calls(source: str) -> list[tuple[int, str]]:
     """(line, API name) of CUDA graph calls in C++/CUDA source, comments ignored."""
+
     def blank(match: re.Match) -> str:  # keeps line numbers: newlines stay
         return re.sub(r"[^\n]", " ", match.group(0))
 
@@ -72,9 +74,13 @@ class _Visitor(ast.NodeVisitor):
         self.findings: list[Finding] = []
         self.local_imports: list[Path] = []
         # Every name the sensitive modules are bound to in this file (``import sys as s``).
-        self.sensitive_names = {alias.asname or alias.name for node in ast.walk(tree)
-                                if isinstance(node, ast.Import) for alias in node.names
-                                if alias.name in SENSITIVE_MODULES}
+        self.sensitive_names = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+            if alias.name in SENSITIVE_MODULES
+        }
         # Every name bound to torch or a part of it, with the dotted name it stands for
         # (``import torch.cuda as tc``: tc -> torch.cuda; ``from torch import cuda``).
         self.torch_names: dict[str, str] = {}
@@ -94,7 +100,8 @@ class _Visitor(ast.NodeVisitor):
             (isinstance(node, ast.Name) and node.id == "load_inline")
             or (isinstance(node, ast.Attribute) and node.attr == "load_inline")
             or (isinstance(node, ast.ImportFrom) and (node.module or "").endswith("cpp_extension"))
-            for node in ast.walk(tree))
+            for node in ast.walk(tree)
+        )
 
     def _add(self, node: ast.AST, rule: str, evidence: str | None = None) -> None:
         line = getattr(node, "lineno", 0)
@@ -117,8 +124,12 @@ class _Visitor(ast.NodeVisitor):
         """The torch name whose attribute dict ``node`` is (``torch.__dict__``, ``vars(torch)``)."""
         if isinstance(node, ast.Attribute) and node.attr == "__dict__":
             return self._dotted(node.value)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
-                and len(node.args) == 1):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "vars"
+            and len(node.args) == 1
+        ):
             return self._dotted(node.args[0])
         return None
 
@@ -278,8 +289,13 @@ def scan(solution: Path, forbidden_imports: list[str] | tuple[str, ...] = ()) ->
 def _scan_native(root: Path, limit: int = 200) -> list[Finding]:
     """CUDA graph calls in the C++/CUDA files of the solution's folder (the first ``limit``)."""
     findings = []
-    files = sorted(p for p in root.rglob("*") if p.suffix in NATIVE_SUFFIXES and p.is_file()
-                   and not any(part.startswith(".") for part in p.relative_to(root).parts))[:limit]
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.suffix in NATIVE_SUFFIXES
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )[:limit]
     for path in files:
         try:
             source = path.read_text(encoding="utf-8", errors="replace")

@@ -10,6 +10,7 @@ the checks).
 
     python3 scripts/aa_rounds.py measurements/2026-12-03-h200-round-*/**/aa_*.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,17 @@ def round_ratios(timing: dict) -> list[float]:
     baseline, candidate = timing["baseline_samples_ms"], timing["candidate_samples_ms"]
     rounds = int(timing.get("rounds") or 1)
     per_round = len(baseline) // rounds
-    return [statistics.median(b / c for b, c in zip(baseline[i * per_round:(i + 1) * per_round],
-                                                  candidate[i * per_round:(i + 1) * per_round], strict=True))
-            for i in range(rounds)]
+    return [
+        statistics.median(
+            b / c
+            for b, c in zip(
+                baseline[i * per_round : (i + 1) * per_round],
+                candidate[i * per_round : (i + 1) * per_round],
+                strict=True,
+            )
+        )
+        for i in range(rounds)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     width = min(len(row) for row in table)
     columns = [[row[i] for row in table] for i in range(width)]
-    print(f"over {len(table)} contexts, by round: median "
-          + " ".join(f"{statistics.median(col):.3f}" for col in columns)
-          + "; mean " + " ".join(f"{statistics.fmean(col):.3f}" for col in columns))
+    print(
+        f"over {len(table)} contexts, by round: median "
+        + " ".join(f"{statistics.median(col):.3f}" for col in columns)
+        + "; mean "
+        + " ".join(f"{statistics.fmean(col):.3f}" for col in columns)
+    )
     first_apart = sum(row[0] > statistics.median(row[1:]) for row in table if len(row) > 1)
     print(f"the first round above the median of the others in {first_apart} of {len(table)}")
     return 0

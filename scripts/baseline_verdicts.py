@@ -11,6 +11,7 @@ tipped the other way matches the baseline), at what margin.
 
     python3 scripts/baseline_verdicts.py --device cuda --cases 200 --seeds 655230236:8192:salient
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,28 @@ def explanations(checker: mega.StepChecker, task: mega.Task, reference, inputs: 
         with task.runner_up(reference, decision):
             expected_hidden, expected_state = mega.reference_step(reference, *inputs)
         result = checker.compare(*inputs, hidden, state, expected_hidden, expected_state)
-        out.append({"decision": decision, "margin": float(margin), "matches": result["passed"],
-                    "min_cosine": result["min_cosine"]})
+        out.append(
+            {
+                "decision": decision,
+                "margin": float(margin),
+                "matches": result["passed"],
+                "min_cosine": result["min_cosine"],
+            }
+        )
     return out
 
 
 def judge(task, reference, model, checker, label: str, seed: int, inputs: list, expected, margin) -> dict:
     hidden, state = model.step(inputs[0].clone(), mega.clone_state(inputs[1]))
     result = checker.compare(*inputs, hidden, state, *expected)
-    row = {"case": label, "seed": seed, "margin": margin, "passed": result["passed"],
-           "min_cosine": result["min_cosine"], "worst": result["worst"]}
+    row = {
+        "case": label,
+        "seed": seed,
+        "margin": margin,
+        "passed": result["passed"],
+        "min_cosine": result["min_cosine"],
+        "worst": result["worst"],
+    }
     if not result["passed"]:
         row["explanations"] = explanations(checker, task, reference, inputs, hidden, state)
     return row
@@ -76,26 +89,52 @@ def main(argv: list[str] | None = None) -> int:
             salient = kind == ["salient"]
             inputs = mega.case_inputs(task, reference, int(context), int(seed), salient)
             hidden, state, margin = mega.reference_case(task, reference, *inputs)
-            rows.append(judge(task, reference, model, checker, f"seed {seed} ctx {context}{' salient' * salient}",
-                              int(seed), inputs, (hidden, state), margin))
+            rows.append(
+                judge(
+                    task,
+                    reference,
+                    model,
+                    checker,
+                    f"seed {seed} ctx {context}{' salient' * salient}",
+                    int(seed),
+                    inputs,
+                    (hidden, state),
+                    margin,
+                )
+            )
             print(json.dumps(rows[-1]), flush=True)
         for i, (context, salient) in enumerate(mega.secret_case_kinds(task, options.cases)):
             case = mega.draw_secret_case(task, reference, context, salient)
             inputs = case.inputs if salient else mega.case_inputs(task, reference, context, case.seed, False)
-            rows.append(judge(task, reference, model, checker, f"secret #{i + 1} ctx {context}{' salient' * salient}",
-                              case.seed, inputs, (case.expected_hidden, case.expected_state), case.margin))
+            rows.append(
+                judge(
+                    task,
+                    reference,
+                    model,
+                    checker,
+                    f"secret #{i + 1} ctx {context}{' salient' * salient}",
+                    case.seed,
+                    inputs,
+                    (case.expected_hidden, case.expected_state),
+                    case.margin,
+                )
+            )
             if not rows[-1]["passed"]:
                 print(json.dumps(rows[-1]), flush=True)
-    drawn = rows[len(options.seeds):]
+    drawn = rows[len(options.seeds) :]
     failed = [r for r in drawn if not r["passed"]]
     explained = [r for r in failed if any(e["matches"] for e in r["explanations"])]
     for kind in (False, True):
         of_kind = [r for r in drawn if ("salient" in r["case"]) == kind]
         worst = min((r["min_cosine"] for r in of_kind), default=float("nan"))
-        print(f"{'salient' if kind else 'drawn'} states: {sum(not r['passed'] for r in of_kind)} of {len(of_kind)} "
-              f"fail, least cosine {worst:.5f}")
-    print(f"failures a runner-up explains: {len(explained)} of {len(failed)}; their explaining margins: "
-          f"{sorted(round(min(e['margin'] for e in r['explanations'] if e['matches']), 4) for r in explained)}")
+        print(
+            f"{'salient' if kind else 'drawn'} states: {sum(not r['passed'] for r in of_kind)} of {len(of_kind)} "
+            f"fail, least cosine {worst:.5f}"
+        )
+    print(
+        f"failures a runner-up explains: {len(explained)} of {len(failed)}; their explaining margins: "
+        f"{sorted(round(min(e['margin'] for e in r['explanations'] if e['matches']), 4) for r in explained)}"
+    )
     if options.out:
         options.out.write_text(json.dumps(rows, indent=1))
     return 0

@@ -11,6 +11,7 @@ the first launch's blocks are all co-resident and its barrier can complete.
 It is not a correct solution and never gets that far: it keeps no weights (load_state_dict
 keeps nothing) and returns its inputs, and its first step never returns.
 """
+
 import torch
 import triton
 import triton.language as tl

@@ -10,6 +10,7 @@ seconds and whether it imported the heavy module behind it:
 
     python3 scripts/first_use_costs.py
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -17,17 +18,24 @@ import sys
 
 CASES = {
     "skip_init": ("sympy", "torch.nn.utils.skip_init(torch.nn.Linear, 2304, 512, bias=False, dtype=torch.bfloat16)"),
-    "torch.profiler.profile": ("torch._inductor", "with torch.profiler.profile(activities=["
-                               "torch.profiler.ProfilerActivity.CPU]):\n    torch.ones(3) + 1"),
-    "torch.autograd.profiler.profile": ("torch._inductor", "with torch.autograd.profiler.profile(use_kineto=True):\n"
-                                        "    torch.ones(3) + 1"),
+    "torch.profiler.profile": (
+        "torch._inductor",
+        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n    torch.ones(3) + 1",
+    ),
+    "torch.autograd.profiler.profile": (
+        "torch._inductor",
+        "with torch.autograd.profiler.profile(use_kineto=True):\n    torch.ones(3) + 1",
+    ),
 }
 
 
 def main() -> int:
     for name, (module, code) in CASES.items():
-        program = ("import sys, time, torch\nimport torch.profiler\nstarted = time.perf_counter()\n" + code
-                   + f"\nprint(round(time.perf_counter() - started, 3), {module!r} in sys.modules)\n")
+        program = (
+            "import sys, time, torch\nimport torch.profiler\nstarted = time.perf_counter()\n"
+            + code
+            + f"\nprint(round(time.perf_counter() - started, 3), {module!r} in sys.modules)\n"
+        )
         done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
         if done.returncode:
             print(f"{name}: failed\n{done.stderr}", file=sys.stderr)

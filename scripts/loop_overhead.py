@@ -5,6 +5,7 @@ Prints: the time one trace event takes to append (flushed and fsync'ed), one che
 (commit + attempt ref + best tag) in a workspace, and the loop's wall time per turn for a
 scripted session whose tools cost next to nothing (design and list_files).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,13 +48,26 @@ def checkpoint_ms(count: int, folder: Path) -> list[float]:
 
 
 def session_turn_ms(turns: int, folder: Path) -> float:
-    script = [{"tool_calls": [{"name": "design", "arguments": {"hypothesis": f"idea {i}", "predicted": "1.0x"}},
-                              {"name": "list_files", "arguments": {}}]} for i in range(turns)]
+    script = [
+        {
+            "tool_calls": [
+                {"name": "design", "arguments": {"hypothesis": f"idea {i}", "predicted": "1.0x"}},
+                {"name": "list_files", "arguments": {}},
+            ]
+        }
+        for i in range(turns)
+    ]
     script.append({"tool_calls": [{"name": "finish", "arguments": {"summary": "measured the loop"}}]})
     path = folder / "script.json"
     path.write_text(json.dumps(script))
-    options = RunSettings(task="02_kimi_linear_decode", model=f"scripted:{path}", budget=Budget(wall_s=3600),
-                         device="cpu", scale="smoke", runs_root=folder / "runs")
+    options = RunSettings(
+        task="02_kimi_linear_decode",
+        model=f"scripted:{path}",
+        budget=Budget(wall_s=3600),
+        device="cpu",
+        scale="smoke",
+        runs_root=folder / "runs",
+    )
     started = time.perf_counter()
     _, report = start_run(options)
     total = time.perf_counter() - started
@@ -68,12 +82,18 @@ def main() -> None:
         appends = trace_append_ms(1000, folder / "trace")
         commits = checkpoint_ms(50, folder)
         per_turn = session_turn_ms(turns, folder)
-    print(f"trace append (fsync): median {statistics.median(appends):.3f} ms, "
-          f"p90 {statistics.quantiles(appends, n=10)[-1]:.3f} ms over {len(appends)} events")
-    print(f"checkpoint (commit + ref + tag): median {statistics.median(commits):.1f} ms, "
-          f"p90 {statistics.quantiles(commits, n=10)[-1]:.1f} ms over {len(commits)} attempts")
-    print(f"loop wall time per turn (scripted model, 2 cheap tools a turn, {turns} turns, events and "
-          f"status written): {per_turn:.1f} ms")
+    print(
+        f"trace append (fsync): median {statistics.median(appends):.3f} ms, "
+        f"p90 {statistics.quantiles(appends, n=10)[-1]:.3f} ms over {len(appends)} events"
+    )
+    print(
+        f"checkpoint (commit + ref + tag): median {statistics.median(commits):.1f} ms, "
+        f"p90 {statistics.quantiles(commits, n=10)[-1]:.1f} ms over {len(commits)} attempts"
+    )
+    print(
+        f"loop wall time per turn (scripted model, 2 cheap tools a turn, {turns} turns, events and "
+        f"status written): {per_turn:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

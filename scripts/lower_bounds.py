@@ -8,6 +8,7 @@ The runtime dependencies always; an optional group's (such as `test`) only with 
 --except leaves a dependency out (torch, whose lower bound stands for a CUDA API that a CPU
 machine cannot exercise, is installed at the version the check names instead).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,10 @@ from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 # The one form tests/test_packaging.py allows: a name, a lower bound and an upper bound.
-BOUNDED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*(?P<low>[0-9][0-9A-Za-z.]*)"
-                     r"\s*,\s*<\s*[0-9][0-9.]*$")
+BOUNDED = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*(?P<low>[0-9][0-9A-Za-z.]*)"
+    r"\s*,\s*<\s*[0-9][0-9.]*$"
+)
 
 
 def lower_bounds(project: dict, extras: list[str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ host cost is the wall time of many back-to-back launches over their number. Ever
 checked against what the compiled kernel can hold at once (more would hang at the first barrier).
 Run by scripts/gpu_megakernel.sh; the CPU tests compile the kernels (tests/test_megakernel_probes.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-BARRIERS = 2000          # barriers per timed kernel
-LAUNCHES = 3000          # launches per launch-cost sample
-REPEATS = 7              # samples per figure; the median is reported
+BARRIERS = 2000  # barriers per timed kernel
+LAUNCHES = 3000  # launches per launch-cost sample
+REPEATS = 7  # samples per figure; the median is reported
 GRIDS_PER_SM = (1, 2, 4)  # barrier grids: this many programs (blocks) per SM
-GEMV_K, GEMV_N = 4096, 65536   # int4 weight (in, out): 134 MB of payload, past the 60 MB L2
-GEMV_COPIES = 3          # weight copies rotated between runs, so that L2 holds none of the next one's
+GEMV_K, GEMV_N = 4096, 65536  # int4 weight (in, out): 134 MB of payload, past the 60 MB L2
+GEMV_COPIES = 3  # weight copies rotated between runs, so that L2 holds none of the next one's
 
 # The kernels (plain CUDA: the CPU tests compile them with nvcc), then their torch bindings.
 KERNELS = r"""
@@ -216,8 +217,15 @@ void globaltimer(torch::Tensor out);
 void int4_gemv(torch::Tensor x, torch::Tensor wq, torch::Tensor scales, torch::Tensor zeros, torch::Tensor y,
                int64_t splits, bool stream_hint);
 """
-FUNCTIONS = ["launch_empty", "launch_empty_coop", "max_blocks_per_sm", "coop_barriers", "soft_barriers",
-             "globaltimer", "int4_gemv"]
+FUNCTIONS = [
+    "launch_empty",
+    "launch_empty_coop",
+    "max_blocks_per_sm",
+    "coop_barriers",
+    "soft_barriers",
+    "globaltimer",
+    "int4_gemv",
+]
 
 
 # -- figures from timings (pure, so that the CPU tests check them) -------------------------------
@@ -229,8 +237,11 @@ def timer_resolution_ns(stamps: list[int]) -> dict[str, float]:
     """The least step of a clock read back to back, and how often it did not move."""
     steps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     moved = [s for s in steps if s > 0]
-    return {"least_step_ns": min(moved) if moved else 0.0, "median_step_ns": statistics.median(moved) if moved else 0.0,
-            "unchanged_share": 1 - len(moved) / len(steps) if steps else 0.0}
+    return {
+        "least_step_ns": min(moved) if moved else 0.0,
+        "median_step_ns": statistics.median(moved) if moved else 0.0,
+        "unchanged_share": 1 - len(moved) / len(steps) if steps else 0.0,
+    }
 
 
 def median_of(samples: list[float]) -> dict[str, float]:
@@ -271,16 +282,26 @@ def environment() -> dict:
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm",
-                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     try:
         import triton
+
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    return {"gpu": props.name, "sms": props.multi_processor_count, "nvidia_smi": smi, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "triton": triton_version, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                          time.gmtime())}
+    return {
+        "gpu": props.name,
+        "sms": props.multi_processor_count,
+        "nvidia_smi": smi,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton_version,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 # -- Triton ---------------------------------------------------------------------------------------
@@ -293,8 +314,7 @@ def triton_kernels():
         pass
 
     @triton.jit
-    def empty_many(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, i0, i1, i2, i3, i4, i5, i6, i7, i8, i9, i10,
-                   i11):
+    def empty_many(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, i0, i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11):
         pass
 
     @triton.jit(do_not_specialize=["base", "n"])
@@ -331,8 +351,10 @@ def measure_triton() -> dict:
     launch_empty(10)
     launch_many(10)
     torch.cuda.synchronize()
-    result: dict[str, Any] = {"launch_1_arg": host_us_per_launch(launch_empty),
-                              "launch_24_args": host_us_per_launch(launch_many)}
+    result: dict[str, Any] = {
+        "launch_1_arg": host_us_per_launch(launch_empty),
+        "launch_24_args": host_us_per_launch(launch_many),
+    }
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
     compiled = barriers.warmup(counter, 0, 0, grid=(1,), num_warps=4)
@@ -353,9 +375,10 @@ def measure_triton() -> dict:
         run(10)
         without = [device_ms(lambda: run(0)) for _ in range(REPEATS)]
         with_n = [device_ms(lambda: run(BARRIERS)) for _ in range(REPEATS)]
-        rows[str(grid)] = {"us_per_barrier": per_barrier_us(statistics.median(with_n), statistics.median(without),
-                                                            BARRIERS),
-                           "kernel_without_barriers_us": statistics.median(without) * 1e3}
+        rows[str(grid)] = {
+            "us_per_barrier": per_barrier_us(statistics.median(with_n), statistics.median(without), BARRIERS),
+            "kernel_without_barriers_us": statistics.median(without) * 1e3,
+        }
     result["software_barrier"] = rows
     return result
 
@@ -372,8 +395,13 @@ def build_extension():
     for arch in ("9.0a", "9.0"):
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         try:
-            ext = load_inline(name="kagent_megakernel_probes", cpp_sources=CPP_DECLARATIONS,
-                              cuda_sources=CUDA_SOURCE, functions=FUNCTIONS, extra_cuda_cflags=["-O3"])
+            ext = load_inline(
+                name="kagent_megakernel_probes",
+                cpp_sources=CPP_DECLARATIONS,
+                cuda_sources=CUDA_SOURCE,
+                functions=FUNCTIONS,
+                extra_cuda_cflags=["-O3"],
+            )
             return ext, time.perf_counter() - started
         except ValueError as err:  # an architecture this torch does not know
             if arch == "9.0":
@@ -422,8 +450,9 @@ def measure_cuda() -> dict:
             run(10)
             without = [device_ms(lambda: run(0)) for _ in range(REPEATS)]
             with_n = [device_ms(lambda: run(BARRIERS)) for _ in range(REPEATS)]
-            table[str(blocks)] = {"us_per_barrier": per_barrier_us(statistics.median(with_n),
-                                                                   statistics.median(without), BARRIERS)}
+            table[str(blocks)] = {
+                "us_per_barrier": per_barrier_us(statistics.median(with_n), statistics.median(without), BARRIERS)
+            }
     result["grid_sync_barrier"], result["software_barrier"] = coop, soft
     stamps = torch.zeros(4096, dtype=torch.int64, device="cuda")
     ext.globaltimer(stamps)
@@ -466,7 +495,9 @@ def measure_gemv(ext) -> dict:
                 times.append(device_ms(lambda: ext.int4_gemv(x, wq, scales, zeros, y, splits, hint)))
             median_ms = statistics.median(times[3:])
             rows[f"splits_{splits}_{'evict_first' if hint else 'plain'}"] = {
-                "us": median_ms * 1e3, "gb_per_s": nbytes / (median_ms / 1e3) / 1e9}
+                "us": median_ms * 1e3,
+                "gb_per_s": nbytes / (median_ms / 1e3) / 1e9,
+            }
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     copy = statistics.median(device_ms(lambda: dst.copy_(src)) for _ in range(10))
@@ -486,7 +517,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-
 def summary_lines(triton_figures: dict, cuda_figures: dict) -> list[str]:
     """The figures the playbook cites, one line each, from the two parts' JSON (either may be {})."""
     lines = []
@@ -494,35 +524,46 @@ def summary_lines(triton_figures: dict, cuda_figures: dict) -> list[str]:
     env = triton_figures.get("environment") or cuda_figures.get("environment") or {}
     if env:
         lines.append(f"{env.get('nvidia_smi')}; torch {env.get('torch')}, triton {env.get('triton')}, {env.get('utc')}")
-    for name, table in (("Triton software barrier", tri.get("software_barrier")),
-                        ("cooperative grid.sync (load_inline)", cu.get("grid_sync_barrier")),
-                        ("CUDA software barrier", cu.get("software_barrier"))):
+    for name, table in (
+        ("Triton software barrier", tri.get("software_barrier")),
+        ("cooperative grid.sync (load_inline)", cu.get("grid_sync_barrier")),
+        ("CUDA software barrier", cu.get("software_barrier")),
+    ):
         if table:
-            lines.append(f"{name}: " + ", ".join(f"{v['us_per_barrier']:.2f} µs at {grid} blocks"
-                                                  for grid, v in table.items()))
-    for name, key, figures in (("Triton launch, 1 argument", "launch_1_arg", tri),
-                               ("Triton launch, 24 arguments", "launch_24_args", tri),
-                               ("C++ launch in a loop (load_inline)", "launch_loop_in_cpp", cu),
-                               ("cooperative launch in a loop", "cooperative_launch_loop_in_cpp", cu),
-                               ("one load_inline call from Python", "launch_from_python_binding", cu)):
+            lines.append(
+                f"{name}: " + ", ".join(f"{v['us_per_barrier']:.2f} µs at {grid} blocks" for grid, v in table.items())
+            )
+    for name, key, figures in (
+        ("Triton launch, 1 argument", "launch_1_arg", tri),
+        ("Triton launch, 24 arguments", "launch_24_args", tri),
+        ("C++ launch in a loop (load_inline)", "launch_loop_in_cpp", cu),
+        ("cooperative launch in a loop", "cooperative_launch_loop_in_cpp", cu),
+        ("one load_inline call from Python", "launch_from_python_binding", cu),
+    ):
         if key in figures:
             f = figures[key]
             lines.append(f"{name}: {f['queued_us']:.1f} µs queued, {f['completed_us']:.1f} µs completed per launch")
     if cu.get("coop_refusal_of_a_grid_too_large") is not None:
-        lines.append(f"cooperative launch of SMs x {cu['max_blocks_per_sm']['grid.sync']} + 1 blocks: "
-                     f"{cu['coop_refusal_of_a_grid_too_large'] or 'launched (not refused)'}")
+        lines.append(
+            f"cooperative launch of SMs x {cu['max_blocks_per_sm']['grid.sync']} + 1 blocks: "
+            f"{cu['coop_refusal_of_a_grid_too_large'] or 'launched (not refused)'}"
+        )
     if "globaltimer" in cu:
         g = cu["globaltimer"]
-        lines.append(f"%globaltimer read back to back: least step {g['least_step_ns']:.0f} ns, median step "
-                     f"{g['median_step_ns']:.0f} ns, unchanged {g['unchanged_share']:.0%} of reads")
+        lines.append(
+            f"%globaltimer read back to back: least step {g['least_step_ns']:.0f} ns, median step "
+            f"{g['median_step_ns']:.0f} ns, unchanged {g['unchanged_share']:.0%} of reads"
+        )
     gemv = cu.get("int4_gemv") or {}
     if gemv:
         variants = {k: v for k, v in gemv.items() if k.startswith("splits_")}
         best = max(variants, key=lambda k: variants[k]["gb_per_s"])
-        lines.append(f"int4 GEMV {gemv['K']}x{gemv['N']} ({gemv['bytes'] / 1e6:.1f} MB, relative error "
-                     f"{gemv['relative_error']:.1e}): " + ", ".join(f"{k} {v['us']:.1f} µs = {v['gb_per_s']:.0f} GB/s"
-                                                                  for k, v in variants.items())
-                     + f"; copy {gemv['copy_gb_per_s']:.0f} GB/s; best {best}")
+        lines.append(
+            f"int4 GEMV {gemv['K']}x{gemv['N']} ({gemv['bytes'] / 1e6:.1f} MB, relative error "
+            f"{gemv['relative_error']:.1e}): "
+            + ", ".join(f"{k} {v['us']:.1f} µs = {v['gb_per_s']:.0f} GB/s" for k, v in variants.items())
+            + f"; copy {gemv['copy_gb_per_s']:.0f} GB/s; best {best}"
+        )
     return lines
 
 

@@ -22,6 +22,7 @@ placement as much as the harness.
 ``run`` writes OUT/bench.json, OUT/eval_N.json and OUT/regression.json (the criteria, each with
 its figures) and exits 1 when any criterion does not hold. examples/02_kimi_linear_decode/gpu_run.sh
 runs it on the lent GPU."""
+
 from __future__ import annotations
 
 import argparse
@@ -53,20 +54,33 @@ def judge(bench: dict, evaluations: list[EvalResult], tolerance: float = STEADY_
     """Each criterion with whether it holds and the figures it was judged on."""
     verdicts = [result.verdict.value for result in evaluations]
     failed = [result.reason for result in evaluations if result.verdict.value != "pass"]
-    criteria = [{"criterion": "every evaluation passes", "holds": bool(verdicts) and not failed,
-                 "verdicts": verdicts, "reasons": failed},
-                {"criterion": f"the same verdict in {len(verdicts)} of {len(verdicts)}",
-                 "holds": len(set(verdicts)) == 1, "verdicts": verdicts}]
+    criteria = [
+        {
+            "criterion": "every evaluation passes",
+            "holds": bool(verdicts) and not failed,
+            "verdicts": verdicts,
+            "reasons": failed,
+        },
+        {
+            "criterion": f"the same verdict in {len(verdicts)} of {len(verdicts)}",
+            "holds": len(set(verdicts)) == 1,
+            "verdicts": verdicts,
+        },
+    ]
     launches = [[report.launches for report in result.launches if report.who == "candidate"] for result in evaluations]
-    criteria.append({"criterion": "one launch per step", "holds": all(counts == [1] for counts in launches),
-                     "launches": launches})
+    criteria.append(
+        {"criterion": "one launch per step", "holds": all(counts == [1] for counts in launches), "launches": launches}
+    )
     timed = all(result.timings for result in evaluations) and bool(evaluations)
     untimed = {} if timed else {"why": "an evaluation has no timing"}
     loop = plain_loop_ms(bench)
     steady, device = [], []
     for i, result in enumerate(evaluations):
-        device_ms = {report.context_len: report.device_ms for report in result.launches
-                     if report.who == "candidate" and report.device_ms}
+        device_ms = {
+            report.context_len: report.device_ms
+            for report in result.launches
+            if report.who == "candidate" and report.device_ms
+        }
         for timing in result.timings:
             row = {"evaluation": i + 1, "context": timing.context_len, "steady_ms": timing.candidate.median_ms}
             bench_ms = loop.get(timing.context_len) if timing.context_len is not None else None
@@ -80,15 +94,32 @@ def judge(bench: dict, evaluations: list[EvalResult], tolerance: float = STEADY_
                 steady.append({**row, "holds": False, "why": "the solution's process timed no block of its own"})
             if timing.context_len in device_ms:
                 off = timing.candidate.median_ms / device_ms[timing.context_len] - 1
-                device.append({**row, "device_ms": device_ms[timing.context_len], "off": round(off, 4),
-                               "holds": abs(off) <= DEVICE_TIME_TOLERANCE})
-    criteria.append({"criterion": f"steady within {tolerance * 100:g}% of the plain chain loop in the same process "
-                                  "at every context",
-                     "holds": timed and all(row["holds"] for row in steady), "per_context": steady, **untimed})
-    criteria.append({"criterion": f"steady within {DEVICE_TIME_TOLERANCE * 100:g}% of the profiler's device time",
-                     "holds": timed and bool(device) and all(row["holds"] for row in device), "per_context": device,
-                     **({} if device or not timed else {"why": "no evaluation reported the step's device time"}),
-                     **untimed})
+                device.append(
+                    {
+                        **row,
+                        "device_ms": device_ms[timing.context_len],
+                        "off": round(off, 4),
+                        "holds": abs(off) <= DEVICE_TIME_TOLERANCE,
+                    }
+                )
+    criteria.append(
+        {
+            "criterion": f"steady within {tolerance * 100:g}% of the plain chain loop in the same process "
+            "at every context",
+            "holds": timed and all(row["holds"] for row in steady),
+            "per_context": steady,
+            **untimed,
+        }
+    )
+    criteria.append(
+        {
+            "criterion": f"steady within {DEVICE_TIME_TOLERANCE * 100:g}% of the profiler's device time",
+            "holds": timed and bool(device) and all(row["holds"] for row in device),
+            "per_context": device,
+            **({} if device or not timed else {"why": "no evaluation reported the step's device time"}),
+            **untimed,
+        }
+    )
     return criteria
 
 
@@ -97,10 +128,14 @@ def show(criteria: list[dict]) -> str:
     for criterion in criteria:
         lines.append(f"{'HOLDS' if criterion['holds'] else 'FAILS'}  {criterion['criterion']}")
         for row in criterion.get("per_context", []):
-            against = (f"plain loop {row['plain_loop_ms']:.4f} ms" if "plain_loop_ms" in row
-                       else f"device time {row['device_ms']:.4f} ms" if "device_ms" in row else "")
-            figures = (f"steady {row['steady_ms']:.4f} ms, {against}, {row['off']:+.1%}" if "off" in row
-                       else row["why"])
+            against = (
+                f"plain loop {row['plain_loop_ms']:.4f} ms"
+                if "plain_loop_ms" in row
+                else f"device time {row['device_ms']:.4f} ms"
+                if "device_ms" in row
+                else ""
+            )
+            figures = f"steady {row['steady_ms']:.4f} ms, {against}, {row['off']:+.1%}" if "off" in row else row["why"]
             if "device_ms" not in row and "off_bench" in row:
                 figures += f" (bench.py's loop {row['bench_loop_ms']:.4f} ms: {row['off_bench']:+.1%})"
             lines.append(f"       evaluation {row['evaluation']}, ctx {row['context']}: {figures}")
@@ -124,9 +159,19 @@ def run(out: Path, repeats: int, recording: bool = False, eval_options: Sequence
     build_home = Path(tempfile.mkdtemp(prefix="kimi-build-home-"))
     env = {name: value for name, value in os.environ.items() if name not in BUILD_CACHE_VARIABLES}
     env["HOME"] = str(build_home)
-    bench = subprocess.run([sys.executable, str(EXAMPLE / "bench.py"), "--out", str(out / "bench.json"),
-                            *(["--recording"] if recording else [])],
-                           capture_output=True, text=True, timeout=300, env=env)
+    bench = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE / "bench.py"),
+            "--out",
+            str(out / "bench.json"),
+            *(["--recording"] if recording else []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     (out / "bench.log").write_text(bench.stdout + bench.stderr)
     print(f"bench.py: exit {bench.returncode} [{time.monotonic() - started:.0f} s]", flush=True)
     if bench.returncode != 0:
@@ -134,17 +179,38 @@ def run(out: Path, repeats: int, recording: bool = False, eval_options: Sequence
     evaluations = []
     for i in range(repeats):
         path = out / f"eval_{i + 1}.json"
-        done = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", "02_kimi_linear_decode", "--solution",
-                               str(EXAMPLE / "solution.py"), "--device", "cuda", "--build-home", str(build_home),
-                               "--out", str(path), *eval_options],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kagent.agent.cli",
+                "eval",
+                "02_kimi_linear_decode",
+                "--solution",
+                str(EXAMPLE / "solution.py"),
+                "--device",
+                "cuda",
+                "--build-home",
+                str(build_home),
+                "--out",
+                str(path),
+                *eval_options,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if not path.exists():
-            raise SystemExit(f"evaluation {i + 1} wrote no result (exit {done.returncode}):\n"
-                             f"{(done.stdout + done.stderr)[-2000:]}")
+            raise SystemExit(
+                f"evaluation {i + 1} wrote no result (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
+            )
         result = EvalResult.model_validate_json(path.read_text())
         evaluations.append(result)
-        print(f"evaluation {i + 1}: {result.verdict.value}, score {result.score}, wall {result.wall_seconds:.1f} s "
-              f"(exit {done.returncode}) [{time.monotonic() - started:.0f} s]", flush=True)
+        print(
+            f"evaluation {i + 1}: {result.verdict.value}, score {result.score}, wall {result.wall_seconds:.1f} s "
+            f"(exit {done.returncode}) [{time.monotonic() - started:.0f} s]",
+            flush=True,
+        )
     return judge(json.loads((out / "bench.json").read_text()), evaluations)
 
 
@@ -154,11 +220,18 @@ def main(argv: list[str]) -> int:
     running = sub.add_parser("run")
     running.add_argument("out", type=Path)
     running.add_argument("--repeats", type=int, default=5)
-    running.add_argument("--recording", action="store_true",
-                         help="bench.py also times its loop with each step's hidden recorded, as timed chains do")
-    running.add_argument("--eval-option", action="append", default=[], dest="eval_options",
-                         help="an option passed on to every kagent eval, e.g. --eval-option=--min-request-ms=10 "
-                              "(repeat it for several)")
+    running.add_argument(
+        "--recording",
+        action="store_true",
+        help="bench.py also times its loop with each step's hidden recorded, as timed chains do",
+    )
+    running.add_argument(
+        "--eval-option",
+        action="append",
+        default=[],
+        dest="eval_options",
+        help="an option passed on to every kagent eval, e.g. --eval-option=--min-request-ms=10 (repeat it for several)",
+    )
     judging = sub.add_parser("judge")
     judging.add_argument("bench", type=Path)
     judging.add_argument("evaluations", type=Path, nargs="+")
@@ -168,11 +241,14 @@ def main(argv: list[str]) -> int:
         (args.out / "regression.json").write_text(json.dumps(criteria, indent=1))
     else:
         try:
-            criteria = judge(json.loads(args.bench.read_text()),
-                             [EvalResult.model_validate_json(path.read_text()) for path in args.evaluations])
+            criteria = judge(
+                json.loads(args.bench.read_text()),
+                [EvalResult.model_validate_json(path.read_text()) for path in args.evaluations],
+            )
         except (OSError, ValueError, KeyError) as err:  # pydantic's ValidationError is a ValueError
-            print(f"megakernel_regression: cannot judge these files: {type(err).__name__}: {err}"[:1000],
-                  file=sys.stderr)
+            print(
+                f"megakernel_regression: cannot judge these files: {type(err).__name__}: {err}"[:1000], file=sys.stderr
+            )
             return 2
     print(show(criteria))
     return 0 if all(criterion["holds"] for criterion in criteria) else 1

@@ -40,6 +40,7 @@ machine's CPU, cache and node layout.
 
     python3 scripts/pair_bias.py --device cuda --pairs 4 --quads 100 --out pairs.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,12 +103,15 @@ def threads(pid: int) -> dict[int, dict]:
             status = (task / "status").read_text()
         except OSError:
             continue  # it ended
-        name = stat[stat.index("(") + 1: stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()  # from field 3, state, on
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()  # from field 3, state, on
         preempted = re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", status)
-        found[int(task.name)] = {"name": name, "cpu": int(fields[36]),
-                                 "cpu_ms": (int(fields[11]) + int(fields[12])) * ticks_ms,
-                                 "preempted": int(preempted.group(1)) if preempted else 0}
+        found[int(task.name)] = {
+            "name": name,
+            "cpu": int(fields[36]),
+            "cpu_ms": (int(fields[11]) + int(fields[12])) * ticks_ms,
+            "preempted": int(preempted.group(1)) if preempted else 0,
+        }
     return found
 
 
@@ -135,14 +139,18 @@ def while_timed(pid: int, before: dict[int, dict]) -> dict:
         if used >= 20:
             busy.append({"tid": tid, "name": now["name"], "cpu": now["cpu"], "cpu_ms": used, "main": tid == pid})
     main_then = before.get(pid, {"preempted": 0})["preempted"]
-    return {"threads": len(after), "main_preempted": after.get(pid, {"preempted": 0})["preempted"] - main_then,
-            "busy": busy}
+    return {
+        "threads": len(after),
+        "main_preempted": after.get(pid, {"preempted": 0})["preempted"] - main_then,
+        "busy": busy,
+    }
 
 
 def start(cmd: list[str], env: dict[str, str], cpu: Optional[int]) -> subprocess.Popen:
     pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
-    return subprocess.Popen(cmd, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=pin)
+    return subprocess.Popen(
+        cmd, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=pin
+    )
 
 
 def block_ms(proc: subprocess.Popen, steps: int, how: str = "") -> float:
@@ -161,12 +169,25 @@ def speed_of_b(a_ms: list[float], b_ms: list[float], rng: np.random.Generator) -
     units = np.sqrt((a[0::2] / b[0::2]) * (a[1::2] / b[1::2]))
     medians = np.median(rng.choice(units, size=(2000, units.size)), axis=1)
     low, high = np.percentile(medians, [2.5, 97.5])
-    return {"speed": float(np.median(units)), "low": float(low), "high": float(high),
-            "a_median_ms": float(np.median(a_ms)), "b_median_ms": float(np.median(b_ms))}
+    return {
+        "speed": float(np.median(units)),
+        "low": float(low),
+        "high": float(high),
+        "a_median_ms": float(np.median(a_ms)),
+        "b_median_ms": float(np.median(b_ms)),
+    }
 
 
-def one_pair(mode: str, quads: int, block_steps: int, argv: list[str], timing_cpu: int, first_cpu: int,
-             others: set[int], rng: np.random.Generator) -> dict:
+def one_pair(
+    mode: str,
+    quads: int,
+    block_steps: int,
+    argv: list[str],
+    timing_cpu: int,
+    first_cpu: int,
+    others: set[int],
+    rng: np.random.Generator,
+) -> dict:
     cmd, env = process_spread.command("both" if mode in ("same_layout", "history") else "isolated", argv)
     cpus = {"timing_cpu": (timing_cpu, timing_cpu), "apart": (first_cpu, timing_cpu)}.get(mode, (None, None))
     pair = [start(cmd, env, cpu) for cpu in cpus]
@@ -193,9 +214,15 @@ def one_pair(mode: str, quads: int, block_steps: int, argv: list[str], timing_cp
             assert proc.stdin is not None
             proc.stdin.close()
             proc.wait(timeout=60)
-    return {"mode": mode, "started_on": list(cpus), "pages_by_node": memory, "while_timed": seen,
-            "device_ms": device, "device_b_over_a": device[0] / device[1] if all(device) else None,
-            **speed_of_b(a_ms, b_ms, rng)}
+    return {
+        "mode": mode,
+        "started_on": list(cpus),
+        "pages_by_node": memory,
+        "while_timed": seen,
+        "device_ms": device,
+        "device_b_over_a": device[0] / device[1] if all(device) else None,
+        **speed_of_b(a_ms, b_ms, rng),
+    }
 
 
 def main(args: list[str] | None = None) -> int:
@@ -215,8 +242,16 @@ def main(args: list[str] | None = None) -> int:
     timing_cpu, first_cpu = allowed[-1], allowed[0]
     others = set(allowed[:-1]) or {timing_cpu}
     os.sched_setaffinity(0, {timing_cpu})  # the driver sleeps in a read while a child runs, as the referee does
-    argv = [str(SCRIPTS / "process_spread.py"), "--child", "--device", options.device, "--context",
-            str(options.context), "--scale", options.scale]
+    argv = [
+        str(SCRIPTS / "process_spread.py"),
+        "--child",
+        "--device",
+        options.device,
+        "--context",
+        str(options.context),
+        "--scale",
+        options.scale,
+    ]
     rng = np.random.default_rng(0)
     results = []
     for round_index in range(options.pairs):
@@ -224,20 +259,28 @@ def main(args: list[str] | None = None) -> int:
             result = one_pair(mode, options.quads, options.block_steps, argv, timing_cpu, first_cpu, others, rng)
             result["round"] = round_index
             results.append(result)
-            print(f"{mode:>10} #{round_index}: B/A speed {result['speed']:.3f} [{result['low']:.3f}, "
-                  f"{result['high']:.3f}]  A {result['a_median_ms']:.2f} ms  B {result['b_median_ms']:.2f} ms  "
-                  f"device B/A speed {result['device_b_over_a'] or 0:.3f} ({result['device_ms'][0]:.3f}, "
-                  f"{result['device_ms'][1]:.3f} ms)  "
-                  f"pages {result['pages_by_node']}", flush=True)
+            print(
+                f"{mode:>10} #{round_index}: B/A speed {result['speed']:.3f} [{result['low']:.3f}, "
+                f"{result['high']:.3f}]  A {result['a_median_ms']:.2f} ms  B {result['b_median_ms']:.2f} ms  "
+                f"device B/A speed {result['device_b_over_a'] or 0:.3f} ({result['device_ms'][0]:.3f}, "
+                f"{result['device_ms'][1]:.3f} ms)  "
+                f"pages {result['pages_by_node']}",
+                flush=True,
+            )
             for who, seen in zip("AB", result["while_timed"], strict=True):
                 busy = ", ".join(f"{t['name']}@{t['cpu']} {t['cpu_ms']:.0f} ms" for t in seen["busy"])
-                print(f"            {who}: {seen['threads']} threads, main preempted {seen['main_preempted']}x; "
-                      f"busy: {busy}", flush=True)
+                print(
+                    f"            {who}: {seen['threads']} threads, main preempted {seen['main_preempted']}x; "
+                    f"busy: {busy}",
+                    flush=True,
+                )
     for mode in options.modes:
         speeds = [r["speed"] for r in results if r["mode"] == mode]
         outside = sum(not (r["low"] <= 1.0 <= r["high"]) for r in results if r["mode"] == mode)
-        print(f"{mode:>10}: B/A {min(speeds):.3f}-{max(speeds):.3f}, median {float(np.median(speeds)):.3f}; "
-              f"{outside} of {len(speeds)} pairs' intervals exclude 1.00")
+        print(
+            f"{mode:>10}: B/A {min(speeds):.3f}-{max(speeds):.3f}, median {float(np.median(speeds)):.3f}; "
+            f"{outside} of {len(speeds)} pairs' intervals exclude 1.00"
+        )
     if options.out:
         options.out.write_text(json.dumps({"machine": machine, "pairs": results}, indent=1))
     return 0

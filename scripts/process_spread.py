@@ -21,6 +21,7 @@ and a summary per way, and the whole record to ``--out``.
 
     python3 scripts/process_spread.py --device cuda --processes 6 --rounds 30 --out spread.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,10 +43,12 @@ class _Child:
 
     def __init__(self, task_dir: Path, device_name: str, context_len: int, scale: str):
         import torch
+
         sys.path.insert(0, str(task_dir))
         import baseline
         import reference
         import shapes
+
         self.torch, self.reference = torch, reference
         self.device = device = torch.device(device_name)
         self.shapes = shapes.SHAPES if scale == "full" else shapes.SMOKE_SHAPES
@@ -58,8 +61,10 @@ class _Child:
                     tensor.random_(0, 256)
                 elif tensor.is_floating_point():
                     tensor.normal_(0.0, 0.02)
-        self.chain = [reference.init_token(cfg, 0, device=device),
-                      reference.init_state(cfg, context_len, 0, device=device)]
+        self.chain = [
+            reference.init_token(cfg, 0, device=device),
+            reference.init_state(cfg, context_len, 0, device=device),
+        ]
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -81,8 +86,9 @@ class _Child:
         use_device = None if self.device.type == "cpu" else self.device.type
         with torch.autograd.profiler.profile(use_device=use_device, use_kineto=True) as prof:
             self.steps(count)
-        busy_us = sum(e.time_range.elapsed_us() for e in prof.function_events
-                      if e.device_type == torch.autograd.DeviceType.CUDA)
+        busy_us = sum(
+            e.time_range.elapsed_us() for e in prof.function_events if e.device_type == torch.autograd.DeviceType.CUDA
+        )
         return busy_us / 1e3 / count
 
     def history(self, count: int) -> float:
@@ -92,9 +98,10 @@ class _Child:
         contexts = [s["context_len"] for s in self.shapes]
         with self.torch.no_grad():
             for i in range(count):
-                self.model.step(self.reference.init_token(self.cfg, 100 + i, device=self.device),
-                                self.reference.init_state(self.cfg, contexts[i % len(contexts)], 100 + i,
-                                                          device=self.device))
+                self.model.step(
+                    self.reference.init_token(self.cfg, 100 + i, device=self.device),
+                    self.reference.init_state(self.cfg, contexts[i % len(contexts)], 100 + i, device=self.device),
+                )
         self.synchronize()
         return 0.0
 
@@ -123,19 +130,30 @@ def command(way: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
         interpreter = [sys.executable, "-I", "-B", "-u"]
     if way in ("no_aslr", "both"):
         # Set in a short-lived interpreter that then execs the child: a personality is inherited.
-        launcher = (f"import ctypes, os, sys; ctypes.CDLL(None).personality({ADDR_NO_RANDOMIZE}); "
-                    "os.execv(sys.argv[1], sys.argv[1:])")
+        launcher = (
+            f"import ctypes, os, sys; ctypes.CDLL(None).personality({ADDR_NO_RANDOMIZE}); "
+            "os.execv(sys.argv[1], sys.argv[1:])"
+        )
         return [sys.executable, "-I", "-c", launcher, *interpreter, *argv], env
     return [*interpreter, *argv], env
 
 
-def measure(way: str, processes: int, rounds: int, block_steps: int, device: str, context_len: int,
-            scale: str) -> dict:
-    argv = [str(Path(__file__).resolve()), "--child", "--device", device, "--context", str(context_len),
-            "--scale", scale]
+def measure(way: str, processes: int, rounds: int, block_steps: int, device: str, context_len: int, scale: str) -> dict:
+    argv = [
+        str(Path(__file__).resolve()),
+        "--child",
+        "--device",
+        device,
+        "--context",
+        str(context_len),
+        "--scale",
+        scale,
+    ]
     cmd, env = command(way, argv)
-    children = [subprocess.Popen(cmd, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                for _ in range(processes)]
+    children = [
+        subprocess.Popen(cmd, env=env, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(processes)
+    ]
     try:
         for proc in children:
             assert proc.stdout.readline().strip() == "ready", f"a child of way {way} did not start"
@@ -146,7 +164,7 @@ def measure(way: str, processes: int, rounds: int, block_steps: int, device: str
         times: list[list[float]] = [[] for _ in children]
         for r in range(rounds):
             order = list(range(processes))
-            order = order[r % processes:] + order[:r % processes]  # each takes each place in turn
+            order = order[r % processes :] + order[: r % processes]  # each takes each place in turn
             for i in order:
                 children[i].stdin.write(f"{block_steps}\n")
                 children[i].stdin.flush()
@@ -156,16 +174,25 @@ def measure(way: str, processes: int, rounds: int, block_steps: int, device: str
             proc.stdin.close()
             proc.wait(timeout=60)
     medians = [statistics.median(t) for t in times]
-    halves = [(statistics.median(t[: rounds // 2]), statistics.median(t[rounds // 2:])) for t in times]
+    halves = [(statistics.median(t[: rounds // 2]), statistics.median(t[rounds // 2 :])) for t in times]
     # Within a process, the spread of its own blocks: a gap between processes much wider
     # than this is the process's, not the moment's.
     within = statistics.median(statistics.pstdev(t) / statistics.median(t) for t in times)
     first_rank = sorted(range(processes), key=lambda i: halves[i][0])
     second_rank = sorted(range(processes), key=lambda i: halves[i][1])
-    return {"way": way, "processes": processes, "rounds": rounds, "block_steps": block_steps,
-            "context_len": context_len, "median_ms": medians, "halves_ms": halves,
-            "spread": max(medians) / min(medians) - 1, "within_process_rel_sd": within,
-            "same_order_in_both_halves": first_rank == second_rank, "all_ms": times}
+    return {
+        "way": way,
+        "processes": processes,
+        "rounds": rounds,
+        "block_steps": block_steps,
+        "context_len": context_len,
+        "median_ms": medians,
+        "halves_ms": halves,
+        "spread": max(medians) / min(medians) - 1,
+        "within_process_rel_sd": within,
+        "same_order_in_both_halves": first_rank == second_rank,
+        "all_ms": times,
+    }
 
 
 def main(args: list[str] | None = None) -> int:
@@ -185,15 +212,18 @@ def main(args: list[str] | None = None) -> int:
         return 0
     record = []
     for way in options.ways:
-        result = measure(way, options.processes, options.rounds, options.block_steps, options.device,
-                         options.context, options.scale)
+        result = measure(
+            way, options.processes, options.rounds, options.block_steps, options.device, options.context, options.scale
+        )
         record.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "all_ms"}), flush=True)
     for result in record:
         medians = result["median_ms"]
-        print(f"{result['way']:>9}: processes' medians {min(medians):.3f}-{max(medians):.3f} ms/step, spread "
-              f"{result['spread'] * 100:.1f}% (within a process {result['within_process_rel_sd'] * 100:.1f}% sd), "
-              f"same order in both halves: {result['same_order_in_both_halves']}")
+        print(
+            f"{result['way']:>9}: processes' medians {min(medians):.3f}-{max(medians):.3f} ms/step, spread "
+            f"{result['spread'] * 100:.1f}% (within a process {result['within_process_rel_sd'] * 100:.1f}% sd), "
+            f"same order in both halves: {result['same_order_in_both_halves']}"
+        )
     if options.out:
         options.out.write_text(json.dumps(record, indent=1))
     return 0

@@ -7,6 +7,7 @@ reads them from the driver once a kernel is loaded: n_regs, and n_spills = local
 
 The compile tool's report is tested on the CPU with these records (tests/test_tools.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,18 +42,36 @@ def matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.c
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, K, BK):
-        acc += tl.dot(tl.load(a + rm[:, None] * K + (k + rk)[None, :]),
-                      tl.load(b + (k + rk)[:, None] * N + rn[None, :]))
+        acc += tl.dot(
+            tl.load(a + rm[:, None] * K + (k + rk)[None, :]), tl.load(b + (k + rk)[:, None] * N + rn[None, :])
+        )
     tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
 
 
 KERNELS = [
-    (add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-     {"BLOCK": 1024}, {"num_warps": 4}),
+    (
+        add_kernel,
+        {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 1024},
+        {"num_warps": 4},
+    ),
     # Capped at 128 registers per thread, so that it spills: a row with spills and shared memory.
-    (matmul_kernel, {"a": "*bf16", "b": "*bf16", "c": "*bf16", "M": "i32", "N": "i32", "K": "i32",
-                     "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
-     {"BM": 128, "BN": 128, "BK": 64}, {"num_warps": 4, "num_stages": 3, "maxnreg": 128}),
+    (
+        matmul_kernel,
+        {
+            "a": "*bf16",
+            "b": "*bf16",
+            "c": "*bf16",
+            "M": "i32",
+            "N": "i32",
+            "K": "i32",
+            "BM": "constexpr",
+            "BN": "constexpr",
+            "BK": "constexpr",
+        },
+        {"BM": 128, "BN": 128, "BK": 64},
+        {"num_warps": 4, "num_stages": 3, "maxnreg": 128},
+    ),
 ]
 
 
@@ -71,22 +90,39 @@ def main() -> None:
     records = []
     for fn, signature, constexprs, options in KERNELS:
         began = time.perf_counter()
-        kernel = triton.compile(ASTSource(fn, signature=signature, constexprs=constexprs),
-                                target=GPUTarget("cuda", 90, 32), options=options)
+        kernel = triton.compile(
+            ASTSource(fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options=options
+        )
         seconds = time.perf_counter() - began
         with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
             cubin.write(kernel.asm["cubin"])
             cubin.flush()
-            usage = parse_res_usage(subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True,
-                                                   text=True, check=True).stdout)[0]
+            usage = parse_res_usage(
+                subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True, text=True, check=True).stdout
+            )[0]
         metadata = {k: _plain(v) for k, v in kernel.metadata._asdict().items() if k != "extern_libs"}
         local = usage["stack_frame"] + usage["local_mem"]
-        records.append({"metadata": metadata, "n_regs": usage["registers"], "n_spills": local // 4,
-                        "compile_s": round(seconds, 3), "cuobjdump": usage})
-    FIXTURE.write_text(json.dumps({
-        "recorded_with": f"scripts/record_triton_fixture.py, triton {triton.__version__}, target sm_90, no GPU; "
-                         f"n_regs and n_spills from cuobjdump -res-usage of each cubin (local = stack + local bytes)",
-        "kernels": records}, indent=1) + "\n")
+        records.append(
+            {
+                "metadata": metadata,
+                "n_regs": usage["registers"],
+                "n_spills": local // 4,
+                "compile_s": round(seconds, 3),
+                "cuobjdump": usage,
+            }
+        )
+    FIXTURE.write_text(
+        json.dumps(
+            {
+                "recorded_with": f"scripts/record_triton_fixture.py, triton {triton.__version__}, "
+                f"target sm_90, no GPU; n_regs and n_spills from cuobjdump -res-usage of each cubin "
+                f"(local = stack + local bytes)",
+                "kernels": records,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {FIXTURE}")
 
 

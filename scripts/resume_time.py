@@ -6,6 +6,7 @@ with SIGKILL once its trace holds EVENTS events, then times `kagent resume` (the
 process, which re-reads the trace, rebuilds the conversation, puts the workspace back and
 drives the few turns left) and, in process, the rebuild alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,13 +29,34 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         turns = target // 6 + 5  # about six events a turn
-        script = [{"tool_calls": [{"name": "design", "arguments": {"hypothesis": f"idea {i}", "predicted": "1x"}},
-                                  {"name": "list_files", "arguments": {}}]} for i in range(turns)]
+        script = [
+            {
+                "tool_calls": [
+                    {"name": "design", "arguments": {"hypothesis": f"idea {i}", "predicted": "1x"}},
+                    {"name": "list_files", "arguments": {}},
+                ]
+            }
+            for i in range(turns)
+        ]
         script.append({"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]})
         (folder / "script.json").write_text(json.dumps(script))
         env = {**os.environ, "KAGENT_RUNS": str(folder / "runs")}
-        run = subprocess.Popen([KAGENT, "run", "02_kimi_linear_decode", "--model", f"scripted:{folder / 'script.json'}",
-                                "--budget", "30m", "--device", "cpu", "--quiet"], env=env, stdout=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [
+                KAGENT,
+                "run",
+                "02_kimi_linear_decode",
+                "--model",
+                f"scripted:{folder / 'script.json'}",
+                "--budget",
+                "30m",
+                "--device",
+                "cpu",
+                "--quiet",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
         while run.poll() is None:
             traces = list((folder / "runs").glob("*/trace.jsonl"))
             if traces and len(traces[0].read_bytes().splitlines()) >= target:
@@ -52,8 +74,10 @@ def main() -> None:
         resume_s = time.perf_counter() - started
         final = len(read_trace(trace).events)
     print(f"killed at {len(events)} events; rebuilding the conversation from them: {rebuild_ms:.1f} ms")
-    print(f"`kagent resume` (whole process: start, rebuild, workspace put back, the remaining turns, "
-          f"the end; {final - len(events)} more events): {resume_s:.2f} s, exit {resumed.returncode}")
+    print(
+        f"`kagent resume` (whole process: start, rebuild, workspace put back, the remaining turns, "
+        f"the end; {final - len(events)} more events): {resume_s:.2f} s, exit {resumed.returncode}"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Prints, per seed, each layer's relative gap between the 8th and 9th expert proba
 the cosine of the baseline's next hidden against the reference's (full-scale Config; builds
 the reference weights first, about 14 s on a 2-core CPU).
 """
+
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ def main() -> None:
     for seed in range(first, end):
         state = reference.init_state(cfg, context_len, seed, "cpu")
         hidden = reference.init_token(cfg, seed, "cpu")
+
         def copy(state=state):
             return [{k: v.clone() for k, v in layer.items()} for layer in state]
 

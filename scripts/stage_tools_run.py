@@ -11,6 +11,7 @@ for the flagship task at full scale, at every context (on a GPU; at smoke scale 
 where it takes minutes): stage_tools_megakernel.json in OUT_FOLDER. `megakernel-ncu` runs the
 ncu_kernel tool on one launch of it, both views (its probe.py; a GPU with Nsight Compute only).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,11 @@ def own_step_us(device: str) -> dict[str, float]:
             end.record()
             torch.cuda.synchronize()
             alone.append(begin.elapsed_time(end) * 1e3)
-    return {"back_to_back_us": back_to_back, "alone_us": statistics.median(alone) if alone else None,
-            "correct": bool(int(total.reshape(-1)[0]) == int(expected))}
+    return {
+        "back_to_back_us": back_to_back,
+        "alone_us": statistics.median(alone) if alone else None,
+        "correct": bool(int(total.reshape(-1)[0]) == int(expected)),
+    }
 
 
 def _context(root: Path, task: TaskRef, copies: dict[Path, list[str]], scale_on_gpu: str = "smoke") -> ToolContext:
@@ -75,9 +79,16 @@ def _context(root: Path, task: TaskRef, copies: dict[Path, list[str]], scale_on_
     for folder, names in copies.items():
         for name in names:
             shutil.copy(folder / name, workspace / name)
-    return ToolContext(workspace=workspace, task=task, eval_options=EvalOptions(
-        device=device, scale=scale_on_gpu if device == "cuda" else "smoke", cache_dir=root / "cache",
-        home=root / "home"))
+    return ToolContext(
+        workspace=workspace,
+        task=task,
+        eval_options=EvalOptions(
+            device=device,
+            scale=scale_on_gpu if device == "cuda" else "smoke",
+            cache_dir=root / "cache",
+            home=root / "home",
+        ),
+    )
 
 
 def prepare(root: Path) -> ToolContext:
@@ -91,8 +102,9 @@ def prepare_megakernel(root: Path) -> ToolContext:
     """A workspace holding kagent's megakernel and its probe, with the flagship task (its files
     in task/, as a run's workspace holds them)."""
     task = resolve_task("02_kimi_linear_decode")
-    ctx = _context(root, task, {MEGAKERNEL: ["solution.py", "megakernel.py", "bench.py", "probe.py"]},
-                   scale_on_gpu="full")
+    ctx = _context(
+        root, task, {MEGAKERNEL: ["solution.py", "megakernel.py", "bench.py", "probe.py"]}, scale_on_gpu="full"
+    )
     shutil.copytree(task.path, ctx.workspace / "task", dirs_exist_ok=True)
     return ctx
 
@@ -109,8 +121,12 @@ def run_megakernel_stages(ctx: ToolContext, out: Path) -> bool:
         sweep = {"steps": 20, "rounds": 3} if ctx.eval_options.device == "cuda" else {"steps": 2, "rounds": 1}
         stages = TOOLS["stages"].run({"context_len": context_len, **sweep}, ctx)
         seconds = round(time.monotonic() - started, 1)
-        report["contexts"][str(context_len)] = {"seconds": seconds, "is_error": stages.is_error,
-                                                "content": stages.content, "data": stages.data}
+        report["contexts"][str(context_len)] = {
+            "seconds": seconds,
+            "is_error": stages.is_error,
+            "content": stages.content,
+            "data": stages.data,
+        }
         print(f"--- stages tool, ctx {context_len} ({seconds} s)\n{stages.content}", flush=True)
         ok = ok and not stages.is_error
     (out / "stage_tools_megakernel.json").write_text(json.dumps(report, indent=1))
@@ -130,12 +146,27 @@ def run_megakernel_ncu(ctx: ToolContext, out: Path) -> bool:
         raise SystemExit(f"NCU_VIEWS: unknown {sorted(unknown)}; some of {', '.join(name for name, _, _ in views)}")
     for name, view, context in (v for v in views if v[0] in wanted):
         started = time.monotonic()
-        ncu = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "kimi_decode_step", "launch_skip": 2,
-                                       "view": view, "arguments": ["--context", str(context)]}, ctx)
-        report[name] = {"seconds": round(time.monotonic() - started, 1), "is_error": ncu.is_error,
-                        "content": ncu.content, "data": ncu.data}
-        print(f"--- ncu_kernel tool on the megakernel, view {view}, ctx {context} ({report[name]['seconds']} s)\n"
-              f"{ncu.content[:12000]}", flush=True)
+        ncu = TOOLS["ncu_kernel"].run(
+            {
+                "path": "probe.py",
+                "kernel": "kimi_decode_step",
+                "launch_skip": 2,
+                "view": view,
+                "arguments": ["--context", str(context)],
+            },
+            ctx,
+        )
+        report[name] = {
+            "seconds": round(time.monotonic() - started, 1),
+            "is_error": ncu.is_error,
+            "content": ncu.content,
+            "data": ncu.data,
+        }
+        print(
+            f"--- ncu_kernel tool on the megakernel, view {view}, ctx {context} ({report[name]['seconds']} s)\n"
+            f"{ncu.content[:12000]}",
+            flush=True,
+        )
         ok = ok and not ncu.is_error
     for csv_file in (ctx.workspace / "build").glob("*.csv"):
         shutil.copy(csv_file, out / f"megakernel_{csv_file.name}")
@@ -148,8 +179,12 @@ def run_stages(ctx: ToolContext, out: Path) -> bool:
     report: dict = {"device": ctx.eval_options.device}
     started = time.monotonic()
     stages = TOOLS["stages"].run({"steps": 20, "rounds": 3}, ctx)
-    report["stages"] = {"seconds": round(time.monotonic() - started, 1), "is_error": stages.is_error,
-                        "content": stages.content, "data": stages.data}
+    report["stages"] = {
+        "seconds": round(time.monotonic() - started, 1),
+        "is_error": stages.is_error,
+        "content": stages.content,
+        "data": stages.data,
+    }
     print(f"--- stages tool ({report['stages']['seconds']} s)\n{stages.content}")
     report["own_step"] = own_step_us(ctx.eval_options.device)
     if not stages.is_error:
@@ -157,9 +192,11 @@ def run_stages(ctx: ToolContext, out: Path) -> bool:
         base = float(stages.content.split("launch and barriers alone | ")[1].split(" |")[0])
         step = report["own_step"]["back_to_back_us"]
         report["agreement"] = {"stages_us": total, "base_us": base, "step_us": step, "ratio": (total + base) / step}
-        print(f"stages {total:.1f} µs + launch and barriers alone {base:.1f} µs = {total + base:.1f} µs against the "
-              f"step timed here back to back, {step:.1f} µs ({(total + base) / step:.1%}); each alone by events: "
-              f"{report['own_step']['alone_us']} µs; the sum is right: {report['own_step']['correct']}")
+        print(
+            f"stages {total:.1f} µs + launch and barriers alone {base:.1f} µs = {total + base:.1f} µs against the "
+            f"step timed here back to back, {step:.1f} µs ({(total + base) / step:.1%}); each alone by events: "
+            f"{report['own_step']['alone_us']} µs; the sum is right: {report['own_step']['correct']}"
+        )
     (out / "stage_tools.json").write_text(json.dumps(report, indent=1))
     return not stages.is_error
 
@@ -191,5 +228,6 @@ def main(part: str, out: Path, root: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2]),
-                  Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/kagent-stage-tools")))
+    sys.exit(
+        main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3] if len(sys.argv) > 3 else "/tmp/kagent-stage-tools"))
+    )

@@ -9,6 +9,7 @@ process. It needs the flagship's reference beside it as ``kimi_reference.py`` (t
 puts it there). Without CUDA or Triton the same reads are one torch reduction: the CPU test
 of the script runs that.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,9 +26,19 @@ LANES = 1024
 ITERATIONS = 16
 
 if triton is not None:
+
     @triton.jit
-    def _stream(words, n_words, hidden_in, hidden_out, n_hidden, sink,
-                LANES: tl.constexpr, ITERATIONS: tl.constexpr, HIDDEN_BLOCK: tl.constexpr):
+    def _stream(
+        words,
+        n_words,
+        hidden_in,
+        hidden_out,
+        n_hidden,
+        sink,
+        LANES: tl.constexpr,
+        ITERATIONS: tl.constexpr,
+        HIDDEN_BLOCK: tl.constexpr,
+    ):
         program = tl.program_id(0)
         total = tl.zeros([LANES], dtype=tl.int32)
         first = program * LANES * ITERATIONS
@@ -66,8 +77,17 @@ class Model(Reference):
         if hidden.is_cuda and triton is not None:
             n = words.numel()
             grid = (triton.cdiv(n, LANES * ITERATIONS),)
-            _stream[grid](words, n, hidden, out, hidden.numel(), self.__dict__["_sink"], LANES=LANES,
-                          ITERATIONS=ITERATIONS, HIDDEN_BLOCK=triton.next_power_of_2(hidden.numel()))
+            _stream[grid](
+                words,
+                n,
+                hidden,
+                out,
+                hidden.numel(),
+                self.__dict__["_sink"],
+                LANES=LANES,
+                ITERATIONS=ITERATIONS,
+                HIDDEN_BLOCK=triton.next_power_of_2(hidden.numel()),
+            )
         else:
             self.__dict__["_sink"] += words.sum(dtype=torch.int32)
             out.copy_(hidden)

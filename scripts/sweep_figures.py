@@ -11,6 +11,7 @@ any sweep, for comparison.
 
 Prints one JSON object; exit 0 when every check named in it holds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,12 @@ def member_aa(run_dir: Path) -> list[dict]:
     found = []
     for line in (run_dir / "trace.jsonl").read_text().splitlines():
         event = json.loads(line)
-        if (event.get("type") == "tool_finished" and event["name"] == "baseline" and not event["is_error"]
-                and "shared_from" not in event["data"]):
+        if (
+            event.get("type") == "tool_finished"
+            and event["name"] == "baseline"
+            and not event["is_error"]
+            and "shared_from" not in event["data"]
+        ):
             per_shape = {t["label"]: t["speedup"] for t in event["data"]["timings"]}
             found.append({"per_shape": per_shape, "score": _geomean(list(per_shape.values()))})
     return found
@@ -57,15 +62,24 @@ def sweep_figures(sweep_dir: Path) -> dict:
     for path in sorted((sweep_dir / "leases").glob("*.jsonl")):
         for first, second in overlapping_exclusive(read_records(path)):
             overlaps.append({"lease": path.stem, "first": first.model_dump(), "second": second.model_dump()})
-    members = [{"run_id": m.run_id, "state": m.state, "aa": member_aa(sweep_dir / m.run_dir)}
-               for m in summary.members]
+    members = [{"run_id": m.run_id, "state": m.state, "aa": member_aa(sweep_dir / m.run_dir)} for m in summary.members]
     return {
-        "sweep": str(sweep_dir), "members": len(summary.members), "per_gpu": summary.spec.per_gpu,
+        "sweep": str(sweep_dir),
+        "members": len(summary.members),
+        "per_gpu": summary.spec.per_gpu,
         "running_s": round(sum(b - a for a, b in view.segments), 1),
-        "gpus": [{**u.model_dump(), "busy_per_hour_s": round(u.busy_fraction * 3600, 1),
-                  "sampled_busy_per_hour_s": round(u.sampled_utilization * 3600, 1)
-                  if u.sampled_utilization is not None else None} for u in summary.gpus],
-        "overlapping_holds": overlaps, "member_aa": members,
+        "gpus": [
+            {
+                **u.model_dump(),
+                "busy_per_hour_s": round(u.busy_fraction * 3600, 1),
+                "sampled_busy_per_hour_s": round(u.sampled_utilization * 3600, 1)
+                if u.sampled_utilization is not None
+                else None,
+            }
+            for u in summary.gpus
+        ],
+        "overlapping_holds": overlaps,
+        "member_aa": members,
     }
 
 
@@ -86,8 +100,10 @@ def main() -> int:
         checks[f"aa_within_{AA_TOLERANCE}"] = all(s is not None and abs(s - 1) <= AA_TOLERANCE for s in scores)
     if args.aa:
         result = json.loads(args.aa.read_text())
-        report["aa_alone"] = {"score": result.get("score"),
-                              "per_shape": {t["label"]: t["speedup"] for t in result.get("timings", [])}}
+        report["aa_alone"] = {
+            "score": result.get("score"),
+            "per_shape": {t["label"]: t["speedup"] for t in result.get("timings", [])},
+        }
     if alone:
         report["alone"] = alone
         for key in ("busy_per_hour_s", "sampled_busy_per_hour_s"):
@@ -95,7 +111,8 @@ def main() -> int:
             ratios = [round(sum(g[key] or 0 for g in s["gpus"]) / base, 3) if base else None for s in report["sweeps"]]
             report[f"{key}_over_alone"] = ratios
         checks[f"busy_at_least_{BUSY_RATIO_TARGET:g}x_alone"] = all(
-            r is not None and r >= BUSY_RATIO_TARGET for r in report["busy_per_hour_s_over_alone"])
+            r is not None and r >= BUSY_RATIO_TARGET for r in report["busy_per_hour_s_over_alone"]
+        )
     json.dump(report, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0 if all(checks.values()) else 1

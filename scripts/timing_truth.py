@@ -17,6 +17,7 @@ writes the whole record to ``--out``.
 
     python scripts/timing_truth.py --device cuda --contexts 2048 8192 --block-steps 1 8
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,12 +68,19 @@ class RequestLog:
 
         def logged(process, message: dict, what: str) -> dict:
             reply = request(process, message, what)
-            log.entries.append({"who": process.who, "op": message.get("op"), "steps": message.get("steps"),
-                                "chains": message.get("chains"), "first": message.get("record_from"),
-                                "fresh": message.get("fresh"),
-                                **{k: reply.get(k) for k in ("answered_ms", "probe_ms", "block_ms", "device_ms",
-                                                             "handled_ms")}})
+            log.entries.append(
+                {
+                    "who": process.who,
+                    "op": message.get("op"),
+                    "steps": message.get("steps"),
+                    "chains": message.get("chains"),
+                    "first": message.get("record_from"),
+                    "fresh": message.get("fresh"),
+                    **{k: reply.get(k) for k in ("answered_ms", "probe_ms", "block_ms", "device_ms", "handled_ms")},
+                }
+            )
             return reply
+
         remote.ContestantProcess.request = logged
         return self
 
@@ -85,18 +93,26 @@ class RequestLog:
         out = {}
         for who in ("solution", "baseline"):
             mine = [e for e in self.entries if e["who"] == who and e["answered_ms"] is not None]
-            for label, chosen in (("noop", [e for e in mine if e["op"] == "noop"]),
-                                  ("stage", [e for e in mine if e["op"] == "stage"]),
-                                  ("chain", [e for e in mine if e["op"] == "chain" and e["steps"] > 1]),
-                                  ("single_step", [e for e in mine if e["op"] == "chain" and e["steps"] == 1])):
+            for label, chosen in (
+                ("noop", [e for e in mine if e["op"] == "noop"]),
+                ("stage", [e for e in mine if e["op"] == "stage"]),
+                ("chain", [e for e in mine if e["op"] == "chain" and e["steps"] > 1]),
+                ("single_step", [e for e in mine if e["op"] == "chain" and e["steps"] == 1]),
+            ):
                 if not chosen:
                     continue
-                out[f"{who}_{label}"] = {"n": len(chosen), **{
-                    name: statistics.median(value(e) for e in chosen) for name, value in (
-                        ("answered_ms", lambda e: e["answered_ms"]),
-                        ("transport_ms", lambda e: e["answered_ms"] - e["handled_ms"]),
-                        ("probe_ms", lambda e: e["probe_ms"]),
-                        ("handled_beyond_events_ms", lambda e: e["handled_ms"] - (e["device_ms"] or 0.0)))}}
+                out[f"{who}_{label}"] = {
+                    "n": len(chosen),
+                    **{
+                        name: statistics.median(value(e) for e in chosen)
+                        for name, value in (
+                            ("answered_ms", lambda e: e["answered_ms"]),
+                            ("transport_ms", lambda e: e["answered_ms"] - e["handled_ms"]),
+                            ("probe_ms", lambda e: e["probe_ms"]),
+                            ("handled_beyond_events_ms", lambda e: e["handled_ms"] - (e["device_ms"] or 0.0)),
+                        )
+                    },
+                }
         return out
 
 
@@ -182,27 +198,57 @@ def in_process(folder: Path, task_dir: Path, scale: str, contexts: list[int], de
                 _synchronize(device)
                 isolated.append(timing.wall_ms(device, lambda: steps(1)))
             profiled = launches.count_launches(device, lambda: steps(1))
-            figures[ctx] = {"plain_loop_ms": statistics.median(plain), "plain_loop_all_ms": plain,
-                            "isolated_ms": statistics.median(isolated), "profiler_device_ms": profiled.get("device_ms"),
-                            "launches": profiled.get("launches")}
+            figures[ctx] = {
+                "plain_loop_ms": statistics.median(plain),
+                "plain_loop_all_ms": plain,
+                "isolated_ms": statistics.median(isolated),
+                "profiler_device_ms": profiled.get("device_ms"),
+                "launches": profiled.get("launches"),
+            }
         model = None  # its weights copy goes before the harness loads its own
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return figures
 
 
-def through_harness(folder: Path, task_dir: Path, scale: str, contexts: list[int], device: torch.device,
-                    block_steps: int, rounds: int, cache: Path) -> dict:
+def through_harness(
+    folder: Path,
+    task_dir: Path,
+    scale: str,
+    contexts: list[int],
+    device: torch.device,
+    block_steps: int,
+    rounds: int,
+    cache: Path,
+) -> dict:
     """The harness's own timing of the kernel (a process of its own) against the baseline."""
     home = Path(tempfile.mkdtemp(prefix="kagent-stream-home-"))
     # The cache's entries are read whoever built them (no identity), so the evaluations' warm
     # cache serves here too; one secret case, drawn here (no reference workers).
-    job = {"protocol": PROTOCOL_VERSION, "kind": "mega", "mode": "full", "task_dir": str(task_dir),
-           "task_file": None, "solution": str(folder / "solution.py"), "scale": scale, "device": str(device),
-           "contexts": contexts, "rounds": rounds, "warmup": 2, "block_steps": block_steps,
-           "cache_dir": str(cache), "cache_staging": None, "cache_identity": None, "hidden_seeds": 1,
-           "reference_workers": 0, "atol": None, "rtol": None, "solution_home": str(home), "pid_namespace": False,
-           "import_paths": []}
+    job = {
+        "protocol": PROTOCOL_VERSION,
+        "kind": "mega",
+        "mode": "full",
+        "task_dir": str(task_dir),
+        "task_file": None,
+        "solution": str(folder / "solution.py"),
+        "scale": scale,
+        "device": str(device),
+        "contexts": contexts,
+        "rounds": rounds,
+        "warmup": 2,
+        "block_steps": block_steps,
+        "cache_dir": str(cache),
+        "cache_staging": None,
+        "cache_identity": None,
+        "hidden_seeds": 1,
+        "reference_workers": 0,
+        "atol": None,
+        "rtol": None,
+        "solution_home": str(home),
+        "pid_namespace": False,
+        "import_paths": [],
+    }
     channel = Channel(None)
     with RequestLog() as log:
         evaluation = TimingOnly(job, channel)
@@ -217,21 +263,30 @@ def through_harness(folder: Path, task_dir: Path, scale: str, contexts: list[int
     if internal:
         raise SystemExit(f"the harness failed: {internal[0]['reason']}\n{internal[0].get('details', '')}")
     facts = next(e for e in channel.sent if e["event"] == "check" and e["name"] == "load")
-    return {"timings": {e["context_len"]: e for e in channel.sent if e["event"] == "timing"},
-            "launches": [e for e in channel.sent if e["event"] == "launches"],
-            "request_floor_ms": facts.get("request_floor_ms"), "probe_idle_ms": facts.get("probe_idle_ms"),
-            "requests": log.entries, "request_summary": log.summary()}
+    return {
+        "timings": {e["context_len"]: e for e in channel.sent if e["event"] == "timing"},
+        "launches": [e for e in channel.sent if e["event"] == "launches"],
+        "request_floor_ms": facts.get("request_floor_ms"),
+        "probe_idle_ms": facts.get("probe_idle_ms"),
+        "requests": log.entries,
+        "request_summary": log.summary(),
+    }
 
 
 def verdicts(own: dict, harness: dict) -> dict:
     """The issue's three figures for one context and block size."""
     steady = harness["candidate"]["median_ms"]
-    out = {"steady_ms": steady, "speedup": harness["speedup"], "ci_low": harness["ci_low"],
-           "ci_high": harness["ci_high"], "candidate_isolated_ms": harness.get("candidate_isolated_ms"),
-           "candidate_self_timed_ms": harness.get("candidate_self_timed_ms"),
-           "vs_plain_loop": steady / own["plain_loop_ms"] - 1,
-           "interval_half_width": (harness["ci_high"] - harness["ci_low"]) / 2 / harness["speedup"],
-           "steady_interval_half_width": Stats(**harness["candidate"]).median_half_width}
+    out = {
+        "steady_ms": steady,
+        "speedup": harness["speedup"],
+        "ci_low": harness["ci_low"],
+        "ci_high": harness["ci_high"],
+        "candidate_isolated_ms": harness.get("candidate_isolated_ms"),
+        "candidate_self_timed_ms": harness.get("candidate_self_timed_ms"),
+        "vs_plain_loop": steady / own["plain_loop_ms"] - 1,
+        "interval_half_width": (harness["ci_high"] - harness["ci_low"]) / 2 / harness["speedup"],
+        "steady_interval_half_width": Stats(**harness["candidate"]).median_half_width,
+    }
     out["within_plain_loop_tolerance"] = abs(out["vs_plain_loop"]) <= PLAIN_LOOP_TOLERANCE
     # Both intervals, each against the issue's ±3%: the steady ms per step's own (how precisely
     # the kernel was measured) and the speedup's (which also carries the baseline's noise).
@@ -248,8 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--scale", default="full", choices=["full", "smoke"])
     parser.add_argument("--contexts", type=int, nargs="+", default=[2048, 8192])
-    parser.add_argument("--block-steps", type=int, nargs="+", default=[timing.DEFAULT_BLOCK_STEPS],
-                        help="the fewest steps per timed block, one harness run each")
+    parser.add_argument(
+        "--block-steps",
+        type=int,
+        nargs="+",
+        default=[timing.DEFAULT_BLOCK_STEPS],
+        help="the fewest steps per timed block, one harness run each",
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--cache", type=Path, default=None, help="the reference's cache (default: a fresh folder)")
     parser.add_argument("--out", type=Path, default=None)
@@ -258,21 +318,39 @@ def main(argv: list[str] | None = None) -> int:
     task_dir = resolve_task("02_kimi_linear_decode").path
     folder = solution_folder(task_dir)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kagent-stream-cache-"))
-    record = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "scale": args.scale, "in_process": in_process(folder, task_dir, args.scale, args.contexts, device),
-              "harness": {}}
+    record = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "scale": args.scale,
+        "in_process": in_process(folder, task_dir, args.scale, args.contexts, device),
+        "harness": {},
+    }
     print(json.dumps({"in_process": record["in_process"]}))
     for block_steps in args.block_steps:
         harness = through_harness(folder, task_dir, args.scale, args.contexts, device, block_steps, args.rounds, cache)
         per_context = {ctx: verdicts(record["in_process"][ctx], t) for ctx, t in harness["timings"].items()}
         record["harness"][block_steps] = {**harness, "verdicts": per_context}
-        print(json.dumps({"block_steps": block_steps, "requests": harness["request_summary"],
-                          "probe_idle_ms": harness["probe_idle_ms"]}))
+        print(
+            json.dumps(
+                {
+                    "block_steps": block_steps,
+                    "requests": harness["request_summary"],
+                    "probe_idle_ms": harness["probe_idle_ms"],
+                }
+            )
+        )
         for ctx, v in per_context.items():
-            print(json.dumps({"block_steps": block_steps, "context_len": ctx, **v,
-                              "plain_loop_ms": record["in_process"][ctx]["plain_loop_ms"],
-                              "profiler_device_ms": record["in_process"][ctx]["profiler_device_ms"],
-                              "request_floor_ms": harness["request_floor_ms"]}))
+            print(
+                json.dumps(
+                    {
+                        "block_steps": block_steps,
+                        "context_len": ctx,
+                        **v,
+                        "plain_loop_ms": record["in_process"][ctx]["plain_loop_ms"],
+                        "profiler_device_ms": record["in_process"][ctx]["profiler_device_ms"],
+                        "request_floor_ms": harness["request_floor_ms"],
+                    }
+                )
+            )
     if args.out:
         args.out.write_text(json.dumps(record, indent=1, default=str))
     return 0

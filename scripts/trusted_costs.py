@@ -15,6 +15,7 @@ anything missing is built, which takes longer), so run it after one.
 
     python3 scripts/trusted_costs.py --device cuda [--scale full] [--draws 12]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,11 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     device = torch.device(args.device)
-    figures: dict = {"device": args.device, "scale": args.scale,
-                     "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+    figures: dict = {
+        "device": args.device,
+        "scale": args.scale,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    }
     with torch.no_grad():
         task = mega.Task(TASK, args.scale, device)
         home = os.environ.get("KAGENT_HOME")
@@ -71,8 +75,16 @@ def main() -> int:
                 kind = f"ctx {context_len}{' salient' if salient else ''}"
                 made, ran = [], []
                 for seed in range(args.repeats):
-                    t, inputs = seconds(device, lambda: mega.case_inputs(task, reference, context_len, seed,  # noqa: B023
-                                                                         salient))  # noqa: B023
+                    t, inputs = seconds(
+                        device,
+                        lambda: mega.case_inputs(
+                            task,
+                            reference,
+                            context_len,  # noqa: B023
+                            seed,  # noqa: B023
+                            salient,  # noqa: B023
+                        ),
+                    )
                     made.append(t)
                     t, _ = seconds(device, lambda: mega.reference_case(task, reference, *inputs))  # noqa: B023
                     ran.append(t)
@@ -85,14 +97,19 @@ def main() -> int:
         draws = []
         for context_len, salient in kinds:
             t, case = seconds(device, lambda: mega.draw_secret_case(task, reference, context_len, salient))  # noqa: B023
-            draws.append({"context_len": context_len, "salient": salient, "ms": round(t * 1e3, 1),
-                          "redrawn": case.redrawn})
+            draws.append(
+                {"context_len": context_len, "salient": salient, "ms": round(t * 1e3, 1), "redrawn": case.redrawn}
+            )
         total = sum(d["ms"] for d in draws)
-        print(f"{len(draws)} secret cases drawn in {total / 1e3:.2f} s ({total / len(draws):.0f} ms a case, "
-              f"{sum(d['redrawn'] for d in draws)} seeds drawn again)")
+        print(
+            f"{len(draws)} secret cases drawn in {total / 1e3:.2f} s ({total / len(draws):.0f} ms a case, "
+            f"{sum(d['redrawn'] for d in draws)} seeds drawn again)"
+        )
         for d in draws:
-            print(f"  ctx {d['context_len']:6d}{' salient' if d['salient'] else '        '} {d['ms']:8.1f} ms"
-                  f"  drawn again {d['redrawn']}")
+            print(
+                f"  ctx {d['context_len']:6d}{' salient' if d['salient'] else '        '} {d['ms']:8.1f} ms"
+                f"  drawn again {d['redrawn']}"
+            )
         figures["draws"] = draws
         profiler = cProfile.Profile()
         profiler.enable()

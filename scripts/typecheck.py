@@ -4,6 +4,7 @@ build/typecheck/ lays the package out as an install does, and mypy checks that.
 
     python scripts/typecheck.py [mypy options]      (the settings are pyproject's [tool.mypy])
 """
+
 from __future__ import annotations
 
 import shutil

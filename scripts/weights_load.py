@@ -12,6 +12,7 @@ together, each way below, and prints each process's seconds:
 
     python3 scripts/weights_load.py FILE --device cuda --processes 1 6
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ WAYS = ("mmap", "read", "pinned")
 
 def load(path: Path, way: str, device_name: str) -> float:
     import torch
+
     device = torch.device(device_name)
     if device.type == "cuda":
         torch.empty(1, device=device)  # the context first: not what is measured
@@ -38,11 +40,12 @@ def load(path: Path, way: str, device_name: str) -> float:
         value = {k: v.to(device) for k, v in torch.load(path, map_location="cpu", weights_only=True).items()}
     else:
         mapped = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        pinned = torch.empty(sum(v.nbytes for v in mapped.values()), dtype=torch.uint8,
-                             pin_memory=device.type == "cuda")
+        pinned = torch.empty(
+            sum(v.nbytes for v in mapped.values()), dtype=torch.uint8, pin_memory=device.type == "cuda"
+        )
         value, offset = {}, 0
         for k, v in mapped.items():
-            staged = pinned[offset:offset + v.nbytes].view(v.dtype).view(v.shape)
+            staged = pinned[offset : offset + v.nbytes].view(v.dtype).view(v.shape)
             staged.copy_(v)
             offset += v.nbytes
             value[k] = staged.to(device, non_blocking=True)
@@ -68,17 +71,33 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for way in options.ways:
         for count in options.processes:
-            children = [subprocess.Popen([sys.executable, "-I", str(Path(__file__).resolve()), str(options.file),
-                                         "--device", options.device, "--child", way], stdout=subprocess.PIPE,
-                                        text=True) for _ in range(count)]
+            children = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-I",
+                        str(Path(__file__).resolve()),
+                        str(options.file),
+                        "--device",
+                        options.device,
+                        "--child",
+                        way,
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(count)
+            ]
             outputs = [child.communicate()[0] for child in children]
             if any(child.returncode for child in children):
                 print(f"a process loading {options.file} the {way} way failed (its error above)", file=sys.stderr)
                 return 1
             seconds = [float(out) for out in outputs]
             results.append({"way": way, "processes": count, "seconds": seconds})
-            print(f"{way:>6}, {count} at once: median {statistics.median(seconds):.2f} s, "
-                  f"max {max(seconds):.2f} s", flush=True)
+            print(
+                f"{way:>6}, {count} at once: median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s",
+                flush=True,
+            )
     print(json.dumps(results))
     return 0
 

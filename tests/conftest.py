@@ -1,5 +1,6 @@
 """Shared fixtures: kagent's home and runs folders point into temporary folders, and helpers
 write solutions for the smoke-scale flagship task."""
+
 from __future__ import annotations
 
 import os
@@ -83,9 +84,11 @@ def install_fake_ncu(bin_dir: Path, report: str, argv_file: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "report.txt").write_text(report)
     fake = bin_dir / "ncu"
-    fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
-                    f"open({str(argv_file)!r}, 'w').write(' '.join(args))\n"
-                    f"print('==PROF== the report goes to the log file; only this on stdout')\n"
-                    f"shutil.copy({str(bin_dir / 'report.txt')!r}, args[args.index('--log-file') + 1])\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
+        f"open({str(argv_file)!r}, 'w').write(' '.join(args))\n"
+        f"print('==PROF== the report goes to the log file; only this on stdout')\n"
+        f"shutil.copy({str(bin_dir / 'report.txt')!r}, args[args.index('--log-file') + 1])\n"
+    )
     fake.chmod(0o755)
     return fake

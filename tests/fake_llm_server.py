@@ -13,6 +13,7 @@ connection closes), "error_event" (an error event mid-stream), "slow" (answers a
 ``slow_s`` seconds, later than the client's timeout), "reset" (a chunked HTTP/1.1 stream
 dropped in the middle of a chunk).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def _arguments_text(arguments: Any) -> str:
 
 # --- protocol sanity ------------------------------------------------------------------------
 
+
 def anthropic_violations(messages: list[dict[str, Any]]) -> list[str]:
     """Each tool_use answered by exactly one tool_result in the very next message; no orphans."""
     problems = []
@@ -48,10 +50,13 @@ def anthropic_violations(messages: list[dict[str, Any]]) -> list[str]:
         calls = calls if previous["role"] == "assistant" else []
         if sorted(results) != sorted(calls):
             problems.append(f"message {i}: tool results {results} do not answer tool uses {calls}")
-        if results and any(b.get("type") != "tool_result" for b in content[:len(results)]):
+        if results and any(b.get("type") != "tool_result" for b in content[: len(results)]):
             problems.append(f"message {i}: tool results are not first")
-        if i == len(messages) - 1 and message["role"] == "assistant" and any(
-                b.get("type") == "tool_use" for b in content):
+        if (
+            i == len(messages) - 1
+            and message["role"] == "assistant"
+            and any(b.get("type") == "tool_use" for b in content)
+        ):
             problems.append(f"message {i}: tool uses left unanswered")
     return problems
 
@@ -79,40 +84,68 @@ def openai_violations(messages: list[dict[str, Any]]) -> list[str]:
 
 # --- the two wire formats ---------------------------------------------------------------------
 
+
 def anthropic_events(turn: dict[str, Any], model: str, n: int) -> list[tuple[str, dict[str, Any]]]:
     usage = turn.get("usage") or {}
     calls = turn.get("tool_calls") or []
-    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
-        "id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": usage.get("input", 0), "output_tokens": 1,
-                  "cache_read_input_tokens": usage.get("cache_read", 0),
-                  "cache_creation_input_tokens": usage.get("cache_write", 0)}}})]
+    events: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_{n}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": usage.get("input", 0),
+                        "output_tokens": 1,
+                        "cache_read_input_tokens": usage.get("cache_read", 0),
+                        "cache_creation_input_tokens": usage.get("cache_write", 0),
+                    },
+                },
+            },
+        )
+    ]
 
     def block(start: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
         index = sum(1 for name, _ in events if name == "content_block_start")
-        events.append(("content_block_start",
-                       {"type": "content_block_start", "index": index, "content_block": start}))
-        events.extend(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-                      for d in deltas)
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+        events.extend(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas
+        )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
 
     if turn.get("thinking") is not None:
-        block({"type": "thinking", "thinking": "", "signature": ""},
-              [{"type": "thinking_delta", "thinking": t} for t in _split(turn["thinking"])]
-              + [{"type": "signature_delta", "signature": turn.get("signature", f"sig-{n}")}])
+        block(
+            {"type": "thinking", "thinking": "", "signature": ""},
+            [{"type": "thinking_delta", "thinking": t} for t in _split(turn["thinking"])]
+            + [{"type": "signature_delta", "signature": turn.get("signature", f"sig-{n}")}],
+        )
     if turn.get("redacted") is not None:
         block({"type": "redacted_thinking", "data": turn["redacted"]}, [])
     if turn.get("text"):
         block({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in _split(turn["text"])])
     for call in calls:
-        block({"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}},
-              [{"type": "input_json_delta", "partial_json": p}
-               for p in _split(_arguments_text(call.get("arguments")))])
+        block(
+            {"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}},
+            [{"type": "input_json_delta", "partial_json": p} for p in _split(_arguments_text(call.get("arguments")))],
+        )
     stop = turn.get("stop_reason") or ("tool_use" if calls else "end_turn")
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": stop, "stop_sequence": None},
-                                     "usage": {"output_tokens": usage.get("output", 0)}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": usage.get("output", 0)},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
@@ -126,8 +159,12 @@ def anthropic_message(turn: dict[str, Any], model: str, n: int) -> dict[str, Any
             message["content"].append(dict(event["content_block"]))
         elif event["type"] == "content_block_delta":
             block, delta = message["content"][event["index"]], event["delta"]
-            for key, field in (("text", "text"), ("thinking", "thinking"), ("signature", "signature"),
-                               ("partial_json", "partial")):
+            for key, field in (
+                ("text", "text"),
+                ("thinking", "thinking"),
+                ("signature", "signature"),
+                ("partial_json", "partial"),
+            ):
                 if key in delta:
                     block[field] = block.get(field, "") + delta[key]
         elif event["type"] == "message_delta":
@@ -144,31 +181,60 @@ def openai_chunks(turn: dict[str, Any], model: str, n: int, with_usage: bool) ->
     calls = turn.get("tool_calls") or []
 
     def chunk(delta: dict[str, Any], finish: Optional[str] = None) -> dict[str, Any]:
-        return {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 0, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"reasoning_content": t}) for t in _split(turn.get("thinking") or "")]
     chunks += [chunk({"content": t}) for t in _split(turn.get("text") or "")]
     for i, call in enumerate(calls):
-        chunks.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                             "function": {"name": call["name"], "arguments": ""}}]}))
-        chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
-                   for p in _split(_arguments_text(call.get("arguments")))]
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        chunks += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+            for p in _split(_arguments_text(call.get("arguments")))
+        ]
     chunks.append(chunk({}, turn.get("stop_reason") or ("tool_calls" if calls else "stop")))
     if with_usage:
         cached = usage.get("cache_read", 0)
-        chunks.append({"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 0, "model": model,
-                       "choices": [], "usage": {
-                           "prompt_tokens": usage.get("input", 0) + cached,
-                           "completion_tokens": usage.get("output", 0),
-                           "total_tokens": usage.get("input", 0) + cached + usage.get("output", 0),
-                           "prompt_tokens_details": {"cached_tokens": cached},
-                           "completion_tokens_details": {"reasoning_tokens": usage.get("reasoning", 0)}}})
+        chunks.append(
+            {
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": usage.get("input", 0) + cached,
+                    "completion_tokens": usage.get("output", 0),
+                    "total_tokens": usage.get("input", 0) + cached + usage.get("output", 0),
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                    "completion_tokens_details": {"reasoning_tokens": usage.get("reasoning", 0)},
+                },
+            }
+        )
     return chunks
 
 
 # --- the server -----------------------------------------------------------------------------
+
 
 class FakeLLMServer:
     """``with FakeLLMServer(turns, faults={0: "429"}) as server: ... server.url ...``
@@ -177,9 +243,16 @@ class FakeLLMServer:
     ``send_usage=False`` imitates a compatible server that never sends a usage chunk.
     """
 
-    def __init__(self, turns: list[dict[str, Any]], faults: Optional[dict[int, str]] = None, *,
-                 slow_s: float = 1.5, send_usage: bool = True, turn_from_history: bool = False,
-                 delay_s: float = 0.0):
+    def __init__(
+        self,
+        turns: list[dict[str, Any]],
+        faults: Optional[dict[int, str]] = None,
+        *,
+        slow_s: float = 1.5,
+        send_usage: bool = True,
+        turn_from_history: bool = False,
+        delay_s: float = 0.0,
+    ):
         self.turns = list(turns)
         self.faults = dict(faults or {})
         self.slow_s = slow_s
@@ -292,12 +365,15 @@ class FakeLLMServer:
             def _events(self, turn: dict[str, Any], body: dict[str, Any], n: int, anthropic: bool) -> list[str]:
                 model = body.get("model", "")
                 if anthropic:
-                    return [f"event: {name}\ndata: {json.dumps(data)}\n\n"
-                            for name, data in anthropic_events(turn, model, n)]
+                    return [
+                        f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                        for name, data in anthropic_events(turn, model, n)
+                    ]
                 asked = (body.get("stream_options") or {}).get("include_usage", False)
                 with_usage = server.send_usage and asked
-                return ([f"data: {json.dumps(c)}\n\n" for c in openai_chunks(turn, model, n, with_usage)]
-                        + ["data: [DONE]\n\n"])
+                return [f"data: {json.dumps(c)}\n\n" for c in openai_chunks(turn, model, n, with_usage)] + [
+                    "data: [DONE]\n\n"
+                ]
 
             def _faulty_stream(self, fault: str, body: dict[str, Any], index: int, anthropic: bool) -> None:
                 # The events of the turn that would be served, without consuming it.
@@ -306,8 +382,11 @@ class FakeLLMServer:
                 events = self._events(turn, body, index, anthropic)
                 if fault == "cut":
                     return self._sse(events[: len(events) // 2])
-                error = ({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-                         if anthropic else {"error": {"message": "server overloaded", "type": "server_error"}})
+                error = (
+                    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+                    if anthropic
+                    else {"error": {"message": "server overloaded", "type": "server_error"}}
+                )
                 prefix = "event: error\n" if anthropic else ""
                 self._sse(events[:2] + [f"{prefix}data: {json.dumps(error)}\n\n"])
 
@@ -335,10 +414,14 @@ class FakeLLMServer:
                     self.wfile.write(event.encode())
                     self.wfile.flush()
 
-            def _error(self, status: int, kind: str, message: str, anthropic: bool,
-                       headers: Optional[dict[str, str]] = None) -> None:
-                body = ({"type": "error", "error": {"type": kind, "message": message}} if anthropic
-                        else {"error": {"message": message, "type": kind, "code": None}})
+            def _error(
+                self, status: int, kind: str, message: str, anthropic: bool, headers: Optional[dict[str, str]] = None
+            ) -> None:
+                body = (
+                    {"type": "error", "error": {"type": kind, "message": message}}
+                    if anthropic
+                    else {"error": {"message": message, "type": kind, "code": None}}
+                )
                 self._json(status, body, headers)
 
             def _json(self, status: int, body: dict[str, Any], headers: Optional[dict[str, str]] = None) -> None:

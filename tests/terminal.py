@@ -1,5 +1,6 @@
 """A command run in a pseudo-terminal, as a user at a terminal runs it: it sees a tty of a
 given size (so rich draws its live views), and Ctrl-C typed there reaches it as SIGINT."""
+
 from __future__ import annotations
 
 import fcntl
@@ -30,8 +31,16 @@ def hearing_ctrl_c() -> None:
 class Terminal:
     """``with Terminal(argv, ...) as term:``; the output so far is ``term.text()``."""
 
-    def __init__(self, argv: list[str], *, cwd: Optional[str] = None, env: Optional[dict[str, str]] = None,
-                 columns: int = 100, rows: int = 30, stdout: Optional[int] = None):
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[dict[str, str]] = None,
+        columns: int = 100,
+        rows: int = 30,
+        stdout: Optional[int] = None,
+    ):
         self._master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         env = {**(env or os.environ), "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": str(rows)}
@@ -45,8 +54,16 @@ class Terminal:
 
         # stdout may go elsewhere (a pipe), to check what a program writes there when only
         # stderr is a terminal.
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave if stdout is None else stdout,
-                                     stderr=slave, start_new_session=True, preexec_fn=take_the_terminal)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=slave,
+            stdout=slave if stdout is None else stdout,
+            stderr=slave,
+            start_new_session=True,
+            preexec_fn=take_the_terminal,
+        )
         os.close(slave)
         self._output = bytearray()
         self._lock = threading.Lock()
@@ -89,8 +106,9 @@ class Terminal:
             # kagent prints every thread's stack on SIGUSR1: where it waits, for the failure.
             self.proc.send_signal(signal.SIGUSR1)
             time.sleep(2)
-            raise AssertionError(f"the program did not end within {timeout:.0f} s; its screen and stacks:\n"
-                                 f"{self.text()}") from None
+            raise AssertionError(
+                f"the program did not end within {timeout:.0f} s; its screen and stacks:\n{self.text()}"
+            ) from None
         self._reader.join(timeout=5)
         return code
 

@@ -1,4 +1,5 @@
 """Durations, and the budget tracker's phases and limits on a fake clock."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,16 +10,47 @@ from kagent.agent.settings import Budget, format_duration, parse_duration
 from kagent.core.errors import KagentError
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("3h", 3 * 3600), ("90m", 90 * 60), ("2h30m", 2.5 * 3600), ("45s", 45), ("1.5h", 5400),
-    ("1h15m30s", 3600 + 15 * 60 + 30), ("600", 600), ("0.5", 0.5), (" 2H 30M ", 9000), ("1m0s", 60),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("3h", 3 * 3600),
+        ("90m", 90 * 60),
+        ("2h30m", 2.5 * 3600),
+        ("45s", 45),
+        ("1.5h", 5400),
+        ("1h15m30s", 3600 + 15 * 60 + 30),
+        ("600", 600),
+        ("0.5", 0.5),
+        (" 2H 30M ", 9000),
+        ("1m0s", 60),
+    ],
+)
 def test_durations_parse(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "  ", "0", "0h", "0m0s", "-5m", "-600", "abc", "3x", "h", "2h30",
-                                  "30m2h", "1e3", "inf", "nan", "3 hours", "5m5m"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "  ",
+        "0",
+        "0h",
+        "0m0s",
+        "-5m",
+        "-600",
+        "abc",
+        "3x",
+        "h",
+        "2h30",
+        "30m2h",
+        "1e3",
+        "inf",
+        "nan",
+        "3 hours",
+        "5m5m",
+    ],
+)
 def test_bad_durations_are_refused(text):
     with pytest.raises(KagentError) as caught:
         parse_duration(text)
@@ -48,13 +80,18 @@ def test_clocks():
 
 
 def test_budget_validates_and_sizes_the_final_slice():
-    assert Budget(wall_s=3 * 3600).final_slice_s == pytest.approx(1080)   # 10 %
-    assert Budget(wall_s=300).final_slice_s == 60                         # the 60 s floor
-    assert Budget(wall_s=80).final_slice_s == 40                          # never more than half...
+    assert Budget(wall_s=3 * 3600).final_slice_s == pytest.approx(1080)  # 10 %
+    assert Budget(wall_s=300).final_slice_s == 60  # the 60 s floor
+    assert Budget(wall_s=80).final_slice_s == 40  # never more than half...
     assert Budget(wall_s=100, final_slice=0.7).final_slice_s == pytest.approx(70)  # ...unless asked
     assert Budget(wall_s=100, final_slice=0).final_slice_s == 50
-    for bad in [dict(wall_s=0), dict(wall_s=10, final_slice=1.0), dict(wall_s=10, max_tokens=0),
-                dict(wall_s=10, max_cost_usd=-1.0), dict(wall_s=10, surprise=1)]:
+    for bad in [
+        dict(wall_s=0),
+        dict(wall_s=10, final_slice=1.0),
+        dict(wall_s=10, max_tokens=0),
+        dict(wall_s=10, max_cost_usd=-1.0),
+        dict(wall_s=10, surprise=1),
+    ]:
         with pytest.raises(ValidationError):
             Budget(**bad)
     assert Budget.model_fields["wall_s"].description
@@ -133,5 +170,13 @@ def test_summary_for_the_budget_line():
     tracker.charge(40, 0.1)
     clock.advance(50)
     summary = tracker.summary()
-    assert summary == {"elapsed": 150, "remaining": 450, "wall": 600, "tokens": 40, "max_tokens": 100,
-                       "cost": pytest.approx(0.1), "max_cost": 1.0, "phase": "explore"}
+    assert summary == {
+        "elapsed": 150,
+        "remaining": 450,
+        "wall": 600,
+        "tokens": 40,
+        "max_tokens": 100,
+        "cost": pytest.approx(0.1),
+        "max_cost": 1.0,
+        "phase": "explore",
+    }

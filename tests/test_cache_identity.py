@@ -1,5 +1,6 @@
 """The disk cache trusts an entry only when its record vouches for it: built under this
 identity (the task and harness that made it), and the payload unchanged since."""
+
 from __future__ import annotations
 
 import hashlib
@@ -95,21 +96,42 @@ def test_a_mismatching_payload_is_never_unpickled(tmp_path: Path, monkeypatch):
     assert cache.load("weights", "k", CPU) is None
 
 
-@pytest.mark.parametrize("damage", [
-    lambda record: record.unlink(),  # an entry from a kagent before records
-    lambda record: record.write_text("{not json"),
-    lambda record: record.write_text("[1, 2]"),
-    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "format": 0})),
-    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "entry": "weights/other.pt"})),
-    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "piece_sha256": ["0" * 64]})),
-    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "bytes": 1})),
-    lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "piece_bytes": 0})),
-    # A record of format 1 (one sha256 of the whole payload), right for its payload: rebuilt once.
-    lambda record: record.write_text(json.dumps({
-        "format": 1, "entry": "weights/k.pt", "identity": "task-a", "bytes": record.with_suffix("").stat().st_size,
-        "sha256": hashlib.sha256(record.with_suffix("").read_bytes()).hexdigest()})),
-], ids=["missing", "garbled", "not-an-object", "old-format", "other-entry", "other-hash", "other-size",
-        "no-piece-size", "format-1"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda record: record.unlink(),  # an entry from a kagent before records
+        lambda record: record.write_text("{not json"),
+        lambda record: record.write_text("[1, 2]"),
+        lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "format": 0})),
+        lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "entry": "weights/other.pt"})),
+        lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "piece_sha256": ["0" * 64]})),
+        lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "bytes": 1})),
+        lambda record: record.write_text(json.dumps({**json.loads(record.read_text()), "piece_bytes": 0})),
+        # A record of format 1 (one sha256 of the whole payload), right for its payload: rebuilt once.
+        lambda record: record.write_text(
+            json.dumps(
+                {
+                    "format": 1,
+                    "entry": "weights/k.pt",
+                    "identity": "task-a",
+                    "bytes": record.with_suffix("").stat().st_size,
+                    "sha256": hashlib.sha256(record.with_suffix("").read_bytes()).hexdigest(),
+                }
+            )
+        ),
+    ],
+    ids=[
+        "missing",
+        "garbled",
+        "not-an-object",
+        "old-format",
+        "other-entry",
+        "other-hash",
+        "other-size",
+        "no-piece-size",
+        "format-1",
+    ],
+)
 def test_a_missing_or_garbled_record_is_a_miss_and_rebuilt(tmp_path: Path, damage):
     cache = DiskCache(tmp_path, identity="task-a")
     cache.store("weights", "k", _value())

@@ -3,6 +3,7 @@ whole process tree killed at the limit and when kagent dies, a process cap a for
 pass, a memory cap, files hidden or read-only outside the workspace, no capabilities, and a
 plain run (with one notice) where a mechanism is missing.
 Each test that needs a mechanism skips where the probe found it missing."""
+
 from __future__ import annotations
 
 import ctypes
@@ -38,15 +39,30 @@ needs_netns = pytest.mark.skipif(not CAPS.network_namespace, reason="no network 
 needs_ipcns = pytest.mark.skipif(not CAPS.ipc_namespace, reason="no IPC namespace on this machine")
 needs_pidns = pytest.mark.skipif(not CAPS.pid_namespace, reason="no pid namespace on this machine")
 # Without a process cap a fork bomb run as root would take the machine down, not the test.
-needs_cap = pytest.mark.skipif(not CAPS.process_cap or not CAPS.pid_namespace,
-                               reason="no pids cgroup and pid namespace: a fork bomb would not be bounded")
+needs_cap = pytest.mark.skipif(
+    not CAPS.process_cap or not CAPS.pid_namespace,
+    reason="no pids cgroup and pid namespace: a fork bomb would not be bounded",
+)
 needs_memory_cap = pytest.mark.skipif(not CAPS.memory_cap, reason="no memory cgroup on this machine")
 needs_files = pytest.mark.skipif(not CAPS.files, reason="no mount namespace for the jail on this machine")
-NOTHING_WORKS = Capabilities(unshare=None, network_namespace=False, ipc_namespace=False, pid_namespace=False,
-                             files=False, cgroups=None, rlimits=False)
-EVERYTHING = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, ipc_namespace=True, pid_namespace=True,
-                          files=True, rlimits=True,
-                          cgroups=CgroupSupport(2, Path("/nonexistent/cgroup"), Path("/nonexistent/cgroup")))
+NOTHING_WORKS = Capabilities(
+    unshare=None,
+    network_namespace=False,
+    ipc_namespace=False,
+    pid_namespace=False,
+    files=False,
+    cgroups=None,
+    rlimits=False,
+)
+EVERYTHING = Capabilities(
+    unshare="/usr/bin/unshare",
+    network_namespace=True,
+    ipc_namespace=True,
+    pid_namespace=True,
+    files=True,
+    rlimits=True,
+    cgroups=CgroupSupport(2, Path("/nonexistent/cgroup"), Path("/nonexistent/cgroup")),
+)
 
 
 @pytest.fixture
@@ -78,12 +94,14 @@ def process_count() -> int:
 
 
 def connect_script(port: int) -> str:
-    return (f"import socket\n"
-            f"try:\n"
-            f"    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()\n"
-            f"    print('CONNECTED')\n"
-            f"except OSError as exc:\n"
-            f"    print('UNREACHABLE', exc)\n")
+    return (
+        f"import socket\n"
+        f"try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()\n"
+        f"    print('CONNECTED')\n"
+        f"except OSError as exc:\n"
+        f"    print('UNREACHABLE', exc)\n"
+    )
 
 
 # -- network ---------------------------------------------------------------------------------
@@ -191,7 +209,8 @@ def test_setsid_process_ignoring_sigterm_is_gone_after_the_limit(ctx: ToolContex
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "os.setsid()  # leaves the process group kagent kills\n"
         "open('started', 'w').close()\n"
-        "time.sleep(300)\n")
+        "time.sleep(300)\n"
+    )
     out = shell(ctx, f"{sys.executable} escape.py {marker} & wait", timeout_s=3)
     assert out.data["timed_out"] and (ctx.workspace / "started").exists()
     for _ in range(50):
@@ -233,8 +252,15 @@ def test_rlimits_and_cgroup_reach_the_command(ctx: ToolContext):
 
 
 def test_contained_wraps_only_what_works(monkeypatch):
-    full = Capabilities(unshare="/usr/bin/unshare", network_namespace=True, ipc_namespace=True, pid_namespace=True,
-                        files=True, cgroups=None, rlimits=True)
+    full = Capabilities(
+        unshare="/usr/bin/unshare",
+        network_namespace=True,
+        ipc_namespace=True,
+        pid_namespace=True,
+        files=True,
+        cgroups=None,
+        rlimits=True,
+    )
     monkeypatch.setattr(containment, "probe", lambda: full)
     monkeypatch.setattr(containment, "_noticed", True)
     plan = containment.file_plan(writable=[Path.cwd()])
@@ -252,9 +278,15 @@ def test_contained_wraps_only_what_works(monkeypatch):
 def test_describe_names_each_mechanism(monkeypatch):
     monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
     text = containment.describe()
-    for words in ("network namespace", "IPC namespace", "pid namespace", "mount namespace", "pids cgroup",
-                  "memory cgroup",
-                  "rlimits"):
+    for words in (
+        "network namespace",
+        "IPC namespace",
+        "pid namespace",
+        "mount namespace",
+        "pids cgroup",
+        "memory cgroup",
+        "rlimits",
+    ):
         assert words in text
     assert "NOT" not in text
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
@@ -293,8 +325,11 @@ def test_tmp_and_background_processes_last_one_shell_command(ctx: ToolContext):
     # What the shell's description says: /tmp is new for each command, and what a command
     # leaves running in the background dies with it; the workspace and $HOME stay.
     marker = f"kagent-left-behind-{uuid.uuid4().hex}"
-    first = shell(ctx, f"echo kept > /tmp/scratch; echo kept > $HOME/kept; echo kept > kept; "
-                       f"(setsid {sys.executable} -c 'import time; time.sleep(300)' {marker} &); echo started")
+    first = shell(
+        ctx,
+        f"echo kept > /tmp/scratch; echo kept > $HOME/kept; echo kept > kept; "
+        f"(setsid {sys.executable} -c 'import time; time.sleep(300)' {marker} &); echo started",
+    )
     assert first.data["exit_code"] == 0 and "started" in first.content
     assert not processes_with(marker)
     second = shell(ctx, "test -e /tmp/scratch; echo tmp=$?; cat $HOME/kept kept")
@@ -309,9 +344,11 @@ def test_a_job_is_jailed_and_stopping_it_or_the_runs_end_kills_all_it_started(ct
     markers = [f"kagent-job-{uuid.uuid4().hex}" for _ in range(2)]
     for marker in markers:
         # A child that leaves its session, and a file it may not write: the jail holds for jobs.
-        command = (f"touch /usr/kagent-job-probe 2>/dev/null || echo read-only; "
-                   f"setsid {sys.executable} -c 'import time; print(\"asleep\", flush=True); time.sleep(300)' "
-                   f"{marker} & sleep 300")
+        command = (
+            f"touch /usr/kagent-job-probe 2>/dev/null || echo read-only; "
+            f"setsid {sys.executable} -c 'import time; print(\"asleep\", flush=True); time.sleep(300)' "
+            f"{marker} & sleep 300"
+        )
         assert not jobs.run({"action": "start", "command": command}, ctx).is_error
     # The marker is on bash's own command line from its start: the log says when the sleeper runs.
     logs = [ctx.workspace / "build" / "jobs" / f"{number}.log" for number in (1, 2)]
@@ -320,8 +357,7 @@ def test_a_job_is_jailed_and_stopping_it_or_the_runs_end_kills_all_it_started(ct
         time.sleep(0.1)
     assert all(processes_with(m) for m in markers)
     stopped = jobs.run({"action": "stop", "job": 1}, ctx)
-    assert "job 1: stopped after" in stopped.content and stopped.content.endswith("read-only\nasleep"), \
-        stopped.content
+    assert "job 1: stopped after" in stopped.content and stopped.content.endswith("read-only\nasleep"), stopped.content
     assert not processes_with(markers[0]) and processes_with(markers[1])
     jobs.close()  # the run's exploration ends
     assert not processes_with(markers[1])
@@ -335,8 +371,9 @@ def test_init_keeps_the_command_out_of_pid_1_and_its_status_readable(ctx: ToolCo
     # bash is the init's child: pid 2, not pid 1 (whose unhandled signals the kernel drops).
     assert "pid=2" in out.content and out.data["exit_code"] == 3, out.content
     with containment.contained([sys.executable, "-c", "import os; os.abort()"], Limits()) as box:
-        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=WAIT_S)
+        done = subprocess.run(
+            box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True, timeout=WAIT_S
+        )
     assert containment.exit_status(done.returncode) == -signal.SIGABRT
 
 
@@ -345,11 +382,13 @@ def test_killing_the_group_kills_a_setsid_child(tmp_path: Path):
     # What run_child does at its limit: SIGKILL to the process group it started.
     marker = f"kagent-escape-{uuid.uuid4().hex}"
     started = tmp_path / "started"
-    script = (f"import os, time, subprocess, sys\n"
-              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', '{marker}'],"
-              f" start_new_session=True)\n"
-              f"open({str(started)!r}, 'w').close()\n"
-              f"time.sleep(300)\n")
+    script = (
+        f"import os, time, subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', '{marker}'],"
+        f" start_new_session=True)\n"
+        f"open({str(started)!r}, 'w').close()\n"
+        f"time.sleep(300)\n"
+    )
     box = containment.contained([sys.executable, "-c", script], Limits())
     proc = subprocess.Popen(box.argv, preexec_fn=box.preexec, start_new_session=True, stdin=subprocess.DEVNULL)
     try:
@@ -437,11 +476,12 @@ def test_a_hanging_evaluation_dies_with_kagent(kimi, kagent_home: Path, tmp_path
     temporary = tmp_path / marker
     temporary.mkdir()
     solution = reference_solution(kimi, tmp_path / "solution", HANGS_IN_ITS_STEP)
-    kagent = subprocess.Popen([sys.executable, "-c", EVALUATE_IN_A_PROCESS, kimi.name, str(solution),
-                               str(kagent_home)], env={**os.environ, "TMPDIR": str(temporary)},
-                              stdin=subprocess.DEVNULL)
-    left = survivors_of_killing(kagent, marker,
-                                lambda: any(temporary.glob("kagent-eval-*/solution/hanging")))
+    kagent = subprocess.Popen(
+        [sys.executable, "-c", EVALUATE_IN_A_PROCESS, kimi.name, str(solution), str(kagent_home)],
+        env={**os.environ, "TMPDIR": str(temporary)},
+        stdin=subprocess.DEVNULL,
+    )
+    left = survivors_of_killing(kagent, marker, lambda: any(temporary.glob("kagent-eval-*/solution/hanging")))
     assert left == [], f"{len(left)} process(es) of the evaluation outlived kagent"
 
 
@@ -451,23 +491,27 @@ def test_a_shell_command_dies_with_kagent(kimi, tmp_path: Path):
     workspace = tmp_path / "ws"
     (workspace / "task").mkdir(parents=True)
     command = f"touch started; python -c 'import time; time.sleep(3600)' {marker}"
-    kagent = subprocess.Popen([sys.executable, "-c", SHELL_IN_A_PROCESS, str(workspace), kimi.name, command],
-                              stdin=subprocess.DEVNULL)
+    kagent = subprocess.Popen(
+        [sys.executable, "-c", SHELL_IN_A_PROCESS, str(workspace), kimi.name, command], stdin=subprocess.DEVNULL
+    )
     left = survivors_of_killing(kagent, marker, (workspace / "started").exists)
     assert left == [], f"{len(left)} process(es) of the shell command outlived kagent"
 
 
 # Prints the signal this process gets when its parent dies (prctl PR_GET_PDEATHSIG).
-PRINTS_ITS_DEATH_SIGNAL = ("import ctypes; death = ctypes.c_int(); "
-                           "ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0); print(death.value)")
+PRINTS_ITS_DEATH_SIGNAL = (
+    "import ctypes; death = ctypes.c_int(); "
+    "ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0); print(death.value)"
+)
 
 
 def test_without_any_mechanism_the_command_still_dies_with_kagent(monkeypatch):
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     monkeypatch.setattr(containment, "_noticed", True)
     with containment.contained([sys.executable, "-c", PRINTS_ITS_DEATH_SIGNAL], Limits()) as box:
-        done = subprocess.run(box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=WAIT_S)
+        done = subprocess.run(
+            box.argv, preexec_fn=box.preexec, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT_S
+        )
     assert box.argv[0] == sys.executable  # run as it is, nothing around it
     assert done.stdout.strip() == str(int(signal.SIGKILL)), (done.stdout, done.stderr)
 
@@ -489,10 +533,13 @@ def test_shell_writes_only_the_workspace_and_its_home(ctx: ToolContext, tmp_path
     (ctx.workspace / ".git").mkdir()
     outside = tmp_path / "outside"
     outside.mkdir()
-    out = shell(ctx, f"touch ws-file && touch $HOME/home-file && echo $HOME; "
-                     f"touch task/x; touch .git/x; touch {outside}/x; touch /usr/kagent-x; "
-                     f"echo CapEff=$(grep CapEff /proc/self/status | cut -f2); "
-                     f"umount task 2>&1 || echo cannot-umount; mount -t tmpfs none task 2>&1 || echo cannot-mount")
+    out = shell(
+        ctx,
+        f"touch ws-file && touch $HOME/home-file && echo $HOME; "
+        f"touch task/x; touch .git/x; touch {outside}/x; touch /usr/kagent-x; "
+        f"echo CapEff=$(grep CapEff /proc/self/status | cut -f2); "
+        f"umount task 2>&1 || echo cannot-umount; mount -t tmpfs none task 2>&1 || echo cannot-mount",
+    )
     assert (ctx.workspace / "ws-file").exists() and (ctx.home / "home-file").exists(), out.content
     assert str(ctx.home) in out.content
     assert out.content.count("Read-only file system") == 3, out.content  # task/, .git/, /usr
@@ -504,8 +551,11 @@ def test_shell_writes_only_the_workspace_and_its_home(ctx: ToolContext, tmp_path
 
 @needs_files
 def test_shell_cannot_see_home_project_kagent_home_or_other_runs(ctx: ToolContext, tmp_path: Path, monkeypatch):
-    secrets = {"HOME": tmp_path / "user-home", "KAGENT_RUNS": tmp_path / "project" / "runs",
-               "KAGENT_HOME": tmp_path / "kagent-home"}
+    secrets = {
+        "HOME": tmp_path / "user-home",
+        "KAGENT_RUNS": tmp_path / "project" / "runs",
+        "KAGENT_HOME": tmp_path / "kagent-home",
+    }
     for variable, folder in secrets.items():
         folder.mkdir(parents=True)
         (folder / "secret.txt").write_text(f"secret of {variable}")
@@ -530,12 +580,12 @@ def test_solution_cannot_write_outside_its_folder_or_read_the_project(kimi, kage
     monkeypatch.chdir(project)
     patch = f"""
 import os as _os, pathlib as _pathlib
-for _target in ({str(project / 'planted.txt')!r}, '/usr/kagent-planted', {str(kagent_home / '..' / 'planted.txt')!r}):
+for _target in ({str(project / "planted.txt")!r}, '/usr/kagent-planted', {str(kagent_home / ".." / "planted.txt")!r}):
     try:
         _pathlib.Path(_target).write_text('x')
     except OSError:
         pass
-if _os.path.exists({str(project / 'notes.txt')!r}):
+if _os.path.exists({str(project / "notes.txt")!r}):
     raise RuntimeError("the solution sees the user's files")
 """
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
@@ -555,22 +605,32 @@ def test_file_plan_covers_never_the_system(monkeypatch, tmp_path: Path):
     assert sys.prefix in plan.show or Path(sys.prefix).resolve().as_posix() in plan.show
 
 
-def test_a_build_cache_the_command_could_not_write_falls_back_to_its_home(ctx: ToolContext, tmp_path: Path,
-                                                                         monkeypatch):
+def test_a_build_cache_the_command_could_not_write_falls_back_to_its_home(
+    ctx: ToolContext, tmp_path: Path, monkeypatch
+):
     # A user's TRITON_CACHE_DIR under /opt is read-only in the jail: Triton's first compile
     # failed there with EROFS. Only caches the command may write and keep are passed on.
     monkeypatch.setenv("TRITON_CACHE_DIR", "/opt/shared-triton-cache")
     monkeypatch.setenv("TRITON_HOME", str(ctx.home / "triton-home"))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ctx.workspace / "task" / "ext"))  # read-only: task/
-    out = shell(ctx, "echo cache=${TRITON_CACHE_DIR:-unset} home=${TRITON_HOME:-unset} "
-                     "ext=${TORCH_EXTENSIONS_DIR:-unset} HOME=$HOME")
+    out = shell(
+        ctx,
+        "echo cache=${TRITON_CACHE_DIR:-unset} home=${TRITON_HOME:-unset} "
+        "ext=${TORCH_EXTENSIONS_DIR:-unset} HOME=$HOME",
+    )
     assert f"cache=unset home={ctx.home / 'triton-home'} ext=unset HOME={ctx.home}" in out.content, out.content
     (tmp_path / "work" / "task").mkdir(parents=True)
     plan = containment.file_plan(writable=[tmp_path / "work"], read_only=[tmp_path / "work" / "task"])
-    env = {"TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"), "TRITON_HOME": "/tmp/elsewhere",
-           "TORCH_EXTENSIONS_DIR": "", "PATH": "/usr/bin"}
+    env = {
+        "TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"),
+        "TRITON_HOME": "/tmp/elsewhere",
+        "TORCH_EXTENSIONS_DIR": "",
+        "PATH": "/usr/bin",
+    }
     assert containment.with_writable_build_caches(env, plan) == {
-        "TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"), "PATH": "/usr/bin"}
+        "TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"),
+        "PATH": "/usr/bin",
+    }
 
 
 # -- memory ----------------------------------------------------------------------------------
@@ -653,16 +713,19 @@ def test_a_load_inline_build_works_in_the_jail_and_is_cached_in_the_home(tmp_pat
     # The agent's main path: a solution that compiles its own extension when imported. The
     # build lands in the HOME the evaluation gives it and is reused by the next evaluation.
     problem = tmp_path / "double.py"
-    problem.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, a):\n"
-                       "        return a * 2.0\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n"
-                       "def get_init_inputs():\n    return []\n")
+    problem.write_text(
+        "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, a):\n"
+        "        return a * 2.0\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
     solution = tmp_path / "solution" / "solution.py"
     solution.parent.mkdir()
     solution.write_text(
         "import torch\nfrom torch.utils.cpp_extension import load_inline\n\n"
         "_ext = load_inline(name='kagent_test_double', functions=['twice'],\n"
         "                   cpp_sources='torch::Tensor twice(torch::Tensor a) { return a * 2.0; }')\n\n"
-        "class ModelNew(torch.nn.Module):\n    def forward(self, a):\n        return _ext.twice(a)\n")
+        "class ModelNew(torch.nn.Module):\n    def forward(self, a):\n        return _ext.twice(a)\n"
+    )
     home = tmp_path / "home"
     options = EvalOptions(mode="check", cache_dir=tmp_path / "cache", home=home, timeout_s=600)
     first = evaluate(resolve_task(str(problem)), solution, options)
@@ -688,12 +751,20 @@ def test_the_jail_keeps_locked_mount_flags_inside_a_user_namespace(tmp_path: Pat
         (tmp_path / "ws").mkdir()
         monkeypatch.setattr(containment.os, "geteuid", lambda: 1000)
         containment.probe.cache_clear()
-        plan = containment.file_plan(writable=[tmp_path / "ws"], show=[mounted / "hidden" / "shown"],
-                                     hide=[mounted / "hidden"])
+        plan = containment.file_plan(
+            writable=[tmp_path / "ws"], show=[mounted / "hidden" / "shown"], hide=[mounted / "hidden"]
+        )
         script = f"cat {mounted}/hidden/shown/file; cat {mounted}/hidden/secret 2>/dev/null || echo no-secret"
         with containment.contained(["sh", "-c", script], Limits(), plan) as box:
-            done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=WAIT_S,
-                                  cwd=tmp_path / "ws", stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                box.argv,
+                preexec_fn=box.preexec,
+                capture_output=True,
+                text=True,
+                timeout=WAIT_S,
+                cwd=tmp_path / "ws",
+                stdin=subprocess.DEVNULL,
+            )
         assert "--map-root-user" in box.argv
         assert "brought back" in done.stdout and "no-secret" in done.stdout, (done.stdout, done.stderr)
     finally:
@@ -733,10 +804,19 @@ def test_a_folder_shown_inside_a_writable_one_stays_read_only(tmp_path: Path):
     (home / "cache").mkdir(parents=True)
     (home / "cache" / "entry").write_text("sealed\n")
     plan = containment.file_plan(writable=[home], show=[home / "cache"])
-    script = (f"cat {home}/cache/entry; echo poisoned > {home}/cache/entry 2>/dev/null || echo ro; "
-              f"touch {home}/made && echo home-writable")
+    script = (
+        f"cat {home}/cache/entry; echo poisoned > {home}/cache/entry 2>/dev/null || echo ro; "
+        f"touch {home}/made && echo home-writable"
+    )
     with containment.contained(["sh", "-c", script], Limits(), plan) as box:
-        done = subprocess.run(box.argv, preexec_fn=box.preexec, capture_output=True, text=True, timeout=WAIT_S,
-                              cwd=home, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            box.argv,
+            preexec_fn=box.preexec,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+        )
     assert done.stdout.split() == ["sealed", "ro", "home-writable"], (done.stdout, done.stderr)
     assert (home / "cache" / "entry").read_text() == "sealed\n"

@@ -1,6 +1,7 @@
 """Resolving --device: no torch for "cpu", and what torch saw of CUDA kept under kagent's home
 for as long as the machine's fingerprint holds, so that a warm `kagent eval` does not import
 torch (2-4 s) before its evaluation starts."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,22 @@ import pytest
 from kagent.agent.lifecycle.device import PROBE_FILE, DeviceProbe, machine_fingerprint, probe, resolve_device
 from kagent.core.errors import KagentError
 
-RESOLVE = ("import sys, json; from kagent.agent.lifecycle.device import resolve_device; "
-           "print(json.dumps([resolve_device(sys.argv[1]), 'torch' in sys.modules]))")
+RESOLVE = (
+    "import sys, json; from kagent.agent.lifecycle.device import resolve_device; "
+    "print(json.dumps([resolve_device(sys.argv[1]), 'torch' in sys.modules]))"
+)
 
 
 def _resolve_in_a_fresh_process(device: str, home: Path, **env: str) -> tuple[str, bool]:
     """(the device resolved, whether torch was imported) in a new interpreter."""
-    out = subprocess.run([sys.executable, "-c", RESOLVE, device], capture_output=True, text=True, check=True,
-                         env={**os.environ, "KAGENT_HOME": str(home), **env}, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", RESOLVE, device],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "KAGENT_HOME": str(home), **env},
+        timeout=300,
+    )
     resolved, imported = json.loads(out.stdout)
     return resolved, imported
 
@@ -59,8 +68,14 @@ def test_a_kept_probe_answers_every_device_name(monkeypatch, tmp_path):
         resolve_device("cuda")
 
 
-@pytest.mark.parametrize("kept", ["not json", '{"version": 99}', json.dumps({"fingerprint": "elsewhere",
-                                  "torch_version": "0", "cuda_available": True, "device_count": 8})])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "not json",
+        '{"version": 99}',
+        json.dumps({"fingerprint": "elsewhere", "torch_version": "0", "cuda_available": True, "device_count": 8}),
+    ],
+)
 def test_a_probe_kept_for_another_machine_or_unreadable_is_asked_again(tmp_path, kept):
     import torch
 

@@ -1,5 +1,6 @@
 """`kagent eval` on the flagship task at smoke scale: honest solutions pass, broken or
 cheating ones fail with the right verdict and a reason naming the check."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,43 +28,60 @@ def _corpus(name: str) -> str:
     return (REDTEAM / f"{name}.py").read_text()
 
 
-def _block_variant(attn_input: str = "self.norm(x, self.attn_norm, self.cfg.eps)", attn_residual: str = "x + ",
-                   moe_input: str = "self.norm(h, self.moe_norm, self.cfg.eps)", moe_residual: str = "h + ") -> str:
+def _block_variant(
+    attn_input: str = "self.norm(x, self.attn_norm, self.cfg.eps)",
+    attn_residual: str = "x + ",
+    moe_input: str = "self.norm(h, self.moe_norm, self.cfg.eps)",
+    moe_residual: str = "h + ",
+) -> str:
     """A patch replacing Block.step with the reference's, one piece of it changed."""
-    return f'''
+    return f"""
 def _block_step(self, x, st):
     h = {attn_residual}self.attn.step({attn_input}, st)
     return {moe_residual}self.moe.step({moe_input})
 Block.step = _block_step
-'''
+"""
 
 
 # Each case: a patch appended to a copy of the reference, the verdict it must get, and the
 # check whose failure must be the reason.
 BROKEN = {
-    "drops_the_moe": ('''
+    "drops_the_moe": (
+        """
 class Model(Model):
     def step(self, hidden, state):
         for block in self.blocks:
             block.moe.step = lambda x: torch.zeros_like(x)
         return super().step(hidden, state)
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "forgets_routed_scaling": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "forgets_routed_scaling": (
+        """
 _moe_step = MoE.step
 def _unscaled(self, x):
     return (_moe_step(self, x).float() / self.cfg.routed_scaling).to(torch.bfloat16)
 MoE.step = _unscaled
-''', Verdict.INCORRECT, "fixed_seeds"),
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
     "k_rope_not_appended": (_corpus("k_rope_not_appended"), Verdict.INCORRECT, "fixed_seeds"),
     "conv_window_not_shifted": (_corpus("conv_window_not_shifted"), Verdict.INCORRECT, "fixed_seeds"),
     # One part of the step's math broken at a time (PARTS below says which part each covers).
-    "skips_the_conv": ('''
+    "skips_the_conv": (
+        """
 def _no_conv(self, val, prev, j):
     # The window still moves on, but the projection goes on without the convolution.
     return val, torch.cat([prev, val[None]])[1:]
 KDA.short_conv = _no_conv
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "skips_the_delta_rule_write": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "skips_the_delta_rule_write": (
+        """
 class Model(Model):
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -72,8 +90,12 @@ class Model(Model):
                 # beta = sigmoid(-inf) = 0: the state only decays, nothing is written into it.
                 block.attn.beta_proj.forward = lambda x: torch.full((cfg.kda_heads,), -torch.inf, dtype=x.dtype,
                                                                     device=x.device)
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "skips_the_decay": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "skips_the_decay": (
+        """
 _kda_step = KDA.step
 def _no_decay(self, x, st):
     # g = -softplus(...) = 0: the state is not decayed before the write.
@@ -83,8 +105,12 @@ def _no_decay(self, x, st):
     finally:
         F.softplus = softplus
 KDA.step = _no_decay
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "hands_on_the_old_kda_state": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "hands_on_the_old_kda_state": (
+        """
 _kda_step = KDA.step
 def _old_state(self, x, st):
     # The output from the updated state, but the state handed on is the one that came in.
@@ -93,15 +119,23 @@ def _old_state(self, x, st):
     st["S"] = S
     return out
 KDA.step = _old_state
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "skips_the_cache_attention": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "skips_the_cache_attention": (
+        """
 _mla_step = MLA.step
 def _no_attention(self, x, st):
     # The cache is still appended to, but nothing read from it reaches the output.
     return torch.zeros_like(_mla_step(self, x, st))
 MLA.step = _no_attention
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "attends_to_the_newest_8_rows": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "attends_to_the_newest_8_rows": (
+        """
 _mla_step, _softmax = MLA.step, torch.softmax
 def _newest_rows_only(scores, dim):
     # MLA.step's one softmax, over cache positions, with all but the newest 8 rows left out.
@@ -115,73 +149,116 @@ def _windowed(self, x, st):
     finally:
         torch.softmax = _softmax
 MLA.step = _windowed
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "ropes_at_the_next_position": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "ropes_at_the_next_position": (
+        """
 _rope_cos_sin = rope_cos_sin
 def rope_cos_sin(pos, dim, theta, device):
     # The position after the new row is appended rather than before.
     return _rope_cos_sin(pos + 1, dim, theta, device)
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "routes_to_the_next_experts": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "routes_to_the_next_experts": (
+        """
 _ffn = MoE.ffn
 def _next_expert(x, gate, up, down, e):
     # Each chosen expert's index off by one (the shared expert, the only one of its kind, stays).
     return _ffn(x, gate, up, down, (e + 1) % gate.n)
 MoE.ffn = staticmethod(_next_expert)
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "swaps_gate_and_up": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "swaps_gate_and_up": (
+        """
 _ffn = MoE.ffn
 MoE.ffn = staticmethod(lambda x, gate, up, down, e: _ffn(x, up, gate, down, e))
-''', Verdict.INCORRECT, "fixed_seeds"),
-    "drops_the_shared_expert": ('''
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
+    "drops_the_shared_expert": (
+        """
 import dataclasses
 class Model(Model):
     def __init__(self, cfg):
         super().__init__(cfg)
         for block in self.blocks:
             block.moe.cfg = dataclasses.replace(cfg, n_shared=0)  # MoE.step adds n_shared shared experts
-''', Verdict.INCORRECT, "fixed_seeds"),
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
     "skips_the_attention_norm": (_block_variant(attn_input="x"), Verdict.INCORRECT, "fixed_seeds"),
     "skips_the_moe_norm": (_block_variant(moe_input="h"), Verdict.INCORRECT, "fixed_seeds"),
     "drops_the_attention_residual": (_block_variant(attn_residual=""), Verdict.INCORRECT, "fixed_seeds"),
     "drops_the_moe_residual": (_block_variant(moe_residual=""), Verdict.INCORRECT, "fixed_seeds"),
-    "nan_in_output": ('''
+    "nan_in_output": (
+        """
 class Model(Model):
     def step(self, hidden, state):
         out, state = super().step(hidden, state)
         out = out.clone()
         out[3] = float("nan")
         return out, state
-''', Verdict.INCORRECT, "fixed_seeds"),
+""",
+        Verdict.INCORRECT,
+        "fixed_seeds",
+    ),
     "caches_by_pointer": (_corpus("cache_by_pointer"), Verdict.INCORRECT, "overwrite_in_place"),
     "caches_by_id": (_corpus("cache_by_id"), Verdict.INCORRECT, "overwrite_in_place"),
     "skips_moe_on_chained_steps": (_corpus("skips_work_on_chained_steps"), Verdict.INCORRECT, "chained_steps"),
-    "raises_in_step": ('''
+    "raises_in_step": (
+        """
 class Model(Model):
     def step(self, hidden, state):
         raise RuntimeError("kernel launch failed: invalid configuration")
-''', Verdict.ERROR, "fixed_seeds"),
-    "wrong_output_shape": ('''
+""",
+        Verdict.ERROR,
+        "fixed_seeds",
+    ),
+    "wrong_output_shape": (
+        """
 class Model(Model):
     def step(self, hidden, state):
         out, state = super().step(hidden, state)
         return out[:-1], state
-''', Verdict.ERROR, "fixed_seeds"),
-    "wrong_output_dtype": ('''
+""",
+        Verdict.ERROR,
+        "fixed_seeds",
+    ),
+    "wrong_output_dtype": (
+        """
 class Model(Model):
     def step(self, hidden, state):
         out, state = super().step(hidden, state)
         return out.float(), state
-''', Verdict.ERROR, "fixed_seeds"),
-    "cannot_load_weights": ('''
+""",
+        Verdict.ERROR,
+        "fixed_seeds",
+    ),
+    "cannot_load_weights": (
+        """
 class Model(torch.nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(3))
-''', Verdict.ERROR, "load"),
-    "import_error": ('''
+""",
+        Verdict.ERROR,
+        "load",
+    ),
+    "import_error": (
+        """
 import a_module_that_does_not_exist
-''', Verdict.ERROR, "load"),
+""",
+        Verdict.ERROR,
+        "load",
+    ),
 }
 
 
@@ -246,8 +323,11 @@ def test_salient_state_scales_the_kda_states_and_plants_rows_the_query_attends_t
     hidden, drawn = reference.init_token(cfg, 0, device="cpu"), reference.init_state(cfg, 32, 0, device="cpu")
     kept = _copy(drawn)
     salient = reference.salient_state(model, hidden, drawn)
-    assert all(torch.equal(a, b) for layer, copy in zip(drawn, kept, strict=True)
-               for a, b in zip(layer.values(), copy.values(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for layer, copy in zip(drawn, kept, strict=True)
+        for a, b in zip(layer.values(), copy.values(), strict=True)
+    )
     for layer, original in zip(salient[:3], drawn[:3], strict=True):
         # Each KDA state scaled as a whole (so that the step's write weighs as much as what it
         # keeps); the convolution windows as drawn.
@@ -271,8 +351,11 @@ def test_runner_up_takes_one_other_expert_at_that_layer_only(smoke_reference, mo
     hidden, state = reference.init_token(cfg, 0, device="cpu"), reference.init_state(cfg, 16, 0, device="cpu")
     chosen = []
     ffn = reference.MoE.ffn
-    monkeypatch.setattr(reference.MoE, "ffn", staticmethod(
-        lambda x, gate, up, down, e: chosen.append((gate.n, e)) or ffn(x, gate, up, down, e)))
+    monkeypatch.setattr(
+        reference.MoE,
+        "ffn",
+        staticmethod(lambda x, gate, up, down, e: chosen.append((gate.n, e)) or ffn(x, gate, up, down, e)),
+    )
 
     def routed_experts(**runner_up):
         chosen.clear()
@@ -282,7 +365,7 @@ def test_runner_up_takes_one_other_expert_at_that_layer_only(smoke_reference, mo
         else:
             out, _ = model.step(hidden.clone(), _copy(state))
         routed = [int(e) for n, experts in chosen if n == cfg.n_experts for e in experts]
-        return out, [set(routed[i:i + cfg.n_active]) for i in range(0, len(routed), cfg.n_active)]
+        return out, [set(routed[i : i + cfg.n_active]) for i in range(0, len(routed), cfg.n_active)]
 
     expected, per_layer = routed_experts()
     swapped, swapped_per_layer = routed_experts(at=2)
@@ -303,7 +386,7 @@ def test_secret_seeds_start_from_both_kinds_of_state_at_every_context(kimi, kage
 
 # Near-ties of the routing. At smoke scale every fixed seed sits on one (the least margin of
 # the four layers' routings is 0.5-1.5%, below min_decision_margin's 2%).
-TAKES_THE_RUNNER_UP = '''
+TAKES_THE_RUNNER_UP = """
 class Model(Model):
     def step(self, hidden, state):
         # A kernel whose rounding tips the routing's first near-tie the other way: the
@@ -314,15 +397,15 @@ class Model(Model):
             return super().step(hidden, state)
         with runner_up(self, tied[0]):
             return super().step(hidden, state)
-'''
+"""
 
-RETURNS_ITS_INPUT_AT_NEAR_TIES = '''
+RETURNS_ITS_INPUT_AT_NEAR_TIES = """
 class Model(Model):
     def step(self, hidden, state):
         out, state = super().step(hidden.clone(), state)
         # At a near-tie of the routing the hidden goes back as it came in (the state is right).
         return (hidden.clone() if decision_margin(self) < 0.02 else out), state
-'''
+"""
 
 
 @pytest.mark.slow
@@ -336,14 +419,17 @@ def test_fixed_seeds_at_a_near_tie_are_reported_and_the_runner_up_excused(kimi, 
     excused = [c for c in near if "excused" in c]
     assert excused and all(c["excused"]["margin"] < 0.02 for c in excused)
     assert "at a near-tie of the reference's routing (margin below 2%): seed 0 ctx 16 (" in fixed.reason
-    assert f"{excused[0]['case']} ({excused[0]['decision_margin']:.2%}, matches the reference that took the " \
-           "runner-up)" in fixed.reason
+    assert (
+        f"{excused[0]['case']} ({excused[0]['decision_margin']:.2%}, matches the reference that took the "
+        "runner-up)" in fixed.reason
+    )
 
 
 @pytest.mark.slow
 def test_a_step_that_returns_its_input_at_a_near_tie_fails(kimi, kagent_home, tmp_path):
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, RETURNS_ITS_INPUT_AT_NEAR_TIES), kagent_home,
-                      mode="check")
+    result = run_eval(
+        kimi, reference_solution(kimi, tmp_path, RETURNS_ITS_INPUT_AT_NEAR_TIES), kagent_home, mode="check"
+    )
     assert result.verdict is Verdict.INCORRECT, result.reason
     assert re.match(r"fixed_seeds: (\d+) of \1 cases fail", result.reason), result.reason
     assert "does not match the reference that took the runner-up either" in result.reason
@@ -355,9 +441,18 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     assert result.verdict is Verdict.PASS, result.reason
     names = [c.name for c in result.checks]
     # One chain validated step by step per timed context, then the timed chains that repeat it.
-    assert names == ["load", "fixed_seeds", "hidden_seeds", "overwrite_in_place",
-                     "chained_steps", "chained_steps", "chained_steps",
-                     "timed_chain_ctx_16", "timed_chain_ctx_32", "timed_chain_ctx_64"]
+    assert names == [
+        "load",
+        "fixed_seeds",
+        "hidden_seeds",
+        "overwrite_in_place",
+        "chained_steps",
+        "chained_steps",
+        "chained_steps",
+        "timed_chain_ctx_16",
+        "timed_chain_ctx_32",
+        "timed_chain_ctx_64",
+    ]
     assert len(result.hidden_seeds) == evaluate.DEFAULT_HIDDEN_SEEDS["mega"]
     assert all(s >= 1000 for s in result.hidden_seeds)
     # On the CPU the reference repeats itself bit for bit, and the result view says so.
@@ -385,7 +480,8 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
     # Where each shape's timing went: its warm-up, pairs and isolated steps, within its share.
     for t in result.timings:
         assert {"warm_up", "pairs", "isolated", "pairs_candidate_requests", "pairs_candidate_chain_checks"} <= set(
-            t.wall_seconds)
+            t.wall_seconds
+        )
         assert t.wall_seconds["pairs_candidate_requests"] <= t.wall_seconds["pairs"] <= result.phases["timing"]
     for t in result.timings:
         assert t.candidate.median_ci_low_ms <= t.candidate.median_ms <= t.candidate.median_ci_high_ms
@@ -429,7 +525,7 @@ def test_unknown_context_is_a_clear_error(kimi, kagent_home, tmp_path):
 
 @pytest.mark.slow
 def test_hanging_solution_is_killed_at_the_limit(kimi, kagent_home, tmp_path):
-    patch = '''
+    patch = """
 class Model(Model):
     def step(self, hidden, state):
         import subprocess, sys
@@ -437,7 +533,7 @@ class Model(Model):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         while True:
             pass
-'''
+"""
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check", timeout_s=15)
     assert result.verdict is Verdict.TIMEOUT, result.reason
     assert result.wall_seconds < 30
@@ -451,11 +547,14 @@ def test_hang_at_import_is_killed_too(kimi, kagent_home, tmp_path):
     assert result.verdict is Verdict.TIMEOUT
 
 
-@pytest.mark.parametrize("how, signal_or_code", [
-    ("import os\nos._exit(0)", "exit code 0"),
-    ("import ctypes\nctypes.string_at(0)", "killed by signal 11"),
-    ("import os\nos.abort()", "killed by signal 6"),
-])
+@pytest.mark.parametrize(
+    "how, signal_or_code",
+    [
+        ("import os\nos._exit(0)", "exit code 0"),
+        ("import ctypes\nctypes.string_at(0)", "killed by signal 11"),
+        ("import os\nos.abort()", "killed by signal 6"),
+    ],
+)
 @pytest.mark.slow
 def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home, tmp_path):
     body = "\n".join("        " + line for line in how.splitlines())
@@ -522,11 +621,11 @@ def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_pa
 def test_the_solution_does_not_see_api_keys(kimi, kagent_home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "secret")
-    patch = '''
+    patch = """
 import os
 _leaked = sorted(k for k in os.environ if k in ("ANTHROPIC_API_KEY", "MY_SERVICE_TOKEN"))
 assert not _leaked, f"the solution can read {_leaked}"
-'''
+"""
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason
 
@@ -540,7 +639,7 @@ def shown(result) -> str:
 
 # Wrong on about 1 input in 10: when a hash of the input hidden's bytes is 9 modulo 10 (the
 # residue that the fixed seeds' inputs miss, as a bug that slipped past the public cases would).
-RARELY_WRONG = '''
+RARELY_WRONG = """
 import hashlib
 
 
@@ -554,7 +653,7 @@ class Model(Model):
         wrong = unlucky(hidden)
         out, state = super().step(hidden, state)
         return (-out if wrong else out), state
-'''
+"""
 
 
 def test_the_rarely_wrong_solution_is_wrong_on_one_input_in_ten(kimi):
@@ -582,9 +681,12 @@ def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagen
     for _ in range(5):
         result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=96)
         assert result.verdict is Verdict.INCORRECT, result.reason
-        found = re.match(r"hidden_seeds: (\d+) of 96 cases fail, worst: hidden seed #\d+ ctx \d+( salient state)?: "
-                         r"cosine below 0.98 "
-                         r"for .*hidden -1\.0000", result.reason)
+        found = re.match(
+            r"hidden_seeds: (\d+) of 96 cases fail, worst: hidden seed #\d+ ctx \d+( salient state)?: "
+            r"cosine below 0.98 "
+            r"for .*hidden -1\.0000",
+            result.reason,
+        )
         assert found, result.reason
         failed = [c for c in check_named(result, "hidden_seeds").data["cases"] if not c["passed"]]
         assert int(found.group(1)) == len(failed) >= 1
@@ -595,8 +697,9 @@ def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagen
 def test_reference_workers_draw_the_secret_cases_and_judge_the_chains(kimi, kagent_home, tmp_path):
     # What the referee does itself on the CPU by default, processes of its own do beside it
     # on a GPU: the same cases, the same judgments.
-    honest = run_eval(kimi, reference_solution(kimi, tmp_path / "honest"), kagent_home, mode="check",
-                      reference_workers=2)
+    honest = run_eval(
+        kimi, reference_solution(kimi, tmp_path / "honest"), kagent_home, mode="check", reference_workers=2
+    )
     assert honest.verdict is Verdict.PASS, honest.reason
     load, hidden = check_named(honest, "load"), check_named(honest, "hidden_seeds")
     assert load.data["reference_workers"] == 2
@@ -605,16 +708,27 @@ def test_reference_workers_draw_the_secret_cases_and_judge_the_chains(kimi, kage
     assert len(hidden.data["seeds"]) == 48 and all(c["decision_margin"] >= 0.02 for c in hidden.data["cases"])
     assert sum(c["case"].endswith(" salient state") for c in hidden.data["cases"]) == 24
     # A step that skips work on chained steps only, judged by a worker.
-    skips = run_eval(kimi, reference_solution(kimi, tmp_path / "skips", BROKEN["skips_moe_on_chained_steps"][0]),
-                     kagent_home, mode="check", reference_workers=2)
+    skips = run_eval(
+        kimi,
+        reference_solution(kimi, tmp_path / "skips", BROKEN["skips_moe_on_chained_steps"][0]),
+        kagent_home,
+        mode="check",
+        reference_workers=2,
+    )
     assert skips.verdict is Verdict.INCORRECT and skips.reason.startswith("chained_steps: ctx 16 step 2"), skips.reason
     # A solution wrong on 1 input in 10, on the workers' secret cases.
-    wrong = run_eval(kimi, reference_solution(kimi, tmp_path / "wrong", RARELY_WRONG), kagent_home, mode="check",
-                     reference_workers=2, hidden_seeds=96)
+    wrong = run_eval(
+        kimi,
+        reference_solution(kimi, tmp_path / "wrong", RARELY_WRONG),
+        kagent_home,
+        mode="check",
+        reference_workers=2,
+        hidden_seeds=96,
+    )
     assert wrong.verdict is Verdict.INCORRECT and wrong.reason.startswith("hidden_seeds: "), wrong.reason
 
 
-NOISY = '''
+NOISY = """
 class Model(Model):
     def step(self, hidden, state):
         out, state = super().step(hidden, state)
@@ -622,7 +736,7 @@ class Model(Model):
         # add in a varying order make: right, but not bitwise repeatable.
         state[0]["S"].mul_(1 + 1e-6 * torch.randn_like(state[0]["S"]))
         return out, state
-'''
+"""
 
 
 @pytest.mark.slow
@@ -633,8 +747,10 @@ def test_a_nondeterministic_solution_passes_and_is_said_to_be_nondeterministic(k
     assert not determinism.bitwise_equal and determinism.largest_in == "L0.S"
     assert 0 < determinism.max_abs_diff < 1e-5
     line = next(line for line in shown(result).splitlines() if line.startswith("determinism:"))
-    assert line == (f"determinism: two calls on identical inputs ({determinism.case}) are not bitwise equal: "
-                    f"largest difference {determinism.max_abs_diff:.3g} in L0.S")
+    assert line == (
+        f"determinism: two calls on identical inputs ({determinism.case}) are not bitwise equal: "
+        f"largest difference {determinism.max_abs_diff:.3g} in L0.S"
+    )
 
 
 @pytest.mark.parametrize("salient", [False, True])
@@ -651,8 +767,11 @@ def test_a_screened_draw_stops_at_a_near_tie_and_draws_the_same_case(kimi, monke
         reference, _ = mega.build_reference(task, DiskCache(None))
         ffns = []
         ffn = task.reference.MoE.ffn
-        monkeypatch.setattr(task.reference.MoE, "ffn", staticmethod(
-            lambda x, gate, up, down, e: ffns.append(e) or ffn(x, gate, up, down, e)))
+        monkeypatch.setattr(
+            task.reference.MoE,
+            "ffn",
+            staticmethod(lambda x, gate, up, down, e: ffns.append(e) or ffn(x, gate, up, down, e)),
+        )
 
         def draw(screening):
             monkeypatch.setattr(task, "screening", screening)
@@ -667,9 +786,15 @@ def test_a_screened_draw_stops_at_a_near_tie_and_draws_the_same_case(kimi, monke
     assert plain.redrawn >= 1  # the first seeds sit on near-ties at this scale
     assert (screened.seed, screened.redrawn, screened.margin) == (plain.seed, plain.redrawn, plain.margin)
     assert torch.equal(screened.expected_hidden, plain.expected_hidden)
-    assert all(torch.equal(a[name], b[name])
-               for a, b in zip(screened.expected_state, plain.expected_state, strict=True) for name in a)
+    assert all(
+        torch.equal(a[name], b[name])
+        for a, b in zip(screened.expected_state, plain.expected_state, strict=True)
+        for name in a
+    )
     if salient:
-        assert all(torch.equal(a[name], b[name])
-                   for a, b in zip(screened.inputs[1], plain.inputs[1], strict=True) for name in a)
+        assert all(
+            torch.equal(a[name], b[name])
+            for a, b in zip(screened.inputs[1], plain.inputs[1], strict=True)
+            for name in a
+        )
     assert screened_ffns < plain_ffns

@@ -1,5 +1,6 @@
 """What crosses between the referee and the solution's process: the tagged value trees, the
 arena's slots, and the strict copy of what a solution returns."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,6 +45,7 @@ def _put(arena: Arena):
         if isinstance(value, torch.Tensor):
             arena.view(slot).copy_(value)
         return slot
+
     return put
 
 
@@ -96,26 +98,33 @@ class _Subclass(torch.Tensor):
     pass
 
 
-@pytest.mark.parametrize("returned, message", [
-    ((torch.zeros(4).as_subclass(_Subclass), [{"S": torch.zeros(2)}]), "must be a torch.Tensor, got _Subclass"),
-    ((torch.zeros(4, dtype=torch.float64), [{"S": torch.zeros(2)}]), "must be float32 of shape [4]"),
-    ((torch.zeros(5), [{"S": torch.zeros(2)}]), "must be float32 of shape [4]"),
-    ((torch.zeros(4), [{"T": torch.zeros(2)}]), "must have keys ['S']"),
-    ((torch.zeros(4), []), "must be a sequence of 1"),
-    (torch.zeros(4), "must be a sequence of 2"),
-])
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        ((torch.zeros(4).as_subclass(_Subclass), [{"S": torch.zeros(2)}]), "must be a torch.Tensor, got _Subclass"),
+        ((torch.zeros(4, dtype=torch.float64), [{"S": torch.zeros(2)}]), "must be float32 of shape [4]"),
+        ((torch.zeros(5), [{"S": torch.zeros(2)}]), "must be float32 of shape [4]"),
+        ((torch.zeros(4), [{"T": torch.zeros(2)}]), "must have keys ['S']"),
+        ((torch.zeros(4), []), "must be a sequence of 1"),
+        (torch.zeros(4), "must be a sequence of 2"),
+    ],
+)
 def test_what_a_solution_returns_must_be_exactly_what_is_expected(arena, returned, message):
     slots = SlotAllocator(arena)
-    out = encode((Layout((4,), torch.float32), [{"S": Layout((2,), torch.float32)}]),
-                 lambda want: slots.slot(tuple(want.shape), want.dtype))
+    out = encode(
+        (Layout((4,), torch.float32), [{"S": Layout((2,), torch.float32)}]),
+        lambda want: slots.slot(tuple(want.shape), want.dtype),
+    )
     with pytest.raises(BadReturn, match=message.replace("[", r"\[").replace("]", r"\]")):
         fill(out, returned, arena, "step's return value")
 
 
 def test_a_right_return_is_copied_into_the_arena(arena):
     slots = SlotAllocator(arena)
-    out = encode((Layout((4,), torch.float32), [{"S": Layout((2,), torch.float32)}]),
-                 lambda want: slots.slot(tuple(want.shape), want.dtype))
+    out = encode(
+        (Layout((4,), torch.float32), [{"S": Layout((2,), torch.float32)}]),
+        lambda want: slots.slot(tuple(want.shape), want.dtype),
+    )
     fill(out, (torch.arange(4.0), [{"S": torch.ones(2)}]), arena, "step's return value")
     hidden, state = decode(out, arena.view)
     assert hidden.tolist() == [0.0, 1.0, 2.0, 3.0] and state[0]["S"].tolist() == [1.0, 1.0]

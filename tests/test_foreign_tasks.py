@@ -1,6 +1,7 @@
 """Users bring their own tasks: a KernelBench-style single file, and a KernelBench-Mega-style
 problem folder, in kagent's layout or as the public board publishes it. kagent grades them
 with its own harness; the examples are made here."""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ def get_init_inputs():
     return [64, 32]
 '''
 
-KB_SOLUTION = '''
+KB_SOLUTION = """
 import torch
 
 
@@ -52,7 +53,7 @@ class ModelNew(torch.nn.Module):
 
     def forward(self, x):
         return torch.clamp_min(torch.addmm(self.linear.bias, x, self.linear.weight.t()), 0.0){extra}
-'''
+"""
 
 
 @pytest.fixture
@@ -76,8 +77,13 @@ def test_kernelbench_file_is_recognized(kb_task):
 def test_kernelbench_correct_solution_passes_and_is_timed(kb_task, kagent_home, tmp_path):
     result = run_eval(kb_task, kb_solution(tmp_path / "s"), kagent_home)
     assert result.verdict is Verdict.PASS, result.reason
-    assert [c.name for c in result.checks] == ["load", "fixed_seeds", "hidden_seeds", "overwrite_in_place",
-                                               "timed_calls"]
+    assert [c.name for c in result.checks] == [
+        "load",
+        "fixed_seeds",
+        "hidden_seeds",
+        "overwrite_in_place",
+        "timed_calls",
+    ]
     (timing,) = result.timings
     assert timing.label == "default" and timing.candidate.n == timing.rounds  # one block of calls per round
     assert timing.roofline.bytes_per_step == 16 * 64 * 4 + 16 * 32 * 4 + (64 * 32 + 32) * 4
@@ -101,7 +107,10 @@ def test_kernelbench_tolerance_is_the_users(kb_task, kagent_home, tmp_path):
 
 @pytest.mark.slow
 def test_kernelbench_pointer_cache_fails_the_overwrite_check(kb_task, kagent_home, tmp_path):
-    solution = write_solution(tmp_path / "s", KB_SOLUTION.replace("{extra}", "") + '''
+    solution = write_solution(
+        tmp_path / "s",
+        KB_SOLUTION.replace("{extra}", "")
+        + """
 _forward = ModelNew.forward
 _answers = {}
 def _cached(self, x):
@@ -109,7 +118,8 @@ def _cached(self, x):
         _answers[x.data_ptr()] = _forward(self, x)
     return _answers[x.data_ptr()]
 ModelNew.forward = _cached
-''')
+""",
+    )
     result = run_eval(kb_task, solution, kagent_home, mode="check")
     assert result.verdict is Verdict.INCORRECT
     assert check_named(result, "overwrite_in_place").status == "fail"
@@ -135,7 +145,7 @@ def test_not_a_kernelbench_file_is_refused(tmp_path):
 
 
 # A KernelBench-Mega-style folder: a tiny stateful model with a growing memory per layer.
-MEGA_REFERENCE = '''
+MEGA_REFERENCE = """
 import dataclasses
 
 import torch
@@ -175,9 +185,9 @@ def init_state(cfg, context_len, seed, device=None):
 def init_token(cfg, seed, device=None):
     g = torch.Generator(device=device or "cpu").manual_seed(seed + 1)
     return torch.randn(cfg.hidden, generator=g, device=device).to(torch.bfloat16)
-'''
+"""
 
-MEGA_SOLUTION = '''
+MEGA_SOLUTION = """
 import torch
 
 
@@ -194,7 +204,7 @@ class Model(torch.nn.Module):
             layer["memory"] = torch.cat([layer["memory"], h[None]], 0)
             x = (x + h).to(torch.bfloat16).float()
         return x.to(torch.bfloat16), state
-'''
+"""
 
 
 @pytest.fixture
@@ -202,14 +212,17 @@ def mega_task(tmp_path):
     folder = tmp_path / "my_problem"
     folder.mkdir()
     (folder / "reference.py").write_text(MEGA_REFERENCE)
-    (folder / "shapes.py").write_text('SHAPES = [{"context_len": 8, "steps": 3}, {"context_len": 12, "steps": 2}]\n'
-                                      "SMOKE_SHAPES = SHAPES\n")
-    (folder / "problem.yaml").write_text(textwrap.dedent("""\
+    (folder / "shapes.py").write_text(
+        'SHAPES = [{"context_len": 8, "steps": 3}, {"context_len": 12, "steps": 2}]\nSMOKE_SHAPES = SHAPES\n'
+    )
+    (folder / "problem.yaml").write_text(
+        textwrap.dedent("""\
         name: my_problem
         description: a tiny stateful step
         correctness: {threshold: 0.99, seeds: [0, 1], contexts: [8], smoke_contexts: [8, 12]}
         forbidden_imports: [numpy]
-        """))
+        """)
+    )
     (folder / "PROMPT.txt").write_text("Make step fast.\n")
     return resolve_task(str(folder))
 
@@ -248,17 +261,49 @@ def test_incomplete_folder_is_refused(tmp_path):
 def test_cli_grades_a_folder_with_json_output(mega_task, tmp_path):
     solution = write_solution(tmp_path / "s", MEGA_SOLUTION.replace("{activation}", "torch.tanh"))
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", str(mega_task.path), "--solution",
-                           str(solution), "--device", "cpu", "--rounds", "2", "--json", "--out", str(out)],
-                          capture_output=True, text=True, timeout=WAIT_S)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kagent.agent.cli",
+            "eval",
+            str(mega_task.path),
+            "--solution",
+            str(solution),
+            "--device",
+            "cpu",
+            "--rounds",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
     assert printed["verdict"] == "pass" and printed["version"] == 1
     assert json.loads(out.read_text()) == printed
     wrong = write_solution(tmp_path / "w", MEGA_SOLUTION.replace("{activation}", "torch.sigmoid"))
-    proc = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", str(mega_task.path), "--solution",
-                           str(wrong), "--device", "cpu", "--check-only"], capture_output=True, text=True,
-                          timeout=WAIT_S)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kagent.agent.cli",
+            "eval",
+            str(mega_task.path),
+            "--solution",
+            str(wrong),
+            "--device",
+            "cpu",
+            "--check-only",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == 1
     assert "INCORRECT" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
@@ -312,16 +357,21 @@ def margin_task(mega_task):
     folder = mega_task.path
     (folder / "reference.py").write_text(MEGA_REFERENCE + MARGIN_HOOK + RUNNER_UP_HOOK)
     (folder / "problem.yaml").write_text(
-        "correctness: {threshold: 0.99, seeds: [0], contexts: [8], smoke_contexts: [8], "
-        "min_decision_margin: 0.5}\n")
+        "correctness: {threshold: 0.99, seeds: [0], contexts: [8], smoke_contexts: [8], min_decision_margin: 0.5}\n"
+    )
     return resolve_task(str(folder))
 
 
 def solution_wrong_when(condition: str) -> str:
     """The correct solution, except that it negates its output when ``condition`` holds."""
-    return MEGA_SOLUTION.replace("{activation}", "torch.tanh").replace(
-        "        x = hidden.float()\n", f"        wrong = {condition}\n        x = hidden.float()\n").replace(
-        "        return x.to(torch.bfloat16), state", "        return (-x if wrong else x).to(torch.bfloat16), state")
+    return (
+        MEGA_SOLUTION.replace("{activation}", "torch.tanh")
+        .replace("        x = hidden.float()\n", f"        wrong = {condition}\n        x = hidden.float()\n")
+        .replace(
+            "        return x.to(torch.bfloat16), state",
+            "        return (-x if wrong else x).to(torch.bfloat16), state",
+        )
+    )
 
 
 @pytest.mark.slow
@@ -342,17 +392,23 @@ def test_chained_mismatch_at_a_near_tie_is_excused(margin_task, kagent_home, tmp
     solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 10"))
     result = run_eval(margin_task, solution, kagent_home, mode="check")
     assert result.verdict is Verdict.PASS, result.reason
-    assert ("steps [3] differ at a near-tie of the reference's routing, where they match the reference that took "
-            "the runner-up") in check_named(result, "chained_steps").reason
+    assert (
+        "steps [3] differ at a near-tie of the reference's routing, where they match the reference that took "
+        "the runner-up"
+    ) in check_named(result, "chained_steps").reason
 
 
 @pytest.mark.slow
 def test_unexplained_mismatch_at_a_near_tie_fails(margin_task, kagent_home, tmp_path):
     # At the near-tie the solution hands back its input: neither the reference's choice nor
     # the runner-up's.
-    solution = write_solution(tmp_path / "s", MEGA_SOLUTION.replace("{activation}", "torch.tanh").replace(
-        "        return x.to(torch.bfloat16), state",
-        "        return (hidden.clone() if state[0]['memory'].shape[0] == 11 else x.to(torch.bfloat16)), state"))
+    solution = write_solution(
+        tmp_path / "s",
+        MEGA_SOLUTION.replace("{activation}", "torch.tanh").replace(
+            "        return x.to(torch.bfloat16), state",
+            "        return (hidden.clone() if state[0]['memory'].shape[0] == 11 else x.to(torch.bfloat16)), state",
+        ),
+    )
     result = run_eval(margin_task, solution, kagent_home, mode="check")
     assert result.verdict is Verdict.INCORRECT, result.reason
     assert result.reason.startswith("chained_steps: ctx 8 step 3 of a chain: cosine below 0.99"), result.reason
@@ -366,13 +422,15 @@ TIPPED = "0.5 <= abs(float(hidden.float()[0])) < 1.0 and state[0]['memory'].shap
 
 @pytest.mark.slow
 def test_a_tie_tipped_past_the_near_tie_margin_is_excused_where_the_runner_up_explains_it(
-        margin_task, kagent_home, tmp_path):
+    margin_task, kagent_home, tmp_path
+):
     # Drawing clear of min_decision_margin makes a flip rare, not impossible (the H200's
     # baseline flipped at 2.12% against 2%): below max_explained_margin, a secret case whose
     # mismatch the runner-up explains passes; the same flip past it fails.
     problem = margin_task.path / "problem.yaml"
-    problem.write_text(problem.read_text().replace("min_decision_margin: 0.5", "min_decision_margin: 0.5, "
-                                                                                "max_explained_margin: 1.0"))
+    problem.write_text(
+        problem.read_text().replace("min_decision_margin: 0.5", "min_decision_margin: 0.5, max_explained_margin: 1.0")
+    )
     solution = write_solution(tmp_path / "s", solution_wrong_when(TIPPED))
     result = run_eval(margin_task, solution, kagent_home, mode="check", hidden_seeds=12)
     assert result.verdict is Verdict.PASS, result.reason
@@ -393,12 +451,15 @@ def test_a_tie_tipped_past_the_near_tie_margin_is_excused_where_the_runner_up_ex
 @pytest.mark.slow
 def test_a_margin_that_is_no_number_is_a_task_error(margin_task, kagent_home, tmp_path):
     problem = margin_task.path / "problem.yaml"
-    problem.write_text(problem.read_text().replace("min_decision_margin: 0.5", "min_decision_margin: 0.5, "
-                                                                                "max_explained_margin: lots"))
-    with pytest.raises(KagentError, match="the task cannot be evaluated: the task's problem.yaml: "
-                                          "correctness.max_explained_margin must be a number, not 'lots'"):
-        run_eval(margin_task, write_solution(tmp_path / "s", solution_wrong_when("False")), kagent_home,
-                 mode="check")
+    problem.write_text(
+        problem.read_text().replace("min_decision_margin: 0.5", "min_decision_margin: 0.5, max_explained_margin: lots")
+    )
+    with pytest.raises(
+        KagentError,
+        match="the task cannot be evaluated: the task's problem.yaml: "
+        "correctness.max_explained_margin must be a number, not 'lots'",
+    ):
+        run_eval(margin_task, write_solution(tmp_path / "s", solution_wrong_when("False")), kagent_home, mode="check")
 
 
 @pytest.mark.slow
@@ -494,7 +555,7 @@ def init_token(cfg, seed):
 # The board's baseline imports the reference and keeps its module tree, so it loads the same
 # weights. This one sleeps in every step: a score far above 1 then shows that this baseline,
 # not the reference (as fast as the solution), was timed.
-BOARD_BASELINE = '''
+BOARD_BASELINE = """
 import time
 
 import torch
@@ -509,16 +570,16 @@ class Model(ref.Model):
     def step(self, hidden, state):
         time.sleep(DELAY_S)
         return super().step(hidden, state)
-'''
+"""
 
-BOARD_SHAPES = '''
+BOARD_SHAPES = """
 SHAPES = [
     {"context_len": 8, "steps": 3, "n_slots": 4},
     {"context_len": 12, "steps": 2, "n_slots": 4},
 ]
 
 GRADING_SEEDS = (5, 6)
-'''
+"""
 
 BOARD_PROBLEM = """\
 name: 07_tiny_recurrent_decode
@@ -540,7 +601,7 @@ num_perf_trials: 3
 
 # The solution, as the board asks for one: the same Model class and parameter names, built
 # without drawing weights, the same step written its own way.
-BOARD_SOLUTION = '''
+BOARD_SOLUTION = """
 import torch
 import torch.nn as nn
 
@@ -566,7 +627,7 @@ class Model(nn.Module):
             layer["cache"] = torch.cat([cache, h.to(cfg.dtype).unsqueeze(0)])
             x = x + h
         return x.to(cfg.dtype), state
-'''
+"""
 
 # Mixes a fifth of each next channel into every layer's output: measured over 160 seeds, the
 # worst cosine of a step (the second layer's S) lies between 0.87 and 0.96, below kagent's
@@ -586,8 +647,9 @@ def board_folder(root: Path, cos_sim: float = 0.98, shapes: str = BOARD_SHAPES) 
 
 
 def board_solution(folder: Path, activation: str = "torch.tanh", perturbation: str = "") -> Path:
-    return write_solution(folder, BOARD_SOLUTION.replace("{activation}", activation)
-                          .replace("{perturbation}", perturbation))
+    return write_solution(
+        folder, BOARD_SOLUTION.replace("{activation}", activation).replace("{perturbation}", perturbation)
+    )
 
 
 def test_board_folder_is_recognized_with_its_settings(tmp_path):
@@ -614,35 +676,38 @@ def test_board_folder_correct_solution_passes_against_its_own_baseline(kagent_ho
 @pytest.mark.slow
 def test_board_folder_wrong_solution_is_incorrect(kagent_home, tmp_path):
     task = board_folder(tmp_path / "t")
-    result = run_eval(task, board_solution(tmp_path / "s", activation="torch.sigmoid"), kagent_home,
-                      scale="full", mode="check")
+    result = run_eval(
+        task, board_solution(tmp_path / "s", activation="torch.sigmoid"), kagent_home, scale="full", mode="check"
+    )
     assert result.verdict is Verdict.INCORRECT
-    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.98 ",
-                    result.reason), \
-        result.reason
+    assert re.match(
+        r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.98 ", result.reason
+    ), result.reason
 
 
 @pytest.mark.slow
 def test_board_folder_tolerance_is_its_own(kagent_home, tmp_path):
     solution = board_solution(tmp_path / "s", perturbation=BLURRED)
-    loose = run_eval(board_folder(tmp_path / "loose", cos_sim=0.8), solution, kagent_home, scale="full",
-                     mode="check")
+    loose = run_eval(board_folder(tmp_path / "loose", cos_sim=0.8), solution, kagent_home, scale="full", mode="check")
     assert loose.verdict is Verdict.PASS, loose.reason
     # It passed on its folder's 0.8, where kagent's default of 0.98 would have failed it.
     assert min(case["min_cosine"] for case in check_named(loose, "fixed_seeds").data["cases"]) < 0.98
-    strict = run_eval(board_folder(tmp_path / "strict", cos_sim=0.99), solution, kagent_home, scale="full",
-                      mode="check")
+    strict = run_eval(
+        board_folder(tmp_path / "strict", cos_sim=0.99), solution, kagent_home, scale="full", mode="check"
+    )
     assert strict.verdict is Verdict.INCORRECT
-    assert re.match(r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.99 ",
-                    strict.reason), \
-        strict.reason
+    assert re.match(
+        r"fixed_seeds: \d+ of \d+ cases fail, worst: seed \d+ ctx \d+: cosine below 0\.99 ", strict.reason
+    ), strict.reason
 
 
 @pytest.mark.slow
 def test_board_folder_forbidden_list_applies(kagent_home, tmp_path):
     task = board_folder(tmp_path / "t")
-    solution = write_solution(tmp_path / "s", "import numpy\n" + BOARD_SOLUTION.replace("{activation}", "torch.tanh")
-                              .replace("{perturbation}", ""))
+    solution = write_solution(
+        tmp_path / "s",
+        "import numpy\n" + BOARD_SOLUTION.replace("{activation}", "torch.tanh").replace("{perturbation}", ""),
+    )
     result = run_eval(task, solution, kagent_home, scale="full")
     assert result.verdict is Verdict.FORBIDDEN and "numpy" in result.reason
 
@@ -654,13 +719,18 @@ def test_board_folder_has_no_smoke_scale(kagent_home, tmp_path):
         run_eval(task, board_solution(tmp_path / "s"), kagent_home, scale="smoke")
 
 
-@pytest.mark.parametrize("shapes, message", [
-    # The board's forward-pass problems size their shapes by seq_len alone.
-    ('SHAPES = [{"seq_len": 32}]\n', "must be a dict with integer context_len and steps"),
-    # The board's benchmark builds one config per shape; kagent times one model for all.
-    ('SHAPES = [{"context_len": 8, "steps": 2, "n_slots": 4}, {"context_len": 12, "steps": 2, "n_slots": 8}]\n',
-     "build different configs"),
-])
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        # The board's forward-pass problems size their shapes by seq_len alone.
+        ('SHAPES = [{"seq_len": 32}]\n', "must be a dict with integer context_len and steps"),
+        # The board's benchmark builds one config per shape; kagent times one model for all.
+        (
+            'SHAPES = [{"context_len": 8, "steps": 2, "n_slots": 4}, {"context_len": 12, "steps": 2, "n_slots": 8}]\n',
+            "build different configs",
+        ),
+    ],
+)
 @pytest.mark.slow
 def test_board_folder_with_shapes_kagent_cannot_grade_is_a_task_error(kagent_home, tmp_path, shapes, message):
     task = board_folder(tmp_path / "t", shapes=shapes)
@@ -672,12 +742,17 @@ def test_folder_of_another_kind_gets_one_clear_error(tmp_path):
     # The board's training-loop problems: train(total_env_steps, seed) -> return curve.
     folder = tmp_path / "01_rl_loop"
     folder.mkdir()
-    (folder / "reference.py").write_text("import torch\n\nHORIZON = 32\n\n\nclass Policy(torch.nn.Module):\n"
-                                         "    pass\n\n\ndef train(total_env_steps, seed):\n    return []\n")
+    (folder / "reference.py").write_text(
+        "import torch\n\nHORIZON = 32\n\n\nclass Policy(torch.nn.Module):\n"
+        "    pass\n\n\ndef train(total_env_steps, seed):\n    return []\n"
+    )
     (folder / "shapes.py").write_text("TOTAL_ENV_STEPS = 1024\nGRADING_SEEDS = (0, 1, 2)\n")
-    with pytest.raises(KagentError, match=r"of a kind kagent does not grade: its reference.py defines no "
-                                          r"build_config, init_state, init_token, Model \(its functions and "
-                                          r"classes: Policy, train\)") as raised:
+    with pytest.raises(
+        KagentError,
+        match=r"of a kind kagent does not grade: its reference.py defines no "
+        r"build_config, init_state, init_token, Model \(its functions and "
+        r"classes: Policy, train\)",
+    ) as raised:
         resolve_task(str(folder))
     assert "stateful decode step" in raised.value.hint
     (folder / "reference.py").write_text(BOARD_REFERENCE)
@@ -690,7 +765,8 @@ def solution_wrong_from_second_time(rows: int) -> str:
     rows of memory, from the second such step on: right in the validated chain, another
     answer in the timed chains that follow it from the same inputs."""
     return "import itertools\n_TIMES_SEEN = itertools.count()\n" + solution_wrong_when(
-        f"state[0]['memory'].shape[0] == {rows} and next(_TIMES_SEEN) > 0")
+        f"state[0]['memory'].shape[0] == {rows} and next(_TIMES_SEEN) > 0"
+    )
 
 
 @pytest.mark.slow
@@ -701,9 +777,11 @@ def test_timed_chain_departing_after_a_near_tie_is_excused(margin_task, kagent_h
     assert result.verdict is Verdict.PASS, result.reason
     timed = check_named(result, "timed_chain_ctx_8")
     # Two timed rounds and the chain timed step by step for the isolated latency.
-    assert timed.reason == ("3 timed chain(s) of 3 steps at ctx 8 repeat the validated chain (min cosine 1.00000); "
-                            "3 of them depart from it at step 3 or later, after a near-tie of the reference's "
-                            "routing at step 3: not counted from there")
+    assert timed.reason == (
+        "3 timed chain(s) of 3 steps at ctx 8 repeat the validated chain (min cosine 1.00000); "
+        "3 of them depart from it at step 3 or later, after a near-tie of the reference's "
+        "routing at step 3: not counted from there"
+    )
 
 
 @pytest.mark.slow
@@ -713,15 +791,20 @@ def test_timed_chain_departing_after_a_tie_that_rounding_tipped_is_excused(margi
     # as a kernel whose rounding varies may not. They may depart from there.
     (margin_task.path / "problem.yaml").write_text(
         "correctness: {threshold: 0.99, seeds: [0], contexts: [8], smoke_contexts: [8], "
-        "min_decision_margin: 0.0, max_explained_margin: 100.0}\n")
-    solution = write_solution(tmp_path / "s", "import itertools\n_TIMES_SEEN = itertools.count()\n"
-                              + solution_wrong_when("state[0]['memory'].shape[0] == 9 and next(_TIMES_SEEN) == 0"))
+        "min_decision_margin: 0.0, max_explained_margin: 100.0}\n"
+    )
+    solution = write_solution(
+        tmp_path / "s",
+        "import itertools\n_TIMES_SEEN = itertools.count()\n"
+        + solution_wrong_when("state[0]['memory'].shape[0] == 9 and next(_TIMES_SEEN) == 0"),
+    )
     result = run_eval(resolve_task(str(margin_task.path)), solution, kagent_home, contexts=[8])
     assert result.verdict is Verdict.PASS, result.reason
     assert "steps [2] differ at a near-tie of the reference's routing" in check_named(result, "chained_steps").reason
     assert check_named(result, "timed_chain_ctx_8").reason.endswith(
         "depart from it at step 2 or later, after a near-tie of the reference's routing at step 2: not counted "
-        "from there")
+        "from there"
+    )
 
 
 @pytest.mark.slow
@@ -729,12 +812,16 @@ def test_every_run_of_a_chain_repeated_within_one_request_is_judged(margin_task,
     # Wrong only the seventh time a step finds 9 rows (ctx 8, step 2; after the validated chain
     # and two warm-ups): one run in the middle of the first timed request; the runs before and
     # after it are right.
-    solution = write_solution(tmp_path / "s", "import itertools\n_TIMES_SEEN = itertools.count()\n"
-                              + solution_wrong_when("state[0]['memory'].shape[0] == 9 and next(_TIMES_SEEN) == 6"))
+    solution = write_solution(
+        tmp_path / "s",
+        "import itertools\n_TIMES_SEEN = itertools.count()\n"
+        + solution_wrong_when("state[0]['memory'].shape[0] == 9 and next(_TIMES_SEEN) == 6"),
+    )
     repeated = run_eval(margin_task, solution, kagent_home, contexts=[8], min_request_ms=1e6)
     assert repeated.verdict is Verdict.INCORRECT
-    assert repeated.reason.startswith("timed_chain_ctx_8: ctx 8 step 2: a timed chain gave another answer"), \
+    assert repeated.reason.startswith("timed_chain_ctx_8: ctx 8 step 2: a timed chain gave another answer"), (
         repeated.reason
+    )
     # Blocks of one step: two timed rounds and the isolated chain never reach the seventh time.
     single = run_eval(margin_task, solution, kagent_home, contexts=[8], min_request_ms=0)
     assert single.verdict is Verdict.PASS, single.reason
@@ -758,5 +845,6 @@ def test_timed_chain_departing_before_a_near_tie_fails(margin_task, kagent_home,
     solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(9))
     result = run_eval(margin_task, solution, kagent_home, contexts=[8])
     assert result.verdict is Verdict.INCORRECT
-    assert result.reason.startswith("timed_chain_ctx_8: ctx 8 step 2: a timed chain gave another answer than the "
-                                    "validated chain"), result.reason
+    assert result.reason.startswith(
+        "timed_chain_ctx_8: ctx 8 step 2: a timed chain gave another answer than the validated chain"
+    ), result.reason

@@ -1,5 +1,6 @@
 """Pieces of the GPU-side harness that need no model: statistics, launch classification,
 the result channel, the disk cache."""
+
 from __future__ import annotations
 
 import contextlib
@@ -74,8 +75,9 @@ def test_the_median_interval_narrows_with_more_blocks_and_ignores_an_outlier():
     for stats in (few, many):
         assert stats["median_ci_low_ms"] <= stats["median_ms"] <= stats["median_ci_high_ms"]
         assert 0.97 < stats["median_ci_low_ms"] and stats["median_ci_high_ms"] < 1.03  # the 9.0 pulls no end
-    width = {name: stats["median_ci_high_ms"] - stats["median_ci_low_ms"] for name, stats in (("few", few),
-                                                                                              ("many", many))}
+    width = {
+        name: stats["median_ci_high_ms"] - stats["median_ci_low_ms"] for name, stats in (("few", few), ("many", many))
+    }
     assert width["many"] < width["few"] / 2
     half = Stats(**many).median_half_width
     assert half is not None and half < 0.01
@@ -129,9 +131,20 @@ def test_blocks_alternate_abba_each_after_its_own_staging_and_chains_are_cut_int
     b.plan(2)
     samples = timing.run_pairs([a, b], pairs=6)
     # Chains of 5 in blocks of 2: the rest of 1 joins the last block (2 + 3, not 2 + 2 + 1).
-    assert _blocks(log) == [("a", 0, 2, 1, True), ("b", 0, 2, 1, True), ("b", 2, 3, 1, False), ("a", 2, 3, 1, False),
-                            ("a", 0, 2, 1, True), ("b", 0, 2, 1, True), ("b", 2, 3, 1, False), ("a", 2, 3, 1, False),
-                            ("a", 0, 2, 1, True), ("b", 0, 2, 1, True), ("b", 2, 3, 1, False), ("a", 2, 3, 1, False)]
+    assert _blocks(log) == [
+        ("a", 0, 2, 1, True),
+        ("b", 0, 2, 1, True),
+        ("b", 2, 3, 1, False),
+        ("a", 2, 3, 1, False),
+        ("a", 0, 2, 1, True),
+        ("b", 0, 2, 1, True),
+        ("b", 2, 3, 1, False),
+        ("a", 2, 3, 1, False),
+        ("a", 0, 2, 1, True),
+        ("b", 0, 2, 1, True),
+        ("b", 2, 3, 1, False),
+        ("a", 2, 3, 1, False),
+    ]
     # Every timed block follows a staging request of its own: fresh copies where it starts a chain.
     for i, entry in enumerate(log):
         if entry[0] == "block":
@@ -149,8 +162,14 @@ def test_a_whole_chain_contestant_runs_several_fresh_chains_per_request_beside_t
     a.plan(2)
     b.plan(5, 3)
     samples = timing.run_pairs([a, b], pairs=3)
-    assert _blocks(log) == [("a", 0, 2, 1, True), ("b", 0, 5, 3, True), ("b", 0, 5, 3, True), ("a", 2, 3, 1, False),
-                            ("a", 0, 2, 1, True), ("b", 0, 5, 3, True)]
+    assert _blocks(log) == [
+        ("a", 0, 2, 1, True),
+        ("b", 0, 5, 3, True),
+        ("b", 0, 5, 3, True),
+        ("a", 2, 3, 1, False),
+        ("a", 0, 2, 1, True),
+        ("b", 0, 5, 3, True),
+    ]
     assert ("stage", "b", 3) in log and ("done", "b", 5, 3) in log
     assert samples == {"a": [1.0] * 3, "b": [0.5] * 3}
 
@@ -167,9 +186,18 @@ def test_isolated_latency_is_a_chain_of_single_step_blocks_each_after_the_interl
     log = []
     interlude = lambda: log.append(("interlude",))  # noqa: E731
     assert timing.isolated_step_ms(_Recorder("a", log, ms_per_step=0.25), steps=3, interlude=interlude) == 0.25
-    assert log == [("interlude",), ("stage", "a", 1), ("block", "a", 0, 1, 1, True),
-                   ("interlude",), ("stage", "a", 0), ("block", "a", 1, 1, 1, False),
-                   ("interlude",), ("stage", "a", 0), ("block", "a", 2, 1, 1, False), ("done", "a", 3, 1)]
+    assert log == [
+        ("interlude",),
+        ("stage", "a", 1),
+        ("block", "a", 0, 1, 1, True),
+        ("interlude",),
+        ("stage", "a", 0),
+        ("block", "a", 1, 1, 1, False),
+        ("interlude",),
+        ("stage", "a", 0),
+        ("block", "a", 2, 1, 1, False),
+        ("done", "a", 3, 1),
+    ]
 
 
 # The warm-up's first request: the whole chain (16 steps here), so that every allocation of
@@ -186,26 +214,33 @@ def test_a_host_bound_warm_up_is_the_whole_chain_then_a_short_request_neither_ke
 def test_a_fast_contestant_warms_up_once_more_over_enough_steps_to_say_its_pace():
     log = []
     assert timing.warm_up(_Recorder("a", log, steps=16, ms_per_step=0.25), steps=2, host_bound_ms=5.0) == 0.25
-    assert log == WHOLE_CHAIN_WARM_UP + [("stage", "a", 1), ("block", "a", 0, 2, 1, True),
-                                         ("stage", "a", 1), ("block", "a", 0, timing.PACE_STEPS, 1, True)]
+    assert log == WHOLE_CHAIN_WARM_UP + [
+        ("stage", "a", 1),
+        ("block", "a", 0, 2, 1, True),
+        ("stage", "a", 1),
+        ("block", "a", 0, timing.PACE_STEPS, 1, True),
+    ]
     # Never longer than a chain, and a whole chain's warm-up is not checked either.
     log.clear()
     timing.warm_up(_Recorder("b", log, steps=4, ms_per_step=0.25), steps=2, host_bound_ms=5.0)
     assert log[-2:] == [("stage", "b", 1), ("block", "b", 0, 4, 1, True)]
 
 
-@pytest.mark.parametrize("step_ms, steps, expected", [
-    (0.23, 32, (32, 2)),   # a fast kernel: 7.4 ms a chain, two in one request (10 ms at least)
-    (0.23, 16, (16, 3)),
-    (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
-    (0.34, 32, (32, 1)),   # 30 steps would do: the chain in one block, not 30 + 2 (an H200, 2026-12-06)
-    (1.0, 32, (10, 1)),    # 10 steps make a request long enough: blocks of 10, 10 and 12
-    (2.0, 32, (5, 1)),     # 5 would do: blocks of 5, and the rest of 2 joins the last (7)
-    (3.0, 32, (1, 1)),     # a quarter of a request or more: host-bound, single steps
-    (10.0, 32, (1, 1)),    # host-bound (the baseline): single steps, many pairs
-    (7.0, 32, (1, 1)),     # ... however fast the machine runs it that day
-    (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
-])
+@pytest.mark.parametrize(
+    "step_ms, steps, expected",
+    [
+        (0.23, 32, (32, 2)),  # a fast kernel: 7.4 ms a chain, two in one request (10 ms at least)
+        (0.23, 16, (16, 3)),
+        (0.01, 16, (16, timing.MAX_CHAINS_PER_REQUEST)),  # no more than that, however fast
+        (0.34, 32, (32, 1)),  # 30 steps would do: the chain in one block, not 30 + 2 (an H200, 2026-12-06)
+        (1.0, 32, (10, 1)),  # 10 steps make a request long enough: blocks of 10, 10 and 12
+        (2.0, 32, (5, 1)),  # 5 would do: blocks of 5, and the rest of 2 joins the last (7)
+        (3.0, 32, (1, 1)),  # a quarter of a request or more: host-bound, single steps
+        (10.0, 32, (1, 1)),  # host-bound (the baseline): single steps, many pairs
+        (7.0, 32, (1, 1)),  # ... however fast the machine runs it that day
+        (0.0, 32, (32, timing.MAX_CHAINS_PER_REQUEST)),  # faster than a request's noise
+    ],
+)
 def test_a_block_lasts_long_enough_for_a_requests_fixed_cost(step_ms, steps, expected):
     assert timing.block_plan(step_ms, steps) == expected
 
@@ -268,12 +303,20 @@ def test_every_context_is_timed_over_as_many_steps_as_the_longest_chains_rounds(
     log = []
 
     def shape(steps):
-        return timing.Shape(check=f"timed_{steps}", label=f"{steps} steps", context_len=steps, steps=steps,
-                            contestants=lambda: (_Recorder("baseline", log, steps=steps, ms_per_step=10.0),
-                                                 _Recorder("candidate", log, steps=steps)))
+        return timing.Shape(
+            check=f"timed_{steps}",
+            label=f"{steps} steps",
+            context_len=steps,
+            steps=steps,
+            contestants=lambda: (
+                _Recorder("baseline", log, steps=steps, ms_per_step=10.0),
+                _Recorder("candidate", log, steps=steps),
+            ),
+        )
 
-    results = timing.time_contestants(_Evaluation(), [shape(8), shape(4), shape(3)],
-                                      timing.Settings(rounds=2, warmup=1, isolated_steps=1))
+    results = timing.time_contestants(
+        _Evaluation(), [shape(8), shape(4), shape(3)], timing.Settings(rounds=2, warmup=1, isolated_steps=1)
+    )
     assert results is not None
     # 2 rounds of the 8-step chain: 16 single-step pairs; the 4-step context runs 4 chains,
     # the 3-step one 5 (the nearest whole number of rounds: 15 steps).
@@ -284,6 +327,7 @@ def test_one_cpu_for_all_while_timing_and_each_put_back_after():
     import os
     import subprocess
     import sys
+
     allowed = os.sched_getaffinity(0)
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
     try:
@@ -319,12 +363,14 @@ def test_launch_counting_on_cpu_says_why_not():
 def test_profiled_events_record_the_step_without_importing_inductor():
     """The profiler under torch.profiler's wrapper: the wrapper's start imports Inductor, which
     was the whole of an evaluation's launches phase on H200 machines (1.7-6.3 s)."""
-    code = ("import sys, torch\n"
-            "from kagent.sandbox.harness.launches import profiled_events\n"
-            "events = profiled_events(torch.device('cpu'), lambda: torch.ones(3).add_(1))\n"
-            "names = [e.name for e in events]\n"
-            "assert 'aten::add_' in names, names\n"
-            "print('torch._inductor' in sys.modules)\n")
+    code = (
+        "import sys, torch\n"
+        "from kagent.sandbox.harness.launches import profiled_events\n"
+        "events = profiled_events(torch.device('cpu'), lambda: torch.ones(3).add_(1))\n"
+        "names = [e.name for e in events]\n"
+        "assert 'aten::add_' in names, names\n"
+        "print('torch._inductor' in sys.modules)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
@@ -396,7 +442,9 @@ def test_signed_events_pass_and_anything_else_does_not():
     key = b"k" * KEY_BYTES
     lines = _signed_lines(key, [{"event": "check", "name": "load", "status": "pass"}, {"event": "done"}])
     assert [authentic_event(line, key, i) for i, line in enumerate(lines)] == [
-        {"event": "check", "name": "load", "status": "pass"}, {"event": "done"}]
+        {"event": "check", "name": "load", "status": "pass"},
+        {"event": "done"},
+    ]
     assert authentic_event(lines[1], key, 0) is None  # out of sequence: a line left out or replayed
     assert authentic_event(lines[0], b"x" * KEY_BYTES, 0) is None  # another key
     forged = json.loads(lines[0])
@@ -434,12 +482,17 @@ def test_a_sealed_cache_stages_nothing_more(tmp_path):
 def test_only_files_sealed_unchanged_reach_the_cache(tmp_path):
     staging, cache = tmp_path / "staging", tmp_path / "cache"
     (staging / "weights").mkdir(parents=True)
-    for name, text in (("weights/a.pt", "good"), ("weights/late.pt", "staged after the seal"),
-                       ("bandwidth.json", "changed after the seal")):
+    for name, text in (
+        ("weights/a.pt", "good"),
+        ("weights/late.pt", "staged after the seal"),
+        ("bandwidth.json", "changed after the seal"),
+    ):
         (staging / name).write_text(text)
-    sealed = {"weights/a.pt": hashlib.sha256(b"good").hexdigest(),
-              "bandwidth.json": hashlib.sha256(b"what the harness wrote").hexdigest(),
-              "../escape.pt": hashlib.sha256(b"good").hexdigest()}
+    sealed = {
+        "weights/a.pt": hashlib.sha256(b"good").hexdigest(),
+        "bandwidth.json": hashlib.sha256(b"what the harness wrote").hexdigest(),
+        "../escape.pt": hashlib.sha256(b"good").hexdigest(),
+    }
     assert promote_cache(staging, cache, [{"event": "cache_sealed", "files": sealed}]) == ["weights/a.pt"]
     assert (cache / "weights" / "a.pt").read_text() == "good"
     assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["a.pt"]
@@ -457,8 +510,11 @@ def test_an_entry_staged_after_the_seal_reaches_the_cache_only_as_written(tmp_pa
     assert files["launches/k.pt"] == hashlib.sha256((staging / "launches" / "k.pt").read_bytes()).hexdigest()
     tampered = cache.store_late("launches", "t", {"launches": 1})
     (staging / "launches" / "t.pt").write_bytes(b"another process's bytes")
-    events = [{"event": "cache_sealed", "files": {}}, {"event": "cache_staged", "files": files},
-              {"event": "cache_staged", "files": tampered}]
+    events = [
+        {"event": "cache_sealed", "files": {}},
+        {"event": "cache_staged", "files": files},
+        {"event": "cache_staged", "files": tampered},
+    ]
     promoted = sorted(promote_cache(staging, root, events))
     assert promoted == ["launches/k.pt", "launches/k.pt.json", "launches/t.pt.json"]
     # Read back in a later evaluation: the record vouches for the payload.
@@ -474,8 +530,9 @@ def test_a_wrong_row_appended_to_a_long_cache_fails_on_its_own():
     checker = StepChecker(SimpleNamespace(threshold=0.98), reference=None)
     expected = [{"cache": torch.cat([cache, new_row]), "S": torch.ones(4)}]
     wrong = [{"cache": torch.cat([cache, -new_row]), "S": torch.ones(4)}]
-    result = checker.compare(hidden_in, [{"cache": cache, "S": torch.ones(4)}], hidden_in + 1, wrong,
-                             hidden_in + 1, expected)
+    result = checker.compare(
+        hidden_in, [{"cache": cache, "S": torch.ones(4)}], hidden_in + 1, wrong, hidden_in + 1, expected
+    )
     assert result["cosines"]["L0.cache"] > 0.999 and result["cosines"]["L0.cache.appended"] == -1.0
     assert result["below_threshold"] == ["L0.cache.appended"] and not result["passed"]
     assert "L0.S.appended" not in result["cosines"]  # a tensor that keeps its shape has no appended rows

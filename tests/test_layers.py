@@ -1,6 +1,7 @@
 """kagent's layers, lowest first: a module imports kagent only from its own layer and those below
 it (the README's layout table says the same). Imports are read with ast from the source, every
 one of them: at the top of a module, inside a function, under TYPE_CHECKING."""
+
 from __future__ import annotations
 
 import ast
@@ -14,17 +15,17 @@ REPO = Path(__file__).resolve().parents[1]
 # longest prefix that holds it, so `agent` alone is agent/'s own modules (settings, outcome),
 # which every part of the agent reads.
 LAYERS = [
-    "core",             # errors, paths, the conversation's types
-    "prompts",          # the system prompt's text
-    "tasks",            # finding and loading tasks
+    "core",  # errors, paths, the conversation's types
+    "prompts",  # the system prompt's text
+    "tasks",  # finding and loading tasks
     "sandbox.harness",  # the GPU side of an evaluation: no kagent import at all (it runs from a copy)
-    "sandbox",          # the agent side of an evaluation, containment
-    "tools",            # what the model calls
-    "agent",            # the run's settings and end states
-    "agent.storage",    # what a run keeps on disk: trace, workspace, lock
-    "agent.loop",       # the loop, budget, pricing, ledger, models
+    "sandbox",  # the agent side of an evaluation, containment
+    "tools",  # what the model calls
+    "agent",  # the run's settings and end states
+    "agent.storage",  # what a run keeps on disk: trace, workspace, lock
+    "agent.loop",  # the loop, budget, pricing, ledger, models
     "agent.lifecycle",  # start, resume, re-execute a run
-    "agent.cli",        # the command line and what it shows
+    "agent.cli",  # the command line and what it shows
 ]
 # The harness imports itself by this name in the pristine copy an evaluation runs from.
 HARNESS_OWN_NAME = "kagent_harness"
@@ -58,7 +59,7 @@ def imported_modules(source: str, module: str, is_package: bool) -> Iterator[tup
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             # A name imported from a package may be a module of it (`from kagent import prompts`).
             for alias in node.names:
@@ -76,8 +77,9 @@ def violations(source: str, path: Path) -> list[str]:
         if target is None:
             continue
         if own == "sandbox.harness" and target != own:
-            found.append(f"{where}: the harness imports nothing of kagent but itself (as `{HARNESS_OWN_NAME}`, or "
-                         "relatively)")
+            found.append(
+                f"{where}: the harness imports nothing of kagent but itself (as `{HARNESS_OWN_NAME}`, or relatively)"
+            )
             continue
         if target not in LAYERS or LAYERS.index(target) > LAYERS.index(own):
             found.append(f"{where} ({target}): a layer imports only its own and those below it")
@@ -111,6 +113,7 @@ def test_an_import_from_a_higher_layer_is_caught():
     assert violations("from kagent.core.errors import KagentError\n", REPO / "sandbox" / "harness" / "example.py")
     # ... and what is allowed is not
     assert not violations("from kagent.sandbox.results import EvalResult\nfrom kagent.core import paths\n", tool)
-    assert not violations("from kagent_harness import launches\nimport torch\n",
-                          REPO / "sandbox" / "harness" / "example.py")
+    assert not violations(
+        "from kagent_harness import launches\nimport torch\n", REPO / "sandbox" / "harness" / "example.py"
+    )
     assert not violations("from kagent import prompts\n", REPO / "agent" / "lifecycle" / "example.py")

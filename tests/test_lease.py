@@ -1,5 +1,6 @@
 """The device lease: timed work alone on the device, checks side by side, every hold recorded,
 and an evaluation under a lease says its timing held it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -108,8 +109,12 @@ def test_shared_holders_overlap_and_an_exclusive_one_waits_for_them_all(lease_di
     for lease in (first, second, timer, late):
         lease.close()
     records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
-    assert [(r.holder, r.kind) for r in records] == [("a", "shared"), ("b", "shared"), ("c", "exclusive"),
-                                                     ("d", "shared")]
+    assert [(r.holder, r.kind) for r in records] == [
+        ("a", "shared"),
+        ("b", "shared"),
+        ("c", "exclusive"),
+        ("d", "shared"),
+    ]
     exclusive = records[2]
     assert exclusive.acquired_at >= max(r.released_at for r in records[:2])
     assert records[3].acquired_at >= exclusive.released_at
@@ -249,7 +254,9 @@ def test_an_evaluation_holds_nothing_while_its_interpreter_starts_and_imports(le
 # wait until another member waits at the lease's gate: the evaluation's checks cannot end before
 # that member asks, however late its thread is scheduled on a busy host (a CI host once let
 # the ~80-ms window between the calibration and the timing pass unseen).
-KB_CHECKS_WAIT_FOR_ANOTHER = KB.replace("def get_inputs():", '''def get_inputs():
+KB_CHECKS_WAIT_FOR_ANOTHER = KB.replace(
+    "def get_inputs():",
+    """def get_inputs():
     import sys
     import time
     lease = sys.modules.get("kagent_harness.lease")  # the referee's; None in the contestants' processes
@@ -261,7 +268,8 @@ KB_CHECKS_WAIT_FOR_ANOTHER = KB.replace("def get_inputs():", '''def get_inputs()
     return _inputs()
 
 
-def _inputs():''')
+def _inputs():""",
+)
 
 
 def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease_dir, kagent_home, tmp_path):
@@ -295,7 +303,9 @@ def test_an_evaluation_steps_aside_at_its_next_step_for_another_that_times(lease
 
 # A KernelBench task whose loading in the referee finds the device's memory full whenever it
 # holds the lease shared (as when 4 evaluations filled an 80 GB H100, 2026-12-06), or always.
-KB_OUT_OF_MEMORY = KB + '''
+KB_OUT_OF_MEMORY = (
+    KB
+    + """
 
 def get_init_inputs():
     import sys
@@ -303,20 +313,23 @@ def get_init_inputs():
     if lease is not None and lease.held() in WHEN:
         raise RuntimeError("CUDA error: out of memory")
     return []
-'''
+"""
+)
 
 
 def _evaluate_short_of_memory(when: tuple, kagent_home: Path, tmp_path: Path, events: list):
     path = tmp_path / "task" / "double.py"
     path.parent.mkdir()
     path.write_text(KB_OUT_OF_MEMORY + f"\nWHEN = {when!r}\n")
-    options = EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S,
-                          min_request_ms=0, mode="aa")
+    options = EvalOptions(
+        device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S, min_request_ms=0, mode="aa"
+    )
     return evaluate(resolve_task(str(path)), None, options, progress=events.append)
 
 
 def test_an_evaluation_whose_device_memory_ran_out_while_shared_runs_again_with_the_device_alone(
-        lease_dir, kagent_home, tmp_path):
+    lease_dir, kagent_home, tmp_path
+):
     events: list = []
     result = _evaluate_short_of_memory(("shared",), kagent_home, tmp_path, events)
     assert result.verdict is Verdict.PASS, result.reason
@@ -355,7 +368,9 @@ def test_without_a_lease_memory_that_runs_out_is_reported_at_once(kagent_home, t
 # (the baseline's own and the referee's load it fine), with torch's words on the stderr, as a
 # sweep member's did on a shared GPU (2026-12-07): both contestants run the task's baseline
 # there, so that death is the task's code failing, not a solution's verdict.
-KB_CONTESTANT_DIES_OUT_OF_MEMORY = KB.replace('''    def forward(self, x):''', '''    def __init__(self):
+KB_CONTESTANT_DIES_OUT_OF_MEMORY = KB.replace(
+    """    def forward(self, x):""",
+    """    def __init__(self):
         import os, sys
         super().__init__()
         argv = sys.argv
@@ -364,15 +379,17 @@ KB_CONTESTANT_DIES_OUT_OF_MEMORY = KB.replace('''    def forward(self, x):''', '
                   flush=True)
             os._exit(1)
 
-    def forward(self, x):''')
+    def forward(self, x):""",
+)
 
 
 def test_an_a_a_run_whose_baseline_ran_out_of_device_memory_runs_again_alone(lease_dir, kagent_home, tmp_path):
     path = tmp_path / "task" / "double.py"
     path.parent.mkdir()
     path.write_text(KB_CONTESTANT_DIES_OUT_OF_MEMORY)
-    options = EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S,
-                          min_request_ms=0, mode="aa")
+    options = EvalOptions(
+        device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S, min_request_ms=0, mode="aa"
+    )
     events: list = []
     result = evaluate(resolve_task(str(path)), None, options, progress=events.append)
     # It dies alone too (the memory here never frees): once more, not more, and said so.
@@ -383,18 +400,17 @@ def test_an_a_a_run_whose_baseline_ran_out_of_device_memory_runs_again_alone(lea
     assert [r.kind for r in mine][:1] == ["shared"] and "exclusive" in [r.kind for r in mine]
 
 
-SAYS_OUT_OF_MEMORY = '''
+SAYS_OUT_OF_MEMORY = """
 import torch
 
 
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         raise RuntimeError("CUDA error: out of memory")  # hoping for a second draw of secret cases
-'''
+"""
 
 
-def test_a_solution_that_says_the_device_s_memory_ran_out_wins_no_second_evaluation(lease_dir, kagent_home,
-                                                                                      tmp_path):
+def test_a_solution_that_says_the_device_s_memory_ran_out_wins_no_second_evaluation(lease_dir, kagent_home, tmp_path):
     task = tmp_path / "task" / "double.py"
     task.parent.mkdir()
     task.write_text(KB)
@@ -402,8 +418,9 @@ def test_a_solution_that_says_the_device_s_memory_ran_out_wins_no_second_evaluat
     solution.parent.mkdir()
     solution.write_text(SAYS_OUT_OF_MEMORY)
     events: list = []
-    options = EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S,
-                          min_request_ms=0, mode="check")
+    options = EvalOptions(
+        device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S, min_request_ms=0, mode="check"
+    )
     result = evaluate(resolve_task(str(task)), solution, options, progress=events.append)
     assert result.verdict is not Verdict.PASS and "out of memory" in result.reason, result.reason
     assert result.ran_alone_after is None and not [e for e in events if e["event"] == "device_memory_ran_out"]
@@ -415,20 +432,58 @@ def test_a_solution_that_says_the_device_s_memory_ran_out_wins_no_second_evaluat
 
 def test_only_the_referee_s_own_errors_count_as_the_device_s_memory_running_out():
     def child(*events: dict) -> ChildRun:
-        return ChildRun(events=list(events), exit_code=0, timed_out=False, stdout_tail="", stderr_tail="",
-                        resources=ResourceReport())
-    assert device_memory_ran_out(child({"event": "task_error", "reason": "the task's reference.salient_state "
-                                        "failed: RuntimeError: cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when "
-                                        "calling `cusolverDnCreate(handle)`"})) is not None
-    assert device_memory_ran_out(child({"event": "internal_error", "reason": "x", "details": "torch.OutOfMemoryError:"
-                                        " CUDA out of memory"})) is not None
+        return ChildRun(
+            events=list(events),
+            exit_code=0,
+            timed_out=False,
+            stdout_tail="",
+            stderr_tail="",
+            resources=ResourceReport(),
+        )
+
+    assert (
+        device_memory_ran_out(
+            child(
+                {
+                    "event": "task_error",
+                    "reason": "the task's reference.salient_state "
+                    "failed: RuntimeError: cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when "
+                    "calling `cusolverDnCreate(handle)`",
+                }
+            )
+        )
+        is not None
+    )
+    assert (
+        device_memory_ran_out(
+            child({"event": "internal_error", "reason": "x", "details": "torch.OutOfMemoryError: CUDA out of memory"})
+        )
+        is not None
+    )
     # A solution's own words (its check failing, its output) win it no second evaluation.
-    assert device_memory_ran_out(child({"event": "check", "name": "fixed_seeds", "status": "error",
-                                        "reason": "RuntimeError: CUDA error: out of memory"})) is None
+    assert (
+        device_memory_ran_out(
+            child(
+                {
+                    "event": "check",
+                    "name": "fixed_seeds",
+                    "status": "error",
+                    "reason": "RuntimeError: CUDA error: out of memory",
+                }
+            )
+        )
+        is None
+    )
     assert device_memory_ran_out(child({"event": "task_error", "reason": "no shape with context 7"})) is None
     # A solution's process dying with the words on the stderr: its verdict, outside an A/A run.
-    died = child({"event": "check", "name": "load", "status": "crash", "reason": "the solution's process died "
-                  "while loading the solution (exit code 1)"})
+    died = child(
+        {
+            "event": "check",
+            "name": "load",
+            "status": "crash",
+            "reason": "the solution's process died while loading the solution (exit code 1)",
+        }
+    )
     died.stderr_tail = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert device_memory_ran_out(died) is None
     assert device_memory_ran_out(died, aa=True) is not None  # in an A/A run that process runs the baseline
@@ -437,8 +492,7 @@ def test_only_the_referee_s_own_errors_count_as_the_device_s_memory_running_out(
 def test_a_shared_holder_steps_aside_only_for_one_waiting_to_hold_it_alone(evaluation_lease, lease_dir):
     assert not harness_lease.step_aside()  # nobody waits: it keeps its hold
     timer = _lease("timer")
-    waiting = threading.Thread(target=lambda: (timer.acquire("exclusive", "timing"), time.sleep(0.3),
-                                               timer.release()))
+    waiting = threading.Thread(target=lambda: (timer.acquire("exclusive", "timing"), time.sleep(0.3), timer.release()))
     waiting.start()
     deadline = time.monotonic() + WAIT_S
     while not _someone_waits_on(lease_dir / f"{lease_name('cpu')}.lock") and time.monotonic() < deadline:
@@ -464,8 +518,9 @@ def test_the_profile_tool_holds_the_lease_alone(lease_dir, kimi, kagent_home, tm
     workspace = tmp_path / "ws"
     (workspace / "task").mkdir(parents=True)
     reference_solution(kimi, workspace)
-    ctx = ToolContext(workspace=workspace, task=kimi, eval_options=EvalOptions(device="cpu", scale="smoke",
-                                                                                cache_dir=kagent_home))
+    ctx = ToolContext(
+        workspace=workspace, task=kimi, eval_options=EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home)
+    )
     ctx.env = {**scrubbed_env(), "PATH": str(Path(sys.executable).parent)}  # no ncu: the profiler alone
     profile = next(tool for tool in default_tools() if tool.spec.name == "profile")
     out = profile.run({"steps": 1}, ctx)
@@ -512,8 +567,7 @@ def test_a_busy_probe_while_sharing_is_read_again_and_one_idle_reading_settles_i
     assert not [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.kind == "exclusive"]
 
 
-def test_a_probe_busy_at_every_reading_while_sharing_is_asked_again_with_the_device_alone(evaluation_lease,
-                                                                                           lease_dir):
+def test_a_probe_busy_at_every_reading_while_sharing_is_asked_again_with_the_device_alone(evaluation_lease, lease_dir):
     """Busy through every reading (the device saturated by other members): the last word is a
     reading with the device alone, after the other members let go."""
     other = _lease("another member")
@@ -541,7 +595,8 @@ def test_work_left_behind_still_fails_with_the_device_alone(evaluation_lease):
 
 
 def test_a_probe_over_its_limit_while_timing_alone_or_without_a_lease_fails_only_when_every_reading_is_over_it(
-        evaluation_lease, monkeypatch):
+    evaluation_lease, monkeypatch
+):
     # A reading over the limit is read again, up to REREADS_ALONE times: work left running
     # delays every reading.
     assert REREADS_ALONE == 2

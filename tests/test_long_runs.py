@@ -5,6 +5,7 @@ and delivers, an early finish answered once, and notes that outlive reverts and 
 The evaluations are made up (the loop, not the harness, is under test): each check or
 benchmark takes the next verdict, score and launch count from the test's list, through the
 same seam the harness's own tests use (the tool's and the loop's ``evaluate``)."""
+
 from __future__ import annotations
 
 import json
@@ -39,21 +40,49 @@ def calls(*pairs: tuple[str, dict]) -> dict:
     return {"tool_calls": [{"name": name, "arguments": arguments} for name, arguments in pairs]}
 
 
-def outcome(verdict: str, score: Optional[float] = None, single_launch: Optional[bool] = None,
-            ms: Optional[float] = None, device_ms: Optional[float] = None) -> dict:
+def outcome(
+    verdict: str,
+    score: Optional[float] = None,
+    single_launch: Optional[bool] = None,
+    ms: Optional[float] = None,
+    device_ms: Optional[float] = None,
+) -> dict:
     """A made-up evaluation; with ``ms``, one timed shape (ctx 16) at ``ms`` a step, and the
     profiler's device time of a step ``device_ms`` (default: ``ms``, a device-bound kernel)."""
-    return {"verdict": verdict, "score": score, "single_launch": single_launch, "ms": ms,
-            "device_ms": device_ms if device_ms is not None else ms}
+    return {
+        "verdict": verdict,
+        "score": score,
+        "single_launch": single_launch,
+        "ms": ms,
+        "device_ms": device_ms if device_ms is not None else ms,
+    }
 
 
 def _timed(score: float, ms: float) -> ShapeTiming:
-    stats = {"n": 64, "median_ms": ms, "mean_ms": ms, "p10_ms": ms, "p90_ms": ms, "iqr_ms": 0.0, "min_ms": ms,
-             "max_ms": ms}
+    stats = {
+        "n": 64,
+        "median_ms": ms,
+        "mean_ms": ms,
+        "p10_ms": ms,
+        "p90_ms": ms,
+        "iqr_ms": 0.0,
+        "min_ms": ms,
+        "max_ms": ms,
+    }
     baseline = {**stats, **{k: v * score for k, v in stats.items() if k.endswith("_ms")}}
-    return ShapeTiming(label="ctx 16", context_len=16, steps=4, rounds=4, baseline=Stats(**baseline),
-                       candidate=Stats(**stats), speedup=score, ratio_of_medians=score, ci_low=score * 0.99,
-                       ci_high=score * 1.01, within_noise=False)
+    return ShapeTiming(
+        label="ctx 16",
+        context_len=16,
+        steps=4,
+        rounds=4,
+        baseline=Stats(**baseline),
+        candidate=Stats(**stats),
+        speedup=score,
+        ratio_of_medians=score,
+        ci_low=score * 0.99,
+        ci_high=score * 1.01,
+        within_noise=False,
+    )
 
 
 @pytest.fixture
@@ -66,15 +95,34 @@ def made_up(monkeypatch):
     def evaluate(task, solution, options, progress=None):
         seen.append(Path(solution).read_text())
         spec = queue.pop(0) if options.mode != "eval" or queue else outcome("pass", 1.0)
-        launches = [] if spec["single_launch"] is None else [LaunchReport(
-            who="candidate", launches=1 if spec["single_launch"] else 9, single_launch=spec["single_launch"],
-            context_len=16, device_ms=spec["device_ms"])]
+        launches = (
+            []
+            if spec["single_launch"] is None
+            else [
+                LaunchReport(
+                    who="candidate",
+                    launches=1 if spec["single_launch"] else 9,
+                    single_launch=spec["single_launch"],
+                    context_len=16,
+                    device_ms=spec["device_ms"],
+                )
+            ]
+        )
         timed = options.mode == "eval" and spec["ms"] is not None
-        return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
-                          device=options.device, verdict=Verdict(spec["verdict"]), reason=f"made up: {spec}",
-                          started_at="2026-12-02T00:00:00+00:00", wall_seconds=0.1,
-                          score=spec["score"] if options.mode == "eval" else None, launches=launches,
-                          timings=[_timed(spec["score"], spec["ms"])] if timed else [])
+        return EvalResult(
+            task=task.name,
+            task_kind=task.kind,
+            mode=options.mode,
+            scale=options.scale,
+            device=options.device,
+            verdict=Verdict(spec["verdict"]),
+            reason=f"made up: {spec}",
+            started_at="2026-12-02T00:00:00+00:00",
+            wall_seconds=0.1,
+            score=spec["score"] if options.mode == "eval" else None,
+            launches=launches,
+            timings=[_timed(spec["score"], spec["ms"])] if timed else [],
+        )
 
     monkeypatch.setattr(evaluation_module, "evaluate", evaluate)
     monkeypatch.setattr(loop_module, "evaluate", evaluate)
@@ -94,8 +142,15 @@ class Clocked(ScriptedModel):
 
 
 def run(tmp_path: Path, turns: list[dict], seconds_per_answer: float = 0.0, **settings) -> tuple[Path, object]:
-    options = RunSettings(task="02_kimi_linear_decode", model="scripted:long", budget=Budget(wall_s=3600),
-                          device="cpu", scale="smoke", runs_root=tmp_path / "runs", **settings)
+    options = RunSettings(
+        task="02_kimi_linear_decode",
+        model="scripted:long",
+        budget=Budget(wall_s=3600),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp_path / "runs",
+        **settings,
+    )
     clock = FakeClock()
     return start_run(options, clock=clock, model=Clocked(parse_script(turns), clock, seconds_per_answer))
 
@@ -105,31 +160,44 @@ def attempts(run_dir: Path) -> list[dict]:
 
 
 def solution_at(run_dir: Path, number: int) -> str:
-    return git.Repo(run_dir / "workspace").git.show(f"refs/kagent/attempts/{number}:solution.py",
-                                                    strip_newline_in_stdout=False)
+    return git.Repo(run_dir / "workspace").git.show(
+        f"refs/kagent/attempts/{number}:solution.py", strip_newline_in_stdout=False
+    )
 
 
 def test_a_draft_is_kept_through_three_failed_attempts_and_delivered_once_it_wins(tmp_path, made_up):
     queue, seen = made_up
-    queue += [outcome("pass", 1.0), outcome("incorrect"), outcome("crash"), outcome("incorrect"),
-              outcome("pass", 2.0)]
-    turns = [calls(("write_file", {"path": "solution.py", "content": "the port\n"}), ("benchmark", {})),
-             calls(("design", {"hypothesis": "one kernel, built in parts", "predicted": "2x", "draft": True}),
-                   ("write_file", {"path": "solution.py", "content": "part 1\n"}), ("check", {})),
-             calls(("write_file", {"path": "solution.py", "content": "part 2\n", "append": True}), ("check", {})),
-             calls(("edit_file", {"path": "solution.py", "old": "part 2", "new": "part 2, fixed"}), ("check", {})),
-             calls(("write_file", {"path": "solution.py", "content": "part 3\n", "append": True}),
-                   ("benchmark", {})),
-             call("finish", summary="the kernel, whole")]
+    queue += [outcome("pass", 1.0), outcome("incorrect"), outcome("crash"), outcome("incorrect"), outcome("pass", 2.0)]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "the port\n"}), ("benchmark", {})),
+        calls(
+            ("design", {"hypothesis": "one kernel, built in parts", "predicted": "2x", "draft": True}),
+            ("write_file", {"path": "solution.py", "content": "part 1\n"}),
+            ("check", {}),
+        ),
+        calls(("write_file", {"path": "solution.py", "content": "part 2\n", "append": True}), ("check", {})),
+        calls(("edit_file", {"path": "solution.py", "old": "part 2", "new": "part 2, fixed"}), ("check", {})),
+        calls(("write_file", {"path": "solution.py", "content": "part 3\n", "append": True}), ("benchmark", {})),
+        call("finish", summary="the kernel, whole"),
+    ]
     run_dir, report = run(tmp_path, turns)
     ledger = attempts(run_dir)
     assert [(a["verdict"], a["draft"], a["kept"]) for a in ledger] == [
-        ("pass", False, True), ("incorrect", True, True), ("crash", True, True), ("incorrect", True, True),
-        ("pass", False, True)]
+        ("pass", False, True),
+        ("incorrect", True, True),
+        ("crash", True, True),
+        ("incorrect", True, True),
+        ("pass", False, True),
+    ]
     assert all("kept in place as a draft: the best, attempt 1, is safe" in a["note"] for a in ledger[1:4])
     # Each failed attempt stayed in place, so the next change built on it.
-    assert seen[:5] == ["the port\n", "part 1\n", "part 1\npart 2\n", "part 1\npart 2, fixed\n",
-                        "part 1\npart 2, fixed\npart 3\n"]
+    assert seen[:5] == [
+        "the port\n",
+        "part 1\n",
+        "part 1\npart 2\n",
+        "part 1\npart 2, fixed\n",
+        "part 1\npart 2, fixed\npart 3\n",
+    ]
     assert report.best_attempt == 5 and report.final_verdict == "pass" and report.status == "finished"
     final = (run_dir / "workspace" / "solution.py").read_text()
     assert final == solution_at(run_dir, 5) == "part 1\npart 2, fixed\npart 3\n"
@@ -145,10 +213,16 @@ def test_a_draft_is_kept_through_three_failed_attempts_and_delivered_once_it_win
 def test_without_a_draft_a_failed_attempt_is_reverted(tmp_path, made_up):
     queue, seen = made_up
     queue += [outcome("pass", 1.0), outcome("incorrect"), outcome("pass")]
-    turns = [calls(("write_file", {"path": "solution.py", "content": "the port\n"}), ("benchmark", {})),
-             calls(("design", {"hypothesis": "a change", "predicted": "2x"}),
-                   ("write_file", {"path": "solution.py", "content": "broken\n"}), ("check", {})),
-             call("check"), call("finish", summary="-")]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "the port\n"}), ("benchmark", {})),
+        calls(
+            ("design", {"hypothesis": "a change", "predicted": "2x"}),
+            ("write_file", {"path": "solution.py", "content": "broken\n"}),
+            ("check", {}),
+        ),
+        call("check"),
+        call("finish", summary="-"),
+    ]
     run_dir, _ = run(tmp_path, turns)
     assert seen[:3] == ["the port\n", "broken\n", "the port\n"]
     assert attempts(run_dir)[1]["note"].endswith("the workspace was reverted to attempt 1")
@@ -158,11 +232,16 @@ def test_the_reason_for_an_outcome_joins_its_attempt_and_survives_a_resume(tmp_p
     queue, _ = made_up
     queue += [outcome("pass", 1.0), outcome("pass", 0.5)]
     why = "slower: the gate and up loads no longer overlap"
-    turns = [calls(("write_file", {"path": "solution.py", "content": "a\n"}), ("benchmark", {})),
-             calls(("design", {"hypothesis": "split the GEMV", "predicted": "1.3x", "why_last": "a port: 1x"}),
-                   ("write_file", {"path": "solution.py", "content": "b\n"}), ("benchmark", {})),
-             call("design", hypothesis="back to one GEMV", predicted="1x", why_last=why, draft=True),
-             call("finish", summary="-")]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "a\n"}), ("benchmark", {})),
+        calls(
+            ("design", {"hypothesis": "split the GEMV", "predicted": "1.3x", "why_last": "a port: 1x"}),
+            ("write_file", {"path": "solution.py", "content": "b\n"}),
+            ("benchmark", {}),
+        ),
+        call("design", hypothesis="back to one GEMV", predicted="1x", why_last=why, draft=True),
+        call("finish", summary="-"),
+    ]
     run_dir, _ = run(tmp_path, turns)
     events = read_trace(run_dir / "trace.jsonl").events
     designs = [e for e in events if e.type == "tool_finished" and e.name == "design"]
@@ -181,13 +260,19 @@ def test_the_reason_for_an_outcome_joins_its_attempt_and_survives_a_resume(tmp_p
 
 def test_a_single_launch_ranks_above_a_faster_multi_launch_and_is_delivered(tmp_path, made_up):
     queue, seen = made_up
-    queue += [outcome("pass", 2.0, single_launch=False), outcome("pass", 1.5, single_launch=True),
-              outcome("pass", 3.0, single_launch=False), outcome("pass", 1.6, single_launch=True)]
-    turns = [calls(("write_file", {"path": "solution.py", "content": "fused stages\n"}), ("benchmark", {})),
-             calls(("write_file", {"path": "solution.py", "content": "one launch\n"}), ("benchmark", {})),
-             calls(("write_file", {"path": "solution.py", "content": "graphs\n"}), ("benchmark", {})),
-             calls(("write_file", {"path": "solution.py", "content": "one launch, tuned\n"}), ("benchmark", {})),
-             call("finish", summary="the megakernel")]
+    queue += [
+        outcome("pass", 2.0, single_launch=False),
+        outcome("pass", 1.5, single_launch=True),
+        outcome("pass", 3.0, single_launch=False),
+        outcome("pass", 1.6, single_launch=True),
+    ]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "fused stages\n"}), ("benchmark", {})),
+        calls(("write_file", {"path": "solution.py", "content": "one launch\n"}), ("benchmark", {})),
+        calls(("write_file", {"path": "solution.py", "content": "graphs\n"}), ("benchmark", {})),
+        calls(("write_file", {"path": "solution.py", "content": "one launch, tuned\n"}), ("benchmark", {})),
+        call("finish", summary="the megakernel"),
+    ]
     run_dir, report = run(tmp_path, turns)
     notes = [a["note"] for a in attempts(run_dir)]
     assert notes[0] == "new best: 2.000x"
@@ -202,13 +287,20 @@ def test_a_single_launch_ranks_above_a_faster_multi_launch_and_is_delivered(tmp_
 def test_an_early_finish_with_the_goal_unmet_is_answered_once(tmp_path, made_up):
     queue, _ = made_up
     queue += [outcome("pass", 2.0, single_launch=False)]
-    turns = [calls(("write_file", {"path": "solution.py", "content": "fused stages\n"}), ("benchmark", {})),
-             call("finish", summary="good enough"), call("finish", summary="good enough, really")]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "fused stages\n"}), ("benchmark", {})),
+        call("finish", summary="good enough"),
+        call("finish", summary="good enough, really"),
+    ]
     run_dir, report = run(tmp_path, turns)
-    finishes = [e for e in read_trace(run_dir / "trace.jsonl").events
-                if e.type == "tool_finished" and e.name == "finish"]
-    assert finishes[0].content.startswith("Not finished yet: ") and "one kernel launch per step, is unmet" in \
-        finishes[0].content and "the best is attempt 1, 2.000x, in more than one launch" in finishes[0].content
+    finishes = [
+        e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished" and e.name == "finish"
+    ]
+    assert (
+        finishes[0].content.startswith("Not finished yet: ")
+        and "one kernel launch per step, is unmet" in finishes[0].content
+        and "the best is attempt 1, 2.000x, in more than one launch" in finishes[0].content
+    )
     assert finishes[0].data == {"finish_answered": "good enough"}
     assert finishes[1].data == {"finished": "good enough, really"}
     assert report.status == "finished" and report.turns == 3 and "good enough, really" in report.reason
@@ -217,8 +309,10 @@ def test_an_early_finish_with_the_goal_unmet_is_answered_once(tmp_path, made_up)
 def test_a_finish_is_not_questioned_where_launches_are_not_counted_or_the_budget_is_low(tmp_path, made_up):
     queue, _ = made_up
     queue += [outcome("pass", 2.0)]
-    turns = [calls(("write_file", {"path": "solution.py", "content": "x\n"}), ("benchmark", {})),
-             call("finish", summary="done")]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "x\n"}), ("benchmark", {})),
+        call("finish", summary="done"),
+    ]
     _, report = run(tmp_path / "cpu", turns)  # no launch counts (a CPU): the goal cannot be judged
     assert report.status == "finished" and report.turns == 2
     queue += [outcome("pass", 2.0, single_launch=False)]
@@ -230,17 +324,23 @@ def test_notes_outlive_a_revert_and_are_shown_in_full_after_a_compaction(tmp_pat
     queue, _ = made_up
     queue += [outcome("pass", 1.0), outcome("incorrect")]
     notes = "# notes\n- stage timings: KDA_IN 31 us\n- tried: split-K on o_proj, rejected (nondeterministic)\n"
-    turns = [calls(("write_file", {"path": "solution.py", "content": "a\n"}), ("benchmark", {})),
-             calls(("write_file", {"path": "notes.md", "content": notes}),
-                   ("write_file", {"path": "solution.py", "content": "broken\n"}), ("check", {})),
-             *[call("read_file", path="task/reference.py") for _ in range(6)],
-             call("finish", summary="-")]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "a\n"}), ("benchmark", {})),
+        calls(
+            ("write_file", {"path": "notes.md", "content": notes}),
+            ("write_file", {"path": "solution.py", "content": "broken\n"}),
+            ("check", {}),
+        ),
+        *[call("read_file", path="task/reference.py") for _ in range(6)],
+        call("finish", summary="-"),
+    ]
     run_dir, _ = run(tmp_path, turns, context_limit_tokens=4000, keep_recent_messages=2)
     workspace = run_dir / "workspace"
     assert (workspace / "solution.py").read_text() == "a\n" and (workspace / "notes.md").read_text() == notes
     compactions = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "compacted"]
-    assert compactions and all(f"Your notes (notes.md), as they are now:\n```\n{notes}" in c.summary
-                               for c in compactions)
+    assert compactions and all(
+        f"Your notes (notes.md), as they are now:\n```\n{notes}" in c.summary for c in compactions
+    )
 
 
 class Measuring(ScriptedModel):
@@ -258,26 +358,34 @@ class Measuring(ScriptedModel):
 def test_a_300_turn_run_stays_within_the_context_and_keeps_its_notes(tmp_path, made_up):
     queue, _ = made_up
     notes = "# notes\n- goal: one launch per step\n- next: fuse the MoE's gate and up\n"
-    reads = [call("read_file", path="task/reference.py", offset=1 + 40 * (i % 12), max_lines=40)
-             for i in range(296)]
-    turns = [call("write_file", path="notes.md", content=notes),
-             calls(("write_file", {"path": "solution.py", "content": "a\n"}), ("check", {})),
-             *reads, call("write_file", path="notes.md", content=notes + "- last: read the reference\n"),
-             call("finish", summary="-")]
+    reads = [call("read_file", path="task/reference.py", offset=1 + 40 * (i % 12), max_lines=40) for i in range(296)]
+    turns = [
+        call("write_file", path="notes.md", content=notes),
+        calls(("write_file", {"path": "solution.py", "content": "a\n"}), ("check", {})),
+        *reads,
+        call("write_file", path="notes.md", content=notes + "- last: read the reference\n"),
+        call("finish", summary="-"),
+    ]
     queue += [outcome("pass")]
     limit = 12_000
     model = Measuring(parse_script(turns))
-    options = RunSettings(task="02_kimi_linear_decode", model="scripted:long", budget=Budget(wall_s=3600),
-                          device="cpu", scale="smoke", runs_root=tmp_path / "runs", context_limit_tokens=limit,
-                          keep_recent_messages=6)
+    options = RunSettings(
+        task="02_kimi_linear_decode",
+        model="scripted:long",
+        budget=Budget(wall_s=3600),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp_path / "runs",
+        context_limit_tokens=limit,
+        keep_recent_messages=6,
+    )
     run_dir, report = start_run(options, model=model)
     assert report.turns == 300 and len(model.request_tokens) == 300
     # Compaction happens before a request once the estimate passes the limit: no request
     # carries more than the limit plus the one turn that crossed it.
     assert max(model.request_tokens) < 1.5 * limit, max(model.request_tokens)
     compactions = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "compacted"]
-    assert len(compactions) >= 5 and all(notes in c.summary and "Ledger (attempt" in c.summary
-                                         for c in compactions)
+    assert len(compactions) >= 5 and all(notes in c.summary and "Ledger (attempt" in c.summary for c in compactions)
     # Before each compaction the model was told, once, to bring its notes up to date.
     events = read_trace(run_dir / "trace.jsonl").events
     warnings = [e.seq for e in events if e.type == "user_notice" and "will soon be compacted" in e.text]
@@ -286,18 +394,20 @@ def test_a_300_turn_run_stays_within_the_context_and_keeps_its_notes(tmp_path, m
     assert json.dumps(model.calls[-1][0].model_dump()).count("- goal: one launch per step") == 1
 
 
-def test_device_bound_attempts_rank_by_their_own_time_not_by_a_speedup_the_baseline_s_pace_moves(tmp_path,
-                                                                                                   made_up):
+def test_device_bound_attempts_rank_by_their_own_time_not_by_a_speedup_the_baseline_s_pace_moves(tmp_path, made_up):
     """Two kernels that run at their device time are told apart by their own steady times: a
     host-bound baseline's pace moves their speedups (on the H200, 34.7x to 20.5x for one
     kernel within minutes). A host-bound attempt is still ranked by its speedup."""
     queue, _ = made_up
-    queue += [outcome("pass", 30.0, single_launch=True, ms=0.400),
-              outcome("pass", 22.0, single_launch=True, ms=0.380),  # faster, at a fast moment of the baseline
-              outcome("pass", 36.0, single_launch=True, ms=0.420),  # slower, at a slow moment of the baseline
-              outcome("pass", 40.0, single_launch=True, ms=0.380, device_ms=0.25)]  # waits on its host
-    turns = [calls(("write_file", {"path": "solution.py", "content": f"kernel {i}\n"}), ("benchmark", {}))
-             for i in range(4)] + [call("finish", summary="the megakernel")]
+    queue += [
+        outcome("pass", 30.0, single_launch=True, ms=0.400),
+        outcome("pass", 22.0, single_launch=True, ms=0.380),  # faster, at a fast moment of the baseline
+        outcome("pass", 36.0, single_launch=True, ms=0.420),  # slower, at a slow moment of the baseline
+        outcome("pass", 40.0, single_launch=True, ms=0.380, device_ms=0.25),
+    ]  # waits on its host
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": f"kernel {i}\n"}), ("benchmark", {})) for i in range(4)
+    ] + [call("finish", summary="the megakernel")]
     run_dir, report = run(tmp_path, turns)
     recorded = attempts(run_dir)
     notes = [a["note"] for a in recorded]
@@ -315,17 +425,28 @@ def test_the_megakernel_session_ends_at_the_single_launch_kernel_given_a_gpu_s_o
     steps (made up here: the session needs one): the port, the stage launches, the single
     launch, an incorrect attempt and a regression, both reverted; the run delivers the kernel."""
     queue, _ = made_up
-    queue += [outcome("pass", 1.0, single_launch=False),  # the port, benchmarked
-              outcome("pass"), outcome("pass", 20.0, single_launch=False),  # the stages launched one by one
-              outcome("pass"), outcome("pass", 30.0, single_launch=True),  # one launch per step
-              outcome("incorrect"),  # the routed scaling dropped
-              outcome("pass", 20.0, single_launch=True)]  # half the SMs
+    queue += [
+        outcome("pass", 1.0, single_launch=False),  # the port, benchmarked
+        outcome("pass"),
+        outcome("pass", 20.0, single_launch=False),  # the stages launched one by one
+        outcome("pass"),
+        outcome("pass", 30.0, single_launch=True),  # one launch per step
+        outcome("incorrect"),  # the routed scaling dropped
+        outcome("pass", 20.0, single_launch=True),
+    ]  # half the SMs
     examples = Path(__file__).resolve().parents[1] / "examples"
     script = read_script(examples / "megakernel_session.yaml")
     run_dir, report = start_run(
-        RunSettings(task="02_kimi_linear_decode", model="scripted:megakernel", budget=Budget(wall_s=3600),
-                    device="cpu", scale="smoke", runs_root=tmp_path / "runs"),
-        model=ScriptedModel(script.turns, name="scripted:megakernel"))
+        RunSettings(
+            task="02_kimi_linear_decode",
+            model="scripted:megakernel",
+            budget=Budget(wall_s=3600),
+            device="cpu",
+            scale="smoke",
+            runs_root=tmp_path / "runs",
+        ),
+        model=ScriptedModel(script.turns, name="scripted:megakernel"),
+    )
     notes = [a["note"] for a in attempts(run_dir)]
     assert notes[4].startswith("new best: 30.000x, the first single launch"), notes
     assert notes[5].startswith("incorrect") and notes[5].endswith("reverted to attempt 5")

@@ -3,6 +3,7 @@ attention stage launched alone leaves each chunk's partial softmax as torch comp
 every variant it times on a GPU; and its check fails a stage that attends to too few rows.
 
 In a fresh interpreter: the kernel's module sets TRITON_INTERPRET before Triton is imported."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,8 +40,9 @@ print(json.dumps({"code": code}))
 def run(tmp_path: Path, how: str) -> tuple[int, dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / f"{how}.json"
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(out), how], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(out), how], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])["code"], json.loads(out.read_text())
 
@@ -53,8 +55,10 @@ def test_the_stage_alone_leaves_the_partials_torch_computes_for_every_variant(tm
     for row in result["rows"]:
         # Blocks of 64 rows (the megakernel's): 41 rows on 3 programs, one chunk of one block;
         # 201 rows, chunks of 128 rows (2), 2 blocks each.
-        assert [(c["rows_per_chunk"], c["chunks"], c["blocks_per_chunk"]) for c in row["contexts"]] == \
-            [(64, 1, 1), (128, 2, 2)]
+        assert [(c["rows_per_chunk"], c["chunks"], c["blocks_per_chunk"]) for c in row["contexts"]] == [
+            (64, 1, 1),
+            (128, 2, 2),
+        ]
         assert all("us_cold" in c and "us_per_block_cold" in c for c in row["contexts"])
         for figures in row["contexts"]:
             exact = row["variant"].get("consts", {}).get("ATT_LO", 1) == 1

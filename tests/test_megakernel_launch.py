@@ -9,6 +9,7 @@ object where a weight's buffer was goes through the dispatch again.
 
 In a fresh interpreter with TRITON_INTERPRET=0: the kernel must be Triton's JIT function (its
 signature), which the interpreter's stand-in is not."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -115,17 +116,18 @@ print(json.dumps(out))
 
 def test_a_step_launches_the_kernel_its_arguments_were_compiled_for():
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-c", DRIVER], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER], cwd=REPO, capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["first"] == [1, 0, 8, True]          # the first step goes through the dispatch, with the constants
-    assert out["second"] == [1, 1, [132, 1, 1]]     # the next launches the compiled kernel itself
+    assert out["first"] == [1, 0, 8, True]  # the first step goes through the dispatch, with the constants
+    assert out["second"] == [1, 1, [132, 1, 1]]  # the next launches the compiled kernel itself
     assert out["values_in_place"] is True
-    assert out["misaligned"] == [2, 1]              # specialized otherwise: the dispatch again
+    assert out["misaligned"] == [2, 1]  # specialized otherwise: the dispatch again
     assert out["other_dtype"] == [3, 1]
-    assert out["aligned_again"] == [3, 2]           # the first compiled kernel, kept
-    assert out["weight_replaced"] == [4, 2]         # another object where a weight was
+    assert out["aligned_again"] == [3, 2]  # the first compiled kernel, kept
+    assert out["weight_replaced"] == [4, 2]  # another object where a weight was
     assert out["after_it"] == [4, 3]
     assert out["short"] == f"{out['n_args'] - 1} arguments for a kernel of {out['n_args']}"
     assert out["unknown_launch"].startswith("KIMI_LAUNCH='fast': jit") and out["direct_without_gpu"]
@@ -160,8 +162,14 @@ def test_the_step_s_arguments_take_the_model_s_buffers_and_follow_them_when_repl
     """kernel_args looks the repacked buffers up once per load (nn.Module's attribute lookup
     was 20 of the 50 us a step's arguments took); a move or a cast puts new tensors in their
     places, and the next step must take those, not the old ones."""
-    proc = subprocess.run([sys.executable, "-c", BIND_DRIVER], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "TRITON_INTERPRET": "0"})
+    proc = subprocess.run(
+        [sys.executable, "-c", BIND_DRIVER],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["n"] == out["signature"]
@@ -175,8 +183,13 @@ def test_the_megakernel_agrees_with_the_task_s_reference_on_the_cpu():
     """check.py at smoke scale (Triton's interpreter, each stage launched on its own): two
     chained steps from plain and salient states of two seeds, every output and state within
     cosine 0.98 of the task's reference (0.99995 and above when measured, 2026-12-07)."""
-    proc = subprocess.run([sys.executable, "examples/02_kimi_linear_decode/check.py", "--scale", "smoke",
-                           "--seeds", "0,1"], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    proc = subprocess.run(
+        [sys.executable, "examples/02_kimi_linear_decode/check.py", "--scale", "smoke", "--seeds", "0,1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "ok: every cosine at least" in proc.stdout

@@ -2,6 +2,7 @@
 computed from timings, the summary the playbook is written from, the kernels compiled (nvcc
 for the CUDA ones, Triton's compiler for sm_90 where Triton is installed), and the stage
 instruments run end to end on the two-stage solution's torch stand-in."""
+
 from __future__ import annotations
 
 import json
@@ -43,27 +44,46 @@ def test_figures_from_timings():
 def test_co_resident_programs_per_sm():
     # 8 warps of 32 registers: 8192 registers a program, 8 in 65536; threads allow 8 too.
     assert two_stage.co_resident_per_sm(32, 8, 64) == 8
-    assert two_stage.co_resident_per_sm(33, 8, 64) == 6     # rounded up to 40 a thread
+    assert two_stage.co_resident_per_sm(33, 8, 64) == 6  # rounded up to 40 a thread
     assert two_stage.co_resident_per_sm(255, 8, 0) == 1
     assert two_stage.co_resident_per_sm(32, 4, 100 * 1024) == 2  # shared memory caps it
 
 
 def test_summary_lines():
-    env = {"nvidia_smi": "NVIDIA H200, GPU-1234, 580.1", "torch": "2.11", "triton": "3.6",
-           "utc": "2026-12-02T10:00:00Z"}
-    tri = {"environment": env, "triton": {
-        "launch_1_arg": {"queued_us": 21.0, "completed_us": 21.5}, "launch_24_args": {"queued_us": 40.0,
-                                                                                      "completed_us": 40.2},
-        "software_barrier": {"132": {"us_per_barrier": 0.91}, "264": {"us_per_barrier": 1.02}}}}
-    cu = {"environment": env, "cuda": {
-        "grid_sync_barrier": {"132": {"us_per_barrier": 1.01}}, "software_barrier": {"132": {"us_per_barrier": 0.8}},
-        "launch_loop_in_cpp": {"queued_us": 2.1, "completed_us": 3.9},
-        "max_blocks_per_sm": {"grid.sync": 16, "software": 16, "threads": 128},
-        "coop_refusal_of_a_grid_too_large": "too many blocks in cooperative launch",
-        "globaltimer": {"least_step_ns": 32, "median_step_ns": 1024, "unchanged_share": 0.9},
-        "int4_gemv": {"K": 4096, "N": 65536, "bytes": 142_000_000, "relative_error": 2e-7,
-                      "splits_1_plain": {"us": 50.0, "gb_per_s": 2840.0},
-                      "splits_4_evict_first": {"us": 40.0, "gb_per_s": 3550.0}, "copy_gb_per_s": 4200.0}}}
+    env = {
+        "nvidia_smi": "NVIDIA H200, GPU-1234, 580.1",
+        "torch": "2.11",
+        "triton": "3.6",
+        "utc": "2026-12-02T10:00:00Z",
+    }
+    tri = {
+        "environment": env,
+        "triton": {
+            "launch_1_arg": {"queued_us": 21.0, "completed_us": 21.5},
+            "launch_24_args": {"queued_us": 40.0, "completed_us": 40.2},
+            "software_barrier": {"132": {"us_per_barrier": 0.91}, "264": {"us_per_barrier": 1.02}},
+        },
+    }
+    cu = {
+        "environment": env,
+        "cuda": {
+            "grid_sync_barrier": {"132": {"us_per_barrier": 1.01}},
+            "software_barrier": {"132": {"us_per_barrier": 0.8}},
+            "launch_loop_in_cpp": {"queued_us": 2.1, "completed_us": 3.9},
+            "max_blocks_per_sm": {"grid.sync": 16, "software": 16, "threads": 128},
+            "coop_refusal_of_a_grid_too_large": "too many blocks in cooperative launch",
+            "globaltimer": {"least_step_ns": 32, "median_step_ns": 1024, "unchanged_share": 0.9},
+            "int4_gemv": {
+                "K": 4096,
+                "N": 65536,
+                "bytes": 142_000_000,
+                "relative_error": 2e-7,
+                "splits_1_plain": {"us": 50.0, "gb_per_s": 2840.0},
+                "splits_4_evict_first": {"us": 40.0, "gb_per_s": 3550.0},
+                "copy_gb_per_s": 4200.0,
+            },
+        },
+    }
     lines = probes.summary_lines(tri, cu)
     assert lines[0] == "NVIDIA H200, GPU-1234, 580.1; torch 2.11, triton 3.6, 2026-12-02T10:00:00Z"
     assert "Triton software barrier: 0.91 µs at 132 blocks, 1.02 µs at 264 blocks" in lines
@@ -79,9 +99,22 @@ def test_summary_lines():
 def test_the_cuda_kernels_compile_for_sm90(tmp_path):
     source = tmp_path / "kernels.cu"
     source.write_text(probes.KERNELS)
-    done = subprocess.run(["nvcc", "-c", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v",
-                           str(source), "-o", str(tmp_path / "kernels.o")], capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(
+        [
+            "nvcc",
+            "-c",
+            "-O3",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-Xptxas",
+            "-v",
+            str(source),
+            "-o",
+            str(tmp_path / "kernels.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr
     assert "spill stores" in done.stderr and "int4_gemv_kernel" in done.stderr
     assert " 0 bytes spill stores" in done.stderr
@@ -91,14 +124,30 @@ def test_the_cuda_kernels_compile_for_sm90(tmp_path):
 def test_the_triton_kernels_compile_for_sm90():
     target = GPUTarget("cuda", 90, 32)
     _, _, barriers = probes.triton_kernels()
-    ptx = triton.compile(ASTSource(fn=barriers, signature={"counter": "*i32", "base": "i32", "n": "i32"}),
-                         target=target, options={"num_warps": 4}).asm["ptx"]
+    ptx = triton.compile(
+        ASTSource(fn=barriers, signature={"counter": "*i32", "base": "i32", "n": "i32"}),
+        target=target,
+        options={"num_warps": 4},
+    ).asm["ptx"]
     assert "atom.global.gpu.release.add" in ptx and "fence.acq_rel.gpu" in ptx and "ld.volatile.global" in ptx
-    signature = {"a": "*i32", "n_a": "i32", "b": "*i32", "n_b": "i32", "partials": "*i32", "out": "*i64",
-                 "counter": "*i32", "epoch": "i32", "stop_after": "i32", "stamps": "*i64", "BLOCK": "constexpr"}
-    kernel = triton.compile(ASTSource(fn=two_stage._two_stages, signature=signature,
-                                      constexprs={"BLOCK": two_stage.BLOCK}),
-                            target=target, options={"num_warps": two_stage.WARPS})
+    signature = {
+        "a": "*i32",
+        "n_a": "i32",
+        "b": "*i32",
+        "n_b": "i32",
+        "partials": "*i32",
+        "out": "*i64",
+        "counter": "*i32",
+        "epoch": "i32",
+        "stop_after": "i32",
+        "stamps": "*i64",
+        "BLOCK": "constexpr",
+    }
+    kernel = triton.compile(
+        ASTSource(fn=two_stage._two_stages, signature=signature, constexprs={"BLOCK": two_stage.BLOCK}),
+        target=target,
+        options={"num_warps": two_stage.WARPS},
+    )
     ptx = kernel.asm["ptx"]
     assert ptx.count("atom.global.gpu.release.add") == 2 and ptx.count("%globaltimer") == 3
     assert ptx.count("fence.acq_rel.gpu") == 2
@@ -112,11 +161,17 @@ def test_the_megakernel_s_split_down_projection_compiles_for_sm90():
     # off too: each is on by default, and each adds its own atomics).
     script = REPO / "examples" / "02_kimi_linear_decode" / "compile_sm90.py"
     off = {"ROUTE_ONCE": 0, "SPLIT_SH": 1, "BN_SH": 16, "BAR_COUNT": 0}
-    variants = [json.dumps({"name": name, "consts": {"SPLIT_F": split, **off}}) for name, split in (("none", 0),
-                                                                                                 ("split", 1))]
+    variants = [
+        json.dumps({"name": name, "consts": {"SPLIT_F": split, **off}}) for name, split in (("none", 0), ("split", 1))
+    ]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("KIMI_")}
-    done = subprocess.run([sys.executable, str(script), "--variant", variants[0], "--variant", variants[1]],
-                          capture_output=True, text=True, timeout=1800, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script), "--variant", variants[0], "--variant", variants[1]],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     now, split = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert (now["acq_rel_atomics"], split["acq_rel_atomics"]) == (1, 2)
@@ -139,16 +194,18 @@ def test_compile_sm90_names_the_loops_of_a_stage_and_what_one_pass_issues():
     # 1,050, 264 HMMA, for the 64-row blocks built since).
     script = REPO / "examples" / "02_kimi_linear_decode" / "compile_sm90.py"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and not k.startswith("KIMI_")}
-    done = subprocess.run([sys.executable, str(script), "--loops", "_mla_attend"], capture_output=True, text=True,
-                          timeout=1800, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script), "--loops", "_mla_attend"], capture_output=True, text=True, timeout=1800, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     loops = json.loads(done.stdout.strip().splitlines()[-1])["loops"]["_mla_attend"]
     assert loops and all(loop["of_the_function"] >= 0.5 for loop in loops)
     block = loops[0]  # the innermost: the fewest instructions
     assert block["opcodes"]["HMMA"] > 0 and block["opcodes"]["LDSM"] > 0 and block["opcodes"]["BAR"] > 0
     assert all(block["instructions"] <= loop["instructions"] for loop in loops)
-    refused = subprocess.run([sys.executable, str(script), "--loops", "no_such_stage"], capture_output=True,
-                             text=True, timeout=600, env=env)
+    refused = subprocess.run(
+        [sys.executable, str(script), "--loops", "no_such_stage"], capture_output=True, text=True, timeout=600, env=env
+    )
     assert refused.returncode != 0 and "no jit function ['no_such_stage']" in refused.stderr
 
 

@@ -1,5 +1,6 @@
 """scripts/megakernel_regression.py judged on real H200 results of kagent's megakernel
 (measurements/), as found and with one figure changed at a time."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ EVAL = EvalResult.model_validate_json((FINAL / "mega_eval.json").read_text())
 
 
 def _holds(criteria: list[dict]) -> dict[str, bool]:
-    return {("the same verdict" if criterion["criterion"].startswith("the same verdict") else criterion["criterion"]):
-            criterion["holds"] for criterion in criteria}
+    return {
+        (
+            "the same verdict" if criterion["criterion"].startswith("the same verdict") else criterion["criterion"]
+        ): criterion["holds"]
+        for criterion in criteria
+    }
 
 
 STEADY = "steady within 3% of the plain chain loop in the same process at every context"
@@ -28,8 +33,13 @@ DEVICE = "steady within 10% of the profiler's device time"
 
 def test_the_01_10_run_holds_every_criterion_and_shows_bench_py_s_loop_3_2_percent_under_at_ctx_16384():
     criteria = regression.judge(BENCH, [EVAL])
-    assert _holds(criteria) == {"every evaluation passes": True, "the same verdict": True, "one launch per step": True,
-                                STEADY: True, DEVICE: True}
+    assert _holds(criteria) == {
+        "every evaluation passes": True,
+        "the same verdict": True,
+        "one launch per step": True,
+        STEADY: True,
+        DEVICE: True,
+    }
     rows = {row["context"]: row for row in criteria[3]["per_context"]}
     # Against the solution's own CUDA events around its timed blocks: +0.5, +0.7 and +1.5%.
     assert [rows[c]["off"] for c in (2048, 8192, 16384)] == [0.0049, 0.0071, 0.0149]
@@ -48,20 +58,29 @@ def _with_timings(result: EvalResult, **update) -> EvalResult:
 
 def test_a_changed_verdict_or_a_second_launch_fails_its_criterion():
     failed = EVAL.model_copy(update={"verdict": Verdict.INCORRECT, "reason": "hidden_seeds: 1 of 48 cases fail"})
-    launches = [report.model_copy(update={"launches": 2}) if report.who == "candidate" else report
-                for report in EVAL.launches]
+    launches = [
+        report.model_copy(update={"launches": 2}) if report.who == "candidate" else report for report in EVAL.launches
+    ]
     two_launches = EVAL.model_copy(update={"launches": launches})
     holds = _holds(regression.judge(BENCH, [EVAL, failed, two_launches]))
-    assert holds == {"every evaluation passes": False, "the same verdict": False, "one launch per step": False,
-                     STEADY: True, DEVICE: True}
+    assert holds == {
+        "every evaluation passes": False,
+        "the same verdict": False,
+        "one launch per step": False,
+        STEADY: True,
+        DEVICE: True,
+    }
     assert "hidden_seeds: 1 of 48" in regression.show(regression.judge(BENCH, [failed]))
 
 
 def test_a_referee_clock_off_the_process_s_own_loop_or_the_device_time_fails():
     slow = _with_timings(EVAL, candidate_self_timed_ms=0.36)  # the referee reads 7-26% over the device's events
     assert _holds(regression.judge(BENCH, [slow]))[STEADY] is False
-    far = EVAL.model_copy(update={"launches": [r.model_copy(update={"device_ms": 0.30}) if r.who == "candidate" else r
-                                               for r in EVAL.launches]})
+    far = EVAL.model_copy(
+        update={
+            "launches": [r.model_copy(update={"device_ms": 0.30}) if r.who == "candidate" else r for r in EVAL.launches]
+        }
+    )
     assert _holds(regression.judge(BENCH, [far])) == {**_holds(regression.judge(BENCH, [EVAL])), DEVICE: False}
 
 

@@ -5,6 +5,7 @@ convention of the `stages` tool: its declared stages move exactly the task's byt
 
 The kernel runs in a fresh interpreter: its module must set TRITON_INTERPRET before Triton is
 imported, and another test module of this session may have imported Triton already."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -54,8 +55,9 @@ print(json.dumps({"stages": model.kagent_stages(context_len), "plan": len(model.
 @pytest.fixture(scope="module")
 def ran() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -128,22 +130,42 @@ print(json.dumps(ran))
 
 # Every switch of the layout off (each is on by default but three: ATT_LO's bf16 attention, whose
 # "off" is 1, two parts; GROUP_SUMS and LATE_COUNT, not yet shown to gain on a GPU).
-SWITCHES_OFF = {"KIMI_SPLIT_F": "0", "KIMI_ROUTE_ONCE": "0", "KIMI_SPLIT_SH": "1", "KIMI_BAR_COUNT": "0",
-                "KIMI_ATT_LO": "1", "KIMI_GROUP_SUMS": "0", "KIMI_LATE_COUNT": "0"}
+SWITCHES_OFF = {
+    "KIMI_SPLIT_F": "0",
+    "KIMI_ROUTE_ONCE": "0",
+    "KIMI_SPLIT_SH": "1",
+    "KIMI_BAR_COUNT": "0",
+    "KIMI_ATT_LO": "1",
+    "KIMI_GROUP_SUMS": "0",
+    "KIMI_LATE_COUNT": "0",
+}
 
 
 @pytest.fixture(scope="module")
 def variants():
     def on(**switch):
         return {**SWITCHES_OFF, **switch}
-    switches = {"none": SWITCHES_OFF, "split": on(KIMI_SPLIT_F="1"), "route_once": on(KIMI_ROUTE_ONCE="1"),
-                "both": on(KIMI_SPLIT_F="1", KIMI_ROUTE_ONCE="1"), "split_shared": on(KIMI_SPLIT_SH="2"),
-                "late_count": on(KIMI_SPLIT_F="1", KIMI_LATE_COUNT="1"),
-                "attention_bf16": on(KIMI_ATT_LO="0"), "group_sums": on(KIMI_GROUP_SUMS="1"), "defaults": {}}
+
+    switches = {
+        "none": SWITCHES_OFF,
+        "split": on(KIMI_SPLIT_F="1"),
+        "route_once": on(KIMI_ROUTE_ONCE="1"),
+        "both": on(KIMI_SPLIT_F="1", KIMI_ROUTE_ONCE="1"),
+        "split_shared": on(KIMI_SPLIT_SH="2"),
+        "late_count": on(KIMI_SPLIT_F="1", KIMI_LATE_COUNT="1"),
+        "attention_bf16": on(KIMI_ATT_LO="0"),
+        "group_sums": on(KIMI_GROUP_SUMS="1"),
+        "defaults": {},
+    }
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
-    done = subprocess.run([sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)], cwd=REPO,
-                          capture_output=True, text=True, timeout=1500,
-                          env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -174,11 +196,11 @@ def test_the_top_k_computed_once_gives_the_same_bits(variants, name):
     plain, once = variants["none"], variants[name]
     assert (plain["route_once"], once["route_once"]) == (0, 1)
     assert once["bitwise"]
-    count, idx = once["route"][0], once["route"][1:1 + once["nap"]]
+    count, idx = once["route"][0], once["route"][1 : 1 + once["nap"]]
     # The router tiles' count is back at zero, and the last layer's top-k was left there:
     # distinct experts in range (a route never written reads all zeros).
     assert count == 0
-    chosen = idx[:once["nact"]]
+    chosen = idx[: once["nact"]]
     assert len(set(chosen)) == once["nact"] and all(0 <= e < once["experts"] for e in chosen)
     assert plain["route"] == [0] * len(plain["route"])  # without the switch it stays untouched
 
@@ -188,7 +210,7 @@ def test_the_shared_expert_in_pieces_of_its_inputs_gives_the_same_answer(variant
     assert (plain["split_sh"], split["split_sh"]) == (1, 2) and split["groups_a_piece"] >= 1
     # Its sums are grouped by piece: close to the unsplit kernel's, not its bits.
     assert split["worst_cos"] > 0.99999
-    assert set(split["counts"]) == {0}   # every tile's count back at zero
+    assert set(split["counts"]) == {0}  # every tile's count back at zero
 
 
 def test_the_attention_with_one_bf16_part_is_close_but_not_the_same_bits(variants):
@@ -237,14 +259,28 @@ print(json.dumps({k: c[k] for k in names}))
 
 def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with_wide_tiles():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
-    done = subprocess.run([sys.executable, "-c", FULL_SCALE_DEFAULTS_DRIVER], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_SCALE_DEFAULTS_DRIVER],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     consts = json.loads(done.stdout.strip().splitlines()[-1])
     slot, hid = consts.pop("SLOT"), consts.pop("HID")
     assert consts == {
-        "SPLIT_F": 1, "ROUTE_ONCE": 1, "SPLIT_SH": 3, "BN_SH": 32, "BAR_COUNT": 1, "ATT_LO": 1, "GROUP_SUMS": 0,
-        "LATE_COUNT": 0, "QP": 8}   # (648 pieces of the down projection on 132 programs: 5 a program at most)
+        "SPLIT_F": 1,
+        "ROUTE_ONCE": 1,
+        "SPLIT_SH": 3,
+        "BN_SH": 32,
+        "BAR_COUNT": 1,
+        "ATT_LO": 1,
+        "GROUP_SUMS": 0,
+        "LATE_COUNT": 0,
+        "QP": 8,
+    }  # (648 pieces of the down projection on 132 programs: 5 a program at most)
     # A program's slot: the vector and its group sums, in whole 128-byte lines (with room for
     # the sums only, every other program's slot lost its 16-byte alignment: 8-byte loads).
     assert slot >= hid + hid // 128 and slot % 32 == 0
@@ -253,8 +289,14 @@ def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with
 def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     driver = VARIANTS_DRIVER.replace("variants = json.loads(sys.argv[1])", "variants = {'none': {}}")
-    done = subprocess.run([sys.executable, "-c", driver], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**env, "KIMI_SPLIT_SH": "3"})
+    done = subprocess.run(
+        [sys.executable, "-c", driver],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "KIMI_SPLIT_SH": "3"},
+    )
     assert done.returncode != 0 and "KIMI_SPLIT_SH=3" in done.stderr
 
 
@@ -278,11 +320,22 @@ print(json.dumps(refused))
 
 
 def test_a_layout_overridden_as_tune_does_is_checked_again():
-    cases = {"as_built": {}, "split_4": {"SPLIT_SH": 4}, "chunks_4": {"GC_SH": 4}, "wide_tile": {"BN_F": 96},
-             "narrow_tile": {"BN_F": 4}}
+    cases = {
+        "as_built": {},
+        "split_4": {"SPLIT_SH": 4},
+        "chunks_4": {"GC_SH": 4},
+        "wide_tile": {"BN_F": 96},
+        "narrow_tile": {"BN_F": 4},
+    }
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_SH")}
-    done = subprocess.run([sys.executable, "-c", LAYOUT_DRIVER, json.dumps(cases)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", LAYOUT_DRIVER, json.dumps(cases)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     refused = json.loads(done.stdout.strip().splitlines()[-1])
     assert refused["as_built"] is None

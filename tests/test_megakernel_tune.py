@@ -5,6 +5,7 @@ megakernel.py launches that copy's kernel, and each variant's figures are paired
 first variant's round by round. The timing itself needs a GPU (MEASUREMENTS.md has its runs and its own A/A).
 
 In a fresh interpreter: the kernel's module sets TRITON_INTERPRET before Triton is imported."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -71,8 +72,9 @@ print(json.dumps(out))
 
 def test_tune_applies_a_variant_and_pairs_its_rounds_with_the_first():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert (out["bl"], out["warps"]) == (16, 16)

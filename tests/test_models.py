@@ -1,5 +1,6 @@
 """Model providers through the real SDK clients against a loopback server, plus the retry
 wrapper, scripted models and pricing."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,10 @@ from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBloc
 
 from fake_llm_server import BAD_KEY, UNKNOWN_MODEL, FakeLLMServer, anthropic_violations, openai_violations  # noqa: E402
 
-TOOLS = [ToolSpec(name="run", description="Run a command", parameters={"type": "object"}),
-         ToolSpec(name="read", description="Read a file", parameters={"type": "object"})]
+TOOLS = [
+    ToolSpec(name="run", description="Run a command", parameters={"type": "object"}),
+    ToolSpec(name="read", description="Read a file", parameters={"type": "object"}),
+]
 USAGE = {"input": 100, "output": 40, "cache_read": 30, "cache_write": 20, "reasoning": 7}
 PROVIDERS = ["anthropic", "openai"]
 
@@ -48,6 +51,7 @@ def no_sleep(_seconds: float) -> None:
 
 # --- turns ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_text_turn(provider):
     with FakeLLMServer([{"text": "Hello, kernel."}]) as server:
@@ -71,17 +75,25 @@ def test_text_turn(provider):
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_tool_call_turn_and_result_round_trip(provider):
-    calls = [{"id": "tu_1", "name": "run", "arguments": {"cmd": "nvcc -O3 k.cu", "timeout": 30}},
-             {"id": "tu_2", "name": "read", "arguments": "{not json"}]
+    calls = [
+        {"id": "tu_1", "name": "run", "arguments": {"cmd": "nvcc -O3 k.cu", "timeout": 30}},
+        {"id": "tu_2", "name": "read", "arguments": "{not json"},
+    ]
     with FakeLLMServer([{"text": "Let me check.", "tool_calls": calls}, {"text": "done"}]) as server:
         model = model_for(provider, server)
         first = model.complete("sys", [user("go")], TOOLS, 500)
         assert first.stop_reason == "tool_use"
         assert first.message.tool_calls() == [
             ToolCall(id="tu_1", name="run", arguments={"cmd": "nvcc -O3 k.cu", "timeout": 30}),
-            ToolCall(id="tu_2", name="read", arguments={"_raw": "{not json"})]
-        results = Message(role="user", content=[ToolResult(tool_call_id="tu_1", content="ok"),
-                                                ToolResult(tool_call_id="tu_2", content="bad args", is_error=True)])
+            ToolCall(id="tu_2", name="read", arguments={"_raw": "{not json"}),
+        ]
+        results = Message(
+            role="user",
+            content=[
+                ToolResult(tool_call_id="tu_1", content="ok"),
+                ToolResult(tool_call_id="tu_2", content="bad args", is_error=True),
+            ],
+        )
         second = model.complete("sys", [user("go"), first.message, results], TOOLS, 500)
     assert second.message.text() == "done"
     assert server.violations == []
@@ -98,15 +110,22 @@ def test_tool_call_turn_and_result_round_trip(provider):
 
 
 def test_anthropic_thinking_is_sent_back_exactly():
-    turns = [{"thinking": "The loop is memory bound.", "signature": "EqQBCkYIARgCKkD+/==",
-              "redacted": "opaque-redacted-bytes", "tool_calls": [{"id": "tu_1", "name": "run", "arguments": {}}]},
-             {"text": "ok"}]
+    turns = [
+        {
+            "thinking": "The loop is memory bound.",
+            "signature": "EqQBCkYIARgCKkD+/==",
+            "redacted": "opaque-redacted-bytes",
+            "tool_calls": [{"id": "tu_1", "name": "run", "arguments": {}}],
+        },
+        {"text": "ok"},
+    ]
     with FakeLLMServer(turns) as server:
         model = model_for("anthropic", server, thinking_budget=2048)
         first = model.complete("sys", [user("go")], TOOLS, 8000)
         assert first.message.content[:2] == [
             ThinkingBlock(thinking="The loop is memory bound.", signature="EqQBCkYIARgCKkD+/=="),
-            ThinkingBlock(redacted_data="opaque-redacted-bytes")]
+            ThinkingBlock(redacted_data="opaque-redacted-bytes"),
+        ]
         results = Message(role="user", content=[ToolResult(tool_call_id="tu_1", content="ran")])
         model.complete("sys", [user("go"), first.message, results], TOOLS, 8000)
     # The output cap holds the thinking: the budget is carved out of it, not added to it.
@@ -114,7 +133,8 @@ def test_anthropic_thinking_is_sent_back_exactly():
     assert server.requests[0]["max_tokens"] == 8000
     assert server.requests[1]["messages"][1]["content"][:2] == [
         {"type": "thinking", "thinking": "The loop is memory bound.", "signature": "EqQBCkYIARgCKkD+/=="},
-        {"type": "redacted_thinking", "data": "opaque-redacted-bytes"}]
+        {"type": "redacted_thinking", "data": "opaque-redacted-bytes"},
+    ]
     assert server.violations == []
 
 
@@ -124,30 +144,39 @@ def test_openai_drops_thinking_and_reads_reasoning_content():
         first = model.complete("", [user("go")], [], 100)
         assert first.message.content == [ThinkingBlock(thinking="step by step"), TextBlock(text="a")]
         model.complete("", [user("go"), first.message, user("more")], [], 100)
-    assert server.requests[1]["messages"] == [{"role": "user", "content": "go"},
-                                              {"role": "assistant", "content": "a"},
-                                              {"role": "user", "content": "more"}]
+    assert server.requests[1]["messages"] == [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "more"},
+    ]
 
 
 def test_anthropic_prompt_caching_markers():
-    conversation = [user("first"), Message(role="assistant", content=[TextBlock(text="reply")]),
-                    Message(role="user", content=[TextBlock(text="second"), TextBlock(text="latest")])]
+    conversation = [
+        user("first"),
+        Message(role="assistant", content=[TextBlock(text="reply")]),
+        Message(role="user", content=[TextBlock(text="second"), TextBlock(text="latest")]),
+    ]
     with FakeLLMServer([{"text": "ok"}]) as server:
         model_for("anthropic", server).complete("system prompt", conversation, TOOLS, 100)
     body = server.requests[0]
     ephemeral = {"type": "ephemeral"}
     assert body["system"] == [{"type": "text", "text": "system prompt", "cache_control": ephemeral}]
     assert [t.get("cache_control") for t in body["tools"]] == [None, ephemeral]
-    marked = [(i, j) for i, m in enumerate(body["messages"]) for j, b in enumerate(m["content"])
-              if "cache_control" in b]
+    marked = [
+        (i, j) for i, m in enumerate(body["messages"]) for j, b in enumerate(m["content"]) if "cache_control" in b
+    ]
     assert marked == [(2, 1)]
 
 
 def test_anthropic_merges_consecutive_user_messages_results_first():
     calls = [ToolCall(id="a", name="run"), ToolCall(id="b", name="run")]
-    messages = [user("go"), Message(role="assistant", content=calls),
-                Message(role="user", content=[ToolResult(tool_call_id="a", content="1")]),
-                Message(role="user", content=[TextBlock(text="note"), ToolResult(tool_call_id="b", content="2")])]
+    messages = [
+        user("go"),
+        Message(role="assistant", content=calls),
+        Message(role="user", content=[ToolResult(tool_call_id="a", content="1")]),
+        Message(role="user", content=[TextBlock(text="note"), ToolResult(tool_call_id="b", content="2")]),
+    ]
     sent = to_anthropic_messages(messages)
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     assert [b["type"] for b in sent[2]["content"]] == ["tool_result", "tool_result", "text"]
@@ -155,6 +184,7 @@ def test_anthropic_merges_consecutive_user_messages_results_first():
 
 
 # --- usage ----------------------------------------------------------------------------------
+
 
 def test_anthropic_usage():
     with FakeLLMServer([{"text": "x", "usage": USAGE}]) as server:
@@ -190,9 +220,15 @@ def test_openai_stream_without_usage_is_cut():
 
 # --- faults and retries ---------------------------------------------------------------------
 
-FAULT_MESSAGES = {"429": "failed with 429: slow down", "529": "failed with 529: Overloaded",
-                  "500": "failed with 500: Internal server error", "cut": "stream ended before",
-                  "error_event": "error mid-stream", "slow": "timed out", "reset": "connection failed"}
+FAULT_MESSAGES = {
+    "429": "failed with 429: slow down",
+    "529": "failed with 529: Overloaded",
+    "500": "failed with 500: Internal server error",
+    "cut": "stream ended before",
+    "error_event": "error mid-stream",
+    "slow": "timed out",
+    "reset": "connection failed",
+}
 
 
 @pytest.mark.parametrize("fault", sorted(FAULT_MESSAGES))
@@ -200,8 +236,11 @@ FAULT_MESSAGES = {"429": "failed with 429: slow down", "529": "failed with 529: 
 def test_transient_fault_is_retried_and_usage_counted_once(provider, fault):
     retries = []
     with FakeLLMServer([{"text": "recovered", "usage": USAGE}], faults={0: fault}, slow_s=1.5) as server:
-        model = RetryingModel(model_for(provider, server, timeout_s=0.5), sleep=no_sleep,
-                              on_retry=lambda error, wait, attempt: retries.append((error, wait, attempt)))
+        model = RetryingModel(
+            model_for(provider, server, timeout_s=0.5),
+            sleep=no_sleep,
+            on_retry=lambda error, wait, attempt: retries.append((error, wait, attempt)),
+        )
         response = model.complete("", [user("q")], [], 100)
     assert response.message.text() == "recovered"
     assert response.usage.output_tokens == 40
@@ -247,8 +286,9 @@ class Flaky:
         self.calls += 1
         if self.calls <= self.failures:
             raise TransientModelError("busy", retry_after=self.retry_after, status=529)
-        return ModelResponse(message=Message(role="assistant", content=[]), stop_reason="end_turn",
-                             usage=Usage(), model="m")
+        return ModelResponse(
+            message=Message(role="assistant", content=[]), stop_reason="end_turn", usage=Usage(), model="m"
+        )
 
 
 def test_retry_backoff_grows_with_jitter_and_is_capped():
@@ -293,21 +333,40 @@ def test_model_error_is_not_retried():
 
 # --- the fake server's own protocol checks ----------------------------------------------------
 
+
 def test_fake_server_flags_unanswered_and_orphaned_tool_calls():
     assistant = {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "run", "input": {}}]}
     assert anthropic_violations([{"role": "user", "content": "q"}, assistant]) != []
-    assert anthropic_violations([{"role": "user", "content": "q"}, assistant, {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "b", "content": "x"}]}]) != []
-    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function",
-                                                                  "function": {"name": "run", "arguments": "{}"}}]}
+    assert (
+        anthropic_violations(
+            [
+                {"role": "user", "content": "q"},
+                assistant,
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b", "content": "x"}]},
+            ]
+        )
+        != []
+    )
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "run", "arguments": "{}"}}],
+    }
     assert openai_violations([{"role": "user", "content": "q"}, call, {"role": "user", "content": "x"}]) != []
-    assert openai_violations([{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "a",
-                                                                 "content": "x"}]) != []
-    assert openai_violations([{"role": "user", "content": "q"}, call,
-                              {"role": "tool", "tool_call_id": "a", "content": "x"}]) == []
+    assert (
+        openai_violations([{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "a", "content": "x"}])
+        != []
+    )
+    assert (
+        openai_violations(
+            [{"role": "user", "content": "q"}, call, {"role": "tool", "tool_call_id": "a", "content": "x"}]
+        )
+        == []
+    )
 
 
 # --- scripted models ------------------------------------------------------------------------
+
 
 def test_scripted_short_form_yaml(tmp_path):
     script = tmp_path / "script.yaml"
@@ -326,7 +385,9 @@ def test_scripted_short_form_yaml(tmp_path):
     assert first.stop_reason == "tool_use" and first.usage == Usage(input_tokens=5, output_tokens=2)
     assert first.message.content[:2] == [ThinkingBlock(thinking="plan"), TextBlock(text="Reading the kernel.")]
     assert [(c.id, c.name, c.arguments) for c in first.message.tool_calls()] == [
-        ("call_0_0", "read", {"path": "k.cu"}), ("mine", "run", {"cmd": "make"})]
+        ("call_0_0", "read", {"path": "k.cu"}),
+        ("mine", "run", {"cmd": "make"}),
+    ]
     second = model.complete("", [user("b")], TOOLS, 10)
     assert second.stop_reason == "end_turn" and second.message.text() == "Done."
     assert [m[0].text() for m in model.calls] == ["a", "b"]
@@ -335,8 +396,12 @@ def test_scripted_short_form_yaml(tmp_path):
 
 
 def test_scripted_full_responses_json(tmp_path):
-    full = ModelResponse(message=Message(role="assistant", content=[TextBlock(text="hi")]),
-                         stop_reason="max_tokens", usage=Usage(output_tokens=3), model="claude-x")
+    full = ModelResponse(
+        message=Message(role="assistant", content=[TextBlock(text="hi")]),
+        stop_reason="max_tokens",
+        usage=Usage(output_tokens=3),
+        model="claude-x",
+    )
     script = tmp_path / "script.json"
     script.write_text(json.dumps([full.model_dump(mode="json"), {"text": "short"}]))
     assert load_script(script)[0] == full
@@ -347,8 +412,10 @@ def test_a_script_may_say_it_needs_a_gpu_and_take_a_file_s_text(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "k.py").write_text("KERNEL = 1\n")
     script = tmp_path / "gpu.yaml"
-    script.write_text("needs: cuda\nhint: run demo.yaml here\nturns:\n"
-                      "- tool_calls: [{name: write_file, arguments: {path: k.py, content: !file kernels/k.py}}]\n")
+    script.write_text(
+        "needs: cuda\nhint: run demo.yaml here\nturns:\n"
+        "- tool_calls: [{name: write_file, arguments: {path: k.py, content: !file kernels/k.py}}]\n"
+    )
     model = make_model(f"scripted:{script}")
     assert (model.needs, model.hint) == ("cuda", "run demo.yaml here")
     (call,) = model.complete("", [user("a")], TOOLS, 10).message.tool_calls()
@@ -366,12 +433,21 @@ def test_a_script_may_say_it_needs_a_gpu_and_take_a_file_s_text(tmp_path):
 
 def test_a_looping_script_plays_its_laps_until_the_budget_ends_it(tmp_path):
     script = tmp_path / "loop.yaml"
-    script.write_text("loop_from: 1\nturns:\n- text: first\n"
-                      "- tool_calls: [{name: design, arguments: {}}]\n- tool_calls: [{name: check, arguments: {}}]\n")
+    script.write_text(
+        "loop_from: 1\nturns:\n- text: first\n"
+        "- tool_calls: [{name: design, arguments: {}}]\n- tool_calls: [{name: check, arguments: {}}]\n"
+    )
     model = make_model(f"scripted:{script}")
     answers = [model.complete("", [user("a")], TOOLS, 10).message for _ in range(7)]
-    assert [a.tool_calls()[0].name if a.tool_calls() else a.text() for a in answers] == \
-        ["first", "design", "check", "design", "check", "design", "check"]
+    assert [a.tool_calls()[0].name if a.tool_calls() else a.text() for a in answers] == [
+        "first",
+        "design",
+        "check",
+        "design",
+        "check",
+        "design",
+        "check",
+    ]
     ids = [a.tool_calls()[0].id for a in answers[1:]]
     assert ids == ["call_1_0", "call_2_0", "call_1_0_lap1", "call_2_0_lap1", "call_1_0_lap2", "call_2_0_lap2"]
     # A resumed run goes on from the turn after its last answered one, laps included.
@@ -384,8 +460,12 @@ def test_a_looping_script_plays_its_laps_until_the_budget_ends_it(tmp_path):
         plain.complete("", [user("a")], TOOLS, 10)
     with pytest.raises(ModelError, match="no more turns"):
         plain.complete("", [user("a")], TOOLS, 10)
-    for bad in ("loop_from: 3\nturns: [{text: a}]\n", "loop_from: -1\nturns: [{text: a}]\n",
-                "loop_from: '0'\nturns: [{text: a}]\n", "loop_from: true\nturns: [{text: a}]\n"):
+    for bad in (
+        "loop_from: 3\nturns: [{text: a}]\n",
+        "loop_from: -1\nturns: [{text: a}]\n",
+        "loop_from: '0'\nturns: [{text: a}]\n",
+        "loop_from: true\nturns: [{text: a}]\n",
+    ):
         script.write_text(bad)
         with pytest.raises(ModelError, match="loop_from must be the index of one of its 1 turns"):
             load_script(script)
@@ -396,7 +476,7 @@ def test_the_sweep_session_loops_over_whole_attempts():
     in a benchmark, every lap's edit one that applies whatever was kept or reverted."""
     script = read_script(Path(__file__).resolve().parents[1] / "examples" / "sweep_session.yaml")
     assert script.needs is None and script.loop_from == 2
-    lap = [[c.name for c in t.message.tool_calls()] for t in script.turns[script.loop_from:]]
+    lap = [[c.name for c in t.message.tool_calls()] for t in script.turns[script.loop_from :]]
     assert lap == [["design"], ["read_file"], ["shell"], ["check"], ["benchmark"]]
     (edit,) = script.turns[script.loop_from + 2].message.tool_calls()
     assert edit.arguments["command"].startswith("echo ") and ">> solution.py" in edit.arguments["command"]
@@ -437,9 +517,15 @@ def test_scripted_bad_script(tmp_path):
 
 # --- pricing --------------------------------------------------------------------------------
 
+
 def test_cost_of_hosted_models_by_longest_prefix():
-    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000,
-                  cache_write_tokens=1_000_000, reasoning_tokens=500_000)
+    usage = Usage(
+        input_tokens=1_000_000,
+        output_tokens=1_000_000,
+        cache_read_tokens=1_000_000,
+        cache_write_tokens=1_000_000,
+        reasoning_tokens=500_000,
+    )
     assert cost("anthropic:claude-sonnet-4-5-20250929", usage) == pytest.approx(3 + 15 + 0.30 + 3.75)
     assert cost("anthropic:claude-opus-4-5", usage) == pytest.approx(5 + 25 + 0.5 + 6.25)
     assert cost("anthropic:claude-opus-4-1", usage) == pytest.approx(15 + 75 + 1.5 + 18.75)
@@ -475,17 +561,25 @@ def test_user_price_file(kagent_home, tmp_path):
 
 # --- make_model -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec, message", [
-    ("gpt-5", "no provider"), ("mystery:model", "unknown provider 'mystery'"), ("anthropic:", "nothing after"),
-    ("openai-compatible:http://localhost:8000/v1", "<url>#<model>")])
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("gpt-5", "no provider"),
+        ("mystery:model", "unknown provider 'mystery'"),
+        ("anthropic:", "nothing after"),
+        ("openai-compatible:http://localhost:8000/v1", "<url>#<model>"),
+    ],
+)
 def test_make_model_bad_specs(spec, message):
     with pytest.raises(ModelError, match=message) as info:
         make_model(spec)
     assert "openai-compatible:<url>#<model>" in info.value.hint
 
 
-@pytest.mark.parametrize("spec, variable", [("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
-                                            ("openai:gpt-5", "OPENAI_API_KEY")])
+@pytest.mark.parametrize(
+    "spec, variable", [("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY"), ("openai:gpt-5", "OPENAI_API_KEY")]
+)
 def test_make_model_missing_key(monkeypatch, spec, variable):
     monkeypatch.delenv(variable)
     with pytest.raises(ModelError, match=variable):

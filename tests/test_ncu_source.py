@@ -2,6 +2,7 @@
 real Triton kernel compiled for sm_90 into a build home's Triton cache, its real line table
 (nvdisasm -g), and a source page in Nsight Compute's CSV layout made from its instructions
 with known samples. The GPU run of the tool is in scripts/stage_tools_run.py (megakernel-ncu)."""
+
 from __future__ import annotations
 
 import csv
@@ -74,9 +75,21 @@ def compile_into(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The kernel compiled for sm_90 into the Triton cache ``cache``, as a run's build home
     holds it after the kernel's first launch; its cubin."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
-    triton.compile(ASTSource(fn=sampled_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32",
-                                                           "sum_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                             constexprs={"BLOCK": 1024}), target=GPUTarget("cuda", 90, 32))
+    triton.compile(
+        ASTSource(
+            fn=sampled_kernel,
+            signature={
+                "x_ptr": "*fp32",
+                "y_ptr": "*fp32",
+                "out_ptr": "*fp32",
+                "sum_ptr": "*fp32",
+                "n": "i32",
+                "BLOCK": "constexpr",
+            },
+            constexprs={"BLOCK": 1024},
+        ),
+        target=GPUTarget("cuda", 90, 32),
+    )
     monkeypatch.delenv("TRITON_CACHE_DIR")
     (cubin,) = cache.glob("*/sampled_kernel.cubin")
     return cubin
@@ -93,12 +106,22 @@ def source_page(instructions, samples_of, base: int = 0x7F3A5C001200, address=la
     stall reason, as some versions print), between ncu's own lines."""
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL)
-    writer.writerow(["Address", "Source", "Instructions Executed", SAMPLES, NOT_ISSUED, "stall_barrier",
-                     "stall_long_sb"])
+    writer.writerow(
+        ["Address", "Source", "Instructions Executed", SAMPLES, NOT_ISSUED, "stall_barrier", "stall_long_sb"]
+    )
     for i in instructions:
         samples = samples_of(i)
-        writer.writerow([address(base + i.offset), i.text, "1,024", f"{samples:,}", samples // 2, samples // 4,
-                         samples - samples // 4])
+        writer.writerow(
+            [
+                address(base + i.offset),
+                i.text,
+                "1,024",
+                f"{samples:,}",
+                samples // 2,
+                samples // 4,
+                samples - samples // 4,
+            ]
+        )
     return "==PROF== Connected to process 77\n" + out.getvalue() + "==PROF== Disconnected from process 77\n"
 
 
@@ -133,17 +156,25 @@ def test_samples_by_source_line_through_the_binary_that_ran(compiled):
     text = by_line_text(rows, match, "build/ncu_source_probe.csv", readable=[Path(__file__).parent]).splitlines()
     hot = [i for i in instructions if i.line == HOT_LINE]
     total = 100 * len(hot) + len(instructions) - len(hot)
-    assert text[0] == f"Warp-state samples: {total:,} over {len(instructions)} SASS instructions (the whole page " \
-                      f"is in build/ncu_source_probe.csv)."
+    assert (
+        text[0] == f"Warp-state samples: {total:,} over {len(instructions)} SASS instructions (the whole page "
+        f"is in build/ncu_source_probe.csv)."
+    )
     assert text[2] == "share  samples  not issued  instrs  line"
     # The hot line first, with its share, its not-issued share, its instructions, its text and
     # its reasons.
-    assert text[3].split()[:4] == [f"{100 * 100 * len(hot) / total:.1f}%", f"{100 * len(hot):,}", "50.0%",
-                                   str(len(hot))]
+    assert text[3].split()[:4] == [
+        f"{100 * 100 * len(hot) / total:.1f}%",
+        f"{100 * len(hot):,}",
+        "50.0%",
+        str(len(hot)),
+    ]
     assert f"test_ncu_source.py:{HOT_LINE}  {HOT}  [long_sb 75%, barrier 25%]" in text[3]
     assert "SASS instructions with the most samples (offset from the kernel's first):" in text
-    assert any(line.endswith(f"test_ncu_source.py:{HOT_LINE}") for line in text[text.index(
-        "SASS instructions with the most samples (offset from the kernel's first):") + 1:])
+    assert any(
+        line.endswith(f"test_ncu_source.py:{HOT_LINE}")
+        for line in text[text.index("SASS instructions with the most samples (offset from the kernel's first):") + 1 :]
+    )
 
 
 def test_inlined_code_counts_at_the_kernel_s_own_lines(compiled):
@@ -156,8 +187,9 @@ def test_inlined_code_counts_at_the_kernel_s_own_lines(compiled):
     embedded = elf_section(cubin.read_bytes(), PTX_SECTION)
     assert embedded is not None
     chains = call_chains(embedded, cubin.with_suffix(".ptx").read_text())
-    ptx_listing = subprocess.run([find_cuda_tool("nvdisasm", None), "-gp", "-c", str(cubin)], capture_output=True,
-                                 text=True, check=True).stdout
+    ptx_listing = subprocess.run(
+        [find_cuda_tool("nvdisasm", None), "-gp", "-c", str(cubin)], capture_output=True, text=True, check=True
+    ).stdout
     page = source_page(instructions, lambda i: 1)
     (rows,) = parse_source_page(page)
     match = best_match(rows, [(cubin, listing)])
@@ -181,7 +213,7 @@ def test_pages_in_other_versions_layouts_are_mapped(compiled):
     (instructions,) = parse_disassembly(listing).values()
     # A version that leaves out the NOPs after the kernel's end; one that prints addresses in
     # decimal.
-    body = instructions[:max(i for i, ins in enumerate(instructions) if opcode(ins.text) != "NOP") + 1]
+    body = instructions[: max(i for i, ins in enumerate(instructions) if opcode(ins.text) != "NOP") + 1]
     assert len(body) < len(instructions)
     (rows,) = parse_source_page(source_page(body, lambda i: 1))
     assert best_match(rows, [(cubin, listing)]).agreement == 1.0
@@ -196,8 +228,10 @@ def test_a_page_of_other_code_is_not_mapped(compiled):
     cubin, listing = compiled
     (instructions,) = parse_disassembly(listing).values()
     # The same addresses, but each holding the instruction after it: another kernel's page.
-    shifted = [type(i)(i.offset, instructions[(k + 1) % len(instructions)].text, None, None)
-               for k, i in enumerate(instructions)]
+    shifted = [
+        type(i)(i.offset, instructions[(k + 1) % len(instructions)].text, None, None)
+        for k, i in enumerate(instructions)
+    ]
     (rows,) = parse_source_page(source_page(shifted, lambda i: 3))
     assert best_match(rows, [(cubin, listing)]) is None
     text = by_line_text(rows, None, "x.csv", "no device binary found")
@@ -209,8 +243,9 @@ def test_a_page_of_other_code_is_not_mapped(compiled):
 def test_the_tool_s_source_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kimi, kagent_home: Path):
     workspace = tmp_path / "ws"
     (workspace / "task").mkdir(parents=True)
-    ctx = ToolContext(workspace=workspace, task=kimi,
-                      eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home))
+    ctx = ToolContext(
+        workspace=workspace, task=kimi, eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home)
+    )
     (workspace / "probe.py").write_text("print('launching')\n")
     # The kernel as its first launch left it in the run's build home, and the page of its launch
     # (beside a dangling link that looks like a cubin, and one that looks like a library).
@@ -219,14 +254,23 @@ def test_the_tool_s_source_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     (workspace / "dangling.so").symlink_to(tmp_path / "nowhere")
     (instructions,) = parse_disassembly(disassembled(cubin)).values()
     argv_file = workspace / "ncu_argv.txt"
-    install_fake_ncu(workspace / "bin", source_page(instructions, lambda i: 40 if i.line == HOT_LINE else 2),
-                     argv_file)
+    install_fake_ncu(workspace / "bin", source_page(instructions, lambda i: 40 if i.line == HOT_LINE else 2), argv_file)
     ctx.env = {**scrubbed_env(), "PATH": f"{workspace / 'bin'}:/usr/bin:/bin"}
     out = TOOLS["ncu_kernel"].run({"path": "probe.py", "kernel": "sampled", "view": "source"}, ctx)
     assert not out.is_error, out.content
     argv = argv_file.read_text().split()
-    assert argv[:10] == ["--section", "SourceCounters", "--section", "WarpStateStats", "--csv", "--page", "source",
-                         "--print-source", "sass", "--clock-control"]
+    assert argv[:10] == [
+        "--section",
+        "SourceCounters",
+        "--section",
+        "WarpStateStats",
+        "--csv",
+        "--page",
+        "source",
+        "--print-source",
+        "sass",
+        "--clock-control",
+    ]
     assert f"nvdisasm -g of ~/.triton/cache/{cubin.parent.name}/sampled_kernel.cubin" in out.content
     # The kernel's file (this one) is outside the workspace: its line is named, its text not
     # shown (a line table can name any file; the model's commands cannot read this one). The
@@ -252,8 +296,10 @@ def test_the_tool_s_source_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     out = TOOLS["ncu_kernel"].run({"path": "probe.py", "view": "source"}, ctx)
     assert not out.is_error and "Not mapped to source lines: no device binary found" in out.content
     assert out.data["binary"] is None
-    for bad, message in (({"path": "probe.py", "view": "lines"}, "view must be one of details, source"),
-                         ({"path": "probe.py", "view": "source", "kernel": "(unclosed"}, "not a regular expression")):
+    for bad, message in (
+        ({"path": "probe.py", "view": "lines"}, "view must be one of details, source"),
+        ({"path": "probe.py", "view": "source", "kernel": "(unclosed"}, "not a regular expression"),
+    ):
         refused = TOOLS["ncu_kernel"].run(bad, ctx)
         assert refused.is_error and message in refused.content, refused.content
 
@@ -270,16 +316,18 @@ int main() { return 0; }
 def test_the_source_view_of_a_cu_program(tmp_path: Path, kimi, kagent_home: Path):
     workspace = tmp_path / "ws"
     (workspace / "task").mkdir(parents=True)
-    ctx = ToolContext(workspace=workspace, task=kimi,
-                      eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home))
+    ctx = ToolContext(
+        workspace=workspace, task=kimi, eval_options=EvalOptions(device="cuda", scale="smoke", cache_dir=kagent_home)
+    )
     program = workspace / "saxpy.cu"
     program.write_text(SAXPY)
     # The device code the tool's build makes (the same nvcc flags, as a cubin), for the page.
     cubin = tmp_path / "saxpy.cubin"
     subprocess.run(["nvcc", "-O3", "-arch=sm_90a", "-lineinfo", "-cubin", "-o", str(cubin), str(program)], check=True)
     (instructions,) = parse_disassembly(disassembled(cubin)).values()
-    install_fake_ncu(workspace / "bin", source_page(instructions, lambda i: 9 if i.line == 3 else 1),
-                     workspace / "argv.txt")
+    install_fake_ncu(
+        workspace / "bin", source_page(instructions, lambda i: 9 if i.line == 3 else 1), workspace / "argv.txt"
+    )
     ctx.env = {**scrubbed_env(), "PATH": f"{workspace / 'bin'}:{os.environ['PATH']}"}
     out = TOOLS["ncu_kernel"].run({"path": "saxpy.cu", "view": "source"}, ctx)
     assert not out.is_error, out.content

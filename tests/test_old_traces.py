@@ -1,5 +1,6 @@
 """A run written by an earlier kagent (trace format 1, the config a free dict) still resumes,
 rebuilt from its trace alone, and still replays (fixtures/README.md says how they were made)."""
+
 from __future__ import annotations
 
 import tarfile
@@ -45,10 +46,13 @@ def test_its_trace_reads_in_todays_terms(tmp_path):
     assert started.config.scale == "smoke" and started.config.budget.wall_s == 1800
     assert started.config.max_repeated_failures == 5 and started.config.runs_root is None
     designs = [e.data["design"] for e in events if e.type == "tool_finished" and e.name == "design"]
-    assert designs == [{"hypothesis": "a straight port of the reference", "predicted": "about 1x"},
-                       {"hypothesis": "the port, timed", "predicted": "1.0x at ctx 16"}]
+    assert designs == [
+        {"hypothesis": "a straight port of the reference", "predicted": "about 1x"},
+        {"hypothesis": "the port, timed", "predicted": "1.0x at ctx 16"},
+    ]
     assert [e.data["finished"] for e in events if e.type == "tool_finished" and e.name == "finish"] == [
-        "the port, measured"]
+        "the port, measured"
+    ]
 
 
 @pytest.mark.slow
@@ -58,7 +62,9 @@ def test_a_run_killed_after_a_design_resumes_and_its_next_attempt_carries_that_d
     assert report.status == "finished" and report.best_attempt == 2 and report.turns == 5
     attempts = [e.attempt for e in read_trace(run_dir / "trace.jsonl").events if isinstance(e, AttemptRecorded)]
     assert [(a["number"], a["kind"], a["hypothesis"]) for a in attempts] == [
-        (1, "check", "a straight port of the reference"), (2, "benchmark", "the port, timed")]
+        (1, "check", "a straight port of the reference"),
+        (2, "benchmark", "the port, timed"),
+    ]
 
 
 @pytest.mark.slow

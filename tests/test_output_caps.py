@@ -1,5 +1,6 @@
 """Full-size outputs: each model's output cap and thinking, through the real SDKs against the
 loopback server; an answer the cap cuts, told to the model as such; files written in parts."""
+
 from __future__ import annotations
 
 import json
@@ -49,39 +50,47 @@ def url_of(provider: str, server: FakeLLMServer) -> str:
 
 
 # -- the table -------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec, cap, thinking", [
-    ("anthropic:claude-sonnet-4-5-20250929", 64_000, "budget"),
-    ("anthropic:claude-opus-4-1-20250805", 32_000, "budget"),
-    ("anthropic:claude-opus-4-5-20251101", 64_000, "budget"),
-    ("anthropic:claude-haiku-4-5", 64_000, "budget"),
-    ("anthropic:claude-opus-4-6", 128_000, "adaptive"),
-    ("anthropic:claude-sonnet-5", 128_000, "adaptive"),
-    ("anthropic:claude-3-5-haiku-latest", 8_192, "none"),
-    ("openai:gpt-5.2", 128_000, "effort"),
-    ("openai:gpt-5-mini", 128_000, "effort"),
-    ("openai:gpt-5-chat-latest", 16_384, "none"),
-    ("openai:gpt-4o-mini", 16_384, "none"),
-    ("openai:o1-mini", 65_536, "effort"),
-    ("openai:o3", 100_000, "effort"),
-    # The table speaks for the hosted APIs only: a local server serving "gpt-5" is not one.
-    ("openai-compatible:http://localhost:8000/v1#gpt-5", DEFAULT_LIMITS.max_output_tokens, "none"),
-    ("scripted:session.yaml", DEFAULT_LIMITS.max_output_tokens, "none"),
-    ("anthropic:claude-next", DEFAULT_LIMITS.max_output_tokens, "none"),
-])
+@pytest.mark.parametrize(
+    "spec, cap, thinking",
+    [
+        ("anthropic:claude-sonnet-4-5-20250929", 64_000, "budget"),
+        ("anthropic:claude-opus-4-1-20250805", 32_000, "budget"),
+        ("anthropic:claude-opus-4-5-20251101", 64_000, "budget"),
+        ("anthropic:claude-haiku-4-5", 64_000, "budget"),
+        ("anthropic:claude-opus-4-6", 128_000, "adaptive"),
+        ("anthropic:claude-sonnet-5", 128_000, "adaptive"),
+        ("anthropic:claude-3-5-haiku-latest", 8_192, "none"),
+        ("openai:gpt-5.2", 128_000, "effort"),
+        ("openai:gpt-5-mini", 128_000, "effort"),
+        ("openai:gpt-5-chat-latest", 16_384, "none"),
+        ("openai:gpt-4o-mini", 16_384, "none"),
+        ("openai:o1-mini", 65_536, "effort"),
+        ("openai:o3", 100_000, "effort"),
+        # The table speaks for the hosted APIs only: a local server serving "gpt-5" is not one.
+        ("openai-compatible:http://localhost:8000/v1#gpt-5", DEFAULT_LIMITS.max_output_tokens, "none"),
+        ("scripted:session.yaml", DEFAULT_LIMITS.max_output_tokens, "none"),
+        ("anthropic:claude-next", DEFAULT_LIMITS.max_output_tokens, "none"),
+    ],
+)
 def test_each_model_gets_its_own_cap(spec, cap, thinking):
     assert limits_of(spec, user={}) == ModelLimits(cap, thinking)
 
 
 def test_a_user_file_extends_and_overrides_the_table(kagent_home):
-    (kagent_home / "models.yaml").write_text("claude-sonnet-4-5: {max_output_tokens: 20000}\n"
-                                             "qwen3-coder: {max_output_tokens: 32768, thinking: effort}\n")
+    (kagent_home / "models.yaml").write_text(
+        "claude-sonnet-4-5: {max_output_tokens: 20000}\nqwen3-coder: {max_output_tokens: 32768, thinking: effort}\n"
+    )
     try:
         user = load_limits()
         assert limits_of("anthropic:claude-sonnet-4-5", user) == ModelLimits(20_000, "budget")
         assert limits_of("anthropic:claude-sonnet-4-0", user) == ModelLimits(64_000, "budget")
         assert limits_of("openai-compatible:http://box:8000/v1#qwen3-coder-30b", user) == ModelLimits(32_768, "effort")
-        for bad in ("gpt-5: {max_output_tokens: -1}\n", "gpt-5: {thinking: loud}\n", "gpt-5: {colour: red}\n",
-                    "- a list\n"):
+        for bad in (
+            "gpt-5: {max_output_tokens: -1}\n",
+            "gpt-5: {thinking: loud}\n",
+            "gpt-5: {colour: red}\n",
+            "- a list\n",
+        ):
             (kagent_home / "models.yaml").write_text(bad)
             with pytest.raises(KagentError, match="malformed"):
                 load_limits()
@@ -89,39 +98,45 @@ def test_a_user_file_extends_and_overrides_the_table(kagent_home):
         (kagent_home / "models.yaml").unlink()
 
 
-@pytest.mark.parametrize("spec, thinking, effort, cap, expected", [
-    # Thinking is on by default where the model thinks.
-    ("anthropic:claude-sonnet-4-5", None, None, None, OutputSettings(64_000, thinking_budget=32_000)),
-    ("anthropic:claude-sonnet-4-5", "12000", None, None, OutputSettings(64_000, thinking_budget=12_000)),
-    ("anthropic:claude-sonnet-4-5", "off", None, None, OutputSettings(64_000)),
-    ("anthropic:claude-sonnet-4-5", False, None, 30_000, OutputSettings(30_000)),  # `thinking: off` in YAML
-    ("anthropic:claude-opus-4-6", None, None, None, OutputSettings(128_000, reasoning_effort="high")),
-    ("anthropic:claude-opus-4-6", "on", "max", None, OutputSettings(128_000, reasoning_effort="max")),
-    ("openai:gpt-5.1", None, None, None, OutputSettings(128_000, reasoning_effort="high")),
-    ("openai:gpt-5.1", None, "xhigh", None, OutputSettings(128_000, reasoning_effort="xhigh")),
-    ("openai:gpt-5.1", "off", None, None, OutputSettings(128_000)),
-    ("openai:gpt-4o", None, None, None, OutputSettings(16_384)),
-    # Asked explicitly of a model the table does not know: its provider's form.
-    ("anthropic:claude-next", 4000, None, None, OutputSettings(16_000, thinking_budget=4000)),
-    ("anthropic:claude-next", None, "high", None, OutputSettings(16_000, reasoning_effort="high")),
-    ("openai-compatible:http://box/v1#qwen3", None, "low", 8000, OutputSettings(8000, reasoning_effort="low")),
-    ("scripted:x.yaml", None, None, None, OutputSettings(16_000)),
-])
+@pytest.mark.parametrize(
+    "spec, thinking, effort, cap, expected",
+    [
+        # Thinking is on by default where the model thinks.
+        ("anthropic:claude-sonnet-4-5", None, None, None, OutputSettings(64_000, thinking_budget=32_000)),
+        ("anthropic:claude-sonnet-4-5", "12000", None, None, OutputSettings(64_000, thinking_budget=12_000)),
+        ("anthropic:claude-sonnet-4-5", "off", None, None, OutputSettings(64_000)),
+        ("anthropic:claude-sonnet-4-5", False, None, 30_000, OutputSettings(30_000)),  # `thinking: off` in YAML
+        ("anthropic:claude-opus-4-6", None, None, None, OutputSettings(128_000, reasoning_effort="high")),
+        ("anthropic:claude-opus-4-6", "on", "max", None, OutputSettings(128_000, reasoning_effort="max")),
+        ("openai:gpt-5.1", None, None, None, OutputSettings(128_000, reasoning_effort="high")),
+        ("openai:gpt-5.1", None, "xhigh", None, OutputSettings(128_000, reasoning_effort="xhigh")),
+        ("openai:gpt-5.1", "off", None, None, OutputSettings(128_000)),
+        ("openai:gpt-4o", None, None, None, OutputSettings(16_384)),
+        # Asked explicitly of a model the table does not know: its provider's form.
+        ("anthropic:claude-next", 4000, None, None, OutputSettings(16_000, thinking_budget=4000)),
+        ("anthropic:claude-next", None, "high", None, OutputSettings(16_000, reasoning_effort="high")),
+        ("openai-compatible:http://box/v1#qwen3", None, "low", 8000, OutputSettings(8000, reasoning_effort="low")),
+        ("scripted:x.yaml", None, None, None, OutputSettings(16_000)),
+    ],
+)
 def test_output_settings(spec, thinking, effort, cap, expected):
     assert output_settings(spec, thinking, effort, cap, user={}) == expected
 
 
-@pytest.mark.parametrize("spec, thinking, effort, cap, message", [
-    ("anthropic:claude-sonnet-4-5", "64000", None, None, "must lie between 1024 and 62976"),
-    ("anthropic:claude-sonnet-4-5", "100", None, None, "must lie between"),
-    ("anthropic:claude-sonnet-4-5", None, "high", None, "takes a thinking budget"),
-    ("anthropic:claude-sonnet-4-5", None, None, 1500, "leaves no room to think"),
-    ("openai:gpt-5", "8000", None, None, "takes a reasoning effort"),
-    ("openai:gpt-5", "loud", None, None, "--thinking takes on, off or a budget"),
-    ("openai:gpt-5", None, "extreme", None, "--reasoning-effort must be one of"),
-    ("openai:gpt-5", "off", "high", None, "which --thinking off turns off"),
-    ("openai:gpt-5", None, None, -5, "must be positive"),
-])
+@pytest.mark.parametrize(
+    "spec, thinking, effort, cap, message",
+    [
+        ("anthropic:claude-sonnet-4-5", "64000", None, None, "must lie between 1024 and 62976"),
+        ("anthropic:claude-sonnet-4-5", "100", None, None, "must lie between"),
+        ("anthropic:claude-sonnet-4-5", None, "high", None, "takes a thinking budget"),
+        ("anthropic:claude-sonnet-4-5", None, None, 1500, "leaves no room to think"),
+        ("openai:gpt-5", "8000", None, None, "takes a reasoning effort"),
+        ("openai:gpt-5", "loud", None, None, "--thinking takes on, off or a budget"),
+        ("openai:gpt-5", None, "extreme", None, "--reasoning-effort must be one of"),
+        ("openai:gpt-5", "off", "high", None, "which --thinking off turns off"),
+        ("openai:gpt-5", None, None, -5, "must be positive"),
+    ],
+)
 def test_output_settings_refuse_what_the_model_cannot_take(spec, thinking, effort, cap, message):
     with pytest.raises(KagentError, match=message):
         output_settings(spec, thinking, effort, cap, user={})
@@ -146,7 +161,8 @@ def test_anthropic_adaptive_thinking_and_budget_clamped_to_the_cap():
 def test_openai_reasoning_effort_is_sent():
     with FakeLLMServer([{"text": "a"}, {"text": "b"}]) as server:
         make_model("openai:test-model", base_url=server.openai_url, reasoning_effort="high").complete(
-            "sys", [user("go")], TOOLS, 128_000)
+            "sys", [user("go")], TOOLS, 128_000
+        )
         make_model("openai:test-model", base_url=server.openai_url).complete("sys", [user("go")], TOOLS, 100)
     assert server.requests[0]["reasoning_effort"] == "high"
     assert server.requests[0]["max_completion_tokens"] == 128_000
@@ -155,9 +171,11 @@ def test_openai_reasoning_effort_is_sent():
 
 @pytest.mark.parametrize("provider, stop", [("anthropic", "max_tokens"), ("openai", "length")])
 def test_a_call_the_cap_cuts_is_raw_even_without_any_json(provider, stop):
-    turns = [{"tool_calls": [{"id": "c1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
-             {"tool_calls": [{"id": "c2", "name": "write_file", "arguments": ""}], "stop_reason": stop},
-             {"tool_calls": [{"id": "c3", "name": "write_file", "arguments": ""}]}]
+    turns = [
+        {"tool_calls": [{"id": "c1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
+        {"tool_calls": [{"id": "c2", "name": "write_file", "arguments": ""}], "stop_reason": stop},
+        {"tool_calls": [{"id": "c3", "name": "write_file", "arguments": ""}]},
+    ]
     with FakeLLMServer(turns) as server:
         model = make_model(f"{provider}:test-model", base_url=url_of(provider, server))
         cut, empty, whole = (model.complete("sys", [user("go")], TOOLS, 100) for _ in range(3))
@@ -169,24 +187,44 @@ def test_a_call_the_cap_cuts_is_raw_even_without_any_json(provider, stop):
 
 # -- the loop: what the model is told -------------------------------------------------------------
 def _options(tmp_path: Path, provider: str, **update) -> RunSettings:
-    return RunSettings(task="02_kimi_linear_decode", model=f"{provider}:test-model", budget=Budget(wall_s=900),
-                      device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S,
-                      **update)
+    return RunSettings(
+        task="02_kimi_linear_decode",
+        model=f"{provider}:test-model",
+        budget=Budget(wall_s=900),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp_path / "runs",
+        eval_timeout_s=WAIT_S,
+        **update,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("provider, stop", [("anthropic", "max_tokens"), ("openai", "length")])
 def test_a_cut_write_is_answered_with_how_to_write_in_parts(provider, stop, tmp_path):
-    turns = [{"tool_calls": [{"id": "w1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
-             {"tool_calls": [{"id": "w2", "name": "write_file",
-                              "arguments": {"path": "notes.md", "content": "part one\n"}}]},
-             {"tool_calls": [{"id": "w3", "name": "write_file",
-                              "arguments": {"path": "notes.md", "content": "part two\n", "append": True}}]},
-             {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "wrote notes"}}]}]
+    turns = [
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
+        {
+            "tool_calls": [
+                {"id": "w2", "name": "write_file", "arguments": {"path": "notes.md", "content": "part one\n"}}
+            ]
+        },
+        {
+            "tool_calls": [
+                {
+                    "id": "w3",
+                    "name": "write_file",
+                    "arguments": {"path": "notes.md", "content": "part two\n", "append": True},
+                }
+            ]
+        },
+        {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "wrote notes"}}]},
+    ]
     with FakeLLMServer(turns) as server:
         options = _options(tmp_path, provider, max_output_tokens=16_000, thinking_budget=4_000)
-        run_dir, report = start_run(options, model=make_model(options.model, base_url=url_of(provider, server),
-                                                              thinking_budget=4_000))
+        run_dir, report = start_run(
+            options, model=make_model(options.model, base_url=url_of(provider, server), thinking_budget=4_000)
+        )
     assert server.violations == []
     answered = json.dumps(server.requests[1]["messages"])
     assert "reached the output cap (16,000 tokens per answer, thinking included)" in answered
@@ -211,16 +249,39 @@ def test_answers_the_cap_cuts_before_any_call_are_told_then_end_the_run(tmp_path
 
 
 # -- the command line ---------------------------------------------------------------------------
-@pytest.mark.parametrize("flags, cap, budget", [([], 64_000, 32_000), (["--thinking", "off"], 64_000, None),
-                                               (["--max-output-tokens", "20000", "--thinking", "5000"], 20_000, 5000)])
+@pytest.mark.parametrize(
+    "flags, cap, budget",
+    [
+        ([], 64_000, 32_000),
+        (["--thinking", "off"], 64_000, None),
+        (["--max-output-tokens", "20000", "--thinking", "5000"], 20_000, 5000),
+    ],
+)
 @pytest.mark.slow
 def test_kagent_run_asks_for_the_models_own_cap_and_thinks_by_default(flags, cap, budget, tmp_path):
     finish = {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "nothing to do"}}]}
     with FakeLLMServer([finish]) as server:
         env = {**os.environ, "ANTHROPIC_BASE_URL": server.url, "COLUMNS": "200"}
-        proc = subprocess.run([KAGENT, "run", "02_kimi_linear_decode", "--model", "anthropic:claude-sonnet-4-5",
-                               "--device", "cpu", "--budget", "20m", "--quiet", *flags],
-                              capture_output=True, text=True, timeout=WAIT_S, env=env, cwd=tmp_path)
+        proc = subprocess.run(
+            [
+                KAGENT,
+                "run",
+                "02_kimi_linear_decode",
+                "--model",
+                "anthropic:claude-sonnet-4-5",
+                "--device",
+                "cpu",
+                "--budget",
+                "20m",
+                "--quiet",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            env=env,
+            cwd=tmp_path,
+        )
     assert proc.returncode == 3, proc.stderr  # finished with no result
     (run_dir,) = (tmp_path / "runs").iterdir()
     config = json.loads((run_dir / "config.json").read_text())

@@ -1,5 +1,6 @@
 """kagent installs under one `kagent` namespace, both as a wheel and in editable mode, and
 claims no generic top-level names such as `agent` or `tools`."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE = ("import importlib.util as u, json, kagent.agent.cli.app, kagent.tasks, kagent.sandbox.harness as h;"
-         "print(json.dumps({'cli': kagent.agent.cli.app.__file__, 'harness': h.__file__,"
-         "'generic': [n for n in ('agent', 'tools', 'sandbox', 'tasks', 'prompts') if u.find_spec(n)]}))")
+PROBE = (
+    "import importlib.util as u, json, kagent.agent.cli.app, kagent.tasks, kagent.sandbox.harness as h;"
+    "print(json.dumps({'cli': kagent.agent.cli.app.__file__, 'harness': h.__file__,"
+    "'generic': [n for n in ('agent', 'tools', 'sandbox', 'tasks', 'prompts') if u.find_spec(n)]}))"
+)
 
 
 def probe(cwd: Path, env: dict | None = None) -> dict:
@@ -36,8 +39,12 @@ def test_editable_install_maps_the_repository_folders(tmp_path):
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (built,) = dist.glob("kagent-*.whl")
     return built
 
@@ -46,11 +53,15 @@ def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"kagent", next(t for t in tops if t.endswith(".dist-info"))}
-    for needed in ("kagent/agent/cli/app.py", "kagent/sandbox/harness/mega.py",
-                   "kagent/tasks/02_kimi_linear_decode/reference.py",
-                   "kagent/tasks/02_kimi_linear_decode/problem.yaml",
-                   "kagent/tasks/02_kimi_linear_decode/PROMPT.txt", "kagent/prompts/playbook.md",
-                   "kagent/prompts/tasks/02_kimi_linear_decode.md"):
+    for needed in (
+        "kagent/agent/cli/app.py",
+        "kagent/sandbox/harness/mega.py",
+        "kagent/tasks/02_kimi_linear_decode/reference.py",
+        "kagent/tasks/02_kimi_linear_decode/problem.yaml",
+        "kagent/tasks/02_kimi_linear_decode/PROMPT.txt",
+        "kagent/prompts/playbook.md",
+        "kagent/prompts/tasks/02_kimi_linear_decode.md",
+    ):
         assert needed in names
     assert not any("__pycache__" in n or n.startswith("kagent/tests") for n in names)
 
@@ -58,16 +69,39 @@ def test_wheel_holds_only_the_kagent_namespace_and_the_task_files(wheel):
 @pytest.mark.slow
 def test_normal_install_runs_from_its_own_copy(wheel, tmp_path):
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     env = {**os.environ, "PYTHONPATH": str(target), "KAGENT_RUNS": str(tmp_path / "runs")}
     found = probe(tmp_path, env)
     assert Path(found["cli"]).is_relative_to(target) and Path(found["harness"]).is_relative_to(target)
     assert found["generic"] == []
     # The installed copy grades too: task files and harness come from the wheel.
-    run = subprocess.run([sys.executable, "-m", "kagent.agent.cli", "eval", "02_kimi_linear_decode", "--aa",
-                          "--device", "cpu", "--rounds", "1", "--contexts", "16", "--json"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kagent.agent.cli",
+            "eval",
+            "02_kimi_linear_decode",
+            "--aa",
+            "--device",
+            "cpu",
+            "--rounds",
+            "1",
+            "--contexts",
+            "16",
+            "--json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["verdict"] == "pass"
 
@@ -120,14 +154,24 @@ def test_the_lower_bound_pins_are_generated_from_pyproject():
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = [Requirement(line) for line in [*project["dependencies"], *project["optional-dependencies"]["test"]]]
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "torch",
-                          "--extra", "test"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "torch", "--extra", "test"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pins = [Requirement(line) for line in out.stdout.splitlines()]
-    expected = {r.name.lower(): next(s.version for s in r.specifier if s.operator == ">=")
-                for r in declared if r.name != "torch"}
+    expected = {
+        r.name.lower(): next(s.version for s in r.specifier if s.operator == ">=")
+        for r in declared
+        if r.name != "torch"
+    }
     assert {pin.name: str(pin.specifier) for pin in pins} == {name: f"=={low}" for name, low in expected.items()}
-    unknown = subprocess.run([sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "nosuch"],
-                               capture_output=True, text=True)
+    unknown = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lower_bounds.py"), "--except", "nosuch"],
+        capture_output=True,
+        text=True,
+    )
     assert unknown.returncode != 0 and "--except names no dependency: nosuch" in unknown.stderr
 
 
@@ -136,10 +180,10 @@ def test_ci_runs_the_readme_test_command_verbatim():
     readme = (REPO / "README.md").read_text()
     intro = readme.index("Set up and run the tests")
     start = readme.index("```bash\n", intro) + len("```bash\n")
-    command = readme[start:readme.index("\n```", start)]
+    command = readme[start : readme.index("\n```", start)]
     assert command.startswith("python3 -m venv .venv") and "pytest" in command
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     # Any failure in the chain ends CI (set -e alone ignores one before the chain's last command).
     line = f"{command} || exit $?"
     assert line in ci
-    assert "export KAGENT_REQUIRE_CHROMIUM=1" in ci[:ci.index(line)], "the browser test must not skip in CI"
+    assert "export KAGENT_REQUIRE_CHROMIUM=1" in ci[: ci.index(line)], "the browser test must not skip in CI"

@@ -1,5 +1,6 @@
 """The megakernel playbook: what the model sees of it, and that every figure it states is one
 we measured (MEASUREMENTS.md) or derives from those and from the task's own byte counts."""
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,7 @@ COPY_BYTES_PER_S = 4044e9  # the device copy of that section
 def measured_section() -> str:
     text = (REPO / "MEASUREMENTS.md").read_text()
     start = text.index(SECTION)
-    return " ".join(text[start:text.index("\n## ", start + 1)].split())  # a figure may wrap a line
+    return " ".join(text[start : text.index("\n## ", start + 1)].split())  # a figure may wrap a line
 
 
 def test_the_flagship_gets_the_playbook_and_its_own_section(tmp_path):
@@ -30,9 +31,11 @@ def test_the_flagship_gets_the_playbook_and_its_own_section(tmp_path):
     assert prompts.load("playbook.md").strip() in system
     assert (REPO / "prompts" / "tasks" / "02_kimi_linear_decode.md").read_text().strip() in system
     # A task that does not ask for a single launch gets the general prompt alone.
-    (tmp_path / "double.py").write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, a):\n"
-                                        "        return a * 2\ndef get_inputs():\n    return [torch.randn(8)]\n"
-                                        "def get_init_inputs():\n    return []\n")
+    (tmp_path / "double.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, a):\n"
+        "        return a * 2\ndef get_inputs():\n    return [torch.randn(8)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
     assert prompts.system_prompt(resolve_task(str(tmp_path / "double.py"))) == prompts.load("system.md").strip() + "\n"
 
 
@@ -57,8 +60,18 @@ def test_the_task_sections_figures_follow_from_its_bytes_and_our_measurements():
     def mb(n: float) -> str:
         return f"{n / 1e6:.1f} MB"
 
-    for name in ("L0.attn.q_proj", "L0.attn.state", "L0.attn.conv", "L0.attn.beta_proj", "L3.attn.q_proj",
-                 "L3.attn.kv_a", "L3.attn.kv_b", "L3.attn.o_proj", "L0.moe.router", "L0.moe.experts"):
+    for name in (
+        "L0.attn.q_proj",
+        "L0.attn.state",
+        "L0.attn.conv",
+        "L0.attn.beta_proj",
+        "L3.attn.q_proj",
+        "L3.attn.kv_a",
+        "L3.attn.kv_b",
+        "L3.attn.o_proj",
+        "L0.moe.router",
+        "L0.moe.experts",
+    ):
         assert mb(at_2k[name]).removesuffix(" MB") in text, name
     caches = " / ".join(mb(parts[ctx]["L3.attn.cache"]).removesuffix(" MB") for ctx in (2048, 8192, 16384))
     assert f"the cache {caches}" in text

@@ -13,6 +13,7 @@ patch's docstring says what the harness must conclude: ``expect: <verdict> [<che
   for a verdict that has no score.
 - ``requires: cuda``: run on the GPU; skipped where torch sees none.
 """
+
 from __future__ import annotations
 
 import ast
@@ -72,8 +73,9 @@ def expectation(path: Path) -> Expectation:
             options["requires_cuda"] = True
         else:
             raise AssertionError(f"{path}: unknown header line {line!r}")
-    return Expectation(Verdict(words[0]), words[1] if len(words) > 1 else None, words[2] if len(words) > 2 else None,
-                       **options)
+    return Expectation(
+        Verdict(words[0]), words[1] if len(words) > 1 else None, words[2] if len(words) > 2 else None, **options
+    )
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,12 @@ class Case:
                 # Sourceless: the bytecode sits where the module's .py would (not in
                 # __pycache__, which is only read beside a source file), and nothing says
                 # which source it came from.
-                py_compile.compile(str(source), cfile=str(folder / source.name.removesuffix(".src")), doraise=True,
-                                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+                py_compile.compile(
+                    str(source),
+                    cfile=str(folder / source.name.removesuffix(".src")),
+                    doraise=True,
+                    invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+                )
             else:
                 shutil.copy(source, folder / source.name)
         return solution
@@ -112,8 +118,14 @@ def test_the_corpus_covers_every_kind_of_attack():
     expected = [expectation(c.patch) for c in cases]
     assert len(expected) >= 53
     verdicts = {e.verdict for e in expected}
-    assert verdicts >= {Verdict.PASS, Verdict.INCORRECT, Verdict.FORBIDDEN, Verdict.TAMPERED, Verdict.CRASH,
-                        Verdict.TIMEOUT}
+    assert verdicts >= {
+        Verdict.PASS,
+        Verdict.INCORRECT,
+        Verdict.FORBIDDEN,
+        Verdict.TAMPERED,
+        Verdict.CRASH,
+        Verdict.TIMEOUT,
+    }
     assert sum(e.verdict is Verdict.PASS for e in expected) >= 16
     # Attacks on the clock must pass with an honest score, not merely pass.
     assert sum(e.score_below is not None and e.verdict is Verdict.PASS for e in expected) >= 12
@@ -168,7 +180,8 @@ def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeyp
     assert result.verdict is verdict, result.reason
     if verdict is Verdict.PASS and want.score_below is not None:
         assert result.score is not None and result.score < want.score_below, (
-            f"score {result.score}, not below {want.score_below}: the attack inflated it ({result.reason})")
+            f"score {result.score}, not below {want.score_below}: the attack inflated it ({result.reason})"
+        )
     if verdict is Verdict.FORBIDDEN:
         assert want.check in {f.rule for f in result.static_findings}, result.static_findings
     elif verdict in (Verdict.INCORRECT, Verdict.ERROR):
@@ -192,6 +205,7 @@ def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeyp
 
 # -- checks that map to their own verdicts -------------------------------------------------
 
+
 def test_a_dead_solution_process_is_a_crash_and_an_error_is_an_error():
     assert check_verdict(CheckResult(name="fixed_seeds", status="crash", reason="died")) is Verdict.CRASH
     assert check_verdict(CheckResult(name="fixed_seeds", status="fail", reason="x")) is Verdict.INCORRECT
@@ -202,10 +216,10 @@ def test_a_dead_solution_process_is_a_crash_and_an_error_is_an_error():
 
 # -- physics: no step beats the bytes floor -----------------------------------------------
 
+
 def test_physics_rejects_a_time_below_the_bytes_floor():
     reason = timing.physics_violation(0.012, 243_000_000, 4.2e12)
-    assert reason == ("0.012 ms per step moves 243 MB at 20.2 TB/s, 4.8x the device's measured 4.2 TB/s: "
-                      "rejected")
+    assert reason == ("0.012 ms per step moves 243 MB at 20.2 TB/s, 4.8x the device's measured 4.2 TB/s: rejected")
 
 
 def test_physics_leaves_ten_percent_for_noise():
@@ -221,9 +235,11 @@ def test_a_task_claiming_enormous_bytes_fails_physics(kagent_home, tmp_path):
     folder = tmp_path / "kimi_huge_roofline"
     shutil.copytree(resolve_task("02_kimi_linear_decode").path, folder)
     roofline = folder / "roofline.py"
-    roofline.write_text(roofline.read_text() + "\n\n_honest_bytes = bytes_per_step\n\n\n"
-                        "def bytes_per_step(cfg, context_len: int) -> int:\n"
-                        "    return _honest_bytes(cfg, context_len) * 10**6\n")
+    roofline.write_text(
+        roofline.read_text() + "\n\n_honest_bytes = bytes_per_step\n\n\n"
+        "def bytes_per_step(cfg, context_len: int) -> int:\n"
+        "    return _honest_bytes(cfg, context_len) * 10**6\n"
+    )
     task = resolve_task(str(folder))
     result = run_eval(task, reference_solution(task, tmp_path / "solution"), kagent_home, contexts=[16], rounds=1)
     assert result.verdict is Verdict.INCORRECT, result.reason
@@ -240,26 +256,32 @@ def test_an_honest_task_never_trips_physics(kimi, kagent_home, tmp_path):
 
 # -- static tripwires ---------------------------------------------------------------------
 
+
 def _rules(tmp_path: Path, source: str) -> list[str]:
     return [f.rule for f in static_checks.scan(_write(tmp_path, source, {}))]
 
 
-@pytest.mark.parametrize("source, rule", [
-    ("import torch\ng = torch.cuda.CUDAGraph()\n", "cuda_graph"),
-    ("import torch\nwith torch.cuda.graph(g):\n    pass\n", "cuda_graph"),
-    ("from torch.cuda import make_graphed_callables\n", "cuda_graph"),
-    ("import torch.cuda as tc\nf = tc.make_graphed_callables\n", "cuda_graph"),
-    ("import torch\nG = getattr(torch.cuda, 'CUDAGraph')\n", "cuda_graph"),
-    ("import torch\nf = torch.compile(lambda x: x)\n", "torch_compile"),
-    ("from torch import compile as c\n", "torch_compile"),
-    ("import torch._dynamo\n", "torch_compile"),
-    ("import torch\ntorch._inductor.config.x = 1\n", "torch_compile"),
-    ("import torch\nname = 'CUDA' + 'Graph'\nG = getattr(torch.cuda, name)\n", "computed_getattr"),
-    ("import torch as t\nG = getattr(t, ''.join(['comp', 'ile']))\n", "computed_getattr"),
-    ("from torch.utils.cpp_extension import load_inline\n"
-     "SRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
-     "cuda_graph"),
-])
+@pytest.mark.parametrize(
+    "source, rule",
+    [
+        ("import torch\ng = torch.cuda.CUDAGraph()\n", "cuda_graph"),
+        ("import torch\nwith torch.cuda.graph(g):\n    pass\n", "cuda_graph"),
+        ("from torch.cuda import make_graphed_callables\n", "cuda_graph"),
+        ("import torch.cuda as tc\nf = tc.make_graphed_callables\n", "cuda_graph"),
+        ("import torch\nG = getattr(torch.cuda, 'CUDAGraph')\n", "cuda_graph"),
+        ("import torch\nf = torch.compile(lambda x: x)\n", "torch_compile"),
+        ("from torch import compile as c\n", "torch_compile"),
+        ("import torch._dynamo\n", "torch_compile"),
+        ("import torch\ntorch._inductor.config.x = 1\n", "torch_compile"),
+        ("import torch\nname = 'CUDA' + 'Graph'\nG = getattr(torch.cuda, name)\n", "computed_getattr"),
+        ("import torch as t\nG = getattr(t, ''.join(['comp', 'ile']))\n", "computed_getattr"),
+        (
+            "from torch.utils.cpp_extension import load_inline\n"
+            "SRC = 'void f(cudaGraphExec_t g) { cudaGraphLaunch(g, 0); }'\n",
+            "cuda_graph",
+        ),
+    ],
+)
 def test_static_tripwire(source, rule, tmp_path):
     assert rule in _rules(tmp_path, source)
 
@@ -280,11 +302,14 @@ x = getattr(torch, "float16")
 
 
 def test_cuda_graph_in_a_native_file_of_the_solution(tmp_path):
-    kernel = "// honest comment: cudaGraphLaunch\n__global__ void k() {}\nvoid go(cudaStream_t s) {\n" \
-             "    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n}\n"
+    kernel = (
+        "// honest comment: cudaGraphLaunch\n__global__ void k() {}\nvoid go(cudaStream_t s) {\n"
+        "    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n}\n"
+    )
     findings = static_checks.scan(_write(tmp_path, "import torch\n", {"kernel.cu": kernel}))
     assert [(f.file, f.line, f.rule, f.evidence) for f in findings] == [
-        ("kernel.cu", 4, "cuda_graph", "cudaStreamBeginCapture")]
+        ("kernel.cu", 4, "cuda_graph", "cudaStreamBeginCapture")
+    ]
 
 
 def _write(tmp_path: Path, source: str, extra: dict[str, str]) -> Path:

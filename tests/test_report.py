@@ -5,6 +5,7 @@ One real scripted session (checks, a benchmark, a failed check reverted, a rever
 for, text and output with markup in them) is shared by the tests; the long-run and the edge
 cases are run folders written through kagent's own trace writer.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -51,8 +52,13 @@ def call(name: str, **arguments: object) -> dict:
 
 
 def usage(read: int) -> dict:
-    return {"input_tokens": 900, "output_tokens": 400, "cache_read_tokens": read, "cache_write_tokens": 1500,
-            "reasoning_tokens": 150}
+    return {
+        "input_tokens": 900,
+        "output_tokens": 400,
+        "cache_read_tokens": read,
+        "cache_write_tokens": 1500,
+        "reasoning_tokens": 150,
+    }
 
 
 def kagent(*args: str, runs: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -68,17 +74,31 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     reference = (kimi.path / "reference.py").read_text()
     port = reference + f"\n{FILE_MARKUP}\n"
     turns = [
-        {"thinking": THOUGHT, "text": f"Looking at the files first. {MODEL_MARKUP}", "usage": usage(0),
-         "tool_calls": [call("list_files")]},
-        {"usage": usage(3000), "tool_calls": [call("design", hypothesis="a straight port", predicted="about 1x"),
-                                              call("write_file", path="solution.py", content=port)]},
+        {
+            "thinking": THOUGHT,
+            "text": f"Looking at the files first. {MODEL_MARKUP}",
+            "usage": usage(0),
+            "tool_calls": [call("list_files")],
+        },
+        {
+            "usage": usage(3000),
+            "tool_calls": [
+                call("design", hypothesis="a straight port", predicted="about 1x"),
+                call("write_file", path="solution.py", content=port),
+            ],
+        },
         {"usage": usage(6000), "tool_calls": [call("check")]},
         {"usage": usage(9000), "tool_calls": [call("benchmark")]},
-        {"usage": usage(12000), "text": "Dropping the routed scaling.",
-         "tool_calls": [call("design", hypothesis="drop the routed scaling", predicted="1.01x"),
-                        call("write_file", path="solution.py", content=port.replace(BAD_LINE, GOOD_LINE))]},
+        {
+            "usage": usage(12000),
+            "text": "Dropping the routed scaling.",
+            "tool_calls": [
+                call("design", hypothesis="drop the routed scaling", predicted="1.01x"),
+                call("write_file", path="solution.py", content=port.replace(BAD_LINE, GOOD_LINE)),
+            ],
+        },
         {"usage": usage(15000), "tool_calls": [call("check")]},
-        {"usage": usage(18000), "tool_calls": [call("shell", command=f"echo \"{SHELL_MARKUP}\"")]},
+        {"usage": usage(18000), "tool_calls": [call("shell", command=f'echo "{SHELL_MARKUP}"')]},
         {"usage": usage(21000), "tool_calls": [call("revert", attempt=2)]},
         {"usage": usage(24000), "text": "Done.", "tool_calls": [call("finish", summary="the port stays")]},
     ]
@@ -87,9 +107,17 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     script.write_text(json.dumps(turns))
     with pytest.MonkeyPatch.context() as patch:  # module-scoped: conftest's per-test environment is not set yet
         patch.setenv("KAGENT_HOME", str(kagent_home))
-        run_dir, report = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
-                                               budget=Budget(wall_s=1800), device="cpu", scale="smoke",
-                                               runs_root=folder / "runs", eval_timeout_s=WAIT_S))
+        run_dir, report = start_run(
+            RunSettings(
+                task="02_kimi_linear_decode",
+                model=f"scripted:{script}",
+                budget=Budget(wall_s=1800),
+                device="cpu",
+                scale="smoke",
+                runs_root=folder / "runs",
+                eval_timeout_s=WAIT_S,
+            )
+        )
     assert report.status == "finished" and report.attempts == 3 and report.final_verdict == "pass"
     return run_dir
 
@@ -132,6 +160,7 @@ class Elements(HTMLParser):
 
 # -- the page of a run --------------------------------------------------------------------------
 
+
 def test_the_page_of_a_finished_run(session_run, session_page):
     page = Elements(session_page)
     text = "".join(page.text)
@@ -140,8 +169,11 @@ def test_the_page_of_a_finished_run(session_run, session_page):
     assert "finished" in text and "the model finished: the port stays" in text
     result = story.final_result
     assert result is not None and f"{result.score:.3f}x [" in text and "attempt 2 re-verified" in text
-    tokens = sum(usage(read)[kind] for read in range(0, 27000, 3000)
-                 for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"))
+    tokens = sum(
+        usage(read)[kind]
+        for read in range(0, 27000, 3000)
+        for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    )
     assert f"tokens{tokens:,} (" in text.replace("\n", "")
     assert "cpu, smoke scale" in text and "torch" in text
     # Three charts, each an inline SVG with drawn paths, in its own section.
@@ -164,8 +196,9 @@ def test_the_page_of_a_finished_run(session_run, session_page):
     assert "the same file as attempt 1" in text
     # The transcript: turns, folded thinking with its first line, calls, results, budget lines, the end.
     assert "turn 1 · " in text and "turn 9 · " in text and "900 input · 400 output" in text
-    assert re.search(r"<details class='thinking'><summary>thinking \(\d+ chars\): Port the reference first\.",
-                     session_page)
+    assert re.search(
+        r"<details class='thinking'><summary>thinking \(\d+ chars\): Port the reference first\.", session_page
+    )
     assert "▶ write_file solution.py" in text and "— diff against the previous version" in text
     assert "▶ revert" in text and "The workspace is back at attempt 2" in text
     assert "budget: phase explore · elapsed" in text
@@ -182,8 +215,9 @@ def test_everything_the_model_or_the_solution_wrote_is_escaped(session_page):
         assert markup in text, markup  # as text, once parsed
     assert not any(tag in ("script", "img", "iframe", "object", "embed", "link") for tag, _ in page.tags)
     assert not any(name.startswith("on") for _tag, attributes in page.tags for name in attributes)
-    policy = next(a["content"] for tag, a in page.tags if tag == "meta" and a.get("http-equiv") ==
-                  "Content-Security-Policy")
+    policy = next(
+        a["content"] for tag, a in page.tags if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    )
     assert policy.startswith("default-src 'none'")
     # Nothing to fetch: every link stays in the page or goes to a file beside it.
     for tag, attributes in page.tags:
@@ -223,8 +257,9 @@ def test_a_run_in_progress_with_a_torn_last_line(session_run, tmp_path):
 
 def test_an_interrupted_run(session_run, tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    run = _copy_run(session_run, tmp_path / "run", _first_attempt_after(session_run, 1), torn=False,
-                    pid=int(dead.stdout))
+    run = _copy_run(
+        session_run, tmp_path / "run", _first_attempt_after(session_run, 1), torn=False, pid=int(dead.stdout)
+    )
     text = "".join(Elements(render_run(read_story(run), run / "report.html")).text)
     assert "interrupted" in text and "the run was interrupted" in text and "kagent resume" in text
     assert "none yet: no attempt has passed a benchmark" in text and "incomplete" not in text
@@ -235,8 +270,18 @@ def test_a_trace_alone_renders(tmp_path):
     run = tmp_path / "bare"
     trace = TraceWriter(run)
     config = RunConfig(run_id="bare", task="t", model="scripted:x", device="cpu", scale="smoke")
-    trace.append(RunStarted(run_id="bare", config=config, versions={},
-                            prompt_sha256="", tools_sha256="", system="sys", first_message={}, tools=[]))
+    trace.append(
+        RunStarted(
+            run_id="bare",
+            config=config,
+            versions={},
+            prompt_sha256="",
+            tools_sha256="",
+            system="sys",
+            first_message={},
+            tools=[],
+        )
+    )
     trace.append(ToolStarted(turn=1, call_id="c", name="read_file", arguments={"path": "<b>x</b>"}))
     trace.close()
     html = render_run(read_story(run), run / "report.html")
@@ -253,6 +298,7 @@ def test_a_trace_that_is_not_one_is_a_clear_error(tmp_path):
 
 
 # -- a long run, and the charts' marks ---------------------------------------------------------
+
 
 def _long_run_script():
     spec = importlib.util.spec_from_file_location("report_300_turns", REPO / "scripts" / "report_300_turns.py")
@@ -304,6 +350,7 @@ def test_a_flag_is_drawn_once_it_has_a_mark(session_run, monkeypatch):
 
 # -- the command line and the board ------------------------------------------------------------
 
+
 def test_kagent_report_writes_the_page_and_says_where(session_run):
     done = kagent("report", session_run.name, runs=session_run.parent)
     assert done.returncode == 0, done.stderr
@@ -332,8 +379,9 @@ def test_without_the_extra_kagent_report_says_how_to_get_it(session_run, tmp_pat
     (stub / "__init__.py").write_text("raise ImportError('matplotlib is not installed here')\n")
     done = kagent("report", session_run.name, runs=session_run.parent, env={"PYTHONPATH": str(stub.parent)})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: kagent report draws its charts with matplotlib, which is not "
-                                                "installed: pip install 'kagent[report]'"]
+    assert done.stderr.strip().splitlines() == [
+        "error: kagent report draws its charts with matplotlib, which is not installed: pip install 'kagent[report]'"
+    ]
 
 
 def test_the_board_across_runs(session_run, tmp_path):
@@ -341,8 +389,9 @@ def test_the_board_across_runs(session_run, tmp_path):
     shutil.copytree(session_run, runs / session_run.name, symlinks=True)
     _long_run_script().build_run(runs / "long", turns=30)
     status = json.loads((runs / session_run.name / "status.json").read_text())
-    (runs / "long" / "status.json").write_text(json.dumps({**status, "run_id": "long",
-                                                           "model": "anthropic:claude-sonnet-4-5"}))
+    (runs / "long" / "status.json").write_text(
+        json.dumps({**status, "run_id": "long", "model": "anthropic:claude-sonnet-4-5"})
+    )
     (runs / "empty").mkdir()
     (runs / "empty" / "status.json").write_text(json.dumps({**status, "run_id": "empty"}))  # no trace yet
     board, count = write_board(runs, "", tmp_path / "out" / "board.html")
@@ -359,8 +408,10 @@ def test_the_board_across_runs(session_run, tmp_path):
     assert f"{story.final_result.score:.3f}x [" in text and "time · cost to the best" in text
     only = kagent("report", "--runs", "model=claude", "-o", str(tmp_path / "claude.html"), runs=runs)
     assert only.returncode == 0 and only.stdout.startswith(f"wrote {tmp_path / 'claude.html'}: 1 run(s)")
-    assert "board-runs" not in (tmp_path / "claude.html").read_text() and "claude-runs/long.html" in (
-        tmp_path / "claude.html").read_text()
+    assert (
+        "board-runs" not in (tmp_path / "claude.html").read_text()
+        and "claude-runs/long.html" in (tmp_path / "claude.html").read_text()
+    )
     wrong = kagent("report", "--runs", "colour=red", runs=runs)
     assert wrong.returncode == 2 and "the filter's 'colour=red' names no field" in wrong.stderr
 
@@ -371,20 +422,30 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # CI sets it (.ci/run installs Debian's chromium): there a missing browser fails instead of skipping.
 REQUIRE_CHROMIUM = os.environ.get("KAGENT_REQUIRE_CHROMIUM") == "1"
 # Without the background-networking flags Chromium stalls on a closed network.
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     if CHROMIUM is None:
         if REQUIRE_CHROMIUM:
             pytest.fail("KAGENT_REQUIRE_CHROMIUM=1 but there is no chromium on PATH (apt-get install chromium)")
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); CI installs it and sets "
-                    "KAGENT_REQUIRE_CHROMIUM=1")
+        pytest.skip(
+            "no chromium on PATH (Debian: apt-get install chromium); CI installs it and sets KAGENT_REQUIRE_CHROMIUM=1"
+        )
     profile = Path(tmp_path) / f"chromium-profile-{len(list(Path(tmp_path).glob('chromium-profile-*')))}"
     profile.mkdir()
-    done = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                          text=True, timeout=WAIT_S)
+    done = subprocess.run(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=WAIT_S
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 
@@ -392,10 +453,12 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def isolate(page: str, chart: str, width: int) -> str:
     """The page with every part hidden but one chart, pinned to the top left at ``width`` pixels,
     so that a screenshot shows where it is drawn."""
-    style = (f"<style>html, body {{ overflow: hidden; }} body * {{ visibility: hidden; }}"
-             f" #chart-{chart}, #chart-{chart} * {{ visibility: visible; }}"
-             f" #chart-{chart} {{ position: fixed; left: 0; top: 0; width: {width}px; margin: 0; z-index: 9; }}"
-             " figcaption { display: none; }</style>")
+    style = (
+        f"<style>html, body {{ overflow: hidden; }} body * {{ visibility: hidden; }}"
+        f" #chart-{chart}, #chart-{chart} * {{ visibility: visible; }}"
+        f" #chart-{chart} {{ position: fixed; left: 0; top: 0; width: {width}px; margin: 0; z-index: 9; }}"
+        " figcaption { display: none; }</style>"
+    )
     return page.replace("</head>", style + "</head>", 1)
 
 
@@ -423,8 +486,11 @@ def test_the_page_in_a_browser_draws_its_charts(session_run, session_page, tmp_p
     assert ImageStat.Stat(Image.open(whole).convert("L")).stddev[0] > 20  # not a blank page
 
     width = 1000
-    for name, colours in (("speedup", ["#1a9850", "#d73027", "#1f4e9c"]), ("roofline", ["#1f77b4", "#ff7f0e"]),
-                          ("usage", ["#2ca02c", "#ff7f0e"])):
+    for name, colours in (
+        ("speedup", ["#1a9850", "#d73027", "#1f4e9c"]),
+        ("roofline", ["#1f77b4", "#ff7f0e"]),
+        ("usage", ["#2ca02c", "#ff7f0e"]),
+    ):
         alone = tmp_path / f"{name}.html"
         alone.write_text(isolate(session_page, name, width))
         shot = tmp_path / f"{name}.png"
@@ -438,11 +504,18 @@ def test_the_page_in_a_browser_draws_its_charts(session_run, session_page, tmp_p
         outside = Image.open(shot).convert("L").crop((0, height + 10, width, 900))
         assert ImageStat.Stat(outside).stddev[0] < 1, f"{name}: the chart is not where its element is"
         for colour in colours:
-            rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+            rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
             assert colour_share(plot, rgb) > 0.0001, (name, colour)
 
 
 def test_tick_labels_are_plain_numbers():
     """Tick labels without mathtext, which is off so that text from a run reads as written."""
     assert [charts._count(v) for v in (0, 0.25, 20, 999, 5000, 15000, 2.5e6)] == [
-        "0", "0.25", "20", "999", "5,000", "15k", "2.5M"]
+        "0",
+        "0.25",
+        "20",
+        "999",
+        "5,000",
+        "15k",
+        "2.5M",
+    ]

@@ -1,5 +1,6 @@
 """Nothing is lost: a run killed with SIGKILL at many points, resumed each time, ends with
 the same ledger, commits, totals and solution as a run that was never interrupted."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,9 @@ def events_of(trace: Path) -> list[dict]:
     return events
 
 
-def drive_and_kill(args: list[str], runs: Path, kill_when: Optional[Predicate],
-                   timeout: float = WAIT_S) -> Optional[int]:
+def drive_and_kill(
+    args: list[str], runs: Path, kill_when: Optional[Predicate], timeout: float = WAIT_S
+) -> Optional[int]:
     """Run the kagent command; SIGKILL it as soon as ``kill_when`` holds for its trace so far.
     Returns its exit code, or None when it was killed."""
     env = {**os.environ, "KAGENT_RUNS": str(runs)}
@@ -79,11 +81,13 @@ def _timed_out(kill_when: Predicate, run_began: Optional[float]) -> bool:
 
 def inside(name: str, nth: int = 1) -> Predicate:
     """The nth call of tool ``name`` has started and not finished."""
+
     def match(events: list[dict]) -> bool:
         starts = [e for e in events if e["type"] == "tool_started" and e["name"] == name]
-        return len(starts) >= nth and not any(e["type"] == "tool_finished"
-                                              and e["call_id"] == starts[nth - 1]["call_id"]
-                                              for e in events)
+        return len(starts) >= nth and not any(
+            e["type"] == "tool_finished" and e["call_id"] == starts[nth - 1]["call_id"] for e in events
+        )
+
     return match
 
 
@@ -94,35 +98,51 @@ def after(event_type: str, count: int = 1) -> Predicate:
 
 def waiting_for_the_model(requests: int) -> Predicate:
     """A model request has been sent (the ``requests``-th in all) and not answered yet."""
-    return lambda events: (sum(e["type"] == "model_requested" for e in events) >= requests
-                           and bool(events) and events[-1]["type"] == "model_requested")
+    return lambda events: (
+        sum(e["type"] == "model_requested" for e in events) >= requests
+        and bool(events)
+        and events[-1]["type"] == "model_requested"
+    )
 
 
 def finalizing(events: list[dict]) -> bool:
     return any(e["type"] == "tool_finished" and e["name"] == "finish" for e in events) and not any(
-        e["type"] == "run_ended" for e in events)
+        e["type"] == "run_ended" for e in events
+    )
 
 
 def at_second(seconds: float) -> Predicate:
     """Whatever is happening ``seconds`` after the run's trace appeared."""
+
     def never(events: list[dict]) -> bool:
         return False
+
     never.after_s = seconds
     return never
 
 
 def ledger_of(run_dir: Path) -> list[tuple]:
     events = read_trace(run_dir / "trace.jsonl").events
-    return [(e.attempt["number"], e.attempt["kind"], e.attempt["verdict"], e.attempt["kept"])
-            for e in events if e.type == "attempt_recorded"]
+    return [
+        (e.attempt["number"], e.attempt["kind"], e.attempt["verdict"], e.attempt["kept"])
+        for e in events
+        if e.type == "attempt_recorded"
+    ]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, kimi):
     tmp = tmp_path_factory.mktemp("uninterrupted")
     script = write_script(tmp / "script.json", session_turns((kimi.path / "reference.py").read_text()))
-    options = RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=900),
-                         device="cpu", scale="smoke", runs_root=tmp / "runs", eval_timeout_s=WAIT_S)
+    options = RunSettings(
+        task="02_kimi_linear_decode",
+        model=f"scripted:{script}",
+        budget=Budget(wall_s=900),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp / "runs",
+        eval_timeout_s=WAIT_S,
+    )
     run_dir, report = start_run(options)
     return script, run_dir, report
 
@@ -140,8 +160,17 @@ KILL_POINTS = {
 def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted, tmp_path):
     script, reference_dir, reference = uninterrupted
     runs = tmp_path / "runs"
-    args = ["run", "02_kimi_linear_decode", "--model", f"scripted:{script}", "--budget", "15m", "--device", "cpu",
-            "--quiet"]
+    args = [
+        "run",
+        "02_kimi_linear_decode",
+        "--model",
+        f"scripted:{script}",
+        "--budget",
+        "15m",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     kills = 0
     for kill_when in KILL_POINTS[name]:
         code = drive_and_kill(args, runs, kill_when)
@@ -156,8 +185,9 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted
     report = json.loads((run_dir / "report.json").read_text())
     assert report["best_attempt"] == reference.best_attempt and report["final_verdict"] == "pass"
     assert report["usage"] == reference.usage.model_dump()
-    assert ((run_dir / "workspace" / "solution.py").read_text()
-            == (reference_dir / "workspace" / "solution.py").read_text())
+    assert (run_dir / "workspace" / "solution.py").read_text() == (
+        reference_dir / "workspace" / "solution.py"
+    ).read_text()
     repo, reference_repo = git.Repo(run_dir / "workspace"), git.Repo(reference_dir / "workspace")
     attempt_refs = sorted(r.path for r in repo.refs if r.path.startswith("refs/kagent/attempts/"))
     assert attempt_refs == sorted(r.path for r in reference_repo.refs if r.path.startswith("refs/kagent/attempts/"))
@@ -183,8 +213,17 @@ def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi
     with FakeLLMServer(turns, turn_from_history=True, delay_s=0.3) as server:
         os.environ["ANTHROPIC_API_KEY"], os.environ["ANTHROPIC_BASE_URL"] = "test-key", server.url
         try:
-            args = ["run", "02_kimi_linear_decode", "--model", "anthropic:test-model", "--budget", "15m",
-                    "--device", "cpu", "--quiet"]
+            args = [
+                "run",
+                "02_kimi_linear_decode",
+                "--model",
+                "anthropic:test-model",
+                "--budget",
+                "15m",
+                "--device",
+                "cpu",
+                "--quiet",
+            ]
             for requests in (2, 5):  # killed while waiting for the answer to the 2nd, then the 5th request
                 assert drive_and_kill(args, runs, waiting_for_the_model(requests)) is None
                 (run_dir,) = runs.iterdir()
@@ -233,8 +272,12 @@ def test_a_run_locked_by_a_live_process_is_refused(uninterrupted, tmp_path):
     run_dir = tmp_path / "copy"
     shutil.copytree(reference_dir, run_dir)
     with RunLock(run_dir):  # this very process holds it
-        proc = subprocess.run([KAGENT, "resume", str(run_dir), "--budget", "1m", "--quiet"], capture_output=True,
-                              text=True, timeout=WAIT_S)
+        proc = subprocess.run(
+            [KAGENT, "resume", str(run_dir), "--budget", "1m", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
     assert proc.returncode == 2
     assert f"is being driven by process {os.getpid()}" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -258,8 +301,9 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(uninterrupted, tmp_path):
 
 
 def test_resume_of_an_unknown_run(tmp_path):
-    proc = subprocess.run([KAGENT, "resume", "no-such-run", "--root", str(tmp_path)], capture_output=True, text=True,
-                          timeout=WAIT_S)
+    proc = subprocess.run(
+        [KAGENT, "resume", "no-such-run", "--root", str(tmp_path)], capture_output=True, text=True, timeout=WAIT_S
+    )
     assert proc.returncode == 2 and "no run 'no-such-run'" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -273,7 +317,10 @@ def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
     # checked exactly in test_replay_execute_flags_a_tampered_solution and the unit tests.
     audit = execute_replay(str(reference_dir), tolerance=0.5)
     assert [(a.number, a.recorded_verdict, a.measured_verdict) for a in audit.attempts] == [
-        (1, "pass", "pass"), (2, "pass", "pass"), (3, "incorrect", "incorrect")]
+        (1, "pass", "pass"),
+        (2, "pass", "pass"),
+        (3, "incorrect", "incorrect"),
+    ]
     assert audit.reproduces, [a.why for a in audit.attempts]
     assert audit.attempts[1].shapes and all(s.reproduces for s in audit.attempts[1].shapes)
 
@@ -289,12 +336,21 @@ def test_replay_execute_flags_a_tampered_solution(uninterrupted, tmp_path):
     shutil.copytree(reference_dir, run_dir, ignore=shutil.ignore_patterns("replays"))
     trace = run_dir / "trace.jsonl"
     lines = trace.read_text().splitlines()
-    tampered = [line.replace("* cfg.routed_scaling", "* 1.0") if '"write_file"' in line and '"model_responded"' in line
-                else line for line in lines]
+    tampered = [
+        line.replace("* cfg.routed_scaling", "* 1.0")
+        if '"write_file"' in line and '"model_responded"' in line
+        else line
+        for line in lines
+    ]
     assert tampered != lines
     trace.write_text("\n".join(tampered) + "\n")
-    proc = subprocess.run([KAGENT, "replay", str(run_dir), "--execute"], capture_output=True, text=True,
-                          timeout=WAIT_S, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [KAGENT, "replay", str(run_dir), "--execute"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "divergences found" in proc.stdout and "verdict pass recorded, incorrect now" in proc.stdout
 
@@ -306,8 +362,7 @@ def test_a_speedup_far_from_the_record_diverges():
     def recorded(speedup: float, low: float, high: float) -> AttemptRecorded:
         timing = {"label": "ctx 16", "speedup": speedup, "ci_low": low, "ci_high": high}
         attempt = {"number": 1, "kind": "benchmark", "verdict": "pass", "score": speedup}
-        return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x",
-                               message="m")
+        return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x", message="m")
 
     record = recorded(20.0, 19.5, 20.5)
     assert _compare(record, recorded(19.0, 18.9, 19.1), REPRODUCE_TOLERANCE).reproduces  # 5% apart
@@ -324,11 +379,15 @@ def test_a_kernel_at_its_device_time_both_times_is_held_to_its_own_steady_time_n
     from kagent.agent.storage.trace import AttemptRecorded
 
     def recorded(speedup: float, ms: float, device_bound: bool | None = True) -> AttemptRecorded:
-        timing = {"label": "ctx 16", "speedup": speedup, "ci_low": speedup * 0.99, "ci_high": speedup * 1.01,
-                  "candidate": {"median_ms": ms, "median_ci_low_ms": ms * 0.995, "median_ci_high_ms": ms * 1.005}}
+        timing = {
+            "label": "ctx 16",
+            "speedup": speedup,
+            "ci_low": speedup * 0.99,
+            "ci_high": speedup * 1.01,
+            "candidate": {"median_ms": ms, "median_ci_low_ms": ms * 0.995, "median_ci_high_ms": ms * 1.005},
+        }
         attempt = {"number": 1, "kind": "benchmark", "verdict": "pass", "score": speedup, "device_bound": device_bound}
-        return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x",
-                               message="m")
+        return AttemptRecorded(attempt=attempt, evaluation={"timings": [timing]}, commit="c", call_id="x", message="m")
 
     record = recorded(34.7, 0.381)
     drifted = _compare(record, recorded(20.5, 0.385), REPRODUCE_TOLERANCE)  # the baseline's pace moved
@@ -347,12 +406,21 @@ def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path,
     commits stays on a ref."""
     from kagent.agent.storage.workspace import Workspace
 
-    turns = [{"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "first"}}]},
-             {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}]
+    turns = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "first"}}]},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]},
+    ]
     script = write_script(tmp_path / "script.json", turns)
-    run_dir, _ = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
-                                      budget=Budget(wall_s=900), device="cpu", scale="smoke",
-                                      runs_root=tmp_path / "runs"))
+    run_dir, _ = start_run(
+        RunSettings(
+            task="02_kimi_linear_decode",
+            model=f"scripted:{script}",
+            budget=Budget(wall_s=900),
+            device="cpu",
+            scale="smoke",
+            runs_root=tmp_path / "runs",
+        )
+    )
     workspace = Workspace.open(run_dir / "workspace")
     (workspace.root / "notes.txt").write_text("the work of the lost run")
     attempt = workspace.commit("attempt 1: benchmark pass")
@@ -360,8 +428,13 @@ def test_a_run_whose_trace_is_empty_starts_over_and_keeps_every_commit(tmp_path,
     final = workspace.commit("final: attempt 1 (1.100x)")
     (run_dir / "trace.jsonl").write_bytes(b"")
 
-    proc = subprocess.run([KAGENT, "resume", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=WAIT_S,
-                          env={**os.environ, "COLUMNS": "300"})
+    proc = subprocess.run(
+        [KAGENT, "resume", str(run_dir), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr  # it finished again, with nothing measured
     said = " ".join(proc.stderr.split())
     assert f"note: the trace of run {run_dir.name} holds no recorded step, so the run starts over from turn 1" in said

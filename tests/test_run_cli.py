@@ -1,4 +1,5 @@
 """`kagent run` from the command line: the demo session, settings from a file, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,18 @@ def kagent(*args: str, cwd: Path, timeout: float = WAIT_S) -> subprocess.Complet
 
 @pytest.mark.slow
 def test_demo_session_as_json(tmp_path):
-    proc = kagent("run", "02_kimi_linear_decode", "--model", f"scripted:{DEMO}", "--budget", "20m",
-                  "--device", "cpu", "--json", cwd=tmp_path)
+    proc = kagent(
+        "run",
+        "02_kimi_linear_decode",
+        "--model",
+        f"scripted:{DEMO}",
+        "--budget",
+        "20m",
+        "--device",
+        "cpu",
+        "--json",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["status"] == "finished" and report["best_attempt"] == 2 and report["attempts"] == 3
@@ -49,12 +60,15 @@ def test_settings_from_a_config_file_and_quiet_output(tmp_path):
     assert "Warning:" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", f"scripted:{DEMO}", "--budget", "3 hours"], "--budget takes a duration"),
-    ([], "give --model"),
-    (["--model", "nosuch:thing"], "unknown provider"),
-    (["--model", "anthropic:claude-x", "--config", "/nonexistent.yaml"], "cannot read the config file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", f"scripted:{DEMO}", "--budget", "3 hours"], "--budget takes a duration"),
+        ([], "give --model"),
+        (["--model", "nosuch:thing"], "unknown provider"),
+        (["--model", "anthropic:claude-x", "--config", "/nonexistent.yaml"], "cannot read the config file"),
+    ],
+)
 def test_bad_run_arguments_give_one_clear_message(args, message, tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     proc = kagent("run", "02_kimi_linear_decode", "--device", "cpu", *args, cwd=tmp_path)
@@ -64,8 +78,9 @@ def test_bad_run_arguments_give_one_clear_message(args, message, tmp_path, monke
 
 def test_missing_api_key_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    proc = kagent("run", "02_kimi_linear_decode", "--model", "anthropic:claude-sonnet-4-5", "--device", "cpu",
-                  cwd=tmp_path)
+    proc = kagent(
+        "run", "02_kimi_linear_decode", "--model", "anthropic:claude-sonnet-4-5", "--device", "cpu", cwd=tmp_path
+    )
     assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
 
 
@@ -82,27 +97,43 @@ def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
     """Ctrl-C typed at the terminal during a long tool, after a benchmark: status.json keeps
     the best score, the time and the tokens; the screen says interrupted and how to go on."""
     usage = {"input_tokens": 1000}
-    turns = [{"tool_calls": [{"name": "write_file", "arguments": {
-                 "path": "solution.py", "content": (kimi.path / "reference.py").read_text()}}], "usage": usage},
-             {"tool_calls": [{"name": "benchmark", "arguments": {"contexts": [16]}}], "usage": usage},
-             {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 600", "timeout_s": 600}}],
-              "usage": usage},
-             {"tool_calls": [{"name": "finish", "arguments": {"summary": "never reached"}}]}]
+    turns = [
+        {
+            "tool_calls": [
+                {
+                    "name": "write_file",
+                    "arguments": {"path": "solution.py", "content": (kimi.path / "reference.py").read_text()},
+                }
+            ],
+            "usage": usage,
+        },
+        {"tool_calls": [{"name": "benchmark", "arguments": {"contexts": [16]}}], "usage": usage},
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 600", "timeout_s": 600}}], "usage": usage},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": "never reached"}}]},
+    ]
     script = tmp_path / "script.json"
     script.write_text(json.dumps(turns))
     runs = Path(os.environ["KAGENT_RUNS"])
-    with Terminal([KAGENT, "run", "02_kimi_linear_decode", "--model", f"scripted:{script}", "--budget", "30m",
-                   "--device", "cpu"], cwd=str(tmp_path)) as term:
+    with Terminal(
+        [KAGENT, "run", "02_kimi_linear_decode", "--model", f"scripted:{script}", "--budget", "30m", "--device", "cpu"],
+        cwd=str(tmp_path),
+    ) as term:
         term.wait_until(lambda: read_status(runs).get("tokens") == 3000, WAIT_S, "third model turn")
         # Nothing reports while the shell command sleeps: the live view's clock moves all the same
         # (it once showed 0m00s through a 75 s baseline). The view redraws 4 times a second, so a
         # view still short of 3 s after 2 minutes is frozen.
-        term.wait_until(lambda: re.search(r"now +tool shell for 0m0[3-9]s", term.text()), 120,
-                        "the live view's clock ticking through the shell command")
+        term.wait_until(
+            lambda: re.search(r"now +tool shell for 0m0[3-9]s", term.text()),
+            120,
+            "the live view's clock ticking through the shell command",
+        )
         # SIGUSR1 prints where every thread is, and the run goes on.
         term.proc.send_signal(signal.SIGUSR1)
-        term.wait_until(lambda: "most recent call first" in term.text() and "run_command" in term.text(), 30,
-                        "the stacks printed on SIGUSR1, the main thread's in the shell tool")
+        term.wait_until(
+            lambda: "most recent call first" in term.text() and "run_command" in term.text(),
+            30,
+            "the stacks printed on SIGUSR1, the main thread's in the shell tool",
+        )
         term.type(CTRL_C)
         assert term.wait(timeout=WAIT_S) == 130
         screen = term.text()
@@ -126,21 +157,40 @@ def tool(name: str, usage: dict | None = None, **arguments) -> dict:
     return {"tool_calls": [{"name": name, "arguments": arguments}], **({"usage": usage} if usage else {})}
 
 
-@pytest.mark.parametrize("turns, options, state", [
-    # The model finishes at once: nothing was measured.
-    ([tool("finish", summary="nothing to do")], [], "no_result"),
-    # The first turn spends 2,000 tokens of the 1,000 allowed: stopped before any attempt.
-    ([tool("list_files", usage={"input_tokens": 2000}), tool("finish", summary="never reached")],
-     ["--max-tokens", "1000"], "stopped"),
-    # The model (here its script) fails for good: the run failed.
-    ([tool("list_files")], [], "failed"),
-    # The same failing read, again and again: at the fifth in a row the run ends as stuck.
-    ([*[tool("read_file", path="missing.txt")] * 5, tool("finish", summary="never reached")], [], "stuck"),
-], ids=["no_result", "stopped", "failed", "stuck"])
+@pytest.mark.parametrize(
+    "turns, options, state",
+    [
+        # The model finishes at once: nothing was measured.
+        ([tool("finish", summary="nothing to do")], [], "no_result"),
+        # The first turn spends 2,000 tokens of the 1,000 allowed: stopped before any attempt.
+        (
+            [tool("list_files", usage={"input_tokens": 2000}), tool("finish", summary="never reached")],
+            ["--max-tokens", "1000"],
+            "stopped",
+        ),
+        # The model (here its script) fails for good: the run failed.
+        ([tool("list_files")], [], "failed"),
+        # The same failing read, again and again: at the fifth in a row the run ends as stuck.
+        ([*[tool("read_file", path="missing.txt")] * 5, tool("finish", summary="never reached")], [], "stuck"),
+    ],
+    ids=["no_result", "stopped", "failed", "stuck"],
+)
 @pytest.mark.slow
 def test_a_run_that_achieves_nothing_says_so_in_its_state_and_exit_code(turns, options, state, tmp_path):
-    proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, *turns), "--device", "cpu",
-                  "--budget", "10m", "--quiet", *options, cwd=tmp_path, timeout=WAIT_S)
+    proc = kagent(
+        "run",
+        "02_kimi_linear_decode",
+        "--model",
+        script(tmp_path, *turns),
+        "--device",
+        "cpu",
+        "--budget",
+        "10m",
+        "--quiet",
+        *options,
+        cwd=tmp_path,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == ENDINGS[state].exit_code != 0, proc.stdout + proc.stderr
     assert f"status: {state}" in proc.stdout
     assert read_status(Path(os.environ["KAGENT_RUNS"]))["state"] == state
@@ -151,16 +201,32 @@ def test_cuda_is_checked_before_the_run_starts(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, tool("finish", summary="-")),
-                  "--device", "cuda", cwd=tmp_path, timeout=WAIT_S)
+    proc = kagent(
+        "run",
+        "02_kimi_linear_decode",
+        "--model",
+        script(tmp_path, tool("finish", summary="-")),
+        "--device",
+        "cuda",
+        cwd=tmp_path,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == 2 and "sees no CUDA device" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists() and not Path(os.environ["KAGENT_RUNS"]).exists()
 
 
 def test_a_session_written_for_a_gpu_is_refused_on_the_cpu_saying_what_to_run_instead(tmp_path):
     session = REPO / "examples" / "megakernel_session.yaml"
-    proc = kagent("run", "02_kimi_linear_decode", "--model", f"scripted:{session}", "--device", "cpu",
-                  cwd=tmp_path, timeout=WAIT_S)
+    proc = kagent(
+        "run",
+        "02_kimi_linear_decode",
+        "--model",
+        f"scripted:{session}",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "plays a session written for a CUDA device, and this run's device is cpu" in proc.stderr
     assert "examples/demo_session.yaml plays the demo" in proc.stderr
@@ -177,27 +243,49 @@ def test_exit_codes_are_documented_in_help_and_readme():
     assert exit_codes_text().count("\n") == len(ENDINGS) + 1  # and usage, and Ctrl-C
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--budget", "nonsense", "--model", f"scripted:{DEMO}"], "--budget takes a duration"),
-    (["--budget", "30d", "--model", f"scripted:{DEMO}"], "--budget takes a duration"),
-    (["--budget", "200h", "--model", f"scripted:{DEMO}"], "--budget is at most 168h00m (7 days)"),
-    (["--model", "nosuch:thing"], "unknown provider"),
-    (["--model", "scripted:/nonexistent.yaml"], "cannot read the script"),
-    (["--model", f"scripted:{DEMO}", "--max-cost", "0"], "--max-cost: input should be greater than 0"),
-    (["--model", f"scripted:{DEMO}", "--device", "tpu"], "unknown device 'tpu'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--budget", "nonsense", "--model", f"scripted:{DEMO}"], "--budget takes a duration"),
+        (["--budget", "30d", "--model", f"scripted:{DEMO}"], "--budget takes a duration"),
+        (["--budget", "200h", "--model", f"scripted:{DEMO}"], "--budget is at most 168h00m (7 days)"),
+        (["--model", "nosuch:thing"], "unknown provider"),
+        (["--model", "scripted:/nonexistent.yaml"], "cannot read the script"),
+        (["--model", f"scripted:{DEMO}", "--max-cost", "0"], "--max-cost: input should be greater than 0"),
+        (["--model", f"scripted:{DEMO}", "--device", "tpu"], "unknown device 'tpu'"),
+    ],
+)
 def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):
     """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it."""
-    probe = ("import sys\nfrom kagent.agent.cli.app import main\n"
-             "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", probe, "run", "02_kimi_linear_decode", *args], capture_output=True,
-                          text=True, timeout=WAIT_S, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    probe = (
+        "import sys\nfrom kagent.agent.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, "run", "02_kimi_linear_decode", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.stdout.strip() == "exit 2 False", proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
 def test_full_scale_on_the_cpu_warns(tmp_path):
-    proc = kagent("run", "02_kimi_linear_decode", "--model", script(tmp_path, tool("finish", summary="-")),
-                  "--device", "cpu", "--scale", "full", "--quiet", cwd=tmp_path, timeout=WAIT_S)
+    proc = kagent(
+        "run",
+        "02_kimi_linear_decode",
+        "--model",
+        script(tmp_path, tool("finish", summary="-")),
+        "--device",
+        "cpu",
+        "--scale",
+        "full",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=WAIT_S,
+    )
     assert "warning: --scale full on the CPU" in proc.stderr, proc.stderr

@@ -1,6 +1,7 @@
 """What a run guards against: a hosted model missing from the price table, whose cost reads $0
 so that --max-cost cannot stop the run (the user is told at the start and in the result), and a
 call that changes the task's files (they are put back, and the model is told)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ FINISH = {"tool_calls": [{"name": "finish", "arguments": {"summary": "-"}}], "us
 def run_with(tmp_path, spec: str, *turns: dict):
     warned: list[str] = []
     model = ScriptedModel(parse_script([*turns, FINISH]), name=spec)
-    settings = RunSettings(task="02_kimi_linear_decode", model=spec, budget=Budget(wall_s=600, max_cost_usd=1.0),
-                           device="cpu", scale="smoke", runs_root=tmp_path / "runs")
+    settings = RunSettings(
+        task="02_kimi_linear_decode",
+        model=spec,
+        budget=Budget(wall_s=600, max_cost_usd=1.0),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp_path / "runs",
+    )
     run_dir, report = start_run(settings, model=model, warn=warned.append)
     return run_dir, report, warned
 
@@ -66,8 +73,9 @@ class Scribble(BaseTool):
 def test_a_call_that_changes_the_task_files_has_them_put_back(tmp_path, monkeypatch, kimi):
     monkeypatch.setattr(runs, "all_tools", lambda: [*all_tools(), Scribble()])
     run_dir, _, _ = run_with(tmp_path, "scripted:s.yaml", {"tool_calls": [{"name": "scribble", "arguments": {}}]})
-    finished = next(e for e in read_trace(run_dir / "trace.jsonl").events
-                    if isinstance(e, ToolFinished) and e.name == "scribble")
+    finished = next(
+        e for e in read_trace(run_dir / "trace.jsonl").events if isinstance(e, ToolFinished) and e.name == "scribble"
+    )
     assert finished.data["task_files_put_back"] == ["task/notes.txt", "task/reference.py"]
     assert "The task's files are read-only; put back as the task gave them: task/notes.txt" in finished.content
     task = run_dir / "workspace" / "task"

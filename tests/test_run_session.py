@@ -1,6 +1,7 @@
 """`kagent run` end to end on the smoke-scale flagship task, driven by a scripted model:
 measure the baseline, write a solution, check it, benchmark it, make a bad change that gets
 reverted, finish. Then: the deadline inside a long tool call."""
+
 from __future__ import annotations
 
 import json
@@ -36,16 +37,28 @@ def session_turns(reference: str) -> list[dict]:
     usage = {"input_tokens": 1000, "output_tokens": 100, "cache_read_tokens": 500}
     return [
         {"text": "Measuring first.", "tool_calls": [call("baseline")], "usage": usage},
-        {"tool_calls": [call("design", hypothesis="a straight port of the reference", predicted="about 1x"),
-                        call("write_file", path="solution.py", content=reference)], "usage": usage},
+        {
+            "tool_calls": [
+                call("design", hypothesis="a straight port of the reference", predicted="about 1x"),
+                call("write_file", path="solution.py", content=reference),
+            ],
+            "usage": usage,
+        },
         {"tool_calls": [call("check")], "usage": usage},
         {"tool_calls": [call("benchmark")], "usage": usage},
-        {"tool_calls": [call("design", hypothesis="drop the routed scaling", predicted="1.1x, one multiply less"),
-                        call("edit_file", path="solution.py", old=BAD_LINE, new="w = w / (w.sum() + 1e-9)")],
-         "usage": usage},
+        {
+            "tool_calls": [
+                call("design", hypothesis="drop the routed scaling", predicted="1.1x, one multiply less"),
+                call("edit_file", path="solution.py", old=BAD_LINE, new="w = w / (w.sum() + 1e-9)"),
+            ],
+            "usage": usage,
+        },
         {"tool_calls": [call("check")], "usage": usage},
-        {"text": "Done.", "tool_calls": [call("finish", summary="a port of the reference; scaling is needed")],
-         "usage": usage},
+        {
+            "text": "Done.",
+            "tool_calls": [call("finish", summary="a port of the reference; scaling is needed")],
+            "usage": usage,
+        },
     ]
 
 
@@ -55,8 +68,15 @@ def reference_text(kimi) -> str:
 
 
 def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunSettings:
-    return RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}", budget=Budget(wall_s=wall_s),
-                      device="cpu", scale="smoke", runs_root=tmp_path / "runs", eval_timeout_s=WAIT_S)
+    return RunSettings(
+        task="02_kimi_linear_decode",
+        model=f"scripted:{script}",
+        budget=Budget(wall_s=wall_s),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp_path / "runs",
+        eval_timeout_s=WAIT_S,
+    )
 
 
 @pytest.mark.slow
@@ -92,8 +112,10 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert {f"refs/kagent/attempts/{n}" for n in range(4)} <= set(refs)
     assert repo.tags["best"].commit.hexsha == refs["refs/kagent/attempts/2"]
     bad = repo.commit(refs["refs/kagent/attempts/3"])
-    assert ("Kagent-Verdict: incorrect" in bad.message
-            and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode())
+    assert (
+        "Kagent-Verdict: incorrect" in bad.message
+        and BAD_LINE not in bad.tree["solution.py"].data_stream.read().decode()
+    )
     log = [c.summary for c in repo.iter_commits("main")]
     assert any(s.startswith("revert to attempt 2 after attempt 3") for s in log)
     assert log[0].startswith("final: attempt 2")
@@ -116,8 +138,9 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     # The verdict the run ends on drew more secret seeds than any evaluation during the run.
     assert len(finalized.evaluation["hidden_seeds"]) == FINAL_HIDDEN_SEEDS_FACTOR * DEFAULT_HIDDEN_SEEDS["mega"]
     # The model was told why its change was reverted, and sees the ledger in full whenever it changed.
-    told = next(e.content for e in trace.events if e.type == "tool_finished" and e.name == "check"
-                and "reverted" in e.content)
+    told = next(
+        e.content for e in trace.events if e.type == "tool_finished" and e.name == "check" and "reverted" in e.content
+    )
     assert "incorrect" in told and "reverted to attempt 2" in told
     *_, after_attempt_3, last_notice = [e.text for e in trace.events if e.type == "user_notice"]
     assert "#3" in after_attempt_3 and "#2 ★" in after_attempt_3 and "[budget]" in after_attempt_3
@@ -129,9 +152,10 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert json.loads((run_dir / "report.json").read_text())["best_attempt"] == 2
     markdown = (run_dir / "report.md").read_text()
     assert "- best attempt while exploring: 2" in markdown
-    assert (f"- result: {report.final_score:.3f}x, attempt 2 as the final re-verification measured it "
-            f"({report.final_score / report.best_score - 1:+.1%} from {report.best_score:.3f}x while exploring)"
-            in markdown)
+    assert (
+        f"- result: {report.final_score:.3f}x, attempt 2 as the final re-verification measured it "
+        f"({report.final_score / report.best_score - 1:+.1%} from {report.best_score:.3f}x while exploring)" in markdown
+    )
     assert f"- final re-verification: pass, {report.final_score:.3f}x" in markdown
     assert "| shape | while exploring | re-verified (the result) |" in markdown
     assert status["result_score"] == report.final_score
@@ -153,16 +177,20 @@ def test_deadline_inside_a_long_tool_call(tmp_path, reference_text):
     assert took < budget_s, f"the run took {took:.1f} s of a {budget_s} s budget"
     assert report.best_attempt == 1 and report.reason.startswith("the final slice")
     assert (run_dir / "workspace" / "solution.py").read_text() == reference_text
-    shell = next(e for e in read_trace(run_dir / "trace.jsonl").events
-                 if e.type == "tool_finished" and e.name == "shell")
+    shell = next(
+        e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished" and e.name == "shell"
+    )
     assert shell.seconds < budget_s
 
 
 def test_background_jobs_end_with_the_exploration(tmp_path):
     marker = f"kagent-job-{uuid.uuid4().hex}"
     turns = [
-        {"tool_calls": [call("jobs", action="start", command=f"{sys.executable} -c 'import time; time.sleep(600)' "
-                                                             f"{marker}")]},
+        {
+            "tool_calls": [
+                call("jobs", action="start", command=f"{sys.executable} -c 'import time; time.sleep(600)' {marker}")
+            ]
+        },
         {"tool_calls": [call("jobs", action="status", job=1)]},
         {"tool_calls": [call("finish", summary="started a job and left it running")]},
     ]
@@ -188,8 +216,13 @@ def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, m
     turns = []
     for number, turn in enumerate(session_turns(reference_text)):
         calls = [{"id": f"call_{number}_{i}", **c} for i, c in enumerate(turn["tool_calls"])]
-        turns.append({"text": turn.get("text", ""), "tool_calls": calls,
-                      "usage": {"input": 1000, "output": 100, "cache_read": 500}})
+        turns.append(
+            {
+                "text": turn.get("text", ""),
+                "tool_calls": calls,
+                "usage": {"input": 1000, "output": 100, "cache_read": 500},
+            }
+        )
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     with FakeLLMServer(turns, FAULTS, slow_s=3.0) as server:
@@ -218,13 +251,20 @@ def test_long_session_is_compacted_and_stays_valid(tmp_path, monkeypatch):
 
     from fake_llm_server import FakeLLMServer
 
-    reads = [{"tool_calls": [{"id": f"read_{i}", "name": "read_file",
-                              "arguments": {"path": "task/reference.py", "max_lines": 200}}]} for i in range(8)]
+    reads = [
+        {
+            "tool_calls": [
+                {"id": f"read_{i}", "name": "read_file", "arguments": {"path": "task/reference.py", "max_lines": 200}}
+            ]
+        }
+        for i in range(8)
+    ]
     finish = {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "read enough"}}]}
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     with FakeLLMServer([*reads, finish]) as server:
         options = run_options(tmp_path, tmp_path / "unused", wall_s=900).model_copy(
-            update={"model": "anthropic:test-model", "context_limit_tokens": 6000, "keep_recent_messages": 4})
+            update={"model": "anthropic:test-model", "context_limit_tokens": 6000, "keep_recent_messages": 4}
+        )
         run_dir, report = start_run(options, model=make_model("anthropic:test-model", base_url=server.url))
     assert report.status == "no_result", report.reason  # it only read files
     assert server.violations == []
@@ -242,9 +282,13 @@ def test_attempt_judgement_new_best_within_noise_and_regression(tmp_path, refere
     the best, the second is kept (within 2%), the third is a regression and is reverted."""
     import kagent.tools.evaluation as tool_module
 
-    turns = [{"tool_calls": [call("write_file", path="solution.py", content=reference_text)]},
-             {"tool_calls": [call("benchmark")]}, {"tool_calls": [call("benchmark")]},
-             {"tool_calls": [call("benchmark")]}, {"tool_calls": [call("finish", summary="done")]}]
+    turns = [
+        {"tool_calls": [call("write_file", path="solution.py", content=reference_text)]},
+        {"tool_calls": [call("benchmark")]},
+        {"tool_calls": [call("benchmark")]},
+        {"tool_calls": [call("benchmark")]},
+        {"tool_calls": [call("finish", summary="done")]},
+    ]
     scores = iter([1.0, 0.99, 0.5])
     real = tool_module.evaluate
 
@@ -298,8 +342,9 @@ def test_a_run_the_cost_cap_ends_before_any_attempt_is_stopped(tmp_path):
 
     name, usage = "anthropic:claude-sonnet-4-5", {"input_tokens": 10_000}
     assert cost(name, Usage(**usage)) > 0.01
-    model = ClockedModel([{**call_turn("list_files"), "usage": usage}, call_turn("finish", summary="never")],
-                         FakeClock(), 0, name=name)
+    model = ClockedModel(
+        [{**call_turn("list_files"), "usage": usage}, call_turn("finish", summary="never")], FakeClock(), 0, name=name
+    )
     options = run_options(tmp_path, tmp_path / "unused", wall_s=900)
     options = options.model_copy(update={"model": name, "budget": Budget(wall_s=900, max_cost_usd=0.01)})
     run_dir, report = start_run(options, model=model)
@@ -342,8 +387,9 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     turns = [missing, call_turn("list_files"), *[missing] * 7, call_turn("finish", summary="never reached")]
     script = write_script(tmp_path / "script.json", turns)
     run_dir, report = start_run(run_options(tmp_path, script, wall_s=900))
-    assert report.status == "stuck" and report.reason.startswith("stuck: the model sent the same failing call "
-                                                                 "(read_file) 5 times in a row"), report.reason
+    assert report.status == "stuck" and report.reason.startswith(
+        "stuck: the model sent the same failing call (read_file) 5 times in a row"
+    ), report.reason
     results = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished"]
     assert [e.name for e in results] == ["read_file", "list_files", *["read_file"] * 5]
     assert all(e.is_error for e in results if e.name == "read_file")
@@ -353,8 +399,9 @@ def test_a_model_repeating_a_failing_call_is_told_then_stopped(tmp_path):
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stuck"
 
 
-def run_whose_final_evaluation_ends(tmp_path: Path, reference_text: str, monkeypatch, verdict: str, reason: str,
-                                    passed: tuple[str, ...] = ()):
+def run_whose_final_evaluation_ends(
+    tmp_path: Path, reference_text: str, monkeypatch, verdict: str, reason: str, passed: tuple[str, ...] = ()
+):
     """A run whose benchmark of the port passes and whose final re-verification (only that: the
     benchmark ran before the stand-in is in place for it) ends with ``verdict``, the checks
     ``passed`` passed before it."""
@@ -362,14 +409,25 @@ def run_whose_final_evaluation_ends(tmp_path: Path, reference_text: str, monkeyp
     from kagent.sandbox.results import CheckResult, EvalResult, Verdict
 
     def final_evaluation(task, solution, options, progress=None):
-        return EvalResult(task=task.name, task_kind=task.kind, mode=options.mode, scale=options.scale,
-                          device=options.device, verdict=Verdict(verdict), reason=reason,
-                          started_at="2026-12-01T00:00:00+00:00", wall_seconds=1.0,
-                          checks=[CheckResult(name=name, status="pass", reason="passed") for name in passed])
+        return EvalResult(
+            task=task.name,
+            task_kind=task.kind,
+            mode=options.mode,
+            scale=options.scale,
+            device=options.device,
+            verdict=Verdict(verdict),
+            reason=reason,
+            started_at="2026-12-01T00:00:00+00:00",
+            wall_seconds=1.0,
+            checks=[CheckResult(name=name, status="pass", reason="passed") for name in passed],
+        )
 
     monkeypatch.setattr(loop_module, "evaluate", final_evaluation)
-    turns = [call_turn("write_file", path="solution.py", content=reference_text),
-             call_turn("benchmark", contexts=[16]), call_turn("finish", summary="done")]
+    turns = [
+        call_turn("write_file", path="solution.py", content=reference_text),
+        call_turn("benchmark", contexts=[16]),
+        call_turn("finish", summary="done"),
+    ]
     return start_run(run_options(tmp_path, write_script(tmp_path / "s.json", turns), wall_s=900))
 
 
@@ -377,13 +435,15 @@ def run_whose_final_evaluation_ends(tmp_path: Path, reference_text: str, monkeyp
 def test_a_best_attempt_its_re_verification_refutes_is_no_result(tmp_path, reference_text, monkeypatch):
     """The benchmark passed, the final re-verification does not (say a hidden seed fails): no
     verified result, and the report says which attempt failed and how."""
-    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "incorrect",
-                                                      "hidden_seeds: cosine 0.41")
+    run_dir, report = run_whose_final_evaluation_ends(
+        tmp_path, reference_text, monkeypatch, "incorrect", "hidden_seeds: cosine 0.41"
+    )
     assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
     assert "the best attempt (1) failed its final re-verification: incorrect: hidden_seeds" in report.reason
     assert report.final_score is None and report.result_score is None and report.result_from is None
-    assert ("- result: none: attempt 1 failed its final re-verification (incorrect)"
-            in (run_dir / "report.md").read_text())
+    assert (
+        "- result: none: attempt 1 failed its final re-verification (incorrect)" in (run_dir / "report.md").read_text()
+    )
 
 
 @pytest.mark.slow
@@ -395,14 +455,16 @@ def test_a_re_verification_that_times_out_leaves_the_benchmark_standing(tmp_path
     from kagent.agent.cli.report.story import read_story
 
     reason = "no verdict within the 59.97 s limit; the process group was killed"
-    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "timeout", reason,
-                                                      passed=("load", "fixed_seeds", "hidden_seeds"))
+    run_dir, report = run_whose_final_evaluation_ends(
+        tmp_path, reference_text, monkeypatch, "timeout", reason, passed=("load", "fixed_seeds", "hidden_seeds")
+    )
     assert report.status == "finished" and report.best_attempt == 1 and report.best_score > 0
     assert report.result_score == report.best_score and report.result_from == "exploration"
     assert report.final_verdict == "timeout" and report.final_score is None
     final = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "finalized"]
-    assert len(final) == 1 and final[0].note == (f"re-verification inconclusive (timeout: {reason}); "
-                                                 "the best attempt's benchmark stands"), final[0].note
+    assert len(final) == 1 and final[0].note == (
+        f"re-verification inconclusive (timeout: {reason}); the best attempt's benchmark stands"
+    ), final[0].note
     markdown = (run_dir / "report.md").read_text()
     assert "as measured while exploring (the re-verification ended timeout)" in markdown, markdown
     page = render_run(read_story(run_dir), run_dir / "report.html")
@@ -416,8 +478,9 @@ def test_a_re_verification_stopped_before_its_secret_inputs_verifies_nothing(tmp
     begins, so that a timeout keeps its score: a re-verification that stopped before its secret
     inputs passed leaves no verified result."""
     reason = "no verdict within the 59.97 s limit; the process group was killed"
-    run_dir, report = run_whose_final_evaluation_ends(tmp_path, reference_text, monkeypatch, "timeout", reason,
-                                                      passed=("load", "fixed_seeds"))
+    run_dir, report = run_whose_final_evaluation_ends(
+        tmp_path, reference_text, monkeypatch, "timeout", reason, passed=("load", "fixed_seeds")
+    )
     assert report.status == "no_result" and report.best_attempt == 1 and report.best_score > 0
     assert report.result_score is None and report.result_from is None
     final = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "finalized"]

@@ -3,6 +3,7 @@
 One real scripted session (two checks, a failed one reverted, a tool error) is shared by the
 replay tests; the run-list tests use run folders written by hand, with live and dead pids.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,6 +49,7 @@ def as_text(renderable: object) -> str:
 
 # -- a real session, shared ------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     """A scripted run: look around, write the port, check it (pass), overwrite it with a broken
@@ -57,11 +59,17 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     broken = reference.replace(BAD_LINE, GOOD_LINE)
     turns = [
         {"thinking": THOUGHT, "text": "Looking at the files first.", "tool_calls": [call("list_files")]},
-        {"tool_calls": [call("design", hypothesis="a straight port", predicted="about 1x"),
-                        call("write_file", path="solution.py", content=reference)]},
+        {
+            "tool_calls": [
+                call("design", hypothesis="a straight port", predicted="about 1x"),
+                call("write_file", path="solution.py", content=reference),
+            ]
+        },
         {"tool_calls": [call("check")]},
-        {"text": "Dropping the routed scaling.",
-         "tool_calls": [call("write_file", path="solution.py", content=broken)]},
+        {
+            "text": "Dropping the routed scaling.",
+            "tool_calls": [call("write_file", path="solution.py", content=broken)],
+        },
         {"tool_calls": [call("check")]},
         # Applies only to the reverted file (the port): its diff proves the revert was followed.
         {"tool_calls": [call("edit_file", path="solution.py", old=BAD_LINE, new=BAD_LINE + "  # needed")]},
@@ -74,9 +82,17 @@ def session_run(tmp_path_factory, kagent_home, kimi) -> Path:
     # Module-scoped, so it runs before conftest's per-test environment: point KAGENT_HOME at the shared cache here.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KAGENT_HOME", str(kagent_home))
-        run_dir, report = start_run(RunSettings(task="02_kimi_linear_decode", model=f"scripted:{script}",
-                                               budget=Budget(wall_s=900), device="cpu", scale="smoke",
-                                               runs_root=folder / "runs", eval_timeout_s=WAIT_S))
+        run_dir, report = start_run(
+            RunSettings(
+                task="02_kimi_linear_decode",
+                model=f"scripted:{script}",
+                budget=Budget(wall_s=900),
+                device="cpu",
+                scale="smoke",
+                runs_root=folder / "runs",
+                eval_timeout_s=WAIT_S,
+            )
+        )
     assert report.status == "no_result" and report.attempts == 2  # checks only: nothing was benchmarked
     return run_dir
 
@@ -94,7 +110,7 @@ def test_replay_tells_the_session_turn_by_turn(session_run):
     writes = [i for i, line in enumerate(lines) if "▶ write_file solution.py" in line]
     assert len(writes) == 2
     assert "diff" not in lines[writes[0]] and "diff against the previous version" in lines[writes[1]]
-    after = "\n".join(lines[writes[1]:writes[1] + 12])
+    after = "\n".join(lines[writes[1] : writes[1] + 12])
     assert f"-        {BAD_LINE}" in after and f"+        {GOOD_LINE}" in after
     assert text.count("--- a/solution.py") == 2  # the second write and the edit of the reverted file
     # The edit after the revert is diffed against the port (restored from attempt 1's snapshot).
@@ -206,6 +222,7 @@ def test_replay_of_a_missing_run_says_where_it_looked(tmp_path):
 
 # -- the run list ----------------------------------------------------------------------------
 
+
 def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -215,8 +232,15 @@ def dead_pid() -> int:
 def make_run(root: Path, run_id: str, state: str, updated_at: str, pid: int, **fields: object) -> Path:
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
-    status = RunStatus(run_id=run_id, state=state, pid=pid, task="02_kimi_linear_decode", model="scripted:x",
-                       updated_at=updated_at, **fields)
+    status = RunStatus(
+        run_id=run_id,
+        state=state,
+        pid=pid,
+        task="02_kimi_linear_decode",
+        model="scripted:x",
+        updated_at=updated_at,
+        **fields,
+    )
     (run_dir / "status.json").write_text(status.model_dump_json(indent=1))
     return run_dir
 
@@ -229,8 +253,20 @@ def write_lock(run_dir: Path, pid: int) -> None:
 def runs_root(tmp_path) -> Path:
     root = tmp_path / "runs"
     gone = dead_pid()
-    make_run(root, "done", "finished", "2026-01-01T10:00:00+00:00", gone, best_attempt=2, best_score=1.3,
-             result_score=1.25, elapsed_s=600, tokens=12345, cost_usd=0.5, reason="the model finished")
+    make_run(
+        root,
+        "done",
+        "finished",
+        "2026-01-01T10:00:00+00:00",
+        gone,
+        best_attempt=2,
+        best_score=1.3,
+        result_score=1.25,
+        elapsed_s=600,
+        tokens=12345,
+        cost_usd=0.5,
+        reason="the model finished",
+    )
     make_run(root, "broke", "failed", "2026-01-01T11:00:00+00:00", gone, reason="bad key")
     make_run(root, "killed", "running", "2026-01-01T12:00:00+00:00", gone)  # no lock, pid gone
     write_lock(make_run(root, "stale-lock", "running", "2026-01-01T13:00:00+00:00", os.getpid()), gone)
@@ -247,8 +283,14 @@ def runs_root(tmp_path) -> Path:
 def test_list_runs_shows_true_states_newest_first(runs_root):
     runs = list_runs(runs_root)
     states = {r.run_id: r.state for r in runs}
-    assert states == {"done": "finished", "broke": "failed", "killed": "interrupted", "stale-lock": "interrupted",
-                      "live": "running", "corrupt": "unknown"}
+    assert states == {
+        "done": "finished",
+        "broke": "failed",
+        "killed": "interrupted",
+        "stale-lock": "interrupted",
+        "live": "running",
+        "corrupt": "unknown",
+    }
     ordered = [r.run_id for r in runs if r.run_id != "corrupt"]
     assert ordered == ["live", "stale-lock", "killed", "broke", "done"]
     by_id = {r.run_id: r for r in runs}
@@ -284,8 +326,16 @@ def test_run_ids_are_never_wrapped_at_80_columns(runs_root):
     long_ids = ["02_kimi_linear_decode-20261130-060013-5596", "02_kimi_linear_decode-20261201-082513-1287"]
     gone = dead_pid()
     for run_id in long_ids:
-        make_run(runs_root, run_id, "finished", "2026-01-02T10:00:00+00:00", gone, best_attempt=2, result_score=1.05,
-                 elapsed_s=65)
+        make_run(
+            runs_root,
+            run_id,
+            "finished",
+            "2026-01-02T10:00:00+00:00",
+            gone,
+            best_attempt=2,
+            result_score=1.05,
+            elapsed_s=65,
+        )
     proc = kagent("runs", runs=runs_root, columns=80)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -299,8 +349,9 @@ def test_no_runs_says_where_it_looked_and_how_to_look_elsewhere(tmp_path):
     here = tmp_path / "elsewhere"
     here.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "KAGENT_RUNS"}
-    proc = subprocess.run([KAGENT, "runs"], capture_output=True, text=True, timeout=WAIT_S, cwd=here,
-                          env={**env, "COLUMNS": "300"})
+    proc = subprocess.run(
+        [KAGENT, "runs"], capture_output=True, text=True, timeout=WAIT_S, cwd=here, env={**env, "COLUMNS": "300"}
+    )
     assert proc.returncode == 0
     assert f"No runs in {here / 'runs'} (./runs here, the default)" in proc.stdout
     assert "KAGENT_RUNS" in proc.stdout and "--root FOLDER" in proc.stdout

@@ -1,5 +1,6 @@
 """One settings model for a run: its defaults, then a --config file, then the flags, and what a
 started run keeps of it (config.json and the trace hold the same typed record)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,18 @@ from kagent.agent.settings import Budget, RunConfig, RunSettings
 from kagent.core.errors import KagentError
 
 REPO = Path(__file__).resolve().parents[1]
-NO_FLAGS = {"model": None, "budget": None, "max_cost": None, "max_tokens": None, "device": None, "scale": None,
-            "thinking": None, "reasoning_effort": None, "max_output_tokens": None, "revert": None}
+NO_FLAGS = {
+    "model": None,
+    "budget": None,
+    "max_cost": None,
+    "max_tokens": None,
+    "device": None,
+    "scale": None,
+    "thinking": None,
+    "reasoning_effort": None,
+    "max_output_tokens": None,
+    "revert": None,
+}
 SONNET = "anthropic:claude-sonnet-4-5"  # a model that takes a thinking budget
 
 
@@ -24,8 +35,9 @@ def config_file(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_then_the_file_then_the_flags(tmp_path):
-    path = config_file(tmp_path, f"model: {SONNET}\nbudget: 20m\nmax_cost: 5\ndevice: cpu\nthinking: 1024\n"
-                                 "keep_recent_messages: 6\n")
+    path = config_file(
+        tmp_path, f"model: {SONNET}\nbudget: 20m\nmax_cost: 5\ndevice: cpu\nthinking: 1024\nkeep_recent_messages: 6\n"
+    )
     settings = load_settings("02_kimi_linear_decode", path, {**NO_FLAGS, "budget": "1h", "revert": False})
     assert settings.model == SONNET and settings.device == "cpu"
     # The flag's wall time over the file's; the file's cost cap kept beside it.
@@ -41,11 +53,14 @@ def test_defaults_then_the_file_then_the_flags(tmp_path):
 
 
 def test_every_setting_can_be_given_in_a_file_by_its_own_name(tmp_path):
-    path = config_file(tmp_path, f"model: {SONNET}\nbudget: {{wall_s: 2h, max_tokens: 1000, final_slice: 0.2}}\n"
-                                 "scale: smoke\nauto_revert: false\nthinking_budget: 2048\nmax_output_tokens: 4000\n"
-                                 "context_limit_tokens: 9000\nkeep_recent_messages: 3\neval_timeout_s: 60\n"
-                                 "model_timeout_s: 30\nmax_repeated_failures: 3\nsolution_name: kernel.py\n"
-                                 f"runs_root: {tmp_path / 'runs'}\nrun_id: my-run\ndirection: split-K first\n")
+    path = config_file(
+        tmp_path,
+        f"model: {SONNET}\nbudget: {{wall_s: 2h, max_tokens: 1000, final_slice: 0.2}}\n"
+        "scale: smoke\nauto_revert: false\nthinking_budget: 2048\nmax_output_tokens: 4000\n"
+        "context_limit_tokens: 9000\nkeep_recent_messages: 3\neval_timeout_s: 60\n"
+        "model_timeout_s: 30\nmax_repeated_failures: 3\nsolution_name: kernel.py\n"
+        f"runs_root: {tmp_path / 'runs'}\nrun_id: my-run\ndirection: split-K first\n",
+    )
     settings = load_settings("t", path, NO_FLAGS)
     given = settings.model_dump() | {"runs_root": settings.runs_root}
     defaults = RunSettings(task="t", model="m").model_dump() | {"runs_root": None}
@@ -55,15 +70,22 @@ def test_every_setting_can_be_given_in_a_file_by_its_own_name(tmp_path):
     assert settings.budget == Budget(wall_s=7200, max_tokens=1000, final_slice=0.2)
 
 
-@pytest.mark.parametrize("text, flags, message", [
-    ("model: scripted:a.yaml\nsurprise: 1\n", {}, "unknown settings ['surprise']"),
-    ("model: scripted:a.yaml\nthinking: 1\nthinking_budget: 2\n", {}, "thinking and thinking_budget are the same"),
-    ("model: scripted:a.yaml\nmax_cost: -1\n", {}, "kagent.yaml: budget.max_cost_usd: input should be greater than 0"),
-    ("model: scripted:a.yaml\n", {"max_cost": 0}, "--max-cost: input should be greater than 0"),
-    ("model: scripted:a.yaml\nbudget: soon\n", {}, "--budget takes a duration"),
-    ("[1, 2]\n", {}, "a config file holds settings by name"),
-    ("budget: 1h\n", {}, "give --model"),
-])
+@pytest.mark.parametrize(
+    "text, flags, message",
+    [
+        ("model: scripted:a.yaml\nsurprise: 1\n", {}, "unknown settings ['surprise']"),
+        ("model: scripted:a.yaml\nthinking: 1\nthinking_budget: 2\n", {}, "thinking and thinking_budget are the same"),
+        (
+            "model: scripted:a.yaml\nmax_cost: -1\n",
+            {},
+            "kagent.yaml: budget.max_cost_usd: input should be greater than 0",
+        ),
+        ("model: scripted:a.yaml\n", {"max_cost": 0}, "--max-cost: input should be greater than 0"),
+        ("model: scripted:a.yaml\nbudget: soon\n", {}, "--budget takes a duration"),
+        ("[1, 2]\n", {}, "a config file holds settings by name"),
+        ("budget: 1h\n", {}, "give --model"),
+    ],
+)
 def test_a_mistake_is_one_line_naming_who_made_it(tmp_path, text, flags, message):
     with pytest.raises(KagentError) as caught:
         load_settings("t", config_file(tmp_path, text), {**NO_FLAGS, **flags})
@@ -82,18 +104,29 @@ def test_a_run_keeps_its_settings_made_concrete():
 
 def settings_table() -> str:
     """The README's table of settings, as the models say them."""
+
     def shown(value: object) -> str:
-        return "none" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
-            if isinstance(value, float) else str(value)
+        return (
+            "none"
+            if value is None
+            else str(value).lower()
+            if isinstance(value, bool)
+            else f"{value:g}"
+            if isinstance(value, float)
+            else str(value)
+        )
 
     rows = ["| setting | default | what it is |", "|---|---|---|"]
     for name, field in RunSettings.model_fields.items():
         if name == "budget":
-            rows += [f"| `budget.{part}` | {shown(inner.default)} | {inner.description} |"
-                     for part, inner in Budget.model_fields.items()]
+            rows += [
+                f"| `budget.{part}` | {shown(inner.default)} | {inner.description} |"
+                for part, inner in Budget.model_fields.items()
+            ]
         elif name != "task":
-            rows.append(f"| `{name}` | {'required' if field.is_required() else shown(field.default)} | "
-                        f"{field.description} |")
+            rows.append(
+                f"| `{name}` | {'required' if field.is_required() else shown(field.default)} | {field.description} |"
+            )
     return "\n".join(rows)
 
 

@@ -1,5 +1,6 @@
 """The evaluation's other processes are started before the referee imports torch, and adopted
 by the evaluation; whatever it did not adopt ends with it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -22,10 +23,14 @@ def test_a_timed_decode_job_starts_the_solution_the_baseline_and_its_workers_and
         assert argv["baseline"][-6:-4] == ["--non-dumpable", "1"] and argv["solution"][-6:-4] == ["--non-dumpable", "0"]
         assert [len(arg) for arg in argv["baseline"]] == [len(arg) for arg in argv["solution"]]
         for who, args in argv.items():  # a fresh, trusted interpreter: -I, or -P -s with no PYTHON* but the seed
-            assert args[1:4] == ["-I", "-B", "-u"] if who.startswith("worker") else args[4:9] == [
-                sys.executable, "-P", "-s", "-B", "-u"]
+            assert (
+                args[1:4] == ["-I", "-B", "-u"]
+                if who.startswith("worker")
+                else args[4:9] == [sys.executable, "-P", "-s", "-B", "-u"]
+            )
         assert {started.scratch for who, started in early.items() if who.startswith("worker")} == {
-            early["worker 1"].scratch}  # the workers share a folder, the contestants have their own
+            early["worker 1"].scratch
+        }  # the workers share a folder, the contestants have their own
         assert early["solution"].scratch != early["baseline"].scratch
     finally:
         spawn.close_unadopted(early)
@@ -57,8 +62,7 @@ print(hash("kagent"), open("/proc/self/personality").read().strip(), id(sys), fi
 """
 
 
-def test_both_contestants_start_laid_out_alike_with_nothing_of_python_s_environment_but_the_seed(tmp_path,
-                                                                                                 monkeypatch):
+def test_both_contestants_start_laid_out_alike_with_nothing_of_python_s_environment_but_the_seed(tmp_path, monkeypatch):
     """Both contestants' interpreters hash alike, and where the system lets address
     randomization be turned off, put their objects and their stack at the same addresses:
     a host-bound step's speed depends on that layout (spawn.alike_python)."""
@@ -71,8 +75,9 @@ def test_both_contestants_start_laid_out_alike_with_nothing_of_python_s_environm
     for who in ("solution", "baseline", "solution"):
         env = spawn.contestant_env(who, job)
         assert not {name for name in env if name.startswith("PYTHON")} - {"PYTHONHASHSEED"}
-        out = subprocess.run([*spawn.alike_python(), str(probe)], env=env, cwd=tmp_path, capture_output=True,
-                             text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [*spawn.alike_python(), str(probe)], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+        ).stdout.split()
         seen.setdefault(who, []).append(out)
     hashes = {out[0] for outs in seen.values() for out in outs}
     assert len(hashes) == 1
@@ -84,8 +89,7 @@ def test_both_contestants_start_laid_out_alike_with_nothing_of_python_s_environm
 def test_the_harness_entry_imports_no_torch_before_it_starts_them():
     """What the child runs first (its __main__ and what that imports) must not import torch:
     the processes it starts would wait for it."""
-    code = ("import sys; import kagent.sandbox.harness.__main__; "
-            "print('torch' in sys.modules)")
+    code = "import sys; import kagent.sandbox.harness.__main__; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -1,6 +1,7 @@
 """`kagent sweep`'s parts, each on its own: the plan, the record, the budgets, the GPU usage,
 the member driver's deadline and lock take-over, the scripted model's delay, the command line.
 The sweeps themselves, with their faults, are in tests/test_sweep_faults.py."""
+
 from __future__ import annotations
 
 import json
@@ -59,7 +60,7 @@ def get_init_inputs():
     return [{factor}]
 '''
 # One solution for all of write_tasks' tasks, so that a script can write it whatever the task.
-KB_SOLUTION = '''import torch
+KB_SOLUTION = """import torch
 
 
 class ModelNew(torch.nn.Module):
@@ -69,22 +70,29 @@ class ModelNew(torch.nn.Module):
 
     def forward(self, x):
         return torch.mul(x, self.factor)
-'''
+"""
 
 
 def write_tasks(folder: Path, count: int = 3) -> Path:
     """KernelBench files times_2.py, times_3.py, ...: each scales its own shape of input."""
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(count):
-        (folder / f"times_{i + 2}.py").write_text(KB_TASK.format(doc=f"Multiplies by {i + 2}.", factor=i + 2,
-                                                                 rows=8 * (i + 1)))
+        (folder / f"times_{i + 2}.py").write_text(
+            KB_TASK.format(doc=f"Multiplies by {i + 2}.", factor=i + 2, rows=8 * (i + 1))
+        )
     return folder
 
 
 def spec_of(tmp_path: Path, **fields) -> SweepSpec:
     tasks = expand_tasks([str(write_tasks(tmp_path / "tasks"))])
-    defaults = dict(sweep_id="sweep-20261201-120000-abcd", tasks=tasks, models=["scripted:x.yaml"], branches=2,
-                    budget_s=600, device="cpu")
+    defaults = dict(
+        sweep_id="sweep-20261201-120000-abcd",
+        tasks=tasks,
+        models=["scripted:x.yaml"],
+        branches=2,
+        budget_s=600,
+        device="cpu",
+    )
     return SweepSpec(**{**defaults, **fields})
 
 
@@ -94,8 +102,11 @@ def test_members_are_tasks_by_models_by_branches_with_run_ids_of_their_own(tmp_p
     members = plan_members(spec)
     assert len(members) == 3 * 2 * 2
     assert [(m.task_name, m.model, m.branch) for m in members[:4]] == [
-        ("times_2", "scripted:a.yaml", 1), ("times_2", "scripted:a.yaml", 2),
-        ("times_2", "scripted:b.yaml", 1), ("times_2", "scripted:b.yaml", 2)]
+        ("times_2", "scripted:a.yaml", 1),
+        ("times_2", "scripted:a.yaml", 2),
+        ("times_2", "scripted:b.yaml", 1),
+        ("times_2", "scripted:b.yaml", 2),
+    ]
     assert len({m.run_id for m in members}) == 12
     assert members[0].run_id == "times_2-20261201-120000-abcd-m01"
     assert members[0].direction == "fuse everything"
@@ -118,14 +129,20 @@ def test_a_folder_of_tasks_is_each_of_them_and_mistakes_are_named(tmp_path):
 def test_a_member_is_an_ordinary_kagent_run_with_its_id_and_direction(tmp_path):
     spec = spec_of(tmp_path, scale="smoke", max_tokens=1000)
     member = plan_members(spec)[1]
-    job = MemberJob(member=member, sweep_dir=tmp_path, budget_s=300, max_cost_usd=0.5, device="cpu",
-                    scale="smoke", max_tokens=1000)
+    job = MemberJob(
+        member=member, sweep_dir=tmp_path, budget_s=300, max_cost_usd=0.5, device="cpu", scale="smoke", max_tokens=1000
+    )
     argv = member_command(job, resume=False)
     assert argv[3:5] == ["run", member.task] and argv[argv.index("--run-id") + 1] == member.run_id
     assert argv[argv.index("--direction") + 1] == member.direction
     assert argv[argv.index("--max-cost") + 1] == "0.5" and argv[argv.index("--budget") + 1] == "300"
-    assert member_command(job, resume=True)[3:] == ["resume", member.run_id, "--root", str(tmp_path / "runs"),
-                                                    "--quiet"]
+    assert member_command(job, resume=True)[3:] == [
+        "resume",
+        member.run_id,
+        "--root",
+        str(tmp_path / "runs"),
+        "--quiet",
+    ]
 
 
 def test_local_slots_share_each_gpu_and_name_it_as_the_member_sees_it(monkeypatch):
@@ -195,15 +212,33 @@ def test_the_total_budget_caps_each_member_and_leaves_none_a_sliver(tmp_path):
 
 # -- the GPU usage ------------------------------------------------------------------------------
 def _hold(holder: str, kind: str, start: float, end: float) -> str:
-    return LeaseRecord(lease="h-gpu0", holder=holder, host="h", pid=1, kind=kind, what="x", requested_at=start - 1,
-                       acquired_at=start, released_at=end).model_dump_json()
+    return LeaseRecord(
+        lease="h-gpu0",
+        holder=holder,
+        host="h",
+        pid=1,
+        kind=kind,
+        what="x",
+        requested_at=start - 1,
+        acquired_at=start,
+        released_at=end,
+    ).model_dump_json()
 
 
 def test_busy_and_timed_fractions_and_overlaps_from_the_lease_records(tmp_path):
     (tmp_path / "leases").mkdir()
-    (tmp_path / "leases" / "h-gpu0.jsonl").write_text("\n".join([
-        _hold("a", "shared", 100, 130), _hold("b", "shared", 110, 140), _hold("a", "exclusive", 150, 160),
-        _hold("b", "exclusive", 160, 170), _hold("a", "shared", 195, 260)]) + "\n{torn")
+    (tmp_path / "leases" / "h-gpu0.jsonl").write_text(
+        "\n".join(
+            [
+                _hold("a", "shared", 100, 130),
+                _hold("b", "shared", 110, 140),
+                _hold("a", "exclusive", 150, 160),
+                _hold("b", "exclusive", 160, 170),
+                _hold("a", "shared", 195, 260),
+            ]
+        )
+        + "\n{torn"
+    )
     (usage,) = gpu_usage(tmp_path, windows=[(100, 200)])
     assert usage.busy_s == pytest.approx(40 + 20 + 5) and usage.busy_fraction == pytest.approx(0.65)
     assert usage.timed_s == pytest.approx(20) and usage.holds == 5 and usage.timed_holds == 2
@@ -216,9 +251,11 @@ def test_busy_and_timed_fractions_and_overlaps_from_the_lease_records(tmp_path):
 
 def test_the_sampler_reads_nvidia_smi_into_utilization_per_gpu(tmp_path):
     fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\necho '2026/12/01 10:00:00.000, 0, GPU-aaa, 40, 1200'\n"
-                    "echo '2026/12/01 10:00:00.000, 1, GPU-bbb, [N/A], 0'\necho '2026/12/01 10:00:01.000, 0, "
-                    "GPU-aaa, 80, 1200'\n")
+    fake.write_text(
+        "#!/bin/sh\necho '2026/12/01 10:00:00.000, 0, GPU-aaa, 40, 1200'\n"
+        "echo '2026/12/01 10:00:00.000, 1, GPU-bbb, [N/A], 0'\necho '2026/12/01 10:00:01.000, 0, "
+        "GPU-aaa, 80, 1200'\n"
+    )
     fake.chmod(0o755)
     sampler = GpuSampler(tmp_path / "samples.jsonl", command=[str(fake)]).start()
     sampler.thread.join(10)
@@ -242,8 +279,10 @@ def test_a_scripted_model_thinks_for_its_delay(tmp_path):
 
 
 # -- a member's driver --------------------------------------------------------------------------
-SLOW_SCRIPT = "- text: thinking\n  tool_calls: [{name: list_files, arguments: {}}]\n" * 3 + \
-              "- tool_calls: [{name: finish, arguments: {summary: done}}]\n"
+SLOW_SCRIPT = (
+    "- text: thinking\n  tool_calls: [{name: list_files, arguments: {}}]\n" * 3
+    + "- tool_calls: [{name: finish, arguments: {summary: done}}]\n"
+)
 
 
 def _job(tmp_path: Path, **fields) -> MemberJob:
@@ -251,8 +290,16 @@ def _job(tmp_path: Path, **fields) -> MemberJob:
     script.write_text(SLOW_SCRIPT)
     spec = spec_of(tmp_path, models=[f"scripted:{script}?delay=1"], branches=1)
     member = plan_members(spec)[0]
-    return MemberJob(**{"member": member, "sweep_dir": tmp_path / "sweep", "budget_s": 600, "device": "cpu",
-                        "scale": "smoke", **fields})
+    return MemberJob(
+        **{
+            "member": member,
+            "sweep_dir": tmp_path / "sweep",
+            "budget_s": 600,
+            "device": "cpu",
+            "scale": "smoke",
+            **fields,
+        }
+    )
 
 
 def _lock_pid(run_dir: Path, driver: threading.Thread) -> int:
@@ -311,19 +358,28 @@ def test_a_dead_workers_lock_on_another_host_is_taken_over_once_its_heartbeat_st
 
 # -- the command line ---------------------------------------------------------------------------
 def kagent(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=WAIT_S, cwd=cwd,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+    return subprocess.run(
+        [KAGENT, *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sweep", "times_2.py"], "at least one --model"),
-    (["sweep", "--resume", "nosuch", "times_2.py"], "give no tasks or models"),
-    (["sweep", "--resume", "nosuch"], "no sweep 'nosuch'"),
-    (["sweep", "status"], "no sweep in"),
-    (["sweep", "nosuch_task", "-m", "scripted:x.yaml"], "nosuch_task"),
-    (["sweep", "02_kimi_linear_decode", "-m", "nosuch:model"], "unknown provider"),
-    (["sweep", "02_kimi_linear_decode", "-m", "nosuch:model", "--device", "cuda:1"], "take auto, cpu or cuda"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sweep", "times_2.py"], "at least one --model"),
+        (["sweep", "--resume", "nosuch", "times_2.py"], "give no tasks or models"),
+        (["sweep", "--resume", "nosuch"], "no sweep 'nosuch'"),
+        (["sweep", "status"], "no sweep in"),
+        (["sweep", "nosuch_task", "-m", "scripted:x.yaml"], "nosuch_task"),
+        (["sweep", "02_kimi_linear_decode", "-m", "nosuch:model"], "unknown provider"),
+        (["sweep", "02_kimi_linear_decode", "-m", "nosuch:model", "--device", "cuda:1"], "take auto, cpu or cuda"),
+    ],
+)
 def test_bad_sweep_arguments_give_one_clear_message(args, message, tmp_path):
     proc = kagent(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
@@ -339,11 +395,32 @@ def test_ray_is_needed_only_for_ray(tmp_path):
     script.write_text("- tool_calls: [{name: finish, arguments: {summary: done}}]\n")
     write_tasks(tmp_path / "tasks", count=1)
     env = {"PYTHONPATH": str(shim)}
-    proc = kagent("sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}", "--ray", "auto", "--device", "cpu",
-                  env=env, cwd=tmp_path)
+    proc = kagent(
+        "sweep",
+        str(tmp_path / "tasks"),
+        "-m",
+        f"scripted:{script}",
+        "--ray",
+        "auto",
+        "--device",
+        "cpu",
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "pip install 'kagent[ray]'" in proc.stderr, proc.stderr
-    proc = kagent("sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}", "--device", "cpu", "--budget", "5m",
-                  "--quiet", env=env, cwd=tmp_path)
+    proc = kagent(
+        "sweep",
+        str(tmp_path / "tasks"),
+        "-m",
+        f"scripted:{script}",
+        "--device",
+        "cpu",
+        "--budget",
+        "5m",
+        "--quiet",
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "| 1 | times_2 |" in proc.stdout and "no_result" in proc.stdout  # it ran, without Ray
 
@@ -362,8 +439,19 @@ def test_a_sweep_whose_total_budget_leaves_nothing_skips_its_members(tmp_path):
     script = tmp_path / "s.yaml"
     script.write_text("- tool_calls: [{name: finish, arguments: {summary: done}}]\n")
     write_tasks(tmp_path / "tasks", count=2)
-    proc = kagent("sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}", "--device", "cpu",
-                  "--total-budget", "30s", "--quiet", env={"KAGENT_RUNS": str(tmp_path / "runs")}, cwd=tmp_path)
+    proc = kagent(
+        "sweep",
+        str(tmp_path / "tasks"),
+        "-m",
+        f"scripted:{script}",
+        "--device",
+        "cpu",
+        "--total-budget",
+        "30s",
+        "--quiet",
+        env={"KAGENT_RUNS": str(tmp_path / "runs")},
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a member did not run
     assert proc.stdout.count("| skipped |") == 2 and "total budget or cost cap left nothing" in proc.stdout
     (sweep_dir,) = (tmp_path / "runs" / "sweeps").iterdir()
@@ -374,9 +462,12 @@ def test_a_member_hears_the_sweep_s_sigint_though_the_sweep_was_started_ignoring
     asks = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a script starts
     try:
-        heard = [subprocess.run([sys.executable, "-c", asks], capture_output=True, text=True, check=True,
-                                preexec_fn=preexec).stdout.strip()
-                 for preexec in (None, member_module.member_preexec())]
+        heard = [
+            subprocess.run(
+                [sys.executable, "-c", asks], capture_output=True, text=True, check=True, preexec_fn=preexec
+            ).stdout.strip()
+            for preexec in (None, member_module.member_preexec())
+        ]
     finally:
         signal.signal(signal.SIGINT, previous)
     assert heard == ["False", "True"]
@@ -387,13 +478,30 @@ def test_ctrl_c_stops_the_sweep_its_members_record_it_and_resume_says_how(tmp_pa
     script.write_text(SLOW_SCRIPT)
     write_tasks(tmp_path / "tasks", count=1)
     env = {**os.environ, "KAGENT_RUNS": str(tmp_path / "runs")}
-    proc = subprocess.Popen([KAGENT, "sweep", str(tmp_path / "tasks"), "-m", f"scripted:{script}?delay=1",
-                             "--device", "cpu", "--quiet", "--name", "stopped"], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=hearing_ctrl_c)
+    proc = subprocess.Popen(
+        [
+            KAGENT,
+            "sweep",
+            str(tmp_path / "tasks"),
+            "-m",
+            f"scripted:{script}?delay=1",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--name",
+            "stopped",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=hearing_ctrl_c,
+    )
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline and not any(  # its member waits for its model's first answer
-            b'"model_requested"' in trace.read_bytes()
-            for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")):
+        b'"model_requested"' in trace.read_bytes() for trace in (tmp_path / "runs").glob("sweeps/*/runs/*/trace.jsonl")
+    ):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=WAIT_S)
@@ -412,12 +520,23 @@ def test_a_run_id_is_a_folder_name_and_never_taken_twice(tmp_path):
     script = tmp_path / "s.yaml"
     script.write_text("- tool_calls: [{name: finish, arguments: {summary: done}}]\n")
     env = {"KAGENT_RUNS": str(tmp_path / "runs")}
-    proc = kagent("run", "02_kimi_linear_decode", "-m", f"scripted:{script}", "--run-id", "../elsewhere", env=env,
-                  cwd=tmp_path)
+    proc = kagent(
+        "run", "02_kimi_linear_decode", "-m", f"scripted:{script}", "--run-id", "../elsewhere", env=env, cwd=tmp_path
+    )
     assert proc.returncode == 2 and "a run id is 1-200 letters" in " ".join(proc.stderr.split())
     (tmp_path / "runs" / "taken").mkdir(parents=True)
-    proc = kagent("run", "02_kimi_linear_decode", "-m", f"scripted:{script}", "--run-id", "taken", "--device", "cpu",
-                  env=env, cwd=tmp_path)
+    proc = kagent(
+        "run",
+        "02_kimi_linear_decode",
+        "-m",
+        f"scripted:{script}",
+        "--run-id",
+        "taken",
+        "--device",
+        "cpu",
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "there is a run taken already" in " ".join(proc.stderr.split()), proc.stderr
     assert "kagent resume taken" in proc.stderr
 
@@ -427,8 +546,9 @@ def test_the_sweep_figures_count_each_baseline_measurement_once(tmp_path):
     member's measurement (one lease folder, tools/baseline.py) adds no second A/A of it."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sweep_figures",
-                                                  Path(__file__).parents[1] / "scripts" / "sweep_figures.py")
+    spec = importlib.util.spec_from_file_location(
+        "sweep_figures", Path(__file__).parents[1] / "scripts" / "sweep_figures.py"
+    )
     assert spec is not None and spec.loader is not None
     figures = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(figures)
@@ -442,7 +562,8 @@ def test_the_sweep_figures_count_each_baseline_measurement_once(tmp_path):
     (tmp_path / "read").mkdir()
     (tmp_path / "read" / "trace.jsonl").write_text(
         baseline_call({"timings": timings, "shared_from": {"holder": "m01", "measured_at": 0.0, "lease": "vm-gpu0"}})
-        + "\n")
+        + "\n"
+    )
     (only,) = figures.member_aa(tmp_path / "measured")
     assert only["per_shape"] == {"ctx 16": 0.99, "ctx 32": 1.01} and abs(only["score"] - (0.99 * 1.01) ** 0.5) < 1e-12
     assert figures.member_aa(tmp_path / "read") == []

@@ -6,6 +6,7 @@ the ledger of a run never interrupted, and no timed work overlapped any other wo
 
 Slow: about two minutes each on 2 cores (six members, each with two evaluations).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,14 +38,22 @@ THINK_S = 2
 # command: every call may run again after a kill (a shell command is answered as interrupted
 # instead), so the ledger is the same wherever a kill lands.
 SCRIPT = [
-    {"tool_calls": [
-        {"name": "design", "arguments": {"hypothesis": "a port of the task's model", "predicted": "about 1x"}},
-        {"name": "write_file", "arguments": {"path": "solution.py", "content": KB_SOLUTION}}]},
+    {
+        "tool_calls": [
+            {"name": "design", "arguments": {"hypothesis": "a port of the task's model", "predicted": "about 1x"}},
+            {"name": "write_file", "arguments": {"path": "solution.py", "content": KB_SOLUTION}},
+        ]
+    },
     {"tool_calls": [{"name": "benchmark", "arguments": {}}]},
-    {"tool_calls": [
-        {"name": "design", "arguments": {"hypothesis": "kagent's own helpers", "predicted": "refused"}},
-        {"name": "edit_file", "arguments": {"path": "solution.py", "old": "import torch",
-                                            "new": "import kagent\nimport torch"}}]},
+    {
+        "tool_calls": [
+            {"name": "design", "arguments": {"hypothesis": "kagent's own helpers", "predicted": "refused"}},
+            {
+                "name": "edit_file",
+                "arguments": {"path": "solution.py", "old": "import torch", "new": "import kagent\nimport torch"},
+            },
+        ]
+    },
     {"tool_calls": [{"name": "check", "arguments": {}}]},
     {"tool_calls": [{"name": "finish", "arguments": {"summary": "the port, attempt 1"}}]},
 ]
@@ -56,8 +65,22 @@ def sweep_args(tmp_path) -> list[str]:
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     tasks = write_tasks(tmp_path / "tasks")
-    return [str(tasks), "--model", f"scripted:{script}?delay={THINK_S}", "--branches", "2", "--budget", "15m",
-            "--device", "cpu", "--per-gpu", "2", "--name", "faults", "--quiet"]
+    return [
+        str(tasks),
+        "--model",
+        f"scripted:{script}?delay={THINK_S}",
+        "--branches",
+        "2",
+        "--budget",
+        "15m",
+        "--device",
+        "cpu",
+        "--per-gpu",
+        "2",
+        "--name",
+        "faults",
+        "--quiet",
+    ]
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -110,8 +133,11 @@ def _alive(pid: int) -> bool:
 
 
 def _ledger(run_dir: Path) -> list[tuple]:
-    return [(e["attempt"]["number"], e["attempt"]["kind"], e["attempt"]["verdict"], e["attempt"]["kept"])
-            for e in _events(run_dir) if e["type"] == "attempt_recorded"]
+    return [
+        (e["attempt"]["number"], e["attempt"]["kind"], e["attempt"]["verdict"], e["attempt"]["kept"])
+        for e in _events(run_dir)
+        if e["type"] == "attempt_recorded"
+    ]
 
 
 def _check_every_member_complete(sweep_dir: Path, killed: set[str], cut: set[str] = frozenset()) -> dict:
@@ -120,7 +146,8 @@ def _check_every_member_complete(sweep_dir: Path, killed: set[str], cut: set[str
     summary = json.loads((sweep_dir / "sweep.json").read_text())
     assert summary["state"] == "ended" and len(summary["members"]) == 6
     assert {(m["task"], m["branch"]) for m in summary["members"]} == {
-        (f"times_{n}", b) for n in (2, 3, 4) for b in (1, 2)}
+        (f"times_{n}", b) for n in (2, 3, 4) for b in (1, 2)
+    }
     for member in summary["members"]:
         run_dir = sweep_dir / member["run_dir"]
         assert (member["outcome"], member["state"]) == ("ended", "finished"), member
@@ -148,13 +175,20 @@ def ray_cluster() -> Iterator[str]:
     """A local Ray cluster of 2 CPUs and no GPU, for as long as the block runs: its head is a
     process of this test's (its socket paths short enough for Unix sockets)."""
     temp = tempfile.mkdtemp(prefix="kr", dir="/tmp")
-    head = ("import ray, sys; ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, "
-            f"object_store_memory=128 << 20, _temp_dir={temp!r}); "
-            "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()")
+    head = (
+        "import ray, sys; ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, "
+        f"object_store_memory=128 << 20, _temp_dir={temp!r}); "
+        "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()"
+    )
     # Without token authentication (Ray's default for a head it starts): the sweep joins it as
     # any driver of this machine would, with no token to hand over.
-    proc = subprocess.Popen([sys.executable, "-c", head], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", head],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+    )
     try:
         yield proc.stdout.readline().strip()
     finally:
@@ -169,8 +203,13 @@ def ray_cluster() -> Iterator[str]:
 def test_a_ray_sweep_goes_on_when_a_worker_is_killed(sweep_args, tmp_path):
     pytest.importorskip("ray")
     with ray_cluster() as address:
-        proc = subprocess.Popen([KAGENT, "sweep", *sweep_args, "--ray", address], env=_env(tmp_path),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [KAGENT, "sweep", *sweep_args, "--ray", address],
+            env=_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         run_dir, pid = _wait_for("a member waiting for its model", lambda: _waiting_for_the_model(tmp_path, 2), proc)
         worker = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
         assert b"ray" in Path(f"/proc/{worker}/cmdline").read_bytes()  # the Ray worker driving it
@@ -190,17 +229,24 @@ def test_a_sweep_without_ray_goes_on_when_a_member_and_then_the_driver_are_kille
     (shim / "ray").mkdir(parents=True)
     (shim / "ray" / "__init__.py").write_text("raise ImportError('no ray here')\n")
     env = _env(tmp_path, PYTHONPATH=str(shim))
-    proc = subprocess.Popen([KAGENT, "sweep", *sweep_args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [KAGENT, "sweep", *sweep_args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     first, pid = _wait_for("a member waiting for its model", lambda: _waiting_for_the_model(tmp_path, 2), proc)
     os.kill(pid, signal.SIGKILL)  # the member's run: its driver resumes it
-    second, second_pid = _wait_for("another member waiting for its model",
-                                   lambda: _waiting_for_the_model(tmp_path, 2, besides=(first.name,)), proc)
+    second, second_pid = _wait_for(
+        "another member waiting for its model", lambda: _waiting_for_the_model(tmp_path, 2, besides=(first.name,)), proc
+    )
     proc.kill()  # the driver, SIGKILL: nothing of it runs on
     proc.communicate()
     _wait_for("the members to die with their driver", lambda: not _alive(second_pid))
-    resume = subprocess.run([KAGENT, "sweep", "--resume", _sweep_dir(tmp_path).name, "--quiet"], env=env,
-                            capture_output=True, text=True, timeout=WAIT_S)
+    resume = subprocess.run(
+        [KAGENT, "sweep", "--resume", _sweep_dir(tmp_path).name, "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert resume.returncode == 0, resume.stdout + resume.stderr
     sweep_dir = _sweep_dir(tmp_path)
     record = [json.loads(line) for line in (sweep_dir / "sweep.jsonl").read_text().splitlines()]
@@ -210,8 +256,12 @@ def test_a_sweep_without_ray_goes_on_when_a_member_and_then_the_driver_are_kille
     summary = _check_every_member_complete(sweep_dir, killed={first.name, second.name}, cut=set(cut))
     assert summary["resumes"] == 1
     # What scripts/gpu_sweep.sh reports from a sweep reads this one too.
-    figures = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "sweep_figures.py"),
-                              str(sweep_dir)], capture_output=True, text=True, timeout=WAIT_S)
+    figures = subprocess.run(
+        [sys.executable, str(Path(__file__).parents[1] / "scripts" / "sweep_figures.py"), str(sweep_dir)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert figures.returncode == 0, figures.stderr
     report = json.loads(figures.stdout)
     assert report["checks"] == {"no_timed_hold_overlaps_another": True}

@@ -1,4 +1,5 @@
 """The model's tools: success, and every mistake the model can make returned as data."""
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,22 @@ def call(name: str, ctx: ToolContext, **args):
 
 # -- base ------------------------------------------------------------------------------------
 def test_default_tools_have_schemas():
-    assert list(TOOLS) == ["read_file", "list_files", "write_file", "edit_file", "shell", "jobs", "compile",
-                           "baseline", "check", "benchmark", "profile", "stages", "reference_dump", "ncu_kernel"]
+    assert list(TOOLS) == [
+        "read_file",
+        "list_files",
+        "write_file",
+        "edit_file",
+        "shell",
+        "jobs",
+        "compile",
+        "baseline",
+        "check",
+        "benchmark",
+        "profile",
+        "stages",
+        "reference_dump",
+        "ncu_kernel",
+    ]
     schema = TOOLS["edit_file"].spec.parameters
     assert schema["required"] == ["path", "old", "new"] and schema["additionalProperties"] is False
     assert "title" not in schema["properties"]["old"]
@@ -91,9 +106,19 @@ def test_cap_keeps_head_and_tail():
 
 
 def test_scrubbed_env_drops_secrets():
-    base = {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "TORCH_HOME": "/t", "GITHUB_TOKEN": "t",
-            "ANTHROPIC_BASE_URL": "u", "OPENAI_ORG": "o", "my_Password": "p", "AWS_SECRET_ACCESS_KEY": "s",
-            "GCP_CREDENTIALS": "c", "HF_API_KEY": "k"}
+    base = {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TORCH_HOME": "/t",
+        "GITHUB_TOKEN": "t",
+        "ANTHROPIC_BASE_URL": "u",
+        "OPENAI_ORG": "o",
+        "my_Password": "p",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "GCP_CREDENTIALS": "c",
+        "HF_API_KEY": "k",
+    }
     assert scrubbed_env(base) == {"PATH": "/bin", "HOME": "/h", "CUDA_VISIBLE_DEVICES": "0", "TORCH_HOME": "/t"}
 
 
@@ -231,8 +256,12 @@ def test_shell_timeout_kills_the_group(ctx: ToolContext, workspace: Path):
     # Found by a marker on its command line: in a pid namespace `$!` is not a pid out here.
     marker = f"kagent-child-{uuid.uuid4().hex}"
     started = time.monotonic()
-    out = call("shell", ctx, command=f"{sys.executable} -c 'import time; time.sleep(300)' {marker} & "
-                                     f"echo started; wait", timeout_s=1)
+    out = call(
+        "shell",
+        ctx,
+        command=f"{sys.executable} -c 'import time; time.sleep(300)' {marker} & echo started; wait",
+        timeout_s=1,
+    )
     assert time.monotonic() - started < 10
     assert out.is_error and out.data["timed_out"] and "killed" in out.content and "started" in out.content
     for _ in range(50):
@@ -314,10 +343,15 @@ def test_job_mistakes_are_errors(ctx: ToolContext):
     assert not jobs.run(dict(action="start", command="true"), ctx).is_error
     _status_until_ended(jobs, ctx, 5)
     jobs.close()
-    states = {line.split(":")[0]: line.split(":")[1].strip() for line in
-              jobs.run(dict(action="list"), ctx).content.splitlines()}
+    states = {
+        line.split(":")[0]: line.split(":")[1].strip()
+        for line in jobs.run(dict(action="list"), ctx).content.splitlines()
+    }
     assert [job for job, state in states.items() if state.startswith("killed at the run's end")] == [
-        "job 1", "job 3", "job 4"]
+        "job 1",
+        "job 3",
+        "job 4",
+    ]
     assert states["job 2"].startswith("stopped") and states["job 5"].startswith("exited with code 0")
 
 
@@ -331,8 +365,18 @@ ptxas info    : Compiling entry function '_Z5lightv' for 'sm_90'
 ptxas info    : Used 8 registers, 352 bytes cmem[0]
 """
     heavy, light = parse_ptxas(log)
-    assert heavy == {"name": "_Z4heavyPf", "arch": "sm_90", "entry": True, "registers": 255, "spill_stores": 16,
-                     "spill_loads": 12, "shared_mem": 4096, "stack_frame": 24, "constant_mem": 388, "barriers": 1}
+    assert heavy == {
+        "name": "_Z4heavyPf",
+        "arch": "sm_90",
+        "entry": True,
+        "registers": 255,
+        "spill_stores": 16,
+        "spill_loads": 12,
+        "shared_mem": 4096,
+        "stack_frame": 24,
+        "constant_mem": 388,
+        "barriers": 1,
+    }
     assert light["registers"] == 8 and light["constant_mem"] == 352 and light["spill_stores"] == 0
 
 
@@ -377,8 +421,7 @@ def test_compile_python_imports_in_a_fresh_process(ctx: ToolContext, workspace: 
     assert call("compile", ctx, path="../k.cu").is_error
 
 
-def test_compile_python_runs_one_warm_up_step_and_says_plainly_there_is_no_gpu(ctx: ToolContext, kimi,
-                                                                              workspace: Path):
+def test_compile_python_runs_one_warm_up_step_and_says_plainly_there_is_no_gpu(ctx: ToolContext, kimi, workspace: Path):
     reference_solution(kimi, workspace)
     out = call("compile", ctx, path="solution.py")
     assert not out.is_error, out.content
@@ -417,8 +460,15 @@ arch = sm_90
 
 def test_parse_res_usage():
     heavy, add = parse_res_usage(RES_USAGE)
-    assert heavy == {"name": "_Z5heavyPfi", "arch": "sm_90", "registers": 40, "stack_frame": 256, "shared_mem": 5120,
-                     "local_mem": 0, "constant_mem": 540}
+    assert heavy == {
+        "name": "_Z5heavyPfi",
+        "arch": "sm_90",
+        "registers": 40,
+        "stack_frame": 256,
+        "shared_mem": 5120,
+        "local_mem": 0,
+        "constant_mem": 540,
+    }
     assert add["registers"] == 10 and add["constant_mem"] == 556
     table = res_usage_table([heavy, add]).splitlines()
     assert table[1].startswith("_Z5heavyPfi | sm_90 | 40 | 256 | 0 | 5120 | 540") and "local memory" in table[1]
@@ -443,14 +493,29 @@ __global__ void heavy(float* out, int n) {
 def test_compile_python_reports_the_device_code_of_the_libraries_it_loads(ctx: ToolContext, workspace: Path):
     # Built here by nvcc and cc; the file only loads them, with no flag asking for a report.
     (workspace / "heavy.cu").write_text(HEAVY_CU + GOOD_CU)
-    subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-o", str(workspace / "libheavy.so"),
-                    str(workspace / "heavy.cu")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "nvcc",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-arch=sm_90",
+            "-o",
+            str(workspace / "libheavy.so"),
+            str(workspace / "heavy.cu"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (workspace / "plain.c").write_text("int plain(void) { return 1; }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(workspace / "libplain.so"), str(workspace / "plain.c")],
-                   check=True)
-    (workspace / "loads.py").write_text("import ctypes, pathlib\nhere = pathlib.Path(__file__).parent\n"
-                                        "heavy = ctypes.CDLL(str(here / 'libheavy.so'))\n"
-                                        "plain = ctypes.CDLL(str(here / 'libplain.so'))\n")
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(workspace / "libplain.so"), str(workspace / "plain.c")], check=True
+    )
+    (workspace / "loads.py").write_text(
+        "import ctypes, pathlib\nhere = pathlib.Path(__file__).parent\n"
+        "heavy = ctypes.CDLL(str(here / 'libheavy.so'))\n"
+        "plain = ctypes.CDLL(str(here / 'libplain.so'))\n"
+    )
     out = call("compile", ctx, path="loads.py")
     assert not out.is_error, out.content
     by_path = {Path(lib["path"]).name: lib for lib in out.data["libraries"]}
@@ -479,13 +544,24 @@ def test_triton_kernels_are_reported_from_their_compiled_metadata():
     recorded = json.loads((Path(__file__).parent / "fixtures" / "triton_kernels.json").read_text())["kernels"]
     records = []
     for entry in recorded:
-        kernel = SimpleNamespace(metadata=SimpleNamespace(**entry["metadata"]), n_regs=entry["n_regs"],
-                                 n_spills=entry["n_spills"])
+        kernel = SimpleNamespace(
+            metadata=SimpleNamespace(**entry["metadata"]), n_regs=entry["n_regs"], n_spills=entry["n_spills"]
+        )
         records.append(triton_kernel_record(kernel, entry["compile_s"], cached=False))
     add, matmul = records
-    assert add == {"name": "add_kernel", "registers": 30, "spill_bytes": 0, "shared_mem": 0, "num_warps": 4,
-                   "num_stages": 3, "num_ctas": 1, "arch": "sm90", "cooperative_launch": False,
-                   "compile_s": recorded[0]["compile_s"], "cached": False}
+    assert add == {
+        "name": "add_kernel",
+        "registers": 30,
+        "spill_bytes": 0,
+        "shared_mem": 0,
+        "num_warps": 4,
+        "num_stages": 3,
+        "num_ctas": 1,
+        "arch": "sm90",
+        "cooperative_launch": False,
+        "compile_s": recorded[0]["compile_s"],
+        "cached": False,
+    }
     assert matmul["registers"] == 128 and matmul["spill_bytes"] == 1032 and matmul["shared_mem"] == 32768
     # Not loaded yet (compiled, never launched): no registers to report.
     unloaded = triton_kernel_record(SimpleNamespace(metadata=SimpleNamespace(**recorded[0]["metadata"])), 0.01, True)
@@ -509,7 +585,8 @@ def test_each_triton_compile_is_recorded_and_timed(tmp_path: Path, monkeypatch):
         "def compile(src, target=None, options=None):\n"
         "    (pathlib.Path(os.environ['TRITON_CACHE_DIR']) / src).mkdir(parents=True, exist_ok=True)\n"
         "    meta = types.SimpleNamespace(name=src, shared=0, num_warps=4, num_stages=2)\n"
-        "    return types.SimpleNamespace(metadata=meta, n_regs=32, n_spills=2)\n")
+        "    return types.SimpleNamespace(metadata=meta, n_regs=32, n_spills=2)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "stand-in"))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
@@ -521,8 +598,11 @@ def test_each_triton_compile_is_recorded_and_timed(tmp_path: Path, monkeypatch):
     bound_at_first_launch("step_kernel")
     sys.modules["triton"].compiler.compile("norm_kernel")
     records = compiles.records(on_gpu=False)
-    assert [(r["name"], r["cached"]) for r in records] == [("step_kernel", False), ("step_kernel", True),
-                                                           ("norm_kernel", False)]
+    assert [(r["name"], r["cached"]) for r in records] == [
+        ("step_kernel", False),
+        ("step_kernel", True),
+        ("norm_kernel", False),
+    ]
     assert records[0]["registers"] == 32 and records[0]["spill_bytes"] == 8 and compiles.version == "3.6.0-stand-in"
 
 
@@ -538,8 +618,16 @@ def test_check_and_benchmark_pass_with_the_reference(ctx: ToolContext, kimi, wor
     result = timed.evaluation
     assert not timed.is_error and result is not None and result.verdict is Verdict.PASS
     assert [t.context_len for t in result.timings] == [16] and result.score is not None
-    for piece in ("ctx 16: baseline", "ms/token", "speedup", "95% CI", "tok/s", "bytes floor", "launches per step",
-                  "score (geomean speedup)"):
+    for piece in (
+        "ctx 16: baseline",
+        "ms/token",
+        "speedup",
+        "95% CI",
+        "tok/s",
+        "bytes floor",
+        "launches per step",
+        "score (geomean speedup)",
+    ):
         assert piece in timed.content
     assert timed.data["verdict"] == "pass"
 
@@ -575,8 +663,9 @@ def test_profile_on_cpu(ctx: ToolContext, kimi, workspace: Path):
 
 
 @pytest.mark.slow
-def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: ToolContext, kimi, workspace: Path,
-                                                                         tmp_path: Path):
+def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(
+    ctx: ToolContext, kimi, workspace: Path, tmp_path: Path
+):
     # The cache is read-only to the profiler's child (inside the jail): weights it builds
     # stay in its own folder, and the cache stays empty.
     cold = tmp_path / "cold-cache"
@@ -589,8 +678,9 @@ def test_profile_with_a_cold_cache_builds_the_weights_without_writing_it(ctx: To
 
 
 @pytest.mark.slow
-def test_profile_of_a_kernelbench_solution_builds_it_as_an_evaluation_does(ctx: ToolContext, workspace: Path,
-                                                                         tmp_path: Path):
+def test_profile_of_a_kernelbench_solution_builds_it_as_an_evaluation_does(
+    ctx: ToolContext, workspace: Path, tmp_path: Path
+):
     from kagent.tasks import resolve_task
 
     from test_foreign_tasks import KB_SOLUTION, KERNELBENCH_PROBLEM
@@ -601,7 +691,9 @@ def test_profile_of_a_kernelbench_solution_builds_it_as_an_evaluation_does(ctx: 
     ctx.task = resolve_task(str(problem))
     # It zeroes its own weights when built, and its forward checks that it was given the
     # reference's (building.build, as in an evaluation).
-    (workspace / "solution.py").write_text(KB_SOLUTION.replace("{extra}", "") + """
+    (workspace / "solution.py").write_text(
+        KB_SOLUTION.replace("{extra}", "")
+        + """
 _init, _forward = ModelNew.__init__, ModelNew.forward
 def _zeroed_init(self, n_in, n_out):
     _init(self, n_in, n_out)
@@ -613,7 +705,8 @@ def _checked_forward(self, x):
     assert torch.equal(self.linear.weight.cpu(), reference.weight), "not the reference's weights"
     return _forward(self, x)
 ModelNew.forward = _checked_forward
-""")
+"""
+    )
     out = call("profile", ctx, steps=1, ncu=False)
     assert not out.is_error, out.content
     assert out.data["context_len"] is None and "aten::" in out.content
@@ -627,24 +720,31 @@ def test_profile_reports_a_raising_solution(ctx: ToolContext, kimi, workspace: P
 
 
 def test_parse_ncu_csv():
-    header = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",' \
-             '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    header = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+        '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    )
 
     def row(i: int, kernel: str, metric: str, unit: str, value: str) -> str:
-        return f'"{i}","1","python","h","{kernel}","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line ' \
-               f'profiler metrics","{metric}","{unit}","{value}"'
+        return (
+            f'"{i}","1","python","h","{kernel}","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line '
+            f'profiler metrics","{metric}","{unit}","{value}"'
+        )
 
-    output = "\n".join([
-        "==PROF== Connected to process 1", header,
-        row(0, "gemv", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "80"),
-        row(0, "gemv", "gpu__time_duration.sum", "usecond", "1,200.5"),
-        row(0, "gemv", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "20"),
-        row(1, "gemv", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "60"),
-        row(1, "gemv", "gpu__time_duration.sum", "usecond", "800"),
-        row(1, "gemv", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "30"),
-        row(2, "norm", "gpu__time_duration.sum", "nsecond", "5000"),
-        "solution stdout noise",
-    ])
+    output = "\n".join(
+        [
+            "==PROF== Connected to process 1",
+            header,
+            row(0, "gemv", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "80"),
+            row(0, "gemv", "gpu__time_duration.sum", "usecond", "1,200.5"),
+            row(0, "gemv", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "20"),
+            row(1, "gemv", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "60"),
+            row(1, "gemv", "gpu__time_duration.sum", "usecond", "800"),
+            row(1, "gemv", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "30"),
+            row(2, "norm", "gpu__time_duration.sum", "nsecond", "5000"),
+            "solution stdout noise",
+        ]
+    )
     gemv, norm = parse_ncu_csv(output)
     assert gemv == {"name": "gemv", "launches": 2, "duration_us": 2000.5, "sm_pct": 25.0, "dram_pct": 70.0}
     assert norm["duration_us"] == 5.0 and norm["launches"] == 1
@@ -656,8 +756,11 @@ def test_baseline_reports_time_per_token_and_the_floor(tmp_path, kimi, kagent_ho
     from kagent.sandbox.evaluate import EvalOptions
     from kagent.tools.base import ToolContext
 
-    ctx = ToolContext(workspace=tmp_path, task=kimi,
-                      eval_options=EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home))
+    ctx = ToolContext(
+        workspace=tmp_path,
+        task=kimi,
+        eval_options=EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home),
+    )
     outcome = TOOLS["baseline"].run({}, ctx)
     assert not outcome.is_error, outcome.content
     for label in ("ctx 16", "ctx 32", "ctx 64"):
@@ -696,8 +799,11 @@ def test_a_baseline_that_cannot_be_measured_keeps_its_evaluation_in_the_outcome(
     path = tmp_path / "task" / "dies.py"
     path.parent.mkdir()
     path.write_text(DIES_LOADING)
-    ctx = ToolContext(workspace=tmp_path, task=resolve_task(str(path)),
-                      eval_options=EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home))
+    ctx = ToolContext(
+        workspace=tmp_path,
+        task=resolve_task(str(path)),
+        eval_options=EvalOptions(device="cpu", scale="smoke", rounds=1, cache_dir=kagent_home),
+    )
     outcome = TOOLS["baseline"].run({}, ctx)
     assert outcome.is_error and outcome.content.startswith("the baseline could not be measured."), outcome.content
     assert "CUDA out of memory" in outcome.content, outcome.content
@@ -748,8 +854,9 @@ def _task_file(tmp_path, name: str, source: str):
     return resolve_task(str(path))
 
 
-def test_runs_sharing_a_lease_folder_measure_a_task_s_baseline_once(tmp_path, kagent_home, monkeypatch,
-                                                                    counted_evaluations):
+def test_runs_sharing_a_lease_folder_measure_a_task_s_baseline_once(
+    tmp_path, kagent_home, monkeypatch, counted_evaluations
+):
     """A sweep's members (one lease folder) read the first member's measurement of a task on a
     device; another task, or runs without a lease folder, measure their own; a baseline that
     failed is not shared."""
@@ -779,8 +886,9 @@ def test_runs_sharing_a_lease_folder_measure_a_task_s_baseline_once(tmp_path, ka
     assert counted_evaluations == ["doubles", "dies", "dies", "doubles"]
 
 
-def test_a_run_waits_for_another_s_baseline_only_until_its_deadline(tmp_path, kagent_home, monkeypatch,
-                                                                    counted_evaluations):
+def test_a_run_waits_for_another_s_baseline_only_until_its_deadline(
+    tmp_path, kagent_home, monkeypatch, counted_evaluations
+):
     import fcntl
     import os
 
@@ -793,7 +901,7 @@ def test_a_run_waits_for_another_s_baseline_only_until_its_deadline(tmp_path, ka
     shared = shared_baseline_file(doubles, options.model_copy(update={"mode": "aa"}))
     assert shared is not None
     held = os.open(shared.with_name(shared.name + ".lock"), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(held, fcntl.LOCK_EX)   # another run, measuring
+    fcntl.flock(held, fcntl.LOCK_EX)  # another run, measuring
     try:
         ctx = ToolContext(workspace=tmp_path, task=doubles, eval_options=options, deadline=time.monotonic() + 2.0)
         began = time.monotonic()

@@ -1,4 +1,5 @@
 """How kagent looks in a terminal: the live view of a run, rendered as a terminal would show it."""
+
 from __future__ import annotations
 
 from rich.console import Console
@@ -16,8 +17,16 @@ def rendered(renderable: object, width: int = 100) -> str:
 
 
 def update(**fields: object) -> ViewUpdate:
-    base = dict(phase="explore", turn=1, elapsed_s=2.0, remaining_s=298.0, tokens=0, cost_usd=0.0, best_score=None,
-                best_attempt=None)
+    base = dict(
+        phase="explore",
+        turn=1,
+        elapsed_s=2.0,
+        remaining_s=298.0,
+        tokens=0,
+        cost_usd=0.0,
+        best_score=None,
+        best_attempt=None,
+    )
     return ViewUpdate(**{**base, **fields})
 
 
@@ -32,8 +41,15 @@ def test_the_live_view_ticks_while_a_long_tool_runs():
     assert "elapsed  1m17s" in text and "remaining  3m43s" in text
     assert "now      tool baseline for 1m15s" in text
 
-    view.update(update(elapsed_s=80.0, remaining_s=220.0, activity="tool baseline", activity_since_s=2.0,
-                       detail="reference weights done (3.6 s)"))
+    view.update(
+        update(
+            elapsed_s=80.0,
+            remaining_s=220.0,
+            activity="tool baseline",
+            activity_since_s=2.0,
+            detail="reference weights done (3.6 s)",
+        )
+    )
     clock.advance(10)
     text = rendered(view)
     assert "elapsed  1m30s" in text and "tool baseline for 1m28s · reference weights done (3.6 s)" in text
@@ -42,8 +58,17 @@ def test_the_live_view_ticks_while_a_long_tool_runs():
 def test_the_live_view_stops_its_clocks_when_the_run_has_ended_and_shows_the_result():
     clock = FakeClock()
     view = LiveRunView(clock=clock.now)
-    view.update(update(elapsed_s=120.0, remaining_s=180.0, ended=True, last_event="run ended: the model finished",
-                       best_score=1.074, best_attempt=2, final_score=0.94))
+    view.update(
+        update(
+            elapsed_s=120.0,
+            remaining_s=180.0,
+            ended=True,
+            last_event="run ended: the model finished",
+            best_score=1.074,
+            best_attempt=2,
+            final_score=0.94,
+        )
+    )
     clock.advance(30)
     text = rendered(view)
     assert "elapsed  2m00s" in text and "remaining  3m00s" in text and "now" not in text
@@ -52,14 +77,34 @@ def test_the_live_view_stops_its_clocks_when_the_run_has_ended_and_shows_the_res
 
 def timing(label: str, speedup: float, low: float, high: float) -> ShapeTiming:
     stats = Stats(n=8, median_ms=1.0, mean_ms=1.0, p10_ms=0.9, p90_ms=1.1, iqr_ms=0.1, min_ms=0.8, max_ms=1.2)
-    return ShapeTiming(label=label, steps=8, rounds=2, baseline=stats, candidate=stats, speedup=speedup,
-                       ratio_of_medians=speedup, ci_low=low, ci_high=high, within_noise=low <= 1 <= high)
+    return ShapeTiming(
+        label=label,
+        steps=8,
+        rounds=2,
+        baseline=stats,
+        candidate=stats,
+        speedup=speedup,
+        ratio_of_medians=speedup,
+        ci_low=low,
+        ci_high=high,
+        within_noise=low <= 1 <= high,
+    )
 
 
 def aa_result(*timings: ShapeTiming, score: float) -> EvalResult:
-    return EvalResult(task="02_kimi_linear_decode", task_kind="mega", mode="aa", scale="smoke", device="cpu",
-                      verdict=Verdict.PASS, reason="all checks passed", started_at="2026-12-01T00:00:00+00:00",
-                      wall_seconds=165.0, timings=list(timings), score=score)
+    return EvalResult(
+        task="02_kimi_linear_decode",
+        task_kind="mega",
+        mode="aa",
+        scale="smoke",
+        device="cpu",
+        verdict=Verdict.PASS,
+        reason="all checks passed",
+        started_at="2026-12-01T00:00:00+00:00",
+        wall_seconds=165.0,
+        timings=list(timings),
+        score=score,
+    )
 
 
 def test_an_aa_score_within_noise_is_marked_and_a_noisy_one_said_plainly():
@@ -88,19 +133,32 @@ def test_the_model_reads_the_same_noise_marks_as_a_person():
     noisy = aa_result(timing("ctx 2048", 1.408, 0.71, 2.10), timing("ctx 8192", 1.054, 1.01, 1.10), score=1.218)
     text = summarize(noisy)
     assert "score (geomean speedup): 1.218x ≈ (within noise: interval 0.85–1.52)" in text
-    assert ("too noisy to mean anything (the score, ctx 2048): a 95% interval wider than ±25%; "
-            "benchmark again before acting on it") in text
+    assert (
+        "too noisy to mean anything (the score, ctx 2048): a 95% interval wider than ±25%; "
+        "benchmark again before acting on it"
+    ) in text
     assert "too noisy" not in summarize(aa_result(timing("ctx 2048", 1.50, 1.40, 1.60), score=1.5))
 
 
 def test_every_check_status_shows_in_the_checks_table():
     # A crash and a step the watchdog found hung showed no table: their status had no colour.
-    checks = [CheckResult(name="load", status="pass", reason="imported"),
-              CheckResult(name="fixed_seeds", status="timeout", reason="hung: no answer for 60 s while running a step"),
-              CheckResult(name="hidden_seeds", status="crash", reason="the solution's process died")]
-    result = EvalResult(task="02_kimi_linear_decode", task_kind="mega", mode="check", scale="smoke", device="cpu",
-                        verdict=Verdict.TIMEOUT, reason="fixed_seeds: hung", started_at="2026-12-01T00:00:00+00:00",
-                        wall_seconds=70.0, checks=checks)
+    checks = [
+        CheckResult(name="load", status="pass", reason="imported"),
+        CheckResult(name="fixed_seeds", status="timeout", reason="hung: no answer for 60 s while running a step"),
+        CheckResult(name="hidden_seeds", status="crash", reason="the solution's process died"),
+    ]
+    result = EvalResult(
+        task="02_kimi_linear_decode",
+        task_kind="mega",
+        mode="check",
+        scale="smoke",
+        device="cpu",
+        verdict=Verdict.TIMEOUT,
+        reason="fixed_seeds: hung",
+        started_at="2026-12-01T00:00:00+00:00",
+        wall_seconds=70.0,
+        checks=checks,
+    )
     text = rendered(result_view(result), width=200)
     assert "TIMEOUT" in text and "hung: no answer for 60 s" in text and "crash" in text
 
@@ -111,19 +169,40 @@ def test_what_sharing_the_device_cost_is_shown_beside_the_result():
     from kagent.sandbox.lease import LeaseRecord
 
     def hold(what: str, requested: float, acquired: float) -> LeaseRecord:
-        return LeaseRecord(lease="node-gpu0", holder="m01", host="node", pid=7, kind="exclusive", what=what,
-                           requested_at=requested, acquired_at=acquired, released_at=acquired + 1)
+        return LeaseRecord(
+            lease="node-gpu0",
+            holder="m01",
+            host="node",
+            pid=7,
+            kind="exclusive",
+            what=what,
+            requested_at=requested,
+            acquired_at=acquired,
+            released_at=acquired + 1,
+        )
 
-    asked = [{"what": "running a step", "first_ms": 4.5, "again_ms": 0.4, "alone": False},
-             {"what": "running a step", "first_ms": 3.1, "again_ms": 0.3, "alone": True}]
-    checks = [CheckResult(name="load", status="pass", reason="loaded"),
-              CheckResult(name="fixed_seeds", status="pass", reason="all seeds", data={"probes_asked_again": asked})]
-    shared = aa_result(timing("ctx 2048", 1.0, 0.99, 1.01), score=1.0).model_copy(update={
-        "checks": checks, "gpu_leases": [hold("calibrating the requests' floor and the device probe", 0.0, 1.5),
-                                         hold("confirming an idle device after running a step", 10.0, 14.0),
-                                         hold("timing", 20.0, 20.5)]})
+    asked = [
+        {"what": "running a step", "first_ms": 4.5, "again_ms": 0.4, "alone": False},
+        {"what": "running a step", "first_ms": 3.1, "again_ms": 0.3, "alone": True},
+    ]
+    checks = [
+        CheckResult(name="load", status="pass", reason="loaded"),
+        CheckResult(name="fixed_seeds", status="pass", reason="all seeds", data={"probes_asked_again": asked}),
+    ]
+    shared = aa_result(timing("ctx 2048", 1.0, 0.99, 1.01), score=1.0).model_copy(
+        update={
+            "checks": checks,
+            "gpu_leases": [
+                hold("calibrating the requests' floor and the device probe", 0.0, 1.5),
+                hold("confirming an idle device after running a step", 10.0, 14.0),
+                hold("timing", 20.0, 20.5),
+            ],
+        }
+    )
     text = rendered(result_view(shared), width=300)
-    assert ("device lease: held alone 3 times (calibrating the requests' floor and the device probe, confirming an "
-            "idle device after running a step, timing) after waiting 6.0 s in all; 2 probes read busy beside other "
-            "evaluations' work were read again (1 of them with the device alone)") in text
+    assert (
+        "device lease: held alone 3 times (calibrating the requests' floor and the device probe, confirming an "
+        "idle device after running a step, timing) after waiting 6.0 s in all; 2 probes read busy beside other "
+        "evaluations' work were read again (1 of them with the device alone)"
+    ) in text
     assert "device lease" not in rendered(result_view(aa_result(timing("ctx 2048", 1.0, 0.99, 1.01), score=1.0)))

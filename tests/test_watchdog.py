@@ -1,6 +1,7 @@
 """The per-step watchdog (sandbox/harness/watchdog.py): a step that hangs once the solution is
 built ends the evaluation early, with the check, the request, whether a compiler ran, the GPU
 (or that there is none) and the solution's CPU use; a compile in progress is waited for."""
+
 from __future__ import annotations
 
 import os
@@ -59,9 +60,15 @@ def test_a_step_that_hangs_after_the_build_is_diagnosed_within_90_s(kimi, kagent
     assert diagnosis["compiler_running"] is False and diagnosis["gpu_sampled"] is False
     # It spins, but on a shared machine it may get little of a CPU: the share is sampled, not judged here.
     assert isinstance(diagnosis["solution_cpu_pct"], int) and diagnosis["solution_cpu_pct"] >= 0
-    for words in ("fixed_seeds: hung: no answer for", "while running a step", "the 2nd request after the build",
-                  "no compiler was running", "no GPU: the evaluation runs on the CPU",
-                  "the solution's process used", "The evaluation ended there"):
+    for words in (
+        "fixed_seeds: hung: no answer for",
+        "while running a step",
+        "the 2nd request after the build",
+        "no compiler was running",
+        "no GPU: the evaluation runs on the CPU",
+        "the solution's process used",
+        "The evaluation ended there",
+    ):
         assert words in result.reason, result.reason
     # From the end of the build (the first step comes right after) to the verdict.
     assert loaded_at and ended_at - loaded_at[0] < 90, ended_at - loaded_at[0]
@@ -92,8 +99,20 @@ Model.step = _hangs_in_the_launch_count
 def test_a_hang_in_the_launch_count_is_noted_and_its_process_killed(kimi, kagent_home, tmp_path):
     # The count informs and decides nothing: the verdict stands, the count says why it is missing.
     solution = reference_solution(kimi, tmp_path / "sol", patch=HANGS_WHEN_ITS_LAUNCHES_ARE_COUNTED)
-    result = evaluate(kimi, solution, EvalOptions(device="cpu", scale="smoke", cache_dir=kagent_home, contexts=[16],
-                                                  rounds=1, min_request_ms=0, hang_after_s=3, timeout_s=WAIT_S))
+    result = evaluate(
+        kimi,
+        solution,
+        EvalOptions(
+            device="cpu",
+            scale="smoke",
+            cache_dir=kagent_home,
+            contexts=[16],
+            rounds=1,
+            min_request_ms=0,
+            hang_after_s=3,
+            timeout_s=WAIT_S,
+        ),
+    )
     assert result.verdict is Verdict.PASS, result.reason
     candidate = result.launches_of("candidate")
     assert candidate is not None and candidate.launches is None and "hung: no answer for" in candidate.note
@@ -136,8 +155,13 @@ def _watch(dog: StepWatchdog, seconds: float) -> None:
 
 def test_a_running_compiler_is_waited_for_and_said(compiler, tmp_path: Path):
     said: list[dict] = []
-    dog = StepWatchdog(compiler.pid, "cpu", tmp_path / "triton", hang_after_s=0.5,
-                       notify=lambda event, **fields: said.append({"event": event, **fields}))
+    dog = StepWatchdog(
+        compiler.pid,
+        "cpu",
+        tmp_path / "triton",
+        hang_after_s=0.5,
+        notify=lambda event, **fields: said.append({"event": event, **fields}),
+    )
     dog.begin({"op": "call"})  # before the build: not watched
     _watch(dog, 0.8)
     dog.begin({"op": "load"})
@@ -184,7 +208,7 @@ def test_the_cpu_time_of_a_process_is_read_from_proc():
     while time.process_time() - spent < 0.3:  # CPU time, however busy the machine is
         pass
     assert watchdog._cpu_seconds(os.getpid()) - before >= 0.25
-    assert watchdog._cpu_seconds(2 ** 22 + 12345) is None  # no such process
+    assert watchdog._cpu_seconds(2**22 + 12345) is None  # no such process
 
 
 def test_gpu_samples_read_through_nvidia_smi(tmp_path: Path, monkeypatch):
@@ -199,15 +223,17 @@ def test_gpu_samples_read_through_nvidia_smi(tmp_path: Path, monkeypatch):
     assert "No devices were found" in watchdog.gpu_utilisation("GPU-1234", samples=1)["error"]
 
 
-@pytest.mark.parametrize("busy, memory, cpu, words", [
-    (100, 0, 100, "grid-barrier deadlock"),
-    (97, 60, 100, "moving data"),
-    (0, 0, 100, "hang is on the host: the solution's process keeps a CPU busy"),
-    (0, 0, 0, "is asleep"),
-    (50, 5, 0, "partly busy (50%)"),
-])
+@pytest.mark.parametrize(
+    "busy, memory, cpu, words",
+    [
+        (100, 0, 100, "grid-barrier deadlock"),
+        (97, 60, 100, "moving data"),
+        (0, 0, 100, "hang is on the host: the solution's process keeps a CPU busy"),
+        (0, 0, 0, "is asleep"),
+        (50, 5, 0, "partly busy (50%)"),
+    ],
+)
 def test_what_the_samples_point_to(busy, memory, cpu, words):
-    assert words in watchdog.likely_cause({"gpu": {"busy_pct": busy, "memory_pct": memory},
-                                           "solution_cpu_pct": cpu})
+    assert words in watchdog.likely_cause({"gpu": {"busy_pct": busy, "memory_pct": memory}, "solution_cpu_pct": cpu})
     assert watchdog.parse_utilisation(f"{busy}, {memory}\n") == (busy, memory)
     assert watchdog.parse_utilisation("[N/A], [N/A]") is None

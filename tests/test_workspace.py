@@ -1,4 +1,5 @@
 """The run workspace: a git repository with one commit per attempt."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,13 @@ def test_create_lays_out_the_workspace(ws, tmp_path):
     assert git(root, "log", "--format=%s").strip() == "attempt 0: starting point"
     assert ws.attempts() == {0: ws.head()}
     tracked = git(root, "ls-files").split()
-    assert sorted(tracked) == [".gitignore", "solution.py", "task/data/shapes.json", "task/reference.py",
-                               "task/task.yaml"]
+    assert sorted(tracked) == [
+        ".gitignore",
+        "solution.py",
+        "task/data/shapes.json",
+        "task/reference.py",
+        "task/task.yaml",
+    ]
     assert {"build/", "__pycache__/", "*.so", "*.o", ".kagent/"} <= set((root / ".gitignore").read_text().split())
     assert not ws.dirty() and ws.best() is None
 
@@ -117,8 +123,13 @@ def test_create_without_starter_and_with_a_nested_solution_name(tmp_path, task_f
 
 def test_commit_records_trailers(ws):
     ws.solution_path.write_text("def solve():\n    return 1\n")
-    trailers = {"Kagent-Attempt": "1", "Kagent-Verdict": "pass", "Kagent-Speedup": "1.87",
-                "Kagent-Tokens": "12345", "Kagent-Elapsed": "312.5"}
+    trailers = {
+        "Kagent-Attempt": "1",
+        "Kagent-Verdict": "pass",
+        "Kagent-Speedup": "1.87",
+        "Kagent-Tokens": "12345",
+        "Kagent-Elapsed": "312.5",
+    }
     sha = ws.commit("attempt 1: fuse the gates\n\n# why: one launch instead of three", trailers)
     assert sha == ws.head() and len(sha) == 40
     assert ws.trailers(sha) == trailers
@@ -253,13 +264,29 @@ def test_diffs_and_files_of_many_commits_in_one_call(ws):
     second = ws.commit("attempt 1")
     third = ws.commit("attempt 2, nothing changed")
     diffs = ws.diffs([(first, second), (second, third), (third, first)])
-    assert (diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second]
-            and "+// kernel" in diffs[second])
+    assert (
+        diffs[second] == ws.diff(first, second) and "+    return 42" in diffs[second] and "+// kernel" in diffs[second]
+    )
     assert diffs[third] == "" and diffs[first] == ws.diff(third, first) and "-// kernel" in diffs[first]
-    assert ws.files([(first, "solution.py"), (second, "solution.py"), (second, "kernels/k.cu"),
-                     (first, "kernels/k.cu"), (second, "kernels"), (second, "k.o"), (third, "solution.py")]) == [
-        b"def solve():\n    return 0\n", b"def solve():\n    return 42\n", b"// kernel\n", None, None, None,
-        b"def solve():\n    return 42\n"]
+    assert ws.files(
+        [
+            (first, "solution.py"),
+            (second, "solution.py"),
+            (second, "kernels/k.cu"),
+            (first, "kernels/k.cu"),
+            (second, "kernels"),
+            (second, "k.o"),
+            (third, "solution.py"),
+        ]
+    ) == [
+        b"def solve():\n    return 0\n",
+        b"def solve():\n    return 42\n",
+        b"// kernel\n",
+        None,
+        None,
+        None,
+        b"def solve():\n    return 42\n",
+    ]
     assert ws.diffs([]) == {} and ws.files([]) == []
     with pytest.raises(KagentError, match="no commit '0000000000"):
         ws.diffs([(first, "0" * 40)])

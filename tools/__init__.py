@@ -5,6 +5,7 @@ the loop (design, revert, finish).
 A tool is a class in a module of its own (a BaseTool with its arguments, its facts and its
 execute) and one line in REGISTRY below: nothing else names it.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -6,6 +6,7 @@ read instead of keeping lists of tool names.
 Errors the model can cause (a bad path, bad arguments, a failing command) are data: a
 ToolError turned into an ``is_error`` outcome it can act on. Bugs in kagent still raise.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,9 @@ class LoopControl(Protocol):
     """What a loop-control tool (design, revert, finish) may do to the loop that runs it; the
     agent's loop implements it and hands itself to the tools in their context."""
 
-    def record_design(self, hypothesis: str, predicted: str, draft: bool = False,
-                      why: Optional[str] = None) -> Optional[int]:
+    def record_design(
+        self, hypothesis: str, predicted: str, draft: bool = False, why: Optional[str] = None
+    ) -> Optional[int]:
         """The next attempt carries this design in the ledger (``draft``: attempts under it that
         fail stay in place); ``why``, the model's reason for the last attempt's outcome, joins
         that attempt, whose number is returned (None: there is none yet)."""
@@ -205,8 +207,9 @@ class BaseTool(ABC):
             parsed = self.Arguments.model_validate(args)
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors())
-            return ToolOutcome(content=f"invalid arguments for {self.name}: {problems}", is_error=True,
-                               data={"invalid_args": args})
+            return ToolOutcome(
+                content=f"invalid arguments for {self.name}: {problems}", is_error=True, data={"invalid_args": args}
+            )
         try:
             outcome = self.execute(parsed, ctx)
         except ToolError as err:
@@ -246,7 +249,7 @@ def cap(text: str, limit: int) -> str:
     keep = max(limit - marker_room, 0)
     head, tail = keep // 2, keep - keep // 2
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[len(text) - tail:] if tail else ''}"
+    return f"{text[:head]}\n[… {omitted} characters omitted …]\n{text[len(text) - tail :] if tail else ''}"
 
 
 def resolve_in_workspace(ctx: ToolContext, path: str, for_writing: bool = False) -> Path:
@@ -269,8 +272,10 @@ def resolve_in_workspace(ctx: ToolContext, path: str, for_writing: bool = False)
         if resolved == root:
             raise ToolError("cannot write to the workspace folder itself; give a file path")
         if relative.parts and relative.parts[0] in READ_ONLY_DIRS:
-            raise ToolError(f"{relative} is read-only: the files under {relative.parts[0]}/ belong to the "
-                            f"task or the run; write your own files elsewhere in the workspace")
+            raise ToolError(
+                f"{relative} is read-only: the files under {relative.parts[0]}/ belong to the "
+                f"task or the run; write your own files elsewhere in the workspace"
+            )
     return resolved
 
 
@@ -289,8 +294,9 @@ class Completed:
     limits_hit: list[str]  # the sandbox's limits the command ran into (memory, processes)
 
 
-def command_sandbox(ctx: ToolContext, show: Sequence[Path] = (),
-                    writable: Sequence[Path] = ()) -> tuple[dict[str, str], containment.FilePlan]:
+def command_sandbox(
+    ctx: ToolContext, show: Sequence[Path] = (), writable: Sequence[Path] = ()
+) -> tuple[dict[str, str], containment.FilePlan]:
     """The environment and files of a command run for the model: HOME is ``ctx.home``,
     ``python`` the evaluating interpreter, no credentials. It may write only the workspace
     (not its task files or git history), its HOME and ``writable``; it sees, beyond the
@@ -302,14 +308,23 @@ def command_sandbox(ctx: ToolContext, show: Sequence[Path] = (),
     python_bin = str(Path(ctx.eval_options.python).parent)
     env["PATH"] = os.pathsep.join([python_bin, *filter(None, env.get("PATH", "").split(os.pathsep))])
     files = containment.file_plan(
-        writable=[ctx.workspace, ctx.home, *writable], show=show,
-        read_only=[ctx.workspace / name for name in READ_ONLY_DIRS], python=ctx.eval_options.python)
+        writable=[ctx.workspace, ctx.home, *writable],
+        show=show,
+        read_only=[ctx.workspace / name for name in READ_ONLY_DIRS],
+        python=ctx.eval_options.python,
+    )
     return env, files
 
 
-def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional[Path] = None,
-                show: Sequence[Path] = (), writable: Sequence[Path] = (),
-                stdout_to: Optional[Path] = None) -> Completed:
+def run_command(
+    argv: list[str],
+    ctx: ToolContext,
+    limit_s: float,
+    cwd: Optional[Path] = None,
+    show: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+    stdout_to: Optional[Path] = None,
+) -> Completed:
     """Run ``argv`` contained (``command_sandbox``) with stdout+stderr into one capped text
     (or its stdout whole into the file ``stdout_to``, for a tool that reads a long listing,
     and only stderr into the text); at the limit its whole process group is killed. Its
@@ -319,20 +334,32 @@ def run_command(argv: list[str], ctx: ToolContext, limit_s: float, cwd: Optional
     env, files = command_sandbox(ctx, show, writable)
     # A file, not a pipe: a flood of output cannot fill memory, and a background child
     # holding the pipe open cannot make us wait.
-    with tempfile.TemporaryFile() as sink, (open(stdout_to, "wb") if stdout_to else nullcontext(sink)) as stdout:
+    with tempfile.TemporaryFile() as sink, open(stdout_to, "wb") if stdout_to else nullcontext(sink) as stdout:
         # The model's commands get no network, a pid namespace (so setsid cannot escape the
         # kill at the limit), the files above and caps on processes and memory, wherever this
         # machine supports them.
-        done = runner.run(argv, timeout, files, env, cwd or ctx.workspace, stdout=stdout,
-                          stderr=subprocess.STDOUT if stdout is sink else sink)
+        done = runner.run(
+            argv,
+            timeout,
+            files,
+            env,
+            cwd or ctx.workspace,
+            stdout=stdout,
+            stderr=subprocess.STDOUT if stdout is sink else sink,
+        )
         output = read_capped(sink, ctx.max_output_chars)
     limits_hit = done.resources.problems()
     if limits_hit:
         output = output.rstrip("\n") + "".join(f"\n[kagent] {problem}" for problem in limits_hit)
     # Left as the shell convention reads it: through a pid namespace's init a death by
     # signal N arrives as 128+N, just as bash reports its own killed commands.
-    return Completed(exit_code=None if done.timed_out else done.returncode, output=output, timed_out=done.timed_out,
-                     seconds=done.seconds, limits_hit=limits_hit)
+    return Completed(
+        exit_code=None if done.timed_out else done.returncode,
+        output=output,
+        timed_out=done.timed_out,
+        seconds=done.seconds,
+        limits_hit=limits_hit,
+    )
 
 
 def read_capped(sink: Any, limit: int) -> str:

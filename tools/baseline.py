@@ -7,6 +7,7 @@ while the others wait, and they read that measurement. Four members of a sweep o
 spent 46-98 s where one alone spent 24 s. The figures are for the model's orientation only:
 every score comes from an evaluation's own paired timing of baseline and candidate.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -30,8 +31,18 @@ from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolOutcom
 from kagent.tools.evaluation import summarize
 
 # What changes a baseline's measurement; the rest (limits, caches, the interpreter) does not.
-_MEASURED_BY = {"mode", "scale", "contexts", "rounds", "warmup", "block_steps", "min_request_ms", "hidden_seeds",
-                "atol", "rtol"}
+_MEASURED_BY = {
+    "mode",
+    "scale",
+    "contexts",
+    "rounds",
+    "warmup",
+    "block_steps",
+    "min_request_ms",
+    "hidden_seeds",
+    "atol",
+    "rtol",
+}
 
 
 class SharedBaseline(BaseModel):
@@ -51,9 +62,11 @@ class BaselineArgs(Args):
 
 class Baseline(BaseTool):
     name = "baseline"
-    description = ("Measure the task's baseline (its optimized PyTorch version, timed against itself) per "
-                   "context: ms per token, launches per step, and the bytes floor (the least time the memory "
-                   "traffic of one step allows). Call it first.")
+    description = (
+        "Measure the task's baseline (its optimized PyTorch version, timed against itself) per "
+        "context: ms per token, launches per step, and the bytes floor (the least time the memory "
+        "traffic of one step allows). Call it first."
+    )
     Arguments = BaselineArgs
 
     def execute(self, args: BaselineArgs, ctx: ToolContext) -> ToolOutcome:
@@ -77,11 +90,18 @@ class Baseline(BaseTool):
             # The whole evaluation stays in the trace: a crash's stderr is the only account of
             # why (a sweep member's baseline died loading on a shared GPU, 2026-12-07, and the
             # trace said no more than its exit code). Nothing is shared: the next run measures.
-            return ToolOutcome(content=f"the baseline could not be measured.\n{summarize(result)}", is_error=True,
-                               data={"evaluation": result.model_dump(mode="json")})
+            return ToolOutcome(
+                content=f"the baseline could not be measured.\n{summarize(result)}",
+                is_error=True,
+                data={"evaluation": result.model_dump(mode="json")},
+            )
         if shared is not None:
-            record = SharedBaseline(lease=lease_name(options.device), holder=os.environ.get(HOLDER_ENV) or
-                                    f"pid {os.getpid()}", measured_at=time.time(), evaluation=result)
+            record = SharedBaseline(
+                lease=lease_name(options.device),
+                holder=os.environ.get(HOLDER_ENV) or f"pid {os.getpid()}",
+                measured_at=time.time(),
+                evaluation=result,
+            )
             partial = shared.with_name(shared.name + ".partial")
             partial.write_text(record.model_dump_json())
             partial.replace(shared)  # whole or absent for a reader
@@ -110,8 +130,9 @@ def _held(lock_path: Path, ctx: ToolContext) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if ctx.deadline is not None and time.monotonic() >= ctx.deadline - 1.0:
-                    raise ToolError("the run's time budget ran out while another run on this device measured "
-                                    "the baseline") from None
+                    raise ToolError(
+                        "the run's time budget ran out while another run on this device measured the baseline"
+                    ) from None
                 time.sleep(0.25)
         yield
     finally:
@@ -125,14 +146,23 @@ def _read(path: Path) -> Optional[SharedBaseline]:
         return None
 
 
-def _report(ctx: ToolContext, options: EvalOptions, result: EvalResult,
-            shared: Optional[SharedBaseline]) -> ToolOutcome:
+def _report(
+    ctx: ToolContext, options: EvalOptions, result: EvalResult, shared: Optional[SharedBaseline]
+) -> ToolOutcome:
     lines = [f"Baseline of {ctx.task.name} on {options.device} ({options.scale} scale):"]
     for t in result.timings:
-        floor = (f"; bytes floor {t.roofline.floor_ms * 1e3:.1f} us ({t.roofline.bytes_per_step / 1e6:.1f} MB "
-                 f"per step), the baseline reaches {t.roofline.baseline_fraction:.2%} of it") if t.roofline else ""
-        lines.append(f"- {t.label}: {t.baseline.median_ms:.3f} ms per token "
-                     f"(p10–p90 {t.baseline.p10_ms:.3f}–{t.baseline.p90_ms:.3f}){floor}")
+        floor = (
+            (
+                f"; bytes floor {t.roofline.floor_ms * 1e3:.1f} us ({t.roofline.bytes_per_step / 1e6:.1f} MB "
+                f"per step), the baseline reaches {t.roofline.baseline_fraction:.2%} of it"
+            )
+            if t.roofline
+            else ""
+        )
+        lines.append(
+            f"- {t.label}: {t.baseline.median_ms:.3f} ms per token "
+            f"(p10–p90 {t.baseline.p10_ms:.3f}–{t.baseline.p90_ms:.3f}){floor}"
+        )
     launches = result.launches_of("baseline")
     if launches and launches.launches is not None:
         lines.append(f"- launches per step: {launches.launches}")
@@ -141,7 +171,9 @@ def _report(ctx: ToolContext, options: EvalOptions, result: EvalResult,
     data: dict = {"timings": [t.model_dump() for t in result.timings]}
     if shared is not None:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(shared.measured_at))
-        lines.append(f"(measured once for every run on this device by {shared.holder} at {when}; "
-                     "scores always come from each evaluation's own timing of the baseline beside the candidate)")
+        lines.append(
+            f"(measured once for every run on this device by {shared.holder} at {when}; "
+            "scores always come from each evaluation's own timing of the baseline beside the candidate)"
+        )
         data["shared_from"] = {"holder": shared.holder, "measured_at": shared.measured_at, "lease": shared.lease}
     return ToolOutcome(content="\n".join(lines), data=data)

@@ -2,6 +2,7 @@
 table; or a .py file imported in a fresh process and, when it defines the task's model, run for
 one warm-up step (compile_child.py), with a report of each Triton kernel it compiled and of the
 device code in each library it loaded (kernel_reports.py)."""
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,7 @@ def parse_ptxas(log: str) -> list[dict[str, Any]]:
             name = m.group(1)
             current_props = functions.setdefault((name, arch), _blank(name, arch))
         elif (m := _FRAME.search(line)) and current_props is not None:
-            current_props.update(stack_frame=int(m.group(1)), spill_stores=int(m.group(2)),
-                                 spill_loads=int(m.group(3)))
+            current_props.update(stack_frame=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
         elif (m := _USED.search(line)) and current_entry is not None:
             current_entry["registers"] = int(m.group(1))
             if s := _SMEM.search(line):
@@ -78,8 +78,18 @@ def parse_ptxas(log: str) -> list[dict[str, Any]]:
 
 
 def _blank(name: str, arch: str) -> dict[str, Any]:
-    return {"name": name, "arch": arch, "entry": False, "registers": None, "spill_stores": 0, "spill_loads": 0,
-            "shared_mem": 0, "stack_frame": 0, "constant_mem": 0, "barriers": 0}
+    return {
+        "name": name,
+        "arch": arch,
+        "entry": False,
+        "registers": None,
+        "spill_stores": 0,
+        "spill_loads": 0,
+        "shared_mem": 0,
+        "stack_frame": 0,
+        "constant_mem": 0,
+        "barriers": 0,
+    }
 
 
 def demangle(names: list[str], ctx: ToolContext) -> dict[str, str]:
@@ -103,8 +113,10 @@ def resource_table(kernels: list[dict[str, Any]]) -> str:
         warn = "  <- spills" if k["spill_stores"] or k["spill_loads"] else ""
         regs = "-" if k["registers"] is None else str(k["registers"])
         name = k.get("display_name", k["name"])
-        rows.append(f"{name} | {k['arch']} | {regs} | {spill} | {k['shared_mem']} | {k['stack_frame']} | "
-                    f"{k['constant_mem']}{warn}")
+        rows.append(
+            f"{name} | {k['arch']} | {regs} | {spill} | {k['shared_mem']} | {k['stack_frame']} | "
+            f"{k['constant_mem']}{warn}"
+        )
     return "\n".join(rows)
 
 
@@ -113,21 +125,25 @@ def first_errors(log: str) -> list[str]:
 
 
 class CompileArgs(Args):
-    path: str = Field(description="A .cu file (compiled by nvcc) or a .py file (imported in a fresh process; if it "
-                                  "defines the task's model, one warm-up step is run)")
+    path: str = Field(
+        description="A .cu file (compiled by nvcc) or a .py file (imported in a fresh process; if it "
+        "defines the task's model, one warm-up step is run)"
+    )
     arch: str = Field("sm_90", pattern=r"^(sm|compute)_\d+[a-z]?$", description="GPU architecture for nvcc")
 
 
 class Compile(BaseTool):
     name = "compile"
-    description = ("Compile without timing: a .cu file with nvcc -Xptxas -v; a .py file by importing it in a fresh "
-                   "process and, if it defines the task's model, building it with the reference's weights and "
-                   "running one warm-up step (Triton compiles at a kernel's first launch, load_inline when "
-                   "called). Returns per-kernel registers, spills, shared/stack/constant memory: from ptxas for "
-                   ".cu, from Triton's compiled-kernel metadata for each Triton kernel (with its warps and "
-                   "compile seconds; on a CUDA device), and from cuobjdump -res-usage for the device code of "
-                   "every library the file loaded (load_inline extensions; no flags needed); then compiler "
-                   "warnings and errors.")
+    description = (
+        "Compile without timing: a .cu file with nvcc -Xptxas -v; a .py file by importing it in a fresh "
+        "process and, if it defines the task's model, building it with the reference's weights and "
+        "running one warm-up step (Triton compiles at a kernel's first launch, load_inline when "
+        "called). Returns per-kernel registers, spills, shared/stack/constant memory: from ptxas for "
+        ".cu, from Triton's compiled-kernel metadata for each Triton kernel (with its warps and "
+        "compile seconds; on a CUDA device), and from cuobjdump -res-usage for the device code of "
+        "every library the file loaded (load_inline extensions; no flags needed); then compiler "
+        "warnings and errors."
+    )
     Arguments = CompileArgs
     # Importing a .py file runs its code, in the workspace.
     facts = ToolFacts(changes_files=True)
@@ -142,8 +158,17 @@ class Compile(BaseTool):
             if nvcc is None:
                 raise ToolError("nvcc is not installed (not on PATH): .cu files cannot be compiled here")
             with tempfile.TemporaryDirectory(prefix="kagent-nvcc-") as tmp:
-                argv = [nvcc, "-c", "-o", str(Path(tmp) / "out.o"), f"-arch={args.arch}", "-Xptxas", "-v",
-                        "-lineinfo", str(path)]
+                argv = [
+                    nvcc,
+                    "-c",
+                    "-o",
+                    str(Path(tmp) / "out.o"),
+                    f"-arch={args.arch}",
+                    "-Xptxas",
+                    "-v",
+                    "-lineinfo",
+                    str(path),
+                ]
                 done = run_command(argv, ctx, NVCC_TIMEOUT_S, cwd=path.parent, writable=[Path(tmp)])
             return self._outcome(f"nvcc -arch={args.arch} {shown}", done, ctx, [], {})
         if path.suffix == ".py":
@@ -155,31 +180,52 @@ class Compile(BaseTool):
         options = ctx.eval_options
         with tempfile.TemporaryDirectory(prefix="kagent-compile-") as tmp:
             result = Path(tmp) / "built.json"
-            job = {"task_kind": ctx.task.kind, "task_path": str(ctx.task.path), "solution": str(path),
-                   "scale": options.scale, "device": options.device, "context_len": None,
-                   "cache_dir": str(options.cache_dir) if options.cache_dir else None, "result": str(result)}
+            job = {
+                "task_kind": ctx.task.kind,
+                "task_path": str(ctx.task.path),
+                "solution": str(path),
+                "scale": options.scale,
+                "device": options.device,
+                "context_len": None,
+                "cache_dir": str(options.cache_dir) if options.cache_dir else None,
+                "result": str(result),
+            }
             job_file = Path(tmp) / "job.json"
             job_file.write_text(json.dumps(job))
             files = step_child_files(ctx, tmp)
-            done = run_command([options.python, "-c", _CHILD, str(job_file)], ctx, IMPORT_TIMEOUT_S,
-                               writable=files.writable, show=files.show)
+            done = run_command(
+                [options.python, "-c", _CHILD, str(job_file)],
+                ctx,
+                IMPORT_TIMEOUT_S,
+                writable=files.writable,
+                show=files.show,
+            )
             built = json.loads(result.read_text()) if result.exists() else {}
         what = f"import {shown} in a fresh python"
         if built.get("model_class"):
-            what += (f", then one warm-up step of its {built['model_class']} on {built['device']}"
-                     + (f" (context {built['context_len']})" if built.get("context_len") else ""))
+            what += f", then one warm-up step of its {built['model_class']} on {built['device']}" + (
+                f" (context {built['context_len']})" if built.get("context_len") else ""
+            )
         libraries = [self._device_code(library, ctx) for library in built.get("libraries", [])]
         sections = [*_triton_sections(built), *_library_sections(libraries, ctx)]
-        data = {"triton": built.get("triton", []), "libraries": libraries, "stepped": built.get("stepped", False),
-                "step_seconds": built.get("step_seconds")}
+        data = {
+            "triton": built.get("triton", []),
+            "libraries": libraries,
+            "stepped": built.get("stepped", False),
+            "step_seconds": built.get("step_seconds"),
+        }
         return self._outcome(what, done, ctx, sections, data)
 
     def _device_code(self, library: str, ctx: ToolContext) -> dict[str, Any]:
         """The kernels in ``library``'s device code, by cuobjdump -res-usage."""
         tool = find_cuda_tool("cuobjdump", ctx.command_env().get("PATH"))
         if tool is None:
-            return {"path": library, "kernels": [], "note": "cuobjdump not found (on PATH, in the CUDA toolkit, "
-                    "or from pip install nvidia-cuda-cuobjdump): its device code is not reported"}
+            return {
+                "path": library,
+                "kernels": [],
+                "note": "cuobjdump not found (on PATH, in the CUDA toolkit, "
+                "or from pip install nvidia-cuda-cuobjdump): its device code is not reported",
+            }
         done = run_command([tool, "-res-usage", library], ctx, CUOBJDUMP_TIMEOUT_S)
         kernels = parse_res_usage(done.output)
         names = demangle([k["name"] for k in kernels], ctx)
@@ -187,20 +233,30 @@ class Compile(BaseTool):
             k["display_name"] = names[k["name"]]
         if kernels:
             return {"path": library, "kernels": kernels, "note": ""}
-        why = "no device code" if done.exit_code == 0 or "does not contain device code" in done.output else (
-            f"cuobjdump failed (exit code {done.exit_code}): {done.output.strip()[-300:]}")
+        why = (
+            "no device code"
+            if done.exit_code == 0 or "does not contain device code" in done.output
+            else (f"cuobjdump failed (exit code {done.exit_code}): {done.output.strip()[-300:]}")
+        )
         return {"path": library, "kernels": [], "note": why}
 
-    def _outcome(self, what: str, done: Completed, ctx: ToolContext, sections: list[str],
-                 extra: dict[str, Any]) -> ToolOutcome:
+    def _outcome(
+        self, what: str, done: Completed, ctx: ToolContext, sections: list[str], extra: dict[str, Any]
+    ) -> ToolOutcome:
         kernels = parse_ptxas(done.output)
         names = demangle([k["name"] for k in kernels], ctx)
         for k in kernels:
             k["display_name"] = names[k["name"]]
         ok = not done.timed_out and done.exit_code == 0
         errors = [] if ok else first_errors(done.output)
-        data = {"kernels": kernels, "exit_code": done.exit_code, "timed_out": done.timed_out,
-                "seconds": done.seconds, "errors": errors, **extra}
+        data = {
+            "kernels": kernels,
+            "exit_code": done.exit_code,
+            "timed_out": done.timed_out,
+            "seconds": done.seconds,
+            "errors": errors,
+            **extra,
+        }
         if done.timed_out:
             status = f"{what}: timed out after {done.seconds:.0f} s (process group killed)"
         elif ok:
@@ -215,8 +271,9 @@ class Compile(BaseTool):
         if errors:
             parts.append("first errors:\n" + "\n".join(errors))
         # ptxas's info lines are in the table already; what is left are warnings and errors.
-        log = "\n".join(line for line in done.output.splitlines()
-                        if not (line.startswith("ptxas info") or _FRAME.search(line))).strip()
+        log = "\n".join(
+            line for line in done.output.splitlines() if not (line.startswith("ptxas info") or _FRAME.search(line))
+        ).strip()
         if log:
             parts.append(("full output:\n" if errors else "output:\n") + log)
         return ToolOutcome(content="\n\n".join(parts), is_error=not ok, data=data)
@@ -224,11 +281,15 @@ class Compile(BaseTool):
 
 def _triton_sections(built: dict[str, Any]) -> list[str]:
     if built.get("triton"):
-        return [f"Triton kernels (Triton {built.get('triton_version')}; registers and spills once loaded on the "
-                f"device):\n" + triton_table(built["triton"])]
+        return [
+            f"Triton kernels (Triton {built.get('triton_version')}; registers and spills once loaded on the "
+            f"device):\n" + triton_table(built["triton"])
+        ]
     if built.get("model_class") and not str(built.get("device", "")).startswith("cuda"):
-        return ["no GPU here: the warm-up step ran on the CPU, so no Triton kernel was compiled or launched "
-                "(Triton's registers, spills, shared memory and warps are reported on a CUDA device)"]
+        return [
+            "no GPU here: the warm-up step ran on the CPU, so no Triton kernel was compiled or launched "
+            "(Triton's registers, spills, shared memory and warps are reported on a CUDA device)"
+        ]
     return []
 
 

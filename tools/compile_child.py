@@ -8,6 +8,7 @@ or the build home the process loaded, for the tool to read their device code wit
 The result is written even when the import or the step raises (the traceback goes to
 stderr, which the tool shows).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -104,9 +105,15 @@ def main(job_file: str) -> None:
     job = json.loads(Path(job_file).read_text())
     triton = TritonCompiles() if importlib.util.find_spec("triton") is not None else None
     solution = Path(job["solution"])
-    result: dict[str, Any] = {"device": job["device"], "model_class": None, "stepped": False, "step_seconds": None,
-                              "context_len": None, "triton_installed": triton is not None,
-                              "triton_version": triton.version if triton else None}
+    result: dict[str, Any] = {
+        "device": job["device"],
+        "model_class": None,
+        "stepped": False,
+        "step_seconds": None,
+        "context_len": None,
+        "triton_installed": triton is not None,
+        "triton_version": triton.version if triton else None,
+    }
     on_gpu = job["device"].startswith("cuda")
     try:
         _import_and_step(job, solution, result)

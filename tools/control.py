@@ -1,6 +1,7 @@
 """Tools that steer the loop itself: record a design before a change, go back to an earlier
 attempt, finish. They act through the loop's handle in their context (ToolContext.loop), and
 say in their result's data what they changed, so that a resumed run rebuilds it from the trace."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -13,22 +14,30 @@ from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileEffect, Restore, To
 class DesignArgs(Args):
     hypothesis: str = Field(description="What you will change and why it should help")
     predicted: str = Field(description="The predicted effect, with numbers")
-    draft: bool = Field(False, description="True while you build something that fails checks before it works (a "
-                                           "large kernel written and fixed in parts): until your next design, an "
-                                           "attempt that fails or regresses stays in place as a draft instead of "
-                                           "being reverted to the best. The best stays safe and is what the run "
-                                           "delivers; revert(attempt=N) goes back to any attempt.")
-    why_last: Optional[str] = Field(None, max_length=400,
-                                    description="One line: why your last attempt came out as it did (faster, "
-                                                "slower, wrong) against what you predicted. It joins that attempt "
-                                                "in the ledger.")
+    draft: bool = Field(
+        False,
+        description="True while you build something that fails checks before it works (a "
+        "large kernel written and fixed in parts): until your next design, an "
+        "attempt that fails or regresses stays in place as a draft instead of "
+        "being reverted to the best. The best stays safe and is what the run "
+        "delivers; revert(attempt=N) goes back to any attempt.",
+    )
+    why_last: Optional[str] = Field(
+        None,
+        max_length=400,
+        description="One line: why your last attempt came out as it did (faster, "
+        "slower, wrong) against what you predicted. It joins that attempt "
+        "in the ledger.",
+    )
 
 
 class Design(BaseTool):
     name = "design"
-    description = ("Record a hypothesis and its predicted effect before a change; the next attempt carries it in "
-                   "the ledger. Say in why_last why the last attempt came out as it did; set draft=true while a "
-                   "large change is built through failing attempts.")
+    description = (
+        "Record a hypothesis and its predicted effect before a change; the next attempt carries it in "
+        "the ledger. Say in why_last why the last attempt came out as it did; set draft=true while a "
+        "large change is built through failing attempts."
+    )
     Arguments = DesignArgs
     facts = ToolFacts(needs_loop=True)
 
@@ -36,8 +45,10 @@ class Design(BaseTool):
         explained = ctx.control().record_design(args.hypothesis, args.predicted, args.draft, args.why_last)
         content = "Recorded. The next check or benchmark attempt carries this design in the ledger."
         if args.draft:
-            content += (" Draft: until your next design, attempts that fail or regress stay in place; the best "
-                        "attempt stays safe and is what the run delivers.")
+            content += (
+                " Draft: until your next design, attempts that fail or regress stay in place; the best "
+                "attempt stays safe and is what the run delivers."
+            )
         data: dict = {"design": {"hypothesis": args.hypothesis, "predicted": args.predicted, "draft": args.draft}}
         if explained is not None:
             data["why"] = {"attempt": explained, "text": args.why_last}
@@ -65,8 +76,10 @@ class Revert(BaseTool):
 
     def execute(self, args: RevertArgs, ctx: ToolContext) -> ToolOutcome:
         number, changed = ctx.control().revert_to(args.attempt)
-        return ToolOutcome(content=f"The workspace is back at attempt {number}; changed: "
-                                   f"{', '.join(changed) or 'nothing'}.", data={"attempt": number})
+        return ToolOutcome(
+            content=f"The workspace is back at attempt {number}; changed: {', '.join(changed) or 'nothing'}.",
+            data={"attempt": number},
+        )
 
 
 class FinishArgs(Args):
@@ -83,5 +96,7 @@ class Finish(BaseTool):
         remains = ctx.control().finish(args.summary)
         if remains is not None:
             return ToolOutcome(content=remains, data={"finish_answered": args.summary})
-        return ToolOutcome(content="Finishing: kagent re-verifies the best attempt and makes it the final solution.",
-                           data={"finished": args.summary})
+        return ToolOutcome(
+            content="Finishing: kagent re-verifies the best attempt and makes it the final solution.",
+            data={"finished": args.summary},
+        )

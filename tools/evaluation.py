@@ -3,6 +3,7 @@ timing against the baseline) and profile (torch.profiler per op/kernel, ncu when
 
 A failing verdict is a measurement, not a tool error: the model reads it and fixes its code.
 """
+
 from __future__ import annotations
 
 import csv
@@ -45,16 +46,21 @@ def _solution(ctx: ToolContext) -> Path:
 # -- check and benchmark ------------------------------------------------------------------
 def _evaluate(ctx: ToolContext, mode: str, contexts: Optional[list[int]]) -> ToolOutcome:
     solution = _solution(ctx)
-    options = ctx.eval_options.model_copy(update={
-        "mode": mode,
-        "timeout_s": ctx.timeout(ctx.eval_options.timeout_s),
-        "contexts": contexts or ctx.eval_options.contexts,
-    })
+    options = ctx.eval_options.model_copy(
+        update={
+            "mode": mode,
+            "timeout_s": ctx.timeout(ctx.eval_options.timeout_s),
+            "contexts": contexts or ctx.eval_options.contexts,
+        }
+    )
     try:
         result = evaluate(ctx.task, solution, options, progress=ctx.progress)
     except KagentError as err:
-        return ToolOutcome(content=f"{mode} could not run: {err.message}" + (f" ({err.hint})" if err.hint else ""),
-                           is_error=True, data={"mode": mode})
+        return ToolOutcome(
+            content=f"{mode} could not run: {err.message}" + (f" ({err.hint})" if err.hint else ""),
+            is_error=True,
+            data={"mode": mode},
+        )
     data = {"mode": mode, "verdict": result.verdict.value, "score": result.score}
     return ToolOutcome(content=summarize(result), data=data, evaluation=result)
 
@@ -74,13 +80,17 @@ def summarize(result: EvalResult) -> str:
         noise = ", within noise" if t.within_noise else ""
         precision = t.candidate.median_half_width
         measured = f" (±{precision:.1%})" if precision is not None else ""
-        lines.append(f"{t.label}: baseline {t.baseline.median_ms:.4g} ms/token, solution {t.candidate.median_ms:.4g} "
-                     f"ms/token{measured} → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
-                     f"{t.tokens_per_s:.0f} tok/s{fraction}")
+        lines.append(
+            f"{t.label}: baseline {t.baseline.median_ms:.4g} ms/token, solution {t.candidate.median_ms:.4g} "
+            f"ms/token{measured} → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
+            f"{t.tokens_per_s:.0f} tok/s{fraction}"
+        )
         if t.candidate_host_overhead_ms is not None:
-            lines.append(f"{t.label}: one step on its own (synchronized around) takes "
-                         f"{t.candidate_isolated_ms:.4g} ms: host overhead {t.candidate_host_overhead_ms:.3g} ms over "
-                         "the steady time")
+            lines.append(
+                f"{t.label}: one step on its own (synchronized around) takes "
+                f"{t.candidate_isolated_ms:.4g} ms: host overhead {t.candidate_host_overhead_ms:.3g} ms over "
+                "the steady time"
+            )
     reports = [r for r in (result.launches_of("baseline"), result.launches_of("candidate")) if r is not None]
     if reports and all(r.launches is None for r in reports):
         lines.append(f"launches per step: not counted ({reports[0].note or 'no count'})")
@@ -98,8 +108,9 @@ def _launch_line(report: LaunchReport) -> str:
     if report.launches is None:
         return f"{label}: not counted"
     single = "single launch" if report.single_launch else "not a single launch"
-    extra = "".join([", CUDA graph replay" if report.cuda_graph_replay else "",
-                     ", torch.compile" if report.torch_compile else ""])
+    extra = "".join(
+        [", CUDA graph replay" if report.cuda_graph_replay else "", ", torch.compile" if report.torch_compile else ""]
+    )
     return f"{label}: {report.launches} ({single}{extra})"
 
 
@@ -113,8 +124,10 @@ class CheckArgs(Args):
 
 class Check(BaseTool):
     name = "check"
-    description = ("Check the workspace's solution for correctness against the reference (no timing): fixed "
-                   "and secret seeds, in-place overwrite, a chain of steps. Returns the verdict and why.")
+    description = (
+        "Check the workspace's solution for correctness against the reference (no timing): fixed "
+        "and secret seeds, in-place overwrite, a chain of steps. Returns the verdict and why."
+    )
     Arguments = CheckArgs
     # Its attempt is a commit of the workspace.
     facts = ToolFacts(changes_files=True, records_attempt=True)
@@ -124,15 +137,18 @@ class Check(BaseTool):
 
 
 class BenchmarkArgs(Args):
-    contexts: Optional[list[int]] = Field(None, min_length=1,
-                                          description="Context lengths to time (default: all of the scale)")
+    contexts: Optional[list[int]] = Field(
+        None, min_length=1, description="Context lengths to time (default: all of the scale)"
+    )
 
 
 class Benchmark(BaseTool):
     name = "benchmark"
-    description = ("Check, then time the workspace's solution against the baseline: per context ms/token, "
-                   "speedup with a 95% interval, tokens/s, fraction of the memory-bandwidth floor, launches "
-                   "per step, and the score (geomean speedup).")
+    description = (
+        "Check, then time the workspace's solution against the baseline: per context ms/token, "
+        "speedup with a 95% interval, tokens/s, fraction of the memory-bandwidth floor, launches "
+        "per step, and the score (geomean speedup)."
+    )
     Arguments = BenchmarkArgs
     facts = ToolFacts(changes_files=True, records_attempt=True, scores_attempt=True)
 
@@ -152,9 +168,11 @@ class ProfileArgs(Args):
 
 class Profile(BaseTool):
     name = "profile"
-    description = ("Run the workspace's solution for a few steps under torch.profiler and return the top ops and "
-                   "kernels by self device time (CPU time on the CPU); on CUDA with Nsight Compute installed, "
-                   "also SM and DRAM throughput and duration of the top kernels. Does not check correctness.")
+    description = (
+        "Run the workspace's solution for a few steps under torch.profiler and return the top ops and "
+        "kernels by self device time (CPU time on the CPU); on CUDA with Nsight Compute installed, "
+        "also SM and DRAM throughput and duration of the top kernels. Does not check correctness."
+    )
     Arguments = ProfileArgs
     # It runs the solution's code, in the workspace.
     facts = ToolFacts(changes_files=True)
@@ -162,16 +180,26 @@ class Profile(BaseTool):
     def execute(self, args: ProfileArgs, ctx: ToolContext) -> ToolOutcome:
         solution = _solution(ctx)
         options = ctx.eval_options
-        job = {"task_kind": ctx.task.kind, "task_path": str(ctx.task.path), "solution": str(solution),
-               "scale": options.scale, "device": options.device, "steps": args.steps,
-               "context_len": args.context_len,
-               "cache_dir": str(options.cache_dir) if options.cache_dir else None}
+        job = {
+            "task_kind": ctx.task.kind,
+            "task_path": str(ctx.task.path),
+            "solution": str(solution),
+            "scale": options.scale,
+            "device": options.device,
+            "steps": args.steps,
+            "context_len": args.context_len,
+            "cache_dir": str(options.cache_dir) if options.cache_dir else None,
+        }
         cuda = options.device.startswith("cuda")
         with tempfile.TemporaryDirectory(prefix="kagent-profile-") as tmp:
             result = self._child(ctx, {**job, "mode": "torch", "result": str(Path(tmp) / "ops.json")}, tmp)
             parts = [_ops_table(result, cuda)]
-            data: dict[str, Any] = {"ops": result["ops"], "device": options.device, "steps": args.steps,
-                                    "context_len": result["context_len"]}
+            data: dict[str, Any] = {
+                "ops": result["ops"],
+                "device": options.device,
+                "steps": args.steps,
+                "context_len": result["context_len"],
+            }
             ncu = shutil.which("ncu", path=ctx.command_env().get("PATH"))
             if not args.ncu:
                 parts.append("Nsight Compute: not asked for")
@@ -180,8 +208,9 @@ class Profile(BaseTool):
             elif not cuda:
                 parts.append("Nsight Compute: needs a CUDA device; this run profiles on the CPU")
             else:
-                kernels, note = self._ncu(ctx, ncu, {**job, "mode": "ncu", "steps": 1,
-                                                     "result": str(Path(tmp) / "ncu.json")}, tmp)
+                kernels, note = self._ncu(
+                    ctx, ncu, {**job, "mode": "ncu", "steps": 1, "result": str(Path(tmp) / "ncu.json")}, tmp
+                )
                 data["ncu"] = kernels
                 parts.append(note or _ncu_table(kernels))
         return ToolOutcome(content="\n\n".join(parts), data=data)
@@ -191,8 +220,13 @@ class Profile(BaseTool):
         job_file.write_text(json.dumps(job))
         files = step_child_files(ctx, tmp)
         with exclusive_here(ctx.eval_options.device, "profile"):  # the device alone (a sweep's lease)
-            done = run_command([ctx.eval_options.python, "-c", _CHILD, str(job_file)], ctx, PROFILE_TIMEOUT_S,
-                               writable=files.writable, show=files.show)
+            done = run_command(
+                [ctx.eval_options.python, "-c", _CHILD, str(job_file)],
+                ctx,
+                PROFILE_TIMEOUT_S,
+                writable=files.writable,
+                show=files.show,
+            )
         result_file = Path(job["result"])
         if done.timed_out:
             raise ToolError(f"profiling timed out after {done.seconds:.0f} s (process group killed)\n{done.output}")
@@ -207,9 +241,22 @@ class Profile(BaseTool):
         # The report goes to a file: on stdout it is capped like any command's output, and 300
         # launches of 3 metrics each would lose their middle.
         report = Path(tmp) / "ncu.csv"
-        argv = [ncu, "--profile-from-start", "off", "--csv", "--launch-count", str(NCU_MAX_LAUNCHES),
-                "--metrics", ",".join(NCU_METRICS), "--log-file", str(report), ctx.eval_options.python, "-c",
-                _CHILD, str(job_file)]
+        argv = [
+            ncu,
+            "--profile-from-start",
+            "off",
+            "--csv",
+            "--launch-count",
+            str(NCU_MAX_LAUNCHES),
+            "--metrics",
+            ",".join(NCU_METRICS),
+            "--log-file",
+            str(report),
+            ctx.eval_options.python,
+            "-c",
+            _CHILD,
+            str(job_file),
+        ]
         files = step_child_files(ctx, tmp)
         with exclusive_here(ctx.eval_options.device, "profile (ncu)"):  # the device alone (a sweep's lease)
             done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=files.writable, show=files.show)
@@ -241,8 +288,10 @@ def _ops_table(result: dict, cuda: bool) -> str:
     ops = sorted(result["ops"], key=lambda op: op[key], reverse=True)[:TOP_OPS]
     steps = result["steps"]
     total = sum(op[key] for op in result["ops"])
-    head = (f"profile of the solution on {result['device']}, {result['scale']} scale, context {result['context_len']}, "
-            f"{steps} steps after 1 warm-up; top {len(ops)} by self {'device' if cuda else 'CPU'} time")
+    head = (
+        f"profile of the solution on {result['device']}, {result['scale']} scale, context {result['context_len']}, "
+        f"{steps} steps after 1 warm-up; top {len(ops)} by self {'device' if cuda else 'CPU'} time"
+    )
     # On the CPU there is no device time: its column would be all zeros.
     rows = ["self CPU ms | self device ms | calls | % | op" if cuda else "self CPU ms | calls | % | op"]
     for op in ops:
@@ -257,8 +306,9 @@ def _ops_table(result: dict, cuda: bool) -> str:
 def _ncu_table(kernels: list[dict]) -> str:
     rows = ["Nsight Compute, one step: kernel | launches | total µs | SM % | DRAM %"]
     for k in kernels:
-        rows.append(f"{k['name'][:120]} | {k['launches']} | {k['duration_us']:.1f} | {k['sm_pct']:.1f} | "
-                    f"{k['dram_pct']:.1f}")
+        rows.append(
+            f"{k['name'][:120]} | {k['launches']} | {k['duration_us']:.1f} | {k['sm_pct']:.1f} | {k['dram_pct']:.1f}"
+        )
     return "\n".join(rows)
 
 
@@ -287,9 +337,16 @@ def parse_ncu_csv(output: str) -> list[dict]:
             k["duration_us"] += value
         else:
             k["sm" if field == "sm_pct" else "dram"].append(value)
-    kernels = [{"name": k["name"], "launches": len(k["ids"]), "duration_us": k["duration_us"],
-                "sm_pct": sum(k["sm"]) / len(k["sm"]) if k["sm"] else 0.0,
-                "dram_pct": sum(k["dram"]) / len(k["dram"]) if k["dram"] else 0.0} for k in per_kernel.values()]
+    kernels = [
+        {
+            "name": k["name"],
+            "launches": len(k["ids"]),
+            "duration_us": k["duration_us"],
+            "sm_pct": sum(k["sm"]) / len(k["sm"]) if k["sm"] else 0.0,
+            "dram_pct": sum(k["dram"]) / len(k["dram"]) if k["dram"] else 0.0,
+        }
+        for k in per_kernel.values()
+    ]
     return sorted(kernels, key=lambda k: k["duration_us"], reverse=True)
 
 
@@ -319,12 +376,27 @@ def profile_child(job_file: str) -> None:
             for _ in range(job["steps"]):
                 step()
             _sync(device)
-    ops = [{"name": e.key, "calls": e.count, "self_cpu_us": float(e.self_cpu_time_total),
+    ops = [
+        {
+            "name": e.key,
+            "calls": e.count,
+            "self_cpu_us": float(e.self_cpu_time_total),
             # Renamed from self_cuda_time_total in newer torch.
-            "self_device_us": float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)))}
-           for e in prof.key_averages()]
-    Path(job["result"]).write_text(json.dumps({"ops": ops, "steps": job["steps"], "device": str(device),
-                                               "scale": job["scale"], "context_len": context_len}))
+            "self_device_us": float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))),
+        }
+        for e in prof.key_averages()
+    ]
+    Path(job["result"]).write_text(
+        json.dumps(
+            {
+                "ops": ops,
+                "steps": job["steps"],
+                "device": str(device),
+                "scale": job["scale"],
+                "context_len": context_len,
+            }
+        )
+    )
 
 
 def _sync(device: Any) -> None:
@@ -348,10 +420,16 @@ def build_solution(job: dict, device: Any, module: Optional[ModuleType] = None) 
         task_file = Path(job["task_path"])
         problem = load_module(building.KERNELBENCH_MODULE, task_file)
         init = list(problem.get_init_inputs())
-        reference = building.build(building.kernelbench_spec("reference", task_file, None), init, device,
-                                   module=problem)
-        model = building.build(building.kernelbench_spec("solution", task_file, solution), init, device,
-                               reference.state_dict(), module=module)
+        reference = building.build(
+            building.kernelbench_spec("reference", task_file, None), init, device, module=problem
+        )
+        model = building.build(
+            building.kernelbench_spec("solution", task_file, solution),
+            init,
+            device,
+            reference.state_dict(),
+            module=module,
+        )
         inputs = building.kernelbench_inputs(problem, 0, device)  # the timing seed's inputs
         return model, (lambda: model(*inputs)), None
     task = Task(Path(job["task_path"]), job["scale"], device)
@@ -360,8 +438,13 @@ def build_solution(job: dict, device: Any, module: Optional[ModuleType] = None) 
     # with it (only evaluations fill the cache).
     cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
     reference, _ = build_reference(task, cache)
-    model = building.build(building.mega_spec("solution", task.dir, solution, task.has_baseline), [task.cfg], device,
-                           reference.state_dict(), module=module)
+    model = building.build(
+        building.mega_spec("solution", task.dir, solution, task.has_baseline),
+        [task.cfg],
+        device,
+        reference.state_dict(),
+        module=module,
+    )
     context_len = job["context_len"] or task.shapes[0]["context_len"]
     seed = task.timing_seed
     carried = {"hidden": task.init_token(seed), "state": task.init_state(context_len, seed)}

@@ -1,4 +1,5 @@
 """Reading, listing, writing and editing files of the workspace."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,18 @@ from kagent.tools.base import (
 )
 
 # Folders a listing skips: history, caches and build products are noise to the model.
-SKIPPED_DIRS = {".git", "__pycache__", "build", "dist", ".ipynb_checkpoints", ".pytest_cache",
-                "torch_extensions", ".triton", "node_modules", ".venv"}
+SKIPPED_DIRS = {
+    ".git",
+    "__pycache__",
+    "build",
+    "dist",
+    ".ipynb_checkpoints",
+    ".pytest_cache",
+    "torch_extensions",
+    ".triton",
+    "node_modules",
+    ".venv",
+}
 MAX_LIST_ENTRIES = 500
 # Past this a file is read in slices by the shell (head, sed -n), not loaded whole.
 MAX_READ_BYTES = 16 << 20
@@ -87,9 +98,11 @@ def line_page(lines: list[str], first: int, max_lines: int, budget: int) -> tupl
 
 class ReadFile(BaseTool):
     name = "read_file"
-    description = ("Read a text file of the workspace, with line numbers, in pages of whole lines (as many as "
-                   "fit the output cap, up to max_lines). Each page ends by saying which offset_line reads on. "
-                   "The task's files are under task/.")
+    description = (
+        "Read a text file of the workspace, with line numbers, in pages of whole lines (as many as "
+        "fit the output cap, up to max_lines). Each page ends by saying which offset_line reads on. "
+        "The task's files are under task/."
+    )
     Arguments = ReadFileArgs
 
     def execute(self, args: ReadFileArgs, ctx: ToolContext) -> ToolOutcome:
@@ -103,14 +116,20 @@ class ReadFile(BaseTool):
         body = "\n".join(rows)
         note = ""
         if end < len(lines):
-            why = ("that line is longer than the output cap; look at it with the shell (cut -c)" if cut else
-                   "the page was full" if len(rows) < args.max_lines else f"max_lines={args.max_lines}")
-            note = (f"\n[lines {args.offset_line}–{end} of {len(lines)} ({why}); read on with "
-                    f"offset_line={end + 1}]")
+            why = (
+                "that line is longer than the output cap; look at it with the shell (cut -c)"
+                if cut
+                else "the page was full"
+                if len(rows) < args.max_lines
+                else f"max_lines={args.max_lines}"
+            )
+            note = f"\n[lines {args.offset_line}–{end} of {len(lines)} ({why}); read on with offset_line={end + 1}]"
         elif cut:
             note = "\n[the last line is longer than the output cap; look at it with the shell (cut -c)]"
-        return ToolOutcome(content=(body or f"{shown} is empty") + note,
-                           data={"path": shown, "lines": len(lines), "first": args.offset_line, "last": end})
+        return ToolOutcome(
+            content=(body or f"{shown} is empty") + note,
+            data={"path": shown, "lines": len(lines), "first": args.offset_line, "last": end},
+        )
 
 
 class ListFilesArgs(Args):
@@ -128,8 +147,9 @@ def _size(n: float) -> str:
 
 class ListFiles(BaseTool):
     name = "list_files"
-    description = ("List the files of a workspace folder as a tree with sizes (skips .git, __pycache__ "
-                   "and build folders).")
+    description = (
+        "List the files of a workspace folder as a tree with sizes (skips .git, __pycache__ and build folders)."
+    )
     Arguments = ListFilesArgs
 
     def execute(self, args: ListFilesArgs, ctx: ToolContext) -> ToolOutcome:
@@ -172,14 +192,19 @@ class ListFiles(BaseTool):
 class WriteFileArgs(Args):
     path: str = Field(description="File path, relative to the workspace (not under task/)")
     content: str = Field(description="The whole new content of the file, or the part to append")
-    append: bool = Field(False, description="Add content at the end of the file instead of replacing it: "
-                                            "how a file too large for one answer is written, in parts")
+    append: bool = Field(
+        False,
+        description="Add content at the end of the file instead of replacing it: "
+        "how a file too large for one answer is written, in parts",
+    )
 
 
 class WriteFile(BaseTool):
     name = "write_file"
-    description = ("Create or overwrite a file of the workspace (parent folders are created), or with append=true "
-                   "add to its end: write a large file in parts, one call each.")
+    description = (
+        "Create or overwrite a file of the workspace (parent folders are created), or with append=true "
+        "add to its end: write a large file in parts, one call each."
+    )
     Arguments = WriteFileArgs
     facts = ToolFacts(changes_files=True)
 
@@ -189,8 +214,12 @@ class WriteFile(BaseTool):
         except ValidationError:
             return UNTOUCHED  # such a call fails, changing nothing
         if given.append:  # the rest of the file is as it was: known only if it was known before
-            return Rewrite(given.path, after=lambda before: None if before is None else before + given.content,
-                           note=f" (appending {_line_count(given.content):,} lines)", excerpt=("", given.content))
+            return Rewrite(
+                given.path,
+                after=lambda before: None if before is None else before + given.content,
+                note=f" (appending {_line_count(given.content):,} lines)",
+                excerpt=("", given.content),
+            )
         return Rewrite(given.path, after=lambda _before: given.content, note=f" ({_line_count(given.content):,} lines)")
 
     def execute(self, args: WriteFileArgs, ctx: ToolContext) -> ToolOutcome:
@@ -204,9 +233,15 @@ class WriteFile(BaseTool):
         lines = _line_count(text)
         verb = "appended to" if args.append and existed else "overwrote" if existed else "created"
         added = f"{len(args.content.encode())} bytes added; now " if args.append and existed else ""
-        return ToolOutcome(content=f"{verb} {shown} ({added}{lines} lines, {len(text.encode())} bytes)",
-                           data={"path": shown, "created": not existed, "bytes": len(text.encode()),
-                                 "appended": bool(args.append and existed)})
+        return ToolOutcome(
+            content=f"{verb} {shown} ({added}{lines} lines, {len(text.encode())} bytes)",
+            data={
+                "path": shown,
+                "created": not existed,
+                "bytes": len(text.encode()),
+                "appended": bool(args.append and existed),
+            },
+        )
 
 
 class EditFileArgs(Args):
@@ -218,8 +253,10 @@ class EditFileArgs(Args):
 
 class EditFile(BaseTool):
     name = "edit_file"
-    description = ("Replace an exact string in a file. Fails, changing nothing, unless `old` occurs exactly "
-                   "expect_count times: include enough surrounding lines to make it unique.")
+    description = (
+        "Replace an exact string in a file. Fails, changing nothing, unless `old` occurs exactly "
+        "expect_count times: include enough surrounding lines to make it unique."
+    )
     Arguments = EditFileArgs
     facts = ToolFacts(changes_files=True)
 
@@ -244,12 +281,17 @@ class EditFile(BaseTool):
         found = text.count(args.old)
         if found != args.expect_count:
             if found == 0:
-                raise ToolError(f"`old` does not occur in {shown}; nothing changed (read the file again: "
-                                "whitespace and indentation must match exactly)")
-            raise ToolError(f"`old` occurs {found} times in {shown}, expected {args.expect_count}; nothing "
-                            "changed (add surrounding lines to make it unique, or set expect_count)")
+                raise ToolError(
+                    f"`old` does not occur in {shown}; nothing changed (read the file again: "
+                    "whitespace and indentation must match exactly)"
+                )
+            raise ToolError(
+                f"`old` occurs {found} times in {shown}, expected {args.expect_count}; nothing "
+                "changed (add surrounding lines to make it unique, or set expect_count)"
+            )
         _write_text(path, shown, text.replace(args.old, args.new))
-        line = text[:text.index(args.old)].count("\n") + 1
-        return ToolOutcome(content=f"replaced {found} occurrence{'s' if found > 1 else ''} in {shown} "
-                                   f"(first at line {line})",
-                           data={"path": shown, "replacements": found, "first_line": line})
+        line = text[: text.index(args.old)].count("\n") + 1
+        return ToolOutcome(
+            content=f"replaced {found} occurrence{'s' if found > 1 else ''} in {shown} (first at line {line})",
+            data={"path": shown, "replacements": found, "first_line": line},
+        )

@@ -13,6 +13,7 @@ It saves them (a dict of CPU tensors, torch.save) in the workspace and shows a s
 a file of the solution's own values under the same names, it compares each (cosine, largest
 difference) and names the first that differs.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -112,6 +113,7 @@ class Recorder:
             out = function(*args, **kwargs)
             self.keep_output(call, out)
             return out
+
         return recorded
 
     def __enter__(self) -> Recorder:
@@ -123,14 +125,20 @@ class Recorder:
                 call = self._name(prefix)
                 self.keep_inputs(call, inputs)
                 self.keep_output(call, output)
+
             self._handles.append(module.register_forward_hook(hook))
             for cls in type(module).__mro__:
                 if cls.__module__ != own:
                     continue  # torch's own classes: their methods are not the task's math
                 for attr, value in vars(cls).items():
                     function = value.__func__ if isinstance(value, staticmethod) else value
-                    if attr.startswith("_") or attr in _NOT_RECORDED or not callable(function) \
-                            or isinstance(value, (type, property, classmethod)) or attr in vars(module):
+                    if (
+                        attr.startswith("_")
+                        or attr in _NOT_RECORDED
+                        or not callable(function)
+                        or isinstance(value, (type, property, classmethod))
+                        or attr in vars(module)
+                    ):
                         continue
                     bound = getattr(module, attr)
                     setattr(module, attr, self._wrap(f"{prefix}.{attr}", bound))
@@ -149,9 +157,16 @@ def summary_rows(values: dict[str, Any], too_large: dict[str, dict]) -> list[dic
     rows = []
     for name, tensor in values.items():
         flat = tensor.reshape(-1)
-        rows.append({"name": name, "shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
-                     "norm": float(tensor.double().norm()) if tensor.numel() else 0.0,
-                     "first": [round(float(v), 5) for v in flat[:3]], "saved": True})
+        rows.append(
+            {
+                "name": name,
+                "shape": list(tensor.shape),
+                "dtype": str(tensor.dtype).removeprefix("torch."),
+                "norm": float(tensor.double().norm()) if tensor.numel() else 0.0,
+                "first": [round(float(v), 5) for v in flat[:3]],
+                "saved": True,
+            }
+        )
     rows += [{"name": name, **info, "first": [], "saved": False} for name, info in too_large.items()]
     return rows
 
@@ -166,20 +181,41 @@ def compare_values(reference: dict[str, Any], mine: dict[str, Any]) -> dict:
             continue
         got = mine[name]
         if not isinstance(got, torch.Tensor) or got.numel() != ref.numel():
-            rows.append({"name": name, "cosine": None, "max_diff": None,
-                         "note": f"shape {list(getattr(got, 'shape', []))} against {list(ref.shape)}"})
+            rows.append(
+                {
+                    "name": name,
+                    "cosine": None,
+                    "max_diff": None,
+                    "note": f"shape {list(getattr(got, 'shape', []))} against {list(ref.shape)}",
+                }
+            )
             continue
         a, b = ref.reshape(-1).double(), got.reshape(-1).double().cpu()
         if not ref.dtype.is_floating_point:
-            rows.append({"name": name, "cosine": 1.0 if torch.equal(a, b) else 0.0,
-                         "max_diff": float((a - b).abs().max()) if a.numel() else 0.0, "note": "integers"})
+            rows.append(
+                {
+                    "name": name,
+                    "cosine": 1.0 if torch.equal(a, b) else 0.0,
+                    "max_diff": float((a - b).abs().max()) if a.numel() else 0.0,
+                    "note": "integers",
+                }
+            )
             continue
         denominator = a.norm() * b.norm()
         cosine = float(a @ b / denominator) if denominator > 0 else (1.0 if torch.equal(a, b) else 0.0)
-        rows.append({"name": name, "cosine": cosine, "max_diff": float((a - b).abs().max()) if a.numel() else 0.0,
-                     "note": "" if torch.isfinite(b).all() else "non-finite values"})
-    return {"rows": rows, "only_mine": [n for n in mine if n not in reference],
-            "missing": sum(1 for n in reference if n not in mine)}
+        rows.append(
+            {
+                "name": name,
+                "cosine": cosine,
+                "max_diff": float((a - b).abs().max()) if a.numel() else 0.0,
+                "note": "" if torch.isfinite(b).all() else "non-finite values",
+            }
+        )
+    return {
+        "rows": rows,
+        "only_mine": [n for n in mine if n not in reference],
+        "missing": sum(1 for n in reference if n not in mine),
+    }
 
 
 def dump_child(job_file: str) -> None:
@@ -219,8 +255,12 @@ def dump_child(job_file: str) -> None:
     save_path = Path(job["save_as"])
     save_path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(recorder.values, save_path)
-    result: dict[str, Any] = {"context_len": context_len, "seed": job["seed"], "device": str(device),
-                              "rows": summary_rows(recorder.values, recorder.too_large)}
+    result: dict[str, Any] = {
+        "context_len": context_len,
+        "seed": job["seed"],
+        "device": str(device),
+        "rows": summary_rows(recorder.values, recorder.too_large),
+    }
     if job["compare"]:
         mine = torch.load(job["compare"], map_location="cpu", weights_only=True)
         if not isinstance(mine, dict):
@@ -238,9 +278,11 @@ def _selected(rows: list[dict], names: Optional[str]) -> list[dict]:
 def dump_table(result: dict, names: Optional[str], saved_as: str) -> str:
     rows = _selected(result["rows"], names)
     where = f"context {result['context_len']}, " if result.get("context_len") else ""
-    lines = [f"the reference's intermediates for seed {result['seed']} ({where}{result['device']}): "
-             f"{len(result['rows'])} values, saved to {saved_as} (torch.load gives a dict of CPU tensors by name)"
-             + (f"; {len(rows)} match {names!r}" if names else "")]
+    lines = [
+        f"the reference's intermediates for seed {result['seed']} ({where}{result['device']}): "
+        f"{len(result['rows'])} values, saved to {saved_as} (torch.load gives a dict of CPU tensors by name)"
+        + (f"; {len(rows)} match {names!r}" if names else "")
+    ]
     comparison = result.get("comparison")
     if comparison is None:
         lines.append("name | shape | dtype | norm | first values")
@@ -251,11 +293,14 @@ def dump_table(result: dict, names: Optional[str], saved_as: str) -> str:
         compared = {c["name"]: c for c in comparison["rows"]}
         shown = [r for r in rows if r["name"] in compared]
         differing = [c for c in comparison["rows"] if c["cosine"] is None or c["cosine"] < DIFFERS_BELOW]
-        lines.append(f"compared {len(compared)} values by name; {comparison['missing']} of the reference's are not in "
-                     f"your file" + (f"; yours only: {', '.join(comparison['only_mine'][:8])}"
-                                     if comparison["only_mine"] else ""))
-        lines.append(f"first that differs (cosine below {DIFFERS_BELOW}): "
-                     + (differing[0]["name"] if differing else "none"))
+        lines.append(
+            f"compared {len(compared)} values by name; {comparison['missing']} of the reference's are not in "
+            f"your file"
+            + (f"; yours only: {', '.join(comparison['only_mine'][:8])}" if comparison["only_mine"] else "")
+        )
+        lines.append(
+            f"first that differs (cosine below {DIFFERS_BELOW}): " + (differing[0]["name"] if differing else "none")
+        )
         lines.append("name | shape | cosine | largest difference | note")
         for r in shown[:MAX_ROWS]:
             c = compared[r["name"]]
@@ -272,23 +317,34 @@ def dump_table(result: dict, names: Optional[str], saved_as: str) -> str:
 class ReferenceDumpArgs(Args):
     context_len: Optional[int] = Field(None, ge=1, description="Context length (default: the scale's first)")
     seed: int = Field(0, ge=0, description="The seed of the inputs (the task's init_state and init_token)")
-    salient: bool = Field(False, description="From the task's salient state (where every part of the step "
-                                             "shows in the output), as the harness also checks")
-    names: Optional[str] = Field(None, description="Show only the names matching this pattern, e.g. "
-                                                   "'blocks.3.attn.*' (all are saved)")
-    save_as: str = Field(DEFAULT_DUMP, description="Where in the workspace to save the values (build/ is kept "
-                                                   "out of the attempts' history)")
-    compare: Optional[str] = Field(None, description="A .pt file in the workspace holding a dict of your "
-                                                     "solution's values under the same names: each is compared")
+    salient: bool = Field(
+        False,
+        description="From the task's salient state (where every part of the step "
+        "shows in the output), as the harness also checks",
+    )
+    names: Optional[str] = Field(
+        None, description="Show only the names matching this pattern, e.g. 'blocks.3.attn.*' (all are saved)"
+    )
+    save_as: str = Field(
+        DEFAULT_DUMP,
+        description="Where in the workspace to save the values (build/ is kept out of the attempts' history)",
+    )
+    compare: Optional[str] = Field(
+        None,
+        description="A .pt file in the workspace holding a dict of your "
+        "solution's values under the same names: each is compared",
+    )
 
 
 class ReferenceDump(BaseTool):
     name = "reference_dump"
-    description = ("Run one step of the task's reference from a seed and record every intermediate value, layer "
-                   "by layer and stage by stage (each projection's input and output, each method of the "
-                   "reference's classes); save them as a dict of tensors and show a summary, or compare them with "
-                   "a file of your solution's values under the same names (cosine, largest difference, the first "
-                   "that differs).")
+    description = (
+        "Run one step of the task's reference from a seed and record every intermediate value, layer "
+        "by layer and stage by stage (each projection's input and output, each method of the "
+        "reference's classes); save them as a dict of tensors and show a summary, or compare them with "
+        "a file of your solution's values under the same names (cosine, largest difference, the first "
+        "that differs)."
+    )
     Arguments = ReferenceDumpArgs
     # It saves the values in the workspace (save_as).
     facts = ToolFacts(changes_files=True)
@@ -298,14 +354,28 @@ class ReferenceDump(BaseTool):
         compare = resolve_in_workspace(ctx, args.compare) if args.compare else None
         if compare is not None and not compare.is_file():
             raise ToolError(f"no file {relative_name(ctx, compare)} to compare with")
-        job = child_job(ctx, None, context_len=args.context_len, seed=args.seed, salient=args.salient,
-                        save_as=str(save_path), compare=str(compare) if compare else None)
+        job = child_job(
+            ctx,
+            None,
+            context_len=args.context_len,
+            seed=args.seed,
+            salient=args.salient,
+            save_as=str(save_path),
+            compare=str(compare) if compare else None,
+        )
         with tempfile.TemporaryDirectory(prefix="kagent-dump-") as tmp:
-            result, _ = run_child(ctx, "kagent.tools.intermediates.dump_child", job, Path(tmp), DUMP_TIMEOUT_S,
-                                  what="the reference's step")
+            result, _ = run_child(
+                ctx,
+                "kagent.tools.intermediates.dump_child",
+                job,
+                Path(tmp),
+                DUMP_TIMEOUT_S,
+                what="the reference's step",
+            )
         if result.get("error"):
             raise ToolError(result["error"])
         saved_as = relative_name(ctx, save_path)
-        return ToolOutcome(content=dump_table(result, args.names, saved_as),
-                           data={"saved_as": saved_as, "values": len(result["rows"]),
-                                 "comparison": result.get("comparison")})
+        return ToolOutcome(
+            content=dump_table(result, args.names, saved_as),
+            data={"saved_as": saved_as, "values": len(result["rows"]), "comparison": result.get("comparison")},
+        )

@@ -6,6 +6,7 @@ limit, or when the run's exploration ends (``close``).
 A job lives in this kagent process: after a crash and a resume there are none, and a job
 started in the turn that was cut is answered as interrupted, as a shell command is.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -80,7 +81,8 @@ class Job:
 class JobsArgs(Args):
     action: Literal["start", "status", "stop", "list"] = Field(
         description="start: run `command` in the background; status: how job `job` is doing and the end of its "
-                    "log; stop: kill job `job` and every process it started; list: every job of this run")
+        "log; stop: kill job `job` and every process it started; list: every job of this run"
+    )
     command: Optional[str] = Field(None, min_length=1, description="start: a bash command line, run in the workspace")
     job: Optional[int] = Field(None, ge=1, description="status, stop: the job's number")
     timeout_s: float = Field(DEFAULT_LIMIT_S, gt=0, le=6 * 3600, description="start: seconds before it is killed")
@@ -89,20 +91,27 @@ class JobsArgs(Args):
 
 class Jobs(BaseTool):
     name = "jobs"
-    description = (f"Run a long command in the background and look at it later. start: run `command` (bash, in "
-                   f"the workspace, sandboxed as the shell is) and return its job number at once; its stdout and "
-                   f"stderr go to {LOG_DIR}/<job>.log in the workspace. status: running or how it ended, and the "
-                   f"end of its log. stop: kill it and every process it started. list: all jobs. A job is killed "
-                   f"at its timeout_s (default {DEFAULT_LIMIT_S:.0f} s), when you stop it, and when the run's "
-                   f"exploration ends; at most {MAX_RUNNING} run at once. A running job shares the CPU and GPU "
-                   f"with check and benchmark: stop it before you time anything.")
+    description = (
+        f"Run a long command in the background and look at it later. start: run `command` (bash, in "
+        f"the workspace, sandboxed as the shell is) and return its job number at once; its stdout and "
+        f"stderr go to {LOG_DIR}/<job>.log in the workspace. status: running or how it ended, and the "
+        f"end of its log. stop: kill it and every process it started. list: all jobs. A job is killed "
+        f"at its timeout_s (default {DEFAULT_LIMIT_S:.0f} s), when you stop it, and when the run's "
+        f"exploration ends; at most {MAX_RUNNING} run at once. A running job shares the CPU and GPU "
+        f"with check and benchmark: stop it before you time anything."
+    )
     Arguments = JobsArgs
     # A job runs any command, for as long as it lives, and dies with kagent: a call a crash cut
     # short is not made again, and what the jobs did to the files cannot be told from the trace.
-    facts = ToolFacts(changes_files=True, rerun_after_crash=False, interrupted_answer=(
-        "interrupted: kagent stopped while this jobs call was being answered, and it was not made again: every "
-        "background job died with kagent, and one being started may have run in part. The workspace is back as it "
-        "was before the call; start again the jobs you need."))
+    facts = ToolFacts(
+        changes_files=True,
+        rerun_after_crash=False,
+        interrupted_answer=(
+            "interrupted: kagent stopped while this jobs call was being answered, and it was not made again: every "
+            "background job died with kagent, and one being started may have run in part. The workspace is back as it "
+            "was before the call; start again the jobs you need."
+        ),
+    )
 
     def file_change(self, args: dict) -> FileEffect:
         return UNKNOWN
@@ -122,17 +131,24 @@ class Jobs(BaseTool):
             job.settle("stopped")
         tail = _tail(ctx.workspace / job.log, args.tail_lines, ctx.max_output_chars)
         content = f"{job.line()}\nlog {job.log}" + (f", its last lines:\n{tail}" if tail else ": nothing yet")
-        return ToolOutcome(content=content, data={"job": job.number, "running": job.is_running(),
-                                                  "exit_code": job.ended.returncode if job.ended else None,
-                                                  "how": job.how})
+        return ToolOutcome(
+            content=content,
+            data={
+                "job": job.number,
+                "running": job.is_running(),
+                "exit_code": job.ended.returncode if job.ended else None,
+                "how": job.how,
+            },
+        )
 
     def _job(self, number: Optional[int]) -> Job:
         if number is None:
             raise ToolError("give the job's number (job=N); action=list shows them")
         if number not in self.jobs:
             known = ", ".join(map(str, self.jobs)) or "none"
-            raise ToolError(f"there is no job {number} (jobs of this run: {known}; jobs do not survive a restart "
-                            f"of kagent)")
+            raise ToolError(
+                f"there is no job {number} (jobs of this run: {known}; jobs do not survive a restart of kagent)"
+            )
         return self.jobs[number]
 
     def _start(self, args: JobsArgs, ctx: ToolContext) -> ToolOutcome:
@@ -140,16 +156,18 @@ class Jobs(BaseTool):
             raise ToolError("start needs a command")
         running = [str(job.number) for job in self.jobs.values() if job.is_running()]
         if len(running) >= MAX_RUNNING:
-            raise ToolError(f"{MAX_RUNNING} jobs are running already ({', '.join(running)}): stop one or wait for "
-                            f"one to end")
+            raise ToolError(
+                f"{MAX_RUNNING} jobs are running already ({', '.join(running)}): stop one or wait for one to end"
+            )
         limit = ctx.timeout(args.timeout_s)
         number = max(self.jobs, default=0) + 1
         log = LOG_DIR / f"{number}.log"
         (ctx.workspace / LOG_DIR).mkdir(parents=True, exist_ok=True)
         env, files = command_sandbox(ctx)
         with open(ctx.workspace / log, "wb") as out:
-            started = runner.start(["bash", "-c", args.command], files, env, ctx.workspace, stdout=out,
-                                   stderr=subprocess.STDOUT)
+            started = runner.start(
+                ["bash", "-c", args.command], files, env, ctx.workspace, stdout=out, stderr=subprocess.STDOUT
+            )
         reached = threading.Event()
 
         def at_the_limit() -> None:  # from the timer's thread: a kill only, the reaping is settle's
@@ -160,10 +178,12 @@ class Jobs(BaseTool):
         timer.daemon = True
         timer.start()
         self.jobs[number] = Job(number, args.command, log, started, limit, reached, timer)
-        return ToolOutcome(content=f"job {number} started: its output goes to {log}; it is killed after "
-                                   f"{limit:.0f} s, when you stop it, or when the run's exploration ends. "
-                                   f"action=status with job={number} shows how it is doing.",
-                           data={"job": number, "log": str(log), "limit_s": limit})
+        return ToolOutcome(
+            content=f"job {number} started: its output goes to {log}; it is killed after "
+            f"{limit:.0f} s, when you stop it, or when the run's exploration ends. "
+            f"action=status with job={number} shows how it is doing.",
+            data={"job": number, "log": str(log), "limit_s": limit},
+        )
 
     def close(self) -> None:
         """The run's exploration is over: every job still running is killed."""

@@ -4,6 +4,7 @@ Python solution loaded (torch load_inline extensions, a library of its own), so 
 needs a flag from the solution. Parsing and tables here; the compile tool's child
 (compile_child.py) collects, the tool formats.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -57,11 +58,25 @@ def _table(header: list[str], rows: list[tuple[list[Any], str]]) -> str:
 
 def triton_table(kernels: list[dict[str, Any]]) -> str:
     """One row per compiled kernel; registers and spills read "-" for one never loaded."""
-    return _table(["kernel", "arch", "regs", "spill B", "smem B", "warps", "stages", "compile s"], [
-        ([k["name"], k.get("arch"), k.get("registers"), k.get("spill_bytes"), k.get("shared_mem"), k.get("num_warps"),
-          k.get("num_stages"), f"{k['compile_s']:.2f}" + (" (from Triton's cache)" if k.get("cached") else "")],
-         "  <- spills" if k.get("spill_bytes") else "")
-        for k in kernels])
+    return _table(
+        ["kernel", "arch", "regs", "spill B", "smem B", "warps", "stages", "compile s"],
+        [
+            (
+                [
+                    k["name"],
+                    k.get("arch"),
+                    k.get("registers"),
+                    k.get("spill_bytes"),
+                    k.get("shared_mem"),
+                    k.get("num_warps"),
+                    k.get("num_stages"),
+                    f"{k['compile_s']:.2f}" + (" (from Triton's cache)" if k.get("cached") else ""),
+                ],
+                "  <- spills" if k.get("spill_bytes") else "",
+            )
+            for k in kernels
+        ],
+    )
 
 
 def parse_res_usage(output: str) -> list[dict[str, Any]]:
@@ -79,9 +94,13 @@ def parse_res_usage(output: str) -> list[dict[str, Any]]:
             found: dict[str, int] = {}
             for name, _, value in _RESOURCE.findall(line):
                 found[name] = found.get(name, 0) + int(value)  # CONSTANT[0], CONSTANT[2], ...
-            current.update(registers=found.get("REG"), stack_frame=found.get("STACK", 0),
-                           shared_mem=found.get("SHARED", 0), local_mem=found.get("LOCAL", 0),
-                           constant_mem=found.get("CONSTANT", 0))
+            current.update(
+                registers=found.get("REG"),
+                stack_frame=found.get("STACK", 0),
+                shared_mem=found.get("SHARED", 0),
+                local_mem=found.get("LOCAL", 0),
+                constant_mem=found.get("CONSTANT", 0),
+            )
             current = None
     return kernels
 
@@ -89,11 +108,24 @@ def parse_res_usage(output: str) -> list[dict[str, Any]]:
 def res_usage_table(kernels: list[dict[str, Any]]) -> str:
     """One row per kernel and architecture. Its shared memory counts what the system reserves
     per block (1 KB on sm_80 and later), which ptxas's report leaves out."""
-    return _table(["kernel", "arch", "regs", "stack B", "local B", "smem B (incl. reserved)", "cmem B"], [
-        ([k.get("display_name", k["name"]), k["arch"], k.get("registers"), k.get("stack_frame", 0),
-          k.get("local_mem", 0), k.get("shared_mem", 0), k.get("constant_mem", 0)],
-         "  <- local memory (spills or local arrays)" if k.get("stack_frame") or k.get("local_mem") else "")
-        for k in kernels])
+    return _table(
+        ["kernel", "arch", "regs", "stack B", "local B", "smem B (incl. reserved)", "cmem B"],
+        [
+            (
+                [
+                    k.get("display_name", k["name"]),
+                    k["arch"],
+                    k.get("registers"),
+                    k.get("stack_frame", 0),
+                    k.get("local_mem", 0),
+                    k.get("shared_mem", 0),
+                    k.get("constant_mem", 0),
+                ],
+                "  <- local memory (spills or local arrays)" if k.get("stack_frame") or k.get("local_mem") else "",
+            )
+            for k in kernels
+        ],
+    )
 
 
 def find_cuda_tool(name: str, path: Optional[str]) -> Optional[str]:

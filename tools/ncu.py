@@ -10,6 +10,7 @@ Compute's own advice (its rules). Its source view (ncu_source.py) says where in 
 warps wait: the warp-state samples of each SASS instruction, joined to source lines through the
 line table of the binary that ran.
 """
+
 from __future__ import annotations
 
 import csv
@@ -53,8 +54,14 @@ MAX_PTX_BYTES = 64 << 20
 # Shown in full unless the model picks sections itself, in this order (what limits the kernel
 # first: the tool's output is capped, so what comes last may be cut); the others by name and
 # metric count.
-KEY_SECTIONS = ("GPU Speed Of Light Throughput", "Warp State Statistics", "Scheduler Statistics",
-                "Memory Workload Analysis", "Occupancy", "Launch Statistics")
+KEY_SECTIONS = (
+    "GPU Speed Of Light Throughput",
+    "Warp State Statistics",
+    "Scheduler Statistics",
+    "Memory Workload Analysis",
+    "Occupancy",
+    "Launch Statistics",
+)
 MAX_RULE_CHARS = 400
 # A metric's value longer than this is a chart's series (Nsight Compute prints some occupancy
 # and instruction metrics as a total and then every point in parentheses, up to 2 KB each).
@@ -75,21 +82,35 @@ def parse_ncu_details(output: str) -> list[dict[str, Any]]:
         launch_id = row.get("ID")
         if launch_id is None or not row.get("Kernel Name"):
             continue
-        launch = launches.setdefault(launch_id, {"id": launch_id, "kernel": row["Kernel Name"],
-                                                 "grid": row.get("Grid Size", ""), "block": row.get("Block Size", ""),
-                                                 "sections": {}, "rules": []})
+        launch = launches.setdefault(
+            launch_id,
+            {
+                "id": launch_id,
+                "kernel": row["Kernel Name"],
+                "grid": row.get("Grid Size", ""),
+                "block": row.get("Block Size", ""),
+                "sections": {},
+                "rules": [],
+            },
+        )
         section = row.get("Section Name") or "(no section)"
         rule = (row.get("Rule Name") or "").strip()
         if rule:
             description = " ".join((row.get("Rule Description") or "").split())
-            entry = {"type": (row.get("Rule Type") or "").strip(), "name": rule, "section": section,
-                     "description": description, "speedup": (row.get("Estimated Speedup") or "").strip()}
+            entry = {
+                "type": (row.get("Rule Type") or "").strip(),
+                "name": rule,
+                "section": section,
+                "description": description,
+                "speedup": (row.get("Estimated Speedup") or "").strip(),
+            }
             if entry not in launch["rules"]:
                 launch["rules"].append(entry)
         metric = (row.get("Metric Name") or "").strip()
         if metric:
             launch["sections"].setdefault(section, []).append(
-                (metric, (row.get("Metric Value") or "").strip(), (row.get("Metric Unit") or "").strip()))
+                (metric, (row.get("Metric Value") or "").strip(), (row.get("Metric Unit") or "").strip())
+            )
     return list(launches.values())
 
 
@@ -131,16 +152,19 @@ def details_text(launches: list[dict[str, Any]], sections: Optional[str], saved_
             # The model named these sections: every metric; else the zeros (a breakdown's idle
             # pipes and units) are counted, not listed.
             listed = metrics if pick else [m for m in metrics if not _is_zero(m[1])]
-            lines.append(f"-- {name}" + (f" ({len(metrics) - len(listed)} metrics at zero not shown)"
-                                         if len(listed) < len(metrics) else ""))
+            lines.append(
+                f"-- {name}"
+                + (f" ({len(metrics) - len(listed)} metrics at zero not shown)" if len(listed) < len(metrics) else "")
+            )
             lines += [f"   {metric}: {shown_value(value)} {unit}".rstrip() for metric, value, unit in listed]
         if others:
             lines.append("other sections (metrics; ask for them with sections=...): " + ", ".join(others))
         for rule in launch["rules"]:
             if rule["type"] in ("OPT", "WRN", "ERROR") or not rule["type"]:
                 speedup = f" (estimated speedup {rule['speedup']}%)" if rule["speedup"] else ""
-                lines.append(f"[{rule['type'] or 'rule'}] {rule['name']}{speedup}: "
-                             f"{rule['description'][:MAX_RULE_CHARS]}")
+                lines.append(
+                    f"[{rule['type'] or 'rule'}] {rule['name']}{speedup}: {rule['description'][:MAX_RULE_CHARS]}"
+                )
     return "\n".join(lines)
 
 
@@ -153,29 +177,37 @@ def _shown(folder: Path, ctx: ToolContext, tmp: Path) -> list[Path]:
 
 
 class NcuKernelArgs(Args):
-    path: str = Field(description="A standalone .py script (run with the evaluating python) or .cu program (built "
-                                  "with nvcc first) that launches the kernel to profile")
+    path: str = Field(
+        description="A standalone .py script (run with the evaluating python) or .cu program (built "
+        "with nvcc first) that launches the kernel to profile"
+    )
     arguments: list[str] = Field(default_factory=list, description="Command-line arguments for it")
     kernel: Optional[str] = Field(None, description="Profile only kernels whose name matches this regex")
     launch_skip: int = Field(0, ge=0, description="Matching launches to skip first (e.g. warm-ups)")
     launch_count: int = Field(1, ge=1, le=10, description="Matching launches to profile")
     section_set: str = Field("full", description="Nsight Compute section set: " + ", ".join(SECTION_SETS))
-    sections: Optional[str] = Field(None, description="Show these sections' metrics in full (a regex on their "
-                                                      "names); by default the key ones")
+    sections: Optional[str] = Field(
+        None, description="Show these sections' metrics in full (a regex on their names); by default the key ones"
+    )
     arch: str = Field("sm_90a", pattern=r"^(sm|compute)_\d+[a-z]?$", description="nvcc architecture for a .cu")
-    view: str = Field("details", description="details: the section set's metrics and Nsight Compute's advice; "
-                                             "source: where the warps wait, the warp-state samples by source line "
-                                             "and by SASS instruction (a lighter pass of its own; Triton kernels, "
-                                             ".cu files and load_inline libraries)")
+    view: str = Field(
+        "details",
+        description="details: the section set's metrics and Nsight Compute's advice; "
+        "source: where the warps wait, the warp-state samples by source line "
+        "and by SASS instruction (a lighter pass of its own; Triton kernels, "
+        ".cu files and load_inline libraries)",
+    )
 
 
 class NcuKernel(BaseTool):
     name = "ncu_kernel"
-    description = ("Profile a standalone kernel file under Nsight Compute with a whole section set (full by "
-                   "default): a .py script or a .cu program that launches the kernel. Returns Nsight Compute's "
-                   "advice and the key sections' metrics (throughput, memory, occupancy, warp stalls); saves the "
-                   "whole report as CSV in build/. view=source says instead where the warps wait: stall samples "
-                   "by source line. CUDA with ncu installed only.")
+    description = (
+        "Profile a standalone kernel file under Nsight Compute with a whole section set (full by "
+        "default): a .py script or a .cu program that launches the kernel. Returns Nsight Compute's "
+        "advice and the key sections' metrics (throughput, memory, occupancy, warp stalls); saves the "
+        "whole report as CSV in build/. view=source says instead where the warps wait: stall samples "
+        "by source line. CUDA with ncu installed only."
+    )
     Arguments = NcuKernelArgs
     # It runs the kernel's file, in the workspace, and saves the report in build/.
     facts = ToolFacts(changes_files=True)
@@ -192,8 +224,9 @@ class NcuKernel(BaseTool):
         path = resolve_in_workspace(ctx, args.path)
         shown = relative_name(ctx, path)
         if not path.is_file() or path.suffix not in (".py", ".cu"):
-            raise ToolError(f"{shown} is not a .py or .cu file of the workspace" if path.exists()
-                            else f"no file {shown}")
+            raise ToolError(
+                f"{shown} is not a .py or .cu file of the workspace" if path.exists() else f"no file {shown}"
+            )
         tool_path = ctx.command_env().get("PATH")
         ncu = shutil.which("ncu", path=tool_path)
         if ncu is None:
@@ -205,33 +238,57 @@ class NcuKernel(BaseTool):
             # The report goes to a file: on stdout it would be capped like any command's output,
             # and a full set runs to hundreds of rows a launch.
             report = Path(tmp) / "report.csv"
-            page = (["--set", args.section_set, "--csv", "--page", "details", "--print-details", "all"]
-                    if args.view == "details" else
-                    [*(arg for section in SOURCE_SECTIONS for arg in ("--section", section)), "--csv", "--page",
-                     "source", "--print-source", "sass"])
-            argv = [ncu, *page, "--clock-control", "none", "--launch-skip", str(args.launch_skip), "--launch-count",
-                    str(args.launch_count), "--log-file", str(report)]
+            page = (
+                ["--set", args.section_set, "--csv", "--page", "details", "--print-details", "all"]
+                if args.view == "details"
+                else [
+                    *(arg for section in SOURCE_SECTIONS for arg in ("--section", section)),
+                    "--csv",
+                    "--page",
+                    "source",
+                    "--print-source",
+                    "sass",
+                ]
+            )
+            argv = [
+                ncu,
+                *page,
+                "--clock-control",
+                "none",
+                "--launch-skip",
+                str(args.launch_skip),
+                "--launch-count",
+                str(args.launch_count),
+                "--log-file",
+                str(report),
+            ]
             if args.kernel:
                 argv += ["--kernel-name", f"regex:{args.kernel}"]
-            done = run_command([*argv, *target, *args.arguments], ctx, NCU_TIMEOUT_S, cwd=path.parent,
-                               writable=[Path(tmp)])
+            done = run_command(
+                [*argv, *target, *args.arguments], ctx, NCU_TIMEOUT_S, cwd=path.parent, writable=[Path(tmp)]
+            )
             text = report.read_text(errors="replace") if report.exists() else ""
             if args.view == "source":
                 return self._source_view(ctx, path, args, text, done, Path(tmp), target)
         launches = parse_ncu_details(text)
         if not launches:
             raise self._nothing_profiled(done, text)
-        saved_as = self._save(ctx, f"ncu_{path.stem}.csv", text[text.find('"ID",'):])
-        return ToolOutcome(content=details_text(launches, args.sections, saved_as),
-                           data={"saved_as": saved_as, "launches": [{k: launch[k] for k in ("id", "kernel", "grid",
-                                                                                             "block", "rules")}
-                                                                    for launch in launches]})
+        saved_as = self._save(ctx, f"ncu_{path.stem}.csv", text[text.find('"ID",') :])
+        return ToolOutcome(
+            content=details_text(launches, args.sections, saved_as),
+            data={
+                "saved_as": saved_as,
+                "launches": [{k: launch[k] for k in ("id", "kernel", "grid", "block", "rules")} for launch in launches],
+            },
+        )
 
     @staticmethod
     def _nothing_profiled(done: Completed, text: str) -> ToolError:
         why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
-        return ToolError(f"Nsight Compute profiled no kernel ({why}; check kernel, launch_skip and that the file "
-                         f"launches something):\n{done.output[-3000:]}\n{text[-2000:]}".rstrip())
+        return ToolError(
+            f"Nsight Compute profiled no kernel ({why}; check kernel, launch_skip and that the file "
+            f"launches something):\n{done.output[-3000:]}\n{text[-2000:]}".rstrip()
+        )
 
     @staticmethod
     def _save(ctx: ToolContext, name: str, text: str) -> str:
@@ -241,8 +298,16 @@ class NcuKernel(BaseTool):
         saved.write_text(text)
         return relative_name(ctx, saved)
 
-    def _source_view(self, ctx: ToolContext, path: Path, args: NcuKernelArgs, text: str, done: Completed, tmp: Path,
-                     target: list[str]) -> ToolOutcome:
+    def _source_view(
+        self,
+        ctx: ToolContext,
+        path: Path,
+        args: NcuKernelArgs,
+        text: str,
+        done: Completed,
+        tmp: Path,
+        target: list[str],
+    ) -> ToolOutcome:
         """The samples of the source page by source line, through the binary that ran."""
         blocks = ncu_source.parse_source_page(text)
         if not blocks:
@@ -258,11 +323,17 @@ class NcuKernel(BaseTool):
             match = ncu_source.best_match(rows, self._listings(ctx, nvdisasm, cubins, tmp))
             if match is not None:
                 self._inlined_from(ctx, nvdisasm, match, tmp)
-            searched = ("the program built" if path.suffix == ".cu" else
-                        "Triton's cache in the build home, the libraries of the build home and of the workspace")
+            searched = (
+                "the program built"
+                if path.suffix == ".cu"
+                else "Triton's cache in the build home, the libraries of the build home and of the workspace"
+            )
             if match is None:
-                why = (f"none of the {len(cubins)} device binaries searched ({searched}) holds this kernel's "
-                       f"instructions" if cubins else f"no device binary found ({searched})")
+                why = (
+                    f"none of the {len(cubins)} device binaries searched ({searched}) holds this kernel's instructions"
+                    if cubins
+                    else f"no device binary found ({searched})"
+                )
 
         def shown(binary: Path) -> str:
             for root, prefix in ((ctx.workspace.resolve(), ""), (ctx.home.resolve(), "~/"), (tmp.resolve(), "")):
@@ -273,15 +344,24 @@ class NcuKernel(BaseTool):
         content = ncu_source.by_line_text(rows, match, saved_as, why, shown, readable=[ctx.workspace])
         if len(blocks) > 1:
             content = f"{len(blocks)} launches profiled; the first is shown, all are in the CSV.\n" + content
-        return ToolOutcome(content=content, data={
-            "saved_as": saved_as, "launches": len(blocks), "instructions": len(rows),
-            "samples": sum(r.samples for r in rows), "binary": shown(match.binary) if match else None,
-            "function": match.function if match else None, "agreement": match.agreement if match else None,
-            "not_mapped": why or None})
+        return ToolOutcome(
+            content=content,
+            data={
+                "saved_as": saved_as,
+                "launches": len(blocks),
+                "instructions": len(rows),
+                "samples": sum(r.samples for r in rows),
+                "binary": shown(match.binary) if match else None,
+                "function": match.function if match else None,
+                "agreement": match.agreement if match else None,
+                "not_mapped": why or None,
+            },
+        )
 
     @staticmethod
-    def _candidate_cubins(ctx: ToolContext, path: Path, args: NcuKernelArgs, tmp: Path,
-                          target: list[str]) -> list[Path]:
+    def _candidate_cubins(
+        ctx: ToolContext, path: Path, args: NcuKernelArgs, tmp: Path, target: list[str]
+    ) -> list[Path]:
         """Device binaries that may hold the profiled kernel, the likeliest first: for a .cu,
         the program built; for a script, Triton's cubins (those named like ``kernel`` first,
         then the newest) and the device code of the libraries in the build home and the
@@ -297,8 +377,12 @@ class NcuKernel(BaseTool):
             found = {c for cache in caches if cache.is_dir() for c in cache.glob("*/*.cubin") if c.is_file()}
             cubins = sorted(found, key=lambda c: (not (named and named.search(c.stem)), -c.stat().st_mtime))
             cubins = cubins[:MAX_CUBINS]
-            shared = [lib for root in (ctx.home / ".cache" / "torch_extensions", ctx.workspace)
-                      for lib in root.glob("**/*.so") if ".git" not in lib.parts and lib.is_file()]
+            shared = [
+                lib
+                for root in (ctx.home / ".cache" / "torch_extensions", ctx.workspace)
+                for lib in root.glob("**/*.so")
+                if ".git" not in lib.parts and lib.is_file()
+            ]
             libraries += sorted(shared, key=lambda lib: -lib.stat().st_mtime)[:MAX_LIBRARIES]
         cuobjdump = find_cuda_tool("cuobjdump", ctx.command_env().get("PATH"))
         if cuobjdump is None:  # the libraries' device code cannot be read: Triton's cubins only
@@ -306,8 +390,14 @@ class NcuKernel(BaseTool):
         for i, library in enumerate(libraries):
             into = tmp / f"device_code_{i}"
             into.mkdir()
-            run_command([cuobjdump, "-xelf", "all", str(library)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=into,
-                        show=_shown(library.parent, ctx, tmp), writable=[tmp])
+            run_command(
+                [cuobjdump, "-xelf", "all", str(library)],
+                ctx,
+                DISASSEMBLY_TIMEOUT_S,
+                cwd=into,
+                show=_shown(library.parent, ctx, tmp),
+                writable=[tmp],
+            )
             cubins += sorted(into.glob("*.cubin"))
         return cubins[:MAX_CUBINS]
 
@@ -320,23 +410,41 @@ class NcuKernel(BaseTool):
         # Read here, outside the jail: only what lies in the build home or the workspace, and
         # of a PTX's size (a link the model's code planted could point anywhere).
         roots = [root.resolve() for root in (ctx.home, ctx.workspace)]
-        if (not ptx.is_file() or ptx.stat().st_size > MAX_PTX_BYTES
-                or not all(any(f.resolve().is_relative_to(root) for root in roots) for f in (ptx, match.binary))):
+        if (
+            not ptx.is_file()
+            or ptx.stat().st_size > MAX_PTX_BYTES
+            or not all(any(f.resolve().is_relative_to(root) for root in roots) for f in (ptx, match.binary))
+        ):
             return
         listing = tmp / "listing_ptx_lines.txt"
-        done = run_command([nvdisasm, "-gp", "-c", str(match.binary)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
-                           show=_shown(match.binary.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
+        done = run_command(
+            [nvdisasm, "-gp", "-c", str(match.binary)],
+            ctx,
+            DISASSEMBLY_TIMEOUT_S,
+            cwd=tmp,
+            show=_shown(match.binary.parent, ctx, tmp),
+            writable=[tmp],
+            stdout_to=listing,
+        )
         if done.exit_code == 0:
-            ncu_source.inline_chains(match, match.binary.read_bytes(), ptx.read_text(errors="replace"),
-                                     listing.read_text(errors="replace"))
+            ncu_source.inline_chains(
+                match, match.binary.read_bytes(), ptx.read_text(errors="replace"), listing.read_text(errors="replace")
+            )
 
     @staticmethod
     def _listings(ctx: ToolContext, nvdisasm: str, cubins: list[Path], tmp: Path) -> Iterator[tuple[Path, str]]:
         """(cubin, its nvdisasm -g listing), one at a time: the search stops at the one that ran."""
         for i, cubin in enumerate(cubins):
             listing = tmp / f"listing_{i}.txt"
-            disassembled = run_command([nvdisasm, "-g", "-c", str(cubin)], ctx, DISASSEMBLY_TIMEOUT_S, cwd=tmp,
-                                       show=_shown(cubin.parent, ctx, tmp), writable=[tmp], stdout_to=listing)
+            disassembled = run_command(
+                [nvdisasm, "-g", "-c", str(cubin)],
+                ctx,
+                DISASSEMBLY_TIMEOUT_S,
+                cwd=tmp,
+                show=_shown(cubin.parent, ctx, tmp),
+                writable=[tmp],
+                stdout_to=listing,
+            )
             if disassembled.exit_code == 0:
                 yield cubin, listing.read_text(errors="replace")
 
@@ -349,9 +457,16 @@ class NcuKernel(BaseTool):
         if nvcc is None:
             raise ToolError("nvcc is not installed (not on PATH): a .cu file cannot be built here")
         binary = tmp / path.stem
-        built = run_command([nvcc, "-O3", f"-arch={args.arch}", "-lineinfo", "-o", str(binary), str(path)], ctx,
-                            NVCC_TIMEOUT_S, cwd=path.parent, writable=[tmp])
+        built = run_command(
+            [nvcc, "-O3", f"-arch={args.arch}", "-lineinfo", "-o", str(binary), str(path)],
+            ctx,
+            NVCC_TIMEOUT_S,
+            cwd=path.parent,
+            writable=[tmp],
+        )
         if built.exit_code != 0:
-            raise ToolError(f"nvcc could not build {relative_name(ctx, path)} (exit code {built.exit_code}):\n"
-                            f"{built.output[-3000:]}")
+            raise ToolError(
+                f"nvcc could not build {relative_name(ctx, path)} (exit code {built.exit_code}):\n"
+                f"{built.output[-3000:]}"
+            )
         return [str(binary)]

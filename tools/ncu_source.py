@@ -20,6 +20,7 @@ sums inlined work by the line of the kernel's body that called it.
 
 Parsing and tables here; the ncu_kernel tool (ncu.py) runs the commands.
 """
+
 from __future__ import annotations
 
 import csv
@@ -105,11 +106,20 @@ def parse_source_page(text: str) -> list[list[SassRow]]:
             address = _address(cells[columns["Address"]])
         except ValueError:
             continue
-        reasons = {name[len(_REASON_PREFIX):]: _number(cells[i]) for name, i in columns.items()
-                   if name.startswith(_REASON_PREFIX)}
-        blocks[-1].append(SassRow(address, cells[columns["Source"]],
-                                  _number(cells[columns[SAMPLES]]) if SAMPLES in columns else 0.0,
-                                  _number(cells[columns[NOT_ISSUED]]) if NOT_ISSUED in columns else 0.0, reasons))
+        reasons = {
+            name[len(_REASON_PREFIX) :]: _number(cells[i])
+            for name, i in columns.items()
+            if name.startswith(_REASON_PREFIX)
+        }
+        blocks[-1].append(
+            SassRow(
+                address,
+                cells[columns["Source"]],
+                _number(cells[columns[SAMPLES]]) if SAMPLES in columns else 0.0,
+                _number(cells[columns[NOT_ISSUED]]) if NOT_ISSUED in columns else 0.0,
+                reasons,
+            )
+        )
     return [sorted(block, key=lambda r: r.address) for block in blocks if block]
 
 
@@ -170,12 +180,13 @@ def elf_section(data: bytes, name: str) -> Optional[bytes]:
 
         def header(i: int) -> tuple:
             return struct.unpack_from("<IIQQQQIIQQ", data, offset + i * size)
+
         names = header(names_index)
-        table = data[names[4]:names[4] + names[5]]
+        table = data[names[4] : names[4] + names[5]]
         for i in range(count):
             entry = header(i)
-            if table[entry[0]:table.index(b"\0", entry[0])].decode(errors="replace") == name:
-                return data[entry[4]:entry[4] + entry[5]]
+            if table[entry[0] : table.index(b"\0", entry[0])].decode(errors="replace") == name:
+                return data[entry[4] : entry[4] + entry[5]]
     except (struct.error, ValueError):
         return None
     return None
@@ -273,8 +284,11 @@ def best_match(rows: list[SassRow], listings: Iterable[tuple[Path, str]]) -> Opt
                 continue
             share = agreement(rows, instructions)
             # Of equal agreement, the function whose length is the page's.
-            if share >= MIN_AGREEMENT and (best is None or (share, -abs(len(instructions) - len(rows)))
-                                           > (best.agreement, -abs(len(best.instructions) - len(rows)))):
+            if share >= MIN_AGREEMENT and (
+                best is None
+                or (share, -abs(len(instructions) - len(rows)))
+                > (best.agreement, -abs(len(best.instructions) - len(rows)))
+            ):
                 best = Match(binary, name, instructions, share)
         if best is not None and best.agreement == 1.0:
             break
@@ -292,8 +306,11 @@ def _source_text(file: str, line: int, readable: Sequence[Path], cache: dict[str
     if file not in cache:
         path = Path(file).resolve()
         try:
-            cache[file] = (path.read_text(errors="replace").splitlines()
-                           if any(path.is_relative_to(folder.resolve()) for folder in readable) else None)
+            cache[file] = (
+                path.read_text(errors="replace").splitlines()
+                if any(path.is_relative_to(folder.resolve()) for folder in readable)
+                else None
+            )
         except OSError:  # gone, or not a file
             cache[file] = None
     lines = cache[file]
@@ -346,18 +363,28 @@ def lines_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
 def callers_of(rows: list[SassRow], match: Match) -> dict[int, Where]:
     """For each of the page's instructions inlined from a helper, the line of the kernel's own
     body it was called from (the outermost frame); the others are left out."""
-    return {address: i.chain[-1] for address, i in _instructions_at(rows, match).items()
-            if i is not None and len(i.chain) > 1}
+    return {
+        address: i.chain[-1]
+        for address, i in _instructions_at(rows, match).items()
+        if i is not None and len(i.chain) > 1
+    }
 
 
-def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why_unmapped: str = "",
-                 shown_path: Callable[[Path], str] = str, readable: Sequence[Path] = ()) -> str:
+def by_line_text(
+    rows: list[SassRow],
+    match: Optional[Match],
+    saved_as: str,
+    why_unmapped: str = "",
+    shown_path: Callable[[Path], str] = str,
+    readable: Sequence[Path] = (),
+) -> str:
     """What the model reads: the samples by source line (where a binary matched, else why
     not), then the SASS instructions with the most samples, each with its line; a line's text
     where its file lies in ``readable``."""
     total = sum(r.samples for r in rows)
-    lines = [f"Warp-state samples: {total:,.0f} over {len(rows):,} SASS instructions (the whole page is in "
-             f"{saved_as})."]
+    lines = [
+        f"Warp-state samples: {total:,.0f} over {len(rows):,} SASS instructions (the whole page is in {saved_as})."
+    ]
     if total == 0:
         lines.append("No samples: the launch was too short to sample, or the section set lacks SourceCounters.")
         return "\n".join(lines)
@@ -366,8 +393,10 @@ def by_line_text(rows: list[SassRow], match: Optional[Match], saved_as: str, why
         lines.append(f"Not mapped to source lines: {why_unmapped}")
     else:
         where = lines_of(rows, match)
-        lines.append(f"Mapped to source lines with nvdisasm -g of {shown_path(match.binary)} (function "
-                     f"{match.function}; {100 * match.agreement:.1f}% of the instructions agree).")
+        lines.append(
+            f"Mapped to source lines with nvdisasm -g of {shown_path(match.binary)} (function "
+            f"{match.function}; {100 * match.agreement:.1f}% of the instructions agree)."
+        )
         lines += _line_table(rows, where, total, readable)
         callers = callers_of(rows, match)
         if callers:
@@ -395,8 +424,10 @@ def _line_table(rows: list[SassRow], where: dict[int, Where], total: float, read
         at = f"{Path(file).name}:{line}" if file else "(no line)"
         code = _source_text(file, line, readable, texts) if file and line else ""
         reasons = _top_reasons(entry.reasons, entry.samples)
-        table.append(f"{_share(entry.samples, total)}  {entry.samples:7,.0f}  {_share(entry.not_issued, entry.samples)}"
-                     f"  {entry.instructions:6d}  {at}  {code}" + (f"  [{reasons}]" if reasons else ""))
+        table.append(
+            f"{_share(entry.samples, total)}  {entry.samples:7,.0f}  {_share(entry.not_issued, entry.samples)}"
+            f"  {entry.instructions:6d}  {at}  {code}" + (f"  [{reasons}]" if reasons else "")
+        )
     rest = sum(entry.samples for _, entry in ranked[TOP_LINES:])
     if rest:
         table.append(f"{_share(rest, total)}  in the other {len(ranked) - TOP_LINES} lines")

@@ -27,6 +27,7 @@ host's; it reports each stage's difference, its stamped time, its bytes against 
 the floor, and how the stages add up against the step timed back to back as a decode loop
 runs it.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -57,14 +58,15 @@ def declared_stages(model: Any, context_len: Optional[int]) -> list[dict]:
     if callable(declared):
         declared = declared(context_len)
     if declared is None:
-        raise ValueError("the solution declares no stages: give its model a kagent_stages list (see the playbook's "
-                         "stage instruments)")
+        raise ValueError(
+            "the solution declares no stages: give its model a kagent_stages list (see the playbook's "
+            "stage instruments)"
+        )
     stages = []
     for i, entry in enumerate(declared):
         stage = {"name": entry} if isinstance(entry, str) else dict(entry) if isinstance(entry, dict) else None
         if stage is None or not isinstance(stage.get("name"), str) or set(stage) - {"name", "bytes", "parts"}:
-            raise ValueError(f"kagent_stages[{i}] must be a name or a dict with name and bytes or parts, "
-                             f"not {entry!r}")
+            raise ValueError(f"kagent_stages[{i}] must be a name or a dict with name and bytes or parts, not {entry!r}")
         stages.append(stage)
     if not stages:
         raise ValueError("kagent_stages is empty")
@@ -87,8 +89,10 @@ def resolve_bytes(stages: list[dict], parts: dict[str, int]) -> list[Optional[in
             matched = fnmatch.filter(parts, pattern)
             if not matched:
                 known = ", ".join(list(parts)[:12]) + (" ..." if len(parts) > 12 else "")
-                raise ValueError(f"stage {stage['name']!r}: part {pattern!r} matches none of the task's parts "
-                                 f"({known or 'the task describes no parts'})")
+                raise ValueError(
+                    f"stage {stage['name']!r}: part {pattern!r} matches none of the task's parts "
+                    f"({known or 'the task describes no parts'})"
+                )
             chosen.update(matched)
         resolved.append(sum(parts[name] for name in chosen))
     return resolved
@@ -127,12 +131,17 @@ def stage_rows(result: dict) -> list[dict[str, Any]]:
     for s, stage in enumerate(result["stages"]):
         us = medians[s] - medians[s - 1]
         nbytes = result["stage_bytes"][s]
-        row = {"index": s, "name": stage["name"], "us": us, "bytes": nbytes,
-               "stamp_us": stamped[s]["us"] if s < len(stamped) else None,
-               "spread_us": stamped[s]["spread_us"] if s < len(stamped) else None,
-               "gbps": nbytes / (us * 1e-6) / 1e9 if nbytes and us > 0 else None,
-               "share": nbytes / floor_bytes if nbytes and floor_bytes else None,
-               "floor_fraction": (nbytes / bandwidth * 1e6) / us if nbytes and bandwidth and us > 0 else None}
+        row = {
+            "index": s,
+            "name": stage["name"],
+            "us": us,
+            "bytes": nbytes,
+            "stamp_us": stamped[s]["us"] if s < len(stamped) else None,
+            "spread_us": stamped[s]["spread_us"] if s < len(stamped) else None,
+            "gbps": nbytes / (us * 1e-6) / 1e9 if nbytes and us > 0 else None,
+            "share": nbytes / floor_bytes if nbytes and floor_bytes else None,
+            "floor_fraction": (nbytes / bandwidth * 1e6) / us if nbytes and bandwidth and us > 0 else None,
+        }
         rows.append(row)
     return rows
 
@@ -151,9 +160,16 @@ def kind_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         stamped = [r["stamp_us"] for r in members if r["stamp_us"] is not None]
         nbytes = [r["bytes"] for r in members if r["bytes"]]
         total_bytes = sum(nbytes) if len(nbytes) == len(members) else None
-        kinds.append({"kind": kind, "count": len(members), "us": us,
-                      "stamp_us": sum(stamped) if len(stamped) == len(members) else None, "bytes": total_bytes,
-                      "gbps": total_bytes / (us * 1e-6) / 1e9 if total_bytes and us > 0 else None})
+        kinds.append(
+            {
+                "kind": kind,
+                "count": len(members),
+                "us": us,
+                "stamp_us": sum(stamped) if len(stamped) == len(members) else None,
+                "bytes": total_bytes,
+                "gbps": total_bytes / (us * 1e-6) / 1e9 if total_bytes and us > 0 else None,
+            }
+        )
     return sorted(kinds, key=lambda k: -k["us"])
 
 
@@ -161,24 +177,34 @@ def stage_table(result: dict) -> str:
     """What the model reads: the sweep, the stamps and the bytes per stage, then how they add up."""
     rows = stage_rows(result)
     base = result["sweep_us"]["-1"]
-    head = (f"stages of the solution on {result['device']}" + (f", context {result['context_len']}"
-                                                              if result.get("context_len") else "")
-            + (": device time" if result["device"].startswith("cuda") else ": time (the host's clock: no device here)")
-            + f" per step, median of {result['steps']} steps x {result['rounds']} rounds per point "
-              "(sweep: stop after each stage, every barrier still passed)")
-    lines = [head, " # | stage | sweep µs | stamped µs | CTA spread µs | bytes | GB/s | share of floor bytes | "
-                   "of its floor"]
+    head = (
+        f"stages of the solution on {result['device']}"
+        + (f", context {result['context_len']}" if result.get("context_len") else "")
+        + (": device time" if result["device"].startswith("cuda") else ": time (the host's clock: no device here)")
+        + f" per step, median of {result['steps']} steps x {result['rounds']} rounds per point "
+        "(sweep: stop after each stage, every barrier still passed)"
+    )
+    lines = [
+        head,
+        " # | stage | sweep µs | stamped µs | CTA spread µs | bytes | GB/s | share of floor bytes | of its floor",
+    ]
     lines.append(f" - | launch and barriers alone | {base:.1f} | | | | | |")
     for r in rows:
+
         def cell(value: Optional[float], form: str) -> str:
             return "–" if value is None else format(value, form)
-        lines.append(f"{r['index']:>2} | {r['name']} | {r['us']:.1f} | {cell(r['stamp_us'], '.1f')} | "
-                     f"{cell(r['spread_us'], '.1f')} | {_mb(r['bytes'])} | {cell(r['gbps'], '.0f')} | "
-                     f"{cell(r['share'], '.1%')} | {cell(r['floor_fraction'], '.0%')}")
+
+        lines.append(
+            f"{r['index']:>2} | {r['name']} | {r['us']:.1f} | {cell(r['stamp_us'], '.1f')} | "
+            f"{cell(r['spread_us'], '.1f')} | {_mb(r['bytes'])} | {cell(r['gbps'], '.0f')} | "
+            f"{cell(r['share'], '.1%')} | {cell(r['floor_fraction'], '.0%')}"
+        )
     kinds = kind_rows(rows)
     if kinds:
-        lines.append("by kind (stages named alike but for their numbers, # for a number): kind | stages | sweep µs | "
-                     "stamped µs | bytes | GB/s")
+        lines.append(
+            "by kind (stages named alike but for their numbers, # for a number): kind | stages | sweep µs | "
+            "stamped µs | bytes | GB/s"
+        )
         for k in kinds:
             stamped_us = "–" if k["stamp_us"] is None else f"{k['stamp_us']:.1f}"
             gbps = "–" if k["gbps"] is None else f"{k['gbps']:.0f}"
@@ -187,27 +213,36 @@ def stage_table(result: dict) -> str:
     step_us = result["steady_us"]
     clock = "device time" if result["device"].startswith("cuda") else "time"
     agreed = abs(total + base - step_us) <= AGREEMENT * step_us
-    lines.append(f"sum of the stages {total:.1f} µs + launch and barriers alone {base:.1f} µs = {total + base:.1f} µs; "
-                 f"the whole step: {result['full_us']:.1f} µs of {clock}, {step_us:.1f} µs per step back to back "
-                 f"({(total + base) / step_us:.0%} of it" + ("" if agreed else
-                                                               f": more than {AGREEMENT:.0%} apart, see below") + ")")
+    lines.append(
+        f"sum of the stages {total:.1f} µs + launch and barriers alone {base:.1f} µs = {total + base:.1f} µs; "
+        f"the whole step: {result['full_us']:.1f} µs of {clock}, {step_us:.1f} µs per step back to back "
+        f"({(total + base) / step_us:.0%} of it"
+        + ("" if agreed else f": more than {AGREEMENT:.0%} apart, see below")
+        + ")"
+    )
     if result.get("stamps"):
         stamped = sum(s["us"] for s in result["stamps"])
         share = stamped / result["full_us"]
-        lines.append(f"stamped stages add up to {stamped:.1f} µs ({share:.0%} of the step's {clock}"
-                     + ("; the rest is the launch and the time before the first stamp)" if share < 1 else ")"))
+        lines.append(
+            f"stamped stages add up to {stamped:.1f} µs ({share:.0%} of the step's {clock}"
+            + ("; the rest is the launch and the time before the first stamp)" if share < 1 else ")")
+        )
     elif result.get("stamps_note"):
         lines.append(f"stamps: {result['stamps_note']}")
     declared = [b for b in result["stage_bytes"] if b is not None]
     floor = result["floor_bytes"]
     if floor:
-        lines.append(f"bytes floor {_mb(floor)} ({result['floor_from']}) at "
-                     f"{result['bandwidth_bytes_per_s'] / 1e12:.2f}"
-                     f" TB/s = {floor / result['bandwidth_bytes_per_s'] * 1e6:.1f} µs; the stages declare "
-                     f"{_mb(sum(declared)) if declared else 'no bytes'}")
+        lines.append(
+            f"bytes floor {_mb(floor)} ({result['floor_from']}) at "
+            f"{result['bandwidth_bytes_per_s'] / 1e12:.2f}"
+            f" TB/s = {floor / result['bandwidth_bytes_per_s'] * 1e6:.1f} µs; the stages declare "
+            f"{_mb(sum(declared)) if declared else 'no bytes'}"
+        )
     if not agreed:
-        lines.append("the step is not the sum of its stages: a host-bound step (its launch costs more than the "
-                     "kernel), work outside the kernel, or a knob that skips barriers would each do that")
+        lines.append(
+            "the step is not the sum of its stages: a host-bound step (its launch costs more than the "
+            "kernel), work outside the kernel, or a knob that skips barriers would each do that"
+        )
     return "\n".join(lines)
 
 
@@ -215,16 +250,19 @@ def stage_table(result: dict) -> str:
 class StagesArgs(Args):
     context_len: Optional[int] = Field(None, ge=1, description="Context length (default: the scale's first)")
     steps: int = Field(20, ge=2, le=500, description="Steps timed per sweep point and round")
-    rounds: int = Field(3, ge=1, le=20, description="Rounds over all sweep points (they interleave, so drift "
-                                                    "spreads evenly)")
+    rounds: int = Field(
+        3, ge=1, le=20, description="Rounds over all sweep points (they interleave, so drift spreads evenly)"
+    )
 
 
 class Stages(BaseTool):
     name = "stages"
-    description = ("Time a single-launch solution stage by stage: sweeps its kagent_stop_after knob (every "
-                   "barrier still passed), reads its kagent_stamps buffer, and prints per stage µs, bytes, "
-                   "GB/s against its share of the bytes floor, and whether the stages add up to the step. The "
-                   "solution declares kagent_stages (names with bytes or the task's parts); see the playbook.")
+    description = (
+        "Time a single-launch solution stage by stage: sweeps its kagent_stop_after knob (every "
+        "barrier still passed), reads its kagent_stamps buffer, and prints per stage µs, bytes, "
+        "GB/s against its share of the bytes floor, and whether the stages add up to the step. The "
+        "solution declares kagent_stages (names with bytes or the task's parts); see the playbook."
+    )
     Arguments = StagesArgs
     # It runs the solution's code, in the workspace.
     facts = ToolFacts(changes_files=True)
@@ -235,13 +273,16 @@ class Stages(BaseTool):
             raise ToolError(f"there is no {ctx.solution_name} in the workspace yet: write it first")
         job = child_job(ctx, solution, context_len=args.context_len, steps=args.steps, rounds=args.rounds)
         with tempfile.TemporaryDirectory(prefix="kagent-stages-") as tmp:
-            result, _ = run_child(ctx, "kagent.tools.stages.stages_child", job, Path(tmp), STAGES_TIMEOUT_S,
-                                  what="the stage sweep")
+            result, _ = run_child(
+                ctx, "kagent.tools.stages.stages_child", job, Path(tmp), STAGES_TIMEOUT_S, what="the stage sweep"
+            )
         if result.get("error"):
             raise ToolError(result["error"])
         rows = stage_rows(result)
-        return ToolOutcome(content=stage_table(result), data={"stages": rows, "kinds": kind_rows(rows),
-                                                              **{k: result[k] for k in ("steady_us", "full_us")}})
+        return ToolOutcome(
+            content=stage_table(result),
+            data={"stages": rows, "kinds": kind_rows(rows), **{k: result[k] for k in ("steady_us", "full_us")}},
+        )
 
 
 # -- the child: runs in a fresh process, builds the solution, sweeps --------------------------
@@ -348,12 +389,23 @@ def stages_child(job_file: str) -> None:
         full = clock.per_step_us(step, job["steps"])
         steady = clock.back_to_back_us(step, max(job["steps"], 10))
         stamps, stamps_note = _stamps(model, step, clock, len(stages), job["steps"])
-    result = {"device": str(device), "context_len": context_len, "steps": job["steps"], "rounds": job["rounds"],
-              "stages": stages, "stage_bytes": stage_bytes, "floor_bytes": floor_bytes, "floor_from": floor_from,
-              # The copy bandwidth the evaluations cached for this device (measured here when none did).
-              "bandwidth_bytes_per_s": copy_bandwidth(device, environment.describe(device), cache)["bytes_per_s"],
-              "sweep_us": {str(p): statistics.median(v) for p, v in samples.items()},
-              "full_us": statistics.median(full), "steady_us": steady, "stamps": stamps, "stamps_note": stamps_note}
+    result = {
+        "device": str(device),
+        "context_len": context_len,
+        "steps": job["steps"],
+        "rounds": job["rounds"],
+        "stages": stages,
+        "stage_bytes": stage_bytes,
+        "floor_bytes": floor_bytes,
+        "floor_from": floor_from,
+        # The copy bandwidth the evaluations cached for this device (measured here when none did).
+        "bandwidth_bytes_per_s": copy_bandwidth(device, environment.describe(device), cache)["bytes_per_s"],
+        "sweep_us": {str(p): statistics.median(v) for p, v in samples.items()},
+        "full_us": statistics.median(full),
+        "steady_us": steady,
+        "stamps": stamps,
+        "stamps_note": stamps_note,
+    }
     Path(job["result"]).write_text(json.dumps(result))
 
 
@@ -363,8 +415,10 @@ def _stamps(model: Any, step: Any, clock: _Clock, n_stages: int, steps: int) -> 
     if buffer is None:
         return [], "the solution keeps no kagent_stamps buffer"
     if buffer.dim() != 2 or buffer.shape[0] != n_stages + 1:
-        return [], (f"kagent_stamps has shape {tuple(buffer.shape)}; ({n_stages + 1}, CTAs) expected: a row for "
-                    "the start, then one per stage")
+        return [], (
+            f"kagent_stamps has shape {tuple(buffer.shape)}; ({n_stages + 1}, CTAs) expected: a row for "
+            "the start, then one per stage"
+        )
     per_step = []
     for _ in range(steps):
         buffer.zero_()
@@ -374,5 +428,6 @@ def _stamps(model: Any, step: Any, clock: _Clock, n_stages: int, steps: int) -> 
         if any(v == 0 for row in values for v in row):
             return [], "some CTAs left stamps unwritten (zeros): every CTA must stamp its start and every barrier"
         per_step.append(stamp_times(values))
-    return [{key: statistics.median(s[i][key] for s in per_step) for key in ("us", "spread_us")}
-            for i in range(n_stages)], ""
+    return [
+        {key: statistics.median(s[i][key] for s in per_step) for key in ("us", "spread_us")} for i in range(n_stages)
+    ], ""

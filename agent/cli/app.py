@@ -1,4 +1,5 @@
 """The ``kagent`` command line."""
+
 from __future__ import annotations
 
 import faulthandler
@@ -45,8 +46,11 @@ def _show_version(asked: bool) -> None:
 
 
 @app.callback()
-def kagent_options(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
-                                         help="Show kagent's version and exit.")) -> None:
+def kagent_options(
+    version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="Show kagent's version and exit."
+    ),
+) -> None:
     """kagent makes GPU code fast on its own, and grades it with numbers you can trust.
 
     Start with `kagent tasks`, then `kagent eval TASK --solution FILE`.
@@ -91,37 +95,55 @@ def _parse_contexts(text: Optional[str]) -> Optional[list[int]]:
     try:
         return [int(part) for part in re.split(r"[,\s]+", text.strip()) if part]
     except ValueError:
-        raise KagentError(f"--contexts takes context lengths separated by commas, such as 2048,8192; "
-                          f"got {text!r}") from None
+        raise KagentError(
+            f"--contexts takes context lengths separated by commas, such as 2048,8192; got {text!r}"
+        ) from None
 
 
 @app.command("eval")
 def eval_command(
-    task: str = typer.Argument(..., help="A built-in task name (see `kagent tasks`), a problem folder, "
-                                         "or a KernelBench .py file."),
+    task: str = typer.Argument(
+        ..., help="A built-in task name (see `kagent tasks`), a problem folder, or a KernelBench .py file."
+    ),
     solution: Optional[Path] = typer.Option(None, "--solution", "-s", help="The solution file to grade."),
     aa: bool = typer.Option(False, "--aa", help="A/A run: time the baseline against itself (no solution)."),
     check_only: bool = typer.Option(False, "--check-only", help="Correctness checks only, no timing."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    scale: Optional[Scale] = typer.Option(None, help="full: the real sizes; smoke: a tiny config for CPUs and "
-                                                     "CI. Default: full on CUDA, smoke on the CPU."),
+    scale: Optional[Scale] = typer.Option(
+        None,
+        help="full: the real sizes; smoke: a tiny config for CPUs and CI. Default: full on CUDA, smoke on the CPU.",
+    ),
     contexts: Optional[str] = typer.Option(None, help="Context lengths to time, e.g. 2048,8192 (default: all)."),
-    rounds: Optional[int] = typer.Option(None, min=1, help="Timed chains per contestant at the context with the "
-                                                          "longest chain; shorter chains run more, to as many steps."),
-    min_request_ms: Optional[float] = typer.Option(None, min=0, help="The least a timed request to the solution's "
-                                                   "process should last: a faster solution runs its whole chain "
-                                                   "several times a request (default 10; 0: single steps, "
-                                                   "as a host-bound one runs)."),
-    timeout: Optional[float] = typer.Option(None, min=1, help="Seconds before the run is killed "
-                                                              "(default 900 full, 300 smoke)."),
+    rounds: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="Timed chains per contestant at the context with the "
+        "longest chain; shorter chains run more, to as many steps.",
+    ),
+    min_request_ms: Optional[float] = typer.Option(
+        None,
+        min=0,
+        help="The least a timed request to the solution's "
+        "process should last: a faster solution runs its whole chain "
+        "several times a request (default 10; 0: single steps, "
+        "as a host-bound one runs).",
+    ),
+    timeout: Optional[float] = typer.Option(
+        None, min=1, help="Seconds before the run is killed (default 900 full, 300 smoke)."
+    ),
     atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
     rtol: float = typer.Option(1e-2, help="KernelBench files: relative tolerance."),
-    build_home: Optional[Path] = typer.Option(None, "--build-home", help="The solution's HOME, kept between "
-                                              "evaluations that name it, so that its builds (Triton, torch "
-                                              "extensions) are reused; whatever a solution leaves there, the "
-                                              "next one sees (default: a fresh HOME each evaluation)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Where to write the result JSON "
-                                                               "(default: runs/evals/<time>_<task>.json)."),
+    build_home: Optional[Path] = typer.Option(
+        None,
+        "--build-home",
+        help="The solution's HOME, kept between "
+        "evaluations that name it, so that its builds (Triton, torch "
+        "extensions) are reused; whatever a solution leaves there, the "
+        "next one sees (default: a fresh HOME each evaluation).",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Where to write the result JSON (default: runs/evals/<time>_<task>.json)."
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON only."),
 ) -> None:
     """Grade a solution: correctness against the reference, then speed against the baseline.
@@ -147,10 +169,16 @@ def eval_command(
     # Without --build-home each evaluation builds in a fresh HOME of its own, so that nothing one
     # solution leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
-        mode=mode, device=resolved_device, scale=chosen_scale,
-        contexts=_parse_contexts(contexts), rounds=rounds, min_request_ms=min_request_ms,
+        mode=mode,
+        device=resolved_device,
+        scale=chosen_scale,
+        contexts=_parse_contexts(contexts),
+        rounds=rounds,
+        min_request_ms=min_request_ms,
         timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
-        cache_dir=kagent_home(), atol=atol, rtol=rtol,
+        cache_dir=kagent_home(),
+        atol=atol,
+        rtol=rtol,
         home=_build_home(build_home),
     )
     if not json_output:
@@ -173,8 +201,11 @@ def eval_command(
     except OSError as err:
         # The evaluation is done: show it anyway, then say what went wrong with the file.
         print_result(console, result)
-        raise KagentError(f"could not write the result to {path}: {err.strerror}", hint="choose another --out",
-                          exit_code=EXIT_INTERNAL) from err
+        raise KagentError(
+            f"could not write the result to {path}: {err.strerror}",
+            hint="choose another --out",
+            exit_code=EXIT_INTERNAL,
+        ) from err
     if json_output:
         sys.stdout.write(result.model_dump_json(indent=1) + "\n")
     else:
@@ -195,8 +226,10 @@ def _eval_mode(aa: bool, check_only: bool, solution: Optional[Path]) -> Literal[
 
 def _check_solution_file(solution: Path) -> None:
     if solution.is_dir():
-        raise KagentError(f"{solution} is a directory: --solution takes the solution's file",
-                          hint=f"e.g. --solution {solution / 'solution.py'}; the files beside it are copied with it")
+        raise KagentError(
+            f"{solution} is a directory: --solution takes the solution's file",
+            hint=f"e.g. --solution {solution / 'solution.py'}; the files beside it are copied with it",
+        )
     if not solution.is_file():
         raise KagentError(f"no solution file at {solution}")
 
@@ -221,40 +254,68 @@ def _warn(text: str) -> None:
 
 def _warn_full_scale_on_cpu(device: str, scale: str) -> None:
     if scale == "full" and device == "cpu":
-        _warn("--scale full on the CPU: the full-size task is sized for a GPU, so every evaluation is far slower "
-              "and may run into its time limit (smoke is the CPU's default)")
+        _warn(
+            "--scale full on the CPU: the full-size task is sized for a GPU, so every evaluation is far slower "
+            "and may run into its time limit (smoke is the CPU's default)"
+        )
 
 
 @app.command("run")
 @_documents_exit_codes
 def run_command(
     task: str = typer.Argument(..., help="A built-in task name, a problem folder, or a KernelBench .py file."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="anthropic:<model>, openai:<model>, "
-                                        "openai-compatible:<url>#<model> or scripted:<file>."),
+    model: Optional[str] = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="anthropic:<model>, openai:<model>, openai-compatible:<url>#<model> or scripted:<file>.",
+    ),
     budget: Optional[str] = typer.Option(None, help="Wall-clock budget: 3h, 90m, 2h30m (default 3h)."),
     max_cost: Optional[float] = typer.Option(None, help="Stop exploring once the model calls cost this many USD."),
     max_tokens: Optional[int] = typer.Option(None, help="Stop exploring after this many tokens in all."),
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda or cuda:N (default auto)."),
     scale: Optional[Scale] = typer.Option(None, help="Default: full on CUDA, smoke on the CPU."),
-    thinking: Optional[str] = typer.Option(None, help="on (the default where the model thinks), off, or a "
-                                           "budget in tokens per turn for a model that takes one (Anthropic "
-                                           "extended thinking; by default half the output cap)."),
-    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="For a model that takes an "
-                                                   "effort (OpenAI reasoning models, Anthropic adaptive "
-                                                   "thinking): none, minimal, low, medium, high (the default), "
-                                                   "xhigh or max, as far as the model knows them."),
-    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", help="Output cap per model "
-                                                    "call, thinking included (default: the most the model "
-                                                    "allows; $KAGENT_HOME/models.yaml extends the table)."),
+    thinking: Optional[str] = typer.Option(
+        None,
+        help="on (the default where the model thinks), off, or a "
+        "budget in tokens per turn for a model that takes one (Anthropic "
+        "extended thinking; by default half the output cap).",
+    ),
+    reasoning_effort: Optional[str] = typer.Option(
+        None,
+        "--reasoning-effort",
+        help="For a model that takes an "
+        "effort (OpenAI reasoning models, Anthropic adaptive "
+        "thinking): none, minimal, low, medium, high (the default), "
+        "xhigh or max, as far as the model knows them.",
+    ),
+    max_output_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-output-tokens",
+        help="Output cap per model "
+        "call, thinking included (default: the most the model "
+        "allows; $KAGENT_HOME/models.yaml extends the table).",
+    ),
     no_revert: bool = typer.Option(False, "--no-revert", help="Keep failed or slower attempts in place."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file of settings by name: any of the run's "
-                                          "settings (the README lists them) or the flags' names (budget, max_cost, "
-                                          "max_tokens, thinking, reasoning_effort, max_output_tokens, revert); "
-                                          "the flags given override it."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="The run's id, the name of its folder (default: "
-                                         "task, time and a random suffix; a sweep names its members so)."),
-    direction: Optional[str] = typer.Option(None, help="What this run should try, told to the model in its first "
-                                            "message (a sweep's branches of one task are told apart so)."),
+    config: Optional[Path] = typer.Option(
+        None,
+        "--config",
+        help="YAML file of settings by name: any of the run's "
+        "settings (the README lists them) or the flags' names (budget, max_cost, "
+        "max_tokens, thinking, reasoning_effort, max_output_tokens, revert); "
+        "the flags given override it.",
+    ),
+    run_id: Optional[str] = typer.Option(
+        None,
+        "--run-id",
+        help="The run's id, the name of its folder (default: "
+        "task, time and a random suffix; a sweep names its members so).",
+    ),
+    direction: Optional[str] = typer.Option(
+        None,
+        help="What this run should try, told to the model in its first "
+        "message (a sweep's branches of one task are told apart so).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
 ) -> None:
@@ -273,14 +334,31 @@ def run_command(
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
     if run_id is not None:
         check_run_id(run_id)
-    settings = load_settings(task, config, {
-        "model": model, "budget": budget, "max_cost": max_cost, "max_tokens": max_tokens, "device": device,
-        "scale": scale.value if scale else None, "thinking": thinking, "reasoning_effort": reasoning_effort,
-        "max_output_tokens": max_output_tokens, "revert": False if no_revert else None, "run_id": run_id,
-        "direction": direction})
+    settings = load_settings(
+        task,
+        config,
+        {
+            "model": model,
+            "budget": budget,
+            "max_cost": max_cost,
+            "max_tokens": max_tokens,
+            "device": device,
+            "scale": scale.value if scale else None,
+            "thinking": thinking,
+            "reasoning_effort": reasoning_effort,
+            "max_output_tokens": max_output_tokens,
+            "revert": False if no_revert else None,
+            "run_id": run_id,
+            "direction": direction,
+        },
+    )
     check_device_name(settings.device)
-    chat_model = make_model(settings.model, timeout_s=settings.model_timeout_s,
-                            thinking_budget=settings.thinking_budget, reasoning_effort=settings.reasoning_effort)
+    chat_model = make_model(
+        settings.model,
+        timeout_s=settings.model_timeout_s,
+        thinking_budget=settings.thinking_budget,
+        reasoning_effort=settings.reasoning_effort,
+    )
     resolved_device = resolve_device(settings.device)
     chosen_scale = settings.scale or default_scale(resolved_device)
     _warn_full_scale_on_cpu(resolved_device, chosen_scale)
@@ -288,16 +366,18 @@ def run_command(
 
     from kagent.agent.lifecycle.runs import start_run
 
-    _show_run(lambda view: start_run(settings, view=view, model=chat_model, warn=_warn), quiet or json_output,
-              json_output)
+    _show_run(
+        lambda view: start_run(settings, view=view, model=chat_model, warn=_warn), quiet or json_output, json_output
+    )
 
 
 @app.command("resume")
 @_documents_exit_codes
 def resume_command(
     run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
-    budget: Optional[str] = typer.Option(None, help="More wall-clock time for the run, e.g. 1h (needed to extend "
-                                                    "a finished run)."),
+    budget: Optional[str] = typer.Option(
+        None, help="More wall-clock time for the run, e.g. 1h (needed to extend a finished run)."
+    ),
     root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live view; the report at the end only."),
     json_output: bool = typer.Option(False, "--json", help="Print the final report as JSON only."),
@@ -317,8 +397,11 @@ def resume_command(
     def notice(text: str) -> None:
         err_console.print(f"[yellow]note:[/] {text}", highlight=False)
 
-    _show_run(lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root, notice=notice, warn=_warn),
-              quiet or json_output, json_output)
+    _show_run(
+        lambda view: resume_run(run, extra_budget_s=extra, view=view, root=root, notice=notice, warn=_warn),
+        quiet or json_output,
+        json_output,
+    )
 
 
 @contextmanager
@@ -357,8 +440,7 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
                 run_dir, report = drive(view.update)
     except RunInterrupted as stop:
         # Caught here: typer would turn it into a silent exit 130 before main() could speak.
-        err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept",
-                          highlight=False)
+        err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept", highlight=False)
         err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False)
         raise typer.Exit(EXIT_CTRL_C) from None
     except KeyboardInterrupt:
@@ -391,8 +473,11 @@ def runs_command(
         sys.stdout.write(summaries_json(summaries) + "\n")
         return
     if not summaries:
-        console.print(f"No runs in {folder} ({origin}) yet. Start one with `kagent run TASK --model PROVIDER:MODEL`; "
-                      f"{RUNS_ELSEWHERE}.", highlight=False)
+        console.print(
+            f"No runs in {folder} ({origin}) yet. Start one with `kagent run TASK --model PROVIDER:MODEL`; "
+            f"{RUNS_ELSEWHERE}.",
+            highlight=False,
+        )
         return
     console.print(runs_view(summaries, f"Runs in {folder} (newest first)", console))
 
@@ -401,20 +486,31 @@ def runs_command(
 def replay_command(
     run: str = typer.Argument(..., help="A run id (see `kagent runs`) or the path of a run folder."),
     attempts: bool = typer.Option(False, "--attempts", help="Only the attempts and the end."),
-    errors: bool = typer.Option(False, "--errors", help="Only tool errors, failed attempts, model retries and "
-                                                        "errors (and the end)."),
-    follow_trace: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events as the run goes, "
-                                                                    "until it ends (Ctrl-C stops)."),
+    errors: bool = typer.Option(
+        False, "--errors", help="Only tool errors, failed attempts, model retries and errors (and the end)."
+    ),
+    follow_trace: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new events as the run goes, until it ends (Ctrl-C stops)."
+    ),
     root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
-    execute: bool = typer.Option(False, "--execute", help="Re-run the recorded session on a fresh workspace "
-                                 "(no model is called), re-measure, and report per attempt whether its verdict and "
-                                 "speedup reproduce."),
-    device: Optional[str] = typer.Option(None, help="With --execute: the device to re-measure on (default: the "
-                                                    "run's)."),
+    execute: bool = typer.Option(
+        False,
+        "--execute",
+        help="Re-run the recorded session on a fresh workspace "
+        "(no model is called), re-measure, and report per attempt whether its verdict and "
+        "speedup reproduce.",
+    ),
+    device: Optional[str] = typer.Option(
+        None, help="With --execute: the device to re-measure on (default: the run's)."
+    ),
     scale: Optional[Scale] = typer.Option(None, help="With --execute: the scale (default: the run's)."),
-    tolerance: float = typer.Option(0.10, min=0.0, help="With --execute: how far a re-measured speedup may be "
-                                                        "off (as a fraction) when the intervals do not overlap; "
-                                                        "a busy CPU drifts more than a GPU."),
+    tolerance: float = typer.Option(
+        0.10,
+        min=0.0,
+        help="With --execute: how far a re-measured speedup may be "
+        "off (as a fraction) when the intervals do not overlap; "
+        "a busy CPU drifts more than a GPU.",
+    ),
 ) -> None:
     """Tell a run turn by turn from its trace, or audit its numbers on this machine with --execute.
 
@@ -430,8 +526,9 @@ def replay_command(
         from kagent.agent.lifecycle.device import resolve_device
         from kagent.agent.lifecycle.reexecute import execute_replay
 
-        audit = execute_replay(run, root, resolve_device(device) if device else None,
-                               scale.value if scale else None, tolerance)
+        audit = execute_replay(
+            run, root, resolve_device(device) if device else None, scale.value if scale else None, tolerance
+        )
         console.print(audit_table(audit))
         console.print(f"re-executed run: {audit.replay_dir}")
         raise typer.Exit(0 if audit.reproduces else 1)
@@ -449,11 +546,19 @@ def replay_command(
 # In its docstring, \\[ keeps the help's rich markup from taking [report] for a style.
 @app.command("report")
 def report_command(
-    run: Optional[str] = typer.Argument(None, help="A run id (see `kagent runs`), a run folder or a trace file; "
-                                                   "with --runs, a filter of the runs instead (see below)."),
+    run: Optional[str] = typer.Argument(
+        None,
+        help="A run id (see `kagent runs`), a run folder or a trace file; "
+        "with --runs, a filter of the runs instead (see below).",
+    ),
     runs: bool = typer.Option(False, "--runs", help="A board across the runs instead of one run's page."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default: report.html in "
-                                       "the run folder; with --runs, board.html in the runs folder)."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="The HTML file to write (default: report.html in "
+        "the run folder; with --runs, board.html in the runs folder).",
+    ),
     root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
 ) -> None:
     """Write a run as one self-contained HTML page, or a board across runs (--runs).
@@ -481,8 +586,9 @@ def report_command(
         console.print(f"wrote {path}: {count} run(s)", highlight=False)
         return
     if run is None:
-        raise KagentError("give a run id or a run folder, or --runs for a board across runs",
-                          hint="`kagent runs` lists the runs")
+        raise KagentError(
+            "give a run id or a run folder, or --runs for a board across runs", hint="`kagent runs` lists the runs"
+        )
     from kagent.agent.cli.report.page import write_run_page
     from kagent.agent.storage.folders import find_run
 

@@ -7,6 +7,7 @@ A file names a setting by its name, or by its flag's name: ``budget: 3h`` is the
 ``max_cost`` and ``max_tokens`` are the budget's, ``revert`` is auto_revert, and ``thinking``
 (on, off or a budget in tokens, as --thinking) is thinking_budget made from the model's limits.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,9 +24,15 @@ from kagent.core.errors import KagentError
 BUDGET_SHORTHANDS = {"max_cost": "max_cost_usd", "max_tokens": "max_tokens"}
 SHORTHANDS = {"revert": "auto_revert"}
 # The flag that sets a setting, to name it in a message.
-FLAGS = {("model",): "--model", ("budget", "wall_s"): "--budget", ("budget", "max_cost_usd"): "--max-cost",
-         ("budget", "max_tokens"): "--max-tokens", ("device",): "--device", ("scale",): "--scale",
-         ("auto_revert",): "--no-revert"}
+FLAGS = {
+    ("model",): "--model",
+    ("budget", "wall_s"): "--budget",
+    ("budget", "max_cost_usd"): "--max-cost",
+    ("budget", "max_tokens"): "--max-tokens",
+    ("device",): "--device",
+    ("scale",): "--scale",
+    ("auto_revert",): "--no-revert",
+}
 
 
 def load_settings(task: str, config_file: Optional[Path], flags: dict[str, Any]) -> RunSettings:
@@ -35,14 +42,23 @@ def load_settings(task: str, config_file: Optional[Path], flags: dict[str, Any])
     from_flags = _in_settings_terms({k: v for k, v in flags.items() if v is not None}, "the command line")
     merged = _merged(_merged({"task": task}, from_file), from_flags)
     if not merged.get("model"):
-        raise KagentError("give --model (or model: in a --config file)",
-                          hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml")
+        raise KagentError(
+            "give --model (or model: in a --config file)",
+            hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml",
+        )
     if "thinking" in merged and "thinking_budget" in merged:
         raise KagentError("thinking and thinking_budget are the same setting: give one of them")
-    output = output_settings(str(merged["model"]), merged.pop("thinking", merged.get("thinking_budget")),
-                             merged.get("reasoning_effort"), merged.get("max_output_tokens"))
-    merged.update(max_output_tokens=output.max_output_tokens, thinking_budget=output.thinking_budget,
-                  reasoning_effort=output.reasoning_effort)
+    output = output_settings(
+        str(merged["model"]),
+        merged.pop("thinking", merged.get("thinking_budget")),
+        merged.get("reasoning_effort"),
+        merged.get("max_output_tokens"),
+    )
+    merged.update(
+        max_output_tokens=output.max_output_tokens,
+        thinking_budget=output.thinking_budget,
+        reasoning_effort=output.reasoning_effort,
+    )
     try:
         return RunSettings.model_validate(merged)
     except ValidationError as err:
@@ -72,8 +88,9 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``over`` on top, key by key, into nested settings (the budget) too."""
     merged = dict(base)
     for key, value in over.items():
-        merged[key] = _merged(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-            else value
+        merged[key] = (
+            _merged(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -83,8 +100,10 @@ def _config_file(path: Path) -> dict[str, Any]:
     except (OSError, yaml.YAMLError) as err:
         raise KagentError(f"cannot read the config file {path}: {err}") from err
     if not isinstance(data, dict):
-        raise KagentError(f"{path}: a config file holds settings by name, not {type(data).__name__}",
-                          hint=f"known: {', '.join(known_names())}")
+        raise KagentError(
+            f"{path}: a config file holds settings by name, not {type(data).__name__}",
+            hint=f"known: {', '.join(known_names())}",
+        )
     return data
 
 

@@ -5,6 +5,7 @@ model said and called, what the tools answered, the attempts and the budget as t
 A call that rewrites a file shows as the diff against its previous version, rebuilt from the
 trace as the events are read (kagent.agent.cli.trace_reading), instead of the whole new file.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,9 +61,16 @@ MAX_ARGUMENT_CHARS = 120
 
 _EVENT = TypeAdapter(Event)
 
-VERDICT_STYLE = {"pass": "bold green", "incorrect": "bold red", "error": "bold red", "forbidden": "bold red",
-                 "tampered": "bold magenta", "timeout": "bold yellow", "crash": "bold red",
-                 "internal_error": "bold magenta"}
+VERDICT_STYLE = {
+    "pass": "bold green",
+    "incorrect": "bold red",
+    "error": "bold red",
+    "forbidden": "bold red",
+    "tampered": "bold magenta",
+    "timeout": "bold yellow",
+    "crash": "bold red",
+    "internal_error": "bold magenta",
+}
 
 
 def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
@@ -70,8 +78,17 @@ def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
     shown = lines[:MAX_DIFF_LINES]
     text = Text()
     for line in shown:
-        style = ("dim" if line.startswith(("---", "+++")) else "green" if line.startswith("+")
-                 else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else "")
+        style = (
+            "dim"
+            if line.startswith(("---", "+++"))
+            else "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else ""
+        )
         text.append(line + "\n", style=style)
     if len(lines) > len(shown):
         text.append(f"… {len(lines) - len(shown)} more diff lines\n", style="dim")
@@ -109,12 +126,17 @@ class TraceRenderer:
     # -- events ------------------------------------------------------------------------------
     def _on_run_started(self, event: RunStarted) -> list[RenderableType]:
         config, budget = event.config, event.config.budget
-        limits = [f"wall {minutes(budget.wall_s)}",
-                  f"max ${budget.max_cost_usd:.2f}" if budget.max_cost_usd is not None else "",
-                  f"max {budget.max_tokens:,} tokens" if budget.max_tokens is not None else ""]
-        head = Text.assemble(("run ", "bold"), (event.run_id, "bold"),
-                             f"  task {config.task} · model {config.model} · {config.device} {config.scale} · "
-                             f"budget {', '.join(p for p in limits if p)}")
+        limits = [
+            f"wall {minutes(budget.wall_s)}",
+            f"max ${budget.max_cost_usd:.2f}" if budget.max_cost_usd is not None else "",
+            f"max {budget.max_tokens:,} tokens" if budget.max_tokens is not None else "",
+        ]
+        head = Text.assemble(
+            ("run ", "bold"),
+            (event.run_id, "bold"),
+            f"  task {config.task} · model {config.model} · {config.device} {config.scale} · "
+            f"budget {', '.join(p for p in limits if p)}",
+        )
         return [head, *(Text(f"warning: {text}", style="yellow") for text in event.warnings)]
 
     def _on_run_resumed(self, event: RunResumed) -> list[RenderableType]:
@@ -129,9 +151,14 @@ class TraceRenderer:
         if self.filtered:
             return []
         response = ModelResponse.model_validate(event.response)
-        parts: list[RenderableType] = [Rule(f"turn {event.turn} · {minutes(event.elapsed_s)} · "
-                                            f"{response.usage.total_tokens:,} tokens · ${event.cost_usd:.2f}",
-                                            align="left", style="dim")]
+        parts: list[RenderableType] = [
+            Rule(
+                f"turn {event.turn} · {minutes(event.elapsed_s)} · "
+                f"{response.usage.total_tokens:,} tokens · ${event.cost_usd:.2f}",
+                align="left",
+                style="dim",
+            )
+        ]
         for block in response.message.content:
             if isinstance(block, TextBlock) and block.text.strip():
                 parts.append(Text(shorten(block.text.strip(), MAX_TEXT_CHARS)))
@@ -159,8 +186,9 @@ class TraceRenderer:
             if change.whole:  # the call gave the whole new file: say what the diff is against
                 head.append(" — diff against the previous version" if change.diff else " — unchanged", style="dim")
             return [head, _diff_text(change.diff)] if change.diff else [head]
-        shown = ", ".join(f"{key}={shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
-                          for key, value in args.items())
+        shown = ", ".join(
+            f"{key}={shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}" for key, value in args.items()
+        )
         if shown:
             head.append(f"({shown})")
         return [head]
@@ -201,18 +229,30 @@ class TraceRenderer:
         if self.filtered and not (self.only_attempts or failed):
             return []
         reverted = bool(event.reverted_to) or not attempt.kept
-        head = Text.assemble(("■ attempt ", "bold"), (str(attempt.number), "bold"), f" {attempt.kind} ",
-                             (attempt.verdict.upper(), VERDICT_STYLE.get(attempt.verdict, "bold")),
-                             f"  score {attempt.score:.3f}x" if attempt.score is not None else "  score –",
-                             ("  reverted", "yellow") if reverted else ("  draft, kept in place", "magenta")
-                             if attempt.draft else ("  kept", "green"))
+        head = Text.assemble(
+            ("■ attempt ", "bold"),
+            (str(attempt.number), "bold"),
+            f" {attempt.kind} ",
+            (attempt.verdict.upper(), VERDICT_STYLE.get(attempt.verdict, "bold")),
+            f"  score {attempt.score:.3f}x" if attempt.score is not None else "  score –",
+            ("  reverted", "yellow")
+            if reverted
+            else ("  draft, kept in place", "magenta")
+            if attempt.draft
+            else ("  kept", "green"),
+        )
         parts: list[RenderableType] = [Padding(head, (0, 0, 0, 2), expand=False)]
         if note:
             parts.append(Padding(Text(shorten(note, 300), style="dim"), (0, 0, 0, 4), expand=False))
         if attempt.hypothesis:
             predicted = f" (predicted: {attempt.predicted})" if attempt.predicted else ""
-            parts.append(Padding(Text(f"design: {shorten(attempt.hypothesis + predicted, 300)}", style="dim"),
-                                 (0, 0, 0, 4), expand=False))
+            parts.append(
+                Padding(
+                    Text(f"design: {shorten(attempt.hypothesis + predicted, 300)}", style="dim"),
+                    (0, 0, 0, 4),
+                    expand=False,
+                )
+            )
         return parts
 
     def _on_user_notice(self, event: UserNotice) -> list[RenderableType]:
@@ -229,14 +269,24 @@ class TraceRenderer:
     def _on_compacted(self, event: Compacted) -> list[RenderableType]:
         if self.filtered:
             return []
-        return [Text(f"⋯ compacted: {event.dropped_messages} earlier messages replaced by a "
-                     f"{len(event.summary):,}-char summary", style="magenta")]
+        return [
+            Text(
+                f"⋯ compacted: {event.dropped_messages} earlier messages replaced by a "
+                f"{len(event.summary):,}-char summary",
+                style="magenta",
+            )
+        ]
 
     def _on_model_retried(self, event: ModelRetried) -> list[RenderableType]:
         if self.filtered and not self.only_errors:
             return []
-        return [Text(f"  model retry {event.attempt} (turn {event.turn}) in {event.wait_s:.0f} s: "
-                     f"{shorten(event.error, 300)}", style="yellow")]
+        return [
+            Text(
+                f"  model retry {event.attempt} (turn {event.turn}) in {event.wait_s:.0f} s: "
+                f"{shorten(event.error, 300)}",
+                style="yellow",
+            )
+        ]
 
     def _on_error(self, event: ErrorRecorded) -> list[RenderableType]:
         if self.filtered and not self.only_errors:
@@ -260,20 +310,33 @@ class TraceRenderer:
         return [text]
 
     def _on_run_ended(self, event: RunEnded) -> list[RenderableType]:
-        best = (f"best attempt {event.best_attempt} ({event.best_speedup:.3f}x)"
-                if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
-        return [Text.assemble(("run ended: ", "bold"), (event.status, f"bold {ENDINGS[event.status].style}"),
-                              f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
-                              f"{minutes(event.elapsed_s)}")]
+        best = (
+            f"best attempt {event.best_attempt} ({event.best_speedup:.3f}x)"
+            if event.best_attempt is not None and event.best_speedup is not None
+            else "no best attempt"
+        )
+        return [
+            Text.assemble(
+                ("run ended: ", "bold"),
+                (event.status, f"bold {ENDINGS[event.status].style}"),
+                f" — {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
+                f"{minutes(event.elapsed_s)}",
+            )
+        ]
 
 
-def render_trace(events: list[Any], only_attempts: bool = False, only_errors: bool = False,
-                 torn_tail: bool = False) -> Group:
+def render_trace(
+    events: list[Any], only_attempts: bool = False, only_errors: bool = False, torn_tail: bool = False
+) -> Group:
     """The whole trace as one renderable (for ``Console.print``)."""
     parts = TraceRenderer(only_attempts, only_errors).render_all(events)
     if torn_tail:
-        parts.append(Text("(the last line of the trace was cut short, the process was killed while writing it: "
-                          "not shown)", style="dim"))
+        parts.append(
+            Text(
+                "(the last line of the trace was cut short, the process was killed while writing it: not shown)",
+                style="dim",
+            )
+        )
     if not events:
         parts.append(Text("the trace has no events yet", style="dim"))
     return Group(*parts)
@@ -291,8 +354,14 @@ def replay(path: Path, only_attempts: bool = False, only_errors: bool = False) -
     return render_trace(read.events, only_attempts, only_errors, read.torn_tail)
 
 
-def follow(path: Path, console: Console, poll_s: float = 0.5, stop: Optional[Callable[[], bool]] = None,
-           only_attempts: bool = False, only_errors: bool = False) -> Optional[RunEnded]:
+def follow(
+    path: Path,
+    console: Console,
+    poll_s: float = 0.5,
+    stop: Optional[Callable[[], bool]] = None,
+    only_attempts: bool = False,
+    only_errors: bool = False,
+) -> Optional[RunEnded]:
     """Print the trace's events, then new ones as they are written, until a run_ended event
     (returned) or ``stop()`` says so (None). Only complete lines are read: a line still being
     written, or torn by a kill, waits until its newline comes. The trace may not exist yet
@@ -309,7 +378,7 @@ def follow(path: Path, console: Console, poll_s: float = 0.5, stop: Optional[Cal
                 chunk = f.read()
         except FileNotFoundError:
             chunk = b""
-        complete = chunk[:chunk.rfind(b"\n") + 1]  # up to the last newline; the rest waits
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # up to the last newline; the rest waits
         for line in complete.split(b"\n")[:-1]:
             offset += len(line) + 1
             line_number += 1

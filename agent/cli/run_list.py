@@ -5,6 +5,7 @@ that process is killed (SIGKILL, a reboot, an out-of-memory kill): it stays at "
 forever. The lock file tells the truth there: a "running" run whose lock has no live holder
 is shown as interrupted.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,11 @@ CONFIG_NAME = RUN_FILES["config"]
 
 State = Literal[RunState, "unknown"]
 
-STATE_STYLE: dict[str, str] = {"running": "bold cyan", "unknown": "magenta",
-                               **{state: ending.style for state, ending in ENDINGS.items()}}
+STATE_STYLE: dict[str, str] = {
+    "running": "bold cyan",
+    "unknown": "magenta",
+    **{state: ending.style for state, ending in ENDINGS.items()},
+}
 
 
 class RunSummary(BaseModel):
@@ -44,8 +48,11 @@ class RunSummary(BaseModel):
     model: str = ""
     best_attempt: Optional[int] = None
     best_score: Optional[float] = Field(None, description="Geomean speedup of the best attempt while exploring")
-    result_score: Optional[float] = Field(None, description="The run's verified result: the re-verified score once "
-                                                            "the run has ended, the best attempt's before")
+    result_score: Optional[float] = Field(
+        None,
+        description="The run's verified result: the re-verified score once "
+        "the run has ended, the best attempt's before",
+    )
     elapsed_s: float = 0.0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -97,9 +104,14 @@ def read_summary(run_dir: Path) -> Optional[RunSummary]:
         fields = {"result_score": status.get("best_score"), **status, "run_id": status.get("run_id") or run_dir.name}
         summary = RunSummary(path=run_dir, **{k: v for k, v in fields.items() if k in RunSummary.model_fields})
     except (OSError, ValueError, TypeError, ValidationError) as err:  # ValidationError is a ValueError too
-        return RunSummary(run_id=run_dir.name, state="unknown", path=run_dir, updated_at=_mtime_iso(status_path),
-                          reason=f"status.json is unreadable: {str(err).splitlines()[0][:160]}",
-                          **_config_fields(run_dir))
+        return RunSummary(
+            run_id=run_dir.name,
+            state="unknown",
+            path=run_dir,
+            updated_at=_mtime_iso(status_path),
+            reason=f"status.json is unreadable: {str(err).splitlines()[0][:160]}",
+            **_config_fields(run_dir),
+        )
     if summary.state == "running":
         pid = status.get("pid")
         if not _driver_alive(run_dir, pid if isinstance(pid, int) else None):
@@ -139,8 +151,12 @@ def _tokens(count: int) -> str:
 
 def _figures(s: RunSummary) -> dict[str, str]:
     """The right-hand columns of one run, as both layouts show them."""
-    return {"result": f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–",
-            "elapsed": minutes(s.elapsed_s), "tokens": _tokens(s.tokens), "cost": f"${s.cost_usd:.2f}"}
+    return {
+        "result": f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–",
+        "elapsed": minutes(s.elapsed_s),
+        "tokens": _tokens(s.tokens),
+        "cost": f"${s.cost_usd:.2f}",
+    }
 
 
 def _state(s: RunSummary) -> Text:
@@ -167,8 +183,10 @@ def runs_list(summaries: list[RunSummary], title: str) -> Group:
     for s in summaries:
         lines.append(Text.assemble((s.run_id, "bold"), "  ", _state(s), no_wrap=True, overflow="ignore"))
         figures = _figures(s)
-        details = (f"{s.model or '?'} · result {figures['result']} · {figures['elapsed']} · {figures['tokens']} "
-                   f"tokens · {figures['cost']}")
+        details = (
+            f"{s.model or '?'} · result {figures['result']} · {figures['elapsed']} · {figures['tokens']} "
+            f"tokens · {figures['cost']}"
+        )
         lines.append(Padding(Text(details, style="dim"), (0, 0, 0, 4)))
     return Group(*lines)
 

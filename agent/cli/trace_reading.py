@@ -8,6 +8,7 @@ attempt, shell may do anything), so the content of each file the model wrote can
 the events are read: that is what lets a view show a write_file as the diff against the
 previous version instead of the whole new file.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,7 +25,7 @@ from kagent.tools.base import UNTOUCHED, FileEffect, Restore, Rewrite, Tool, Unk
 
 
 def shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def minutes(seconds: float) -> str:
@@ -47,10 +48,14 @@ def thinking_line(block: dict[str, Any]) -> str:
 def budget_line(budget: dict[str, Any]) -> str:
     """The budget's numbers of a user notice: phase, time, tokens and cost, each of its limit."""
     b = cast(BudgetSummary, budget)  # as BudgetTracker.summary() made it
-    return " · ".join([
-        f"phase {b['phase']}", f"elapsed {minutes(b['elapsed'])} of {minutes(b['wall'])}",
-        f"tokens {b['tokens']:,}" + (f" of {b['max_tokens']:,}" if b["max_tokens"] else ""),
-        f"cost ${b['cost']:.2f}" + (f" of ${b['max_cost']:.2f}" if b["max_cost"] else "")])
+    return " · ".join(
+        [
+            f"phase {b['phase']}",
+            f"elapsed {minutes(b['elapsed'])} of {minutes(b['wall'])}",
+            f"tokens {b['tokens']:,}" + (f" of {b['max_tokens']:,}" if b["max_tokens"] else ""),
+            f"cost ${b['cost']:.2f}" + (f" of ${b['max_cost']:.2f}" if b["max_cost"] else ""),
+        ]
+    )
 
 
 def notice_line(event: UserNotice) -> Optional[str]:
@@ -64,8 +69,10 @@ def notice_line(event: UserNotice) -> Optional[str]:
 
 def resumed_line(event: RunResumed) -> str:
     """What a resume did, after the word "resumed"."""
-    text = (f"(segment {event.segment}): {minutes(event.spent_before_s)} spent before, wall budget now "
-            f"{minutes(event.budget_wall_s)}")
+    text = (
+        f"(segment {event.segment}): {minutes(event.spent_before_s)} spent before, wall budget now "
+        f"{minutes(event.budget_wall_s)}"
+    )
     if event.restarted:
         text += "; the trace held no recorded step, so the run started over from turn 1"
     if event.settled_calls:
@@ -91,8 +98,11 @@ def line_count(text: str) -> int:
 
 
 def unified_diff(before: str, after: str, name: str, context: int = 2) -> list[str]:
-    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), fromfile=f"a/{name}",
-                                     tofile=f"b/{name}", lineterm="", n=context))
+    return list(
+        difflib.unified_diff(
+            before.splitlines(), after.splitlines(), fromfile=f"a/{name}", tofile=f"b/{name}", lineterm="", n=context
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -180,8 +190,9 @@ class TraceFiles:
             return FileChange(effect.path, [], "nothing", effect.note, whole)
         # The file is not known (or the change will not apply): the changed text itself, old → new.
         old, new = effect.excerpt
-        snippet = [line for line in unified_diff(old, new, effect.path, context=1)
-                   if not line.startswith(("---", "+++"))]
+        snippet = [
+            line for line in unified_diff(old, new, effect.path, context=1) if not line.startswith(("---", "+++"))
+        ]
         return FileChange(effect.path, snippet, "replacement", effect.note, whole)
 
     def _apply(self, event: ToolFinished, started: Optional[ToolStarted]) -> None:

@@ -1,4 +1,5 @@
 """How results look in a terminal (rich)."""
+
 from __future__ import annotations
 
 import time
@@ -16,9 +17,16 @@ from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import Determinism, EvalResult, Verdict
 from kagent.tasks import TaskRef
 
-VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.INCORRECT: "bold red", Verdict.ERROR: "bold red",
-                 Verdict.FORBIDDEN: "bold red", Verdict.TAMPERED: "bold magenta", Verdict.TIMEOUT: "bold yellow",
-                 Verdict.CRASH: "bold red", Verdict.INTERNAL_ERROR: "bold magenta"}
+VERDICT_STYLE = {
+    Verdict.PASS: "bold green",
+    Verdict.INCORRECT: "bold red",
+    Verdict.ERROR: "bold red",
+    Verdict.FORBIDDEN: "bold red",
+    Verdict.TAMPERED: "bold magenta",
+    Verdict.TIMEOUT: "bold yellow",
+    Verdict.CRASH: "bold red",
+    Verdict.INTERNAL_ERROR: "bold magenta",
+}
 
 
 def tasks_table(tasks: list[TaskRef]) -> Table:
@@ -33,24 +41,36 @@ def tasks_table(tasks: list[TaskRef]) -> Table:
 
 def _ms(value: float) -> str:
     """Three significant digits, so that the table fits an 80-column terminal."""
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 \
+    return (
+        f"{value:.3f}"
+        if value < 1
+        else f"{value:.2f}"
+        if value < 10
+        else f"{value:.1f}"
+        if value < 100
         else f"{value:.0f}"
+    )
 
 
 def timing_table(result: EvalResult) -> Table:
     contestant = "the baseline again (A/A)" if result.mode == "aa" else "the solution"
-    table = Table(title=f"Baseline vs {contestant}, in alternating blocks of steps",
-                  caption="ms: median per step (p10–p90); CI: 95% bootstrap interval of the speedup, "
-                          "≈ when it holds 1.0 (within noise); floor: the bytes floor over the solution's time")
+    table = Table(
+        title=f"Baseline vs {contestant}, in alternating blocks of steps",
+        caption="ms: median per step (p10–p90); CI: 95% bootstrap interval of the speedup, "
+        "≈ when it holds 1.0 (within noise); floor: the bytes floor over the solution's time",
+    )
     for name in ("shape", "base ms", "sol ms", "tok/s", "speedup", "CI", "floor"):
         table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
     for t in result.timings:
         roofline = f"{t.roofline.candidate_fraction:.1%}" if t.roofline else "–"
         table.add_row(
-            t.label, f"{_ms(t.baseline.median_ms)}\n({_ms(t.baseline.p10_ms)}–{_ms(t.baseline.p90_ms)})",
+            t.label,
+            f"{_ms(t.baseline.median_ms)}\n({_ms(t.baseline.p10_ms)}–{_ms(t.baseline.p90_ms)})",
             f"{_ms(t.candidate.median_ms)}\n({_ms(t.candidate.p10_ms)}–{_ms(t.candidate.p90_ms)})",
-            f"{t.tokens_per_s:,.0f}", f"{t.speedup:.3f}x" + (" ≈" if t.within_noise else ""),
-            f"{t.ci_low:.2f}–{t.ci_high:.2f}", roofline,
+            f"{t.tokens_per_s:,.0f}",
+            f"{t.speedup:.3f}x" + (" ≈" if t.within_noise else ""),
+            f"{t.ci_low:.2f}–{t.ci_high:.2f}",
+            roofline,
         )
     return table
 
@@ -72,11 +92,17 @@ def _launch_line(result: EvalResult) -> str:
         if report.launches is None:
             parts.append(f"{report.who}: {report.note}")
             continue
-        flags = [f for f, on in (("CUDA graph replay", report.cuda_graph_replay),
-                                 ("torch.compile", report.torch_compile)) if on]
+        flags = [
+            f
+            for f, on in (("CUDA graph replay", report.cuda_graph_replay), ("torch.compile", report.torch_compile))
+            if on
+        ]
         single = "single launch" if report.single_launch else "not a megakernel"
-        parts.append(f"{report.who}: {report.launches} launches/step ({single}"
-                     + (f"; {', '.join(flags)}" if flags else "") + ")")
+        parts.append(
+            f"{report.who}: {report.launches} launches/step ({single}"
+            + (f"; {', '.join(flags)}" if flags else "")
+            + ")"
+        )
     return "; ".join(parts)
 
 
@@ -84,15 +110,15 @@ def _determinism_line(determinism: Determinism) -> str:
     said = f"determinism: two calls on identical inputs ({determinism.case})"
     if determinism.bitwise_equal:
         return f"{said} are bitwise equal"
-    difference = (f"{determinism.max_abs_diff:.3g}" if determinism.max_abs_diff is not None
-                  else "undefined (NaN or infinity)")
+    difference = (
+        f"{determinism.max_abs_diff:.3g}" if determinism.max_abs_diff is not None else "undefined (NaN or infinity)"
+    )
     return f"{said} are not bitwise equal: largest difference {difference} in {determinism.largest_in}"
 
 
 def result_view(result: EvalResult, result_path: str | None = None) -> Group:
     head = Text.assemble((f"{result.verdict.value.upper()}", VERDICT_STYLE[result.verdict]), "  ", result.reason)
-    parts: list[RenderableType] = [head, *_result_tables(result),
-                                   Text("\n".join(_result_lines(result, result_path)))]
+    parts: list[RenderableType] = [head, *_result_tables(result), Text("\n".join(_result_lines(result, result_path)))]
     if result.verdict in (Verdict.CRASH, Verdict.ERROR, Verdict.INTERNAL_ERROR):
         evidence = next((c.details for c in result.checks if c.details), "") or result.stderr_tail
         if evidence.strip():
@@ -128,8 +154,10 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
         lines.append(f"device time: {device_time}")
     for t in result.timings:
         if t.candidate_host_overhead_ms is not None and t.candidate_isolated_ms is not None:
-            lines.append(f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms (host overhead "
-                         f"{t.candidate_host_overhead_ms:.3g} ms over the steady time)")
+            lines.append(
+                f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms (host overhead "
+                f"{t.candidate_host_overhead_ms:.3g} ms over the steady time)"
+            )
     if result.bandwidth:
         source = "cached" if result.bandwidth.cached else "measured now"
         lines.append(f"copy bandwidth: {result.bandwidth.bytes_per_s / 1e12:.3f} TB/s ({source})")
@@ -142,8 +170,11 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
         lines.append(f"device lease: {lease}")
     phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phases.items())
     overhead = ", ".join(f"{k} {v:.1f}s" for k, v in result.overhead_seconds.items())
-    lines.append(f"wall time {result.wall_seconds:.1f} s" + (f" ({phases})" if phases else "")
-                 + (f"; outside the harness's phases: {overhead}" if overhead else ""))
+    lines.append(
+        f"wall time {result.wall_seconds:.1f} s"
+        + (f" ({phases})" if phases else "")
+        + (f"; outside the harness's phases: {overhead}" if overhead else "")
+    )
     if result_path:
         lines.append(f"result written to {result_path}")
     return lines
@@ -156,16 +187,22 @@ def _lease_line(result: EvalResult) -> str:
     parts = []
     if result.gpu_leases:
         kinds = ", ".join(dict.fromkeys(hold.what for hold in result.gpu_leases))
-        parts.append(f"held alone {len(result.gpu_leases)} times ({kinds}) after waiting "
-                     f"{sum(hold.waited_s for hold in result.gpu_leases):.1f} s in all")
+        parts.append(
+            f"held alone {len(result.gpu_leases)} times ({kinds}) after waiting "
+            f"{sum(hold.waited_s for hold in result.gpu_leases):.1f} s in all"
+        )
     asked = result.probes_asked_again
     if asked:
         alone = sum(bool(probe.get("alone")) for probe in asked)
-        parts.append(f"{len(asked)} probes read busy beside other evaluations' work were read again "
-                     f"({alone} of them with the device alone)")
+        parts.append(
+            f"{len(asked)} probes read busy beside other evaluations' work were read again "
+            f"({alone} of them with the device alone)"
+        )
     if result.ran_alone_after:
-        parts.append(f"evaluated a second time with the device alone: the first run's device memory ran out "
-                     f"while shared ({result.ran_alone_after.splitlines()[0][:160]})")
+        parts.append(
+            f"evaluated a second time with the device alone: the first run's device memory ran out "
+            f"while shared ({result.ran_alone_after.splitlines()[0][:160]})"
+        )
     return "; ".join(parts)
 
 
@@ -195,8 +232,13 @@ def run_panel(update, since_s: float = 0.0) -> Panel:
     for column in ("#", "kind", "verdict", "score", "note"):
         attempts.add_column(column)
     for a in update.attempts:
-        attempts.add_row(str(a.number), a.kind, a.verdict, f"{a.score:.3f}x" if a.score is not None else "–",
-                         (a.note or a.reason)[:60])
+        attempts.add_row(
+            str(a.number),
+            a.kind,
+            a.verdict,
+            f"{a.score:.3f}x" if a.score is not None else "–",
+            (a.note or a.reason)[:60],
+        )
     return Panel(Group(head, now, attempts, Text(update.last_event, style="dim")), title="kagent run")
 
 
@@ -240,8 +282,9 @@ class EvalProgressView:
         self._latest = progress.describe(event) or self._latest
 
     def __rich__(self) -> RenderableType:
-        return Text.assemble(("evaluating for ", "dim"), (minutes(self._clock() - self._started), "bold"),
-                             (f" · {self._latest}", "dim"))
+        return Text.assemble(
+            ("evaluating for ", "dim"), (minutes(self._clock() - self._started), "bold"), (f" · {self._latest}", "dim")
+        )
 
 
 def audit_table(audit) -> Table:
@@ -251,10 +294,19 @@ def audit_table(audit) -> Table:
     for column in ("#", "kind", "verdict then → now", "score then → now", "reproduces", "why"):
         table.add_column(column)
     for a in audit.attempts:
-        score = (f"{a.recorded_score:.3f}x" if a.recorded_score is not None else "–") + " → " + \
-                (f"{a.measured_score:.3f}x" if a.measured_score is not None else "–")
-        table.add_row(str(a.number), a.kind, f"{a.recorded_verdict} → {a.measured_verdict or 'missing'}", score,
-                      Text("yes", style="green") if a.reproduces else Text("NO", style="bold red"), a.why)
+        score = (
+            (f"{a.recorded_score:.3f}x" if a.recorded_score is not None else "–")
+            + " → "
+            + (f"{a.measured_score:.3f}x" if a.measured_score is not None else "–")
+        )
+        table.add_row(
+            str(a.number),
+            a.kind,
+            f"{a.recorded_verdict} → {a.measured_verdict or 'missing'}",
+            score,
+            Text("yes", style="green") if a.reproduces else Text("NO", style="bold red"),
+            a.why,
+        )
     if audit.extra_attempts:
         table.caption = f"{audit.extra_attempts} attempt(s) appeared only in the re-execution"
     return table

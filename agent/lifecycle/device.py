@@ -9,6 +9,7 @@ Any of those changing makes the next command ask torch again. A GPU lost without
 them changing is still caught: the evaluation's harness checks the device again with torch
 and says so (harness/base.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,12 +57,15 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if seen.cuda_available else "cpu"
     if not seen.cuda_available:
-        raise KagentError(f"device {device} asked for, but torch {seen.torch_version} sees no CUDA device",
-                          hint="use --device cpu, or install the torch build for your CUDA driver")
+        raise KagentError(
+            f"device {device} asked for, but torch {seen.torch_version} sees no CUDA device",
+            hint="use --device cpu, or install the torch build for your CUDA driver",
+        )
     index = int(device.partition(":")[2] or 0)
     if index >= seen.device_count:
-        raise KagentError(f"device {device} asked for, but torch sees {seen.device_count} CUDA device(s)",
-                          hint="cuda:0 is the first")
+        raise KagentError(
+            f"device {device} asked for, but torch sees {seen.device_count} CUDA device(s)", hint="cuda:0 is the first"
+        )
     return device
 
 
@@ -80,8 +84,12 @@ def probe(home: Optional[Path] = None) -> DeviceProbe:
     import torch
 
     available = torch.cuda.is_available()
-    seen = DeviceProbe(fingerprint=fingerprint or "", torch_version=torch.__version__, cuda_available=available,
-                       device_count=torch.cuda.device_count() if available else 0)
+    seen = DeviceProbe(
+        fingerprint=fingerprint or "",
+        torch_version=torch.__version__,
+        cuda_available=available,
+        device_count=torch.cuda.device_count() if available else 0,
+    )
     if fingerprint is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +118,12 @@ def machine_fingerprint() -> Optional[str]:
     except OSError:
         driver = "no NVIDIA driver"
     nodes = sorted(p.name for p in Path("/dev").glob("nvidia*"))
-    parts = [sys.executable, str(torch_dir), f"{installed.st_mtime_ns} {installed.st_size}", driver, *nodes,
-             *(f"{name}={os.environ.get(name)}" for name in _VISIBILITY)]
+    parts = [
+        sys.executable,
+        str(torch_dir),
+        f"{installed.st_mtime_ns} {installed.st_size}",
+        driver,
+        *nodes,
+        *(f"{name}={os.environ.get(name)}" for name in _VISIBILITY),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

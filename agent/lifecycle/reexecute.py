@@ -10,6 +10,7 @@ device time both then and now is held to its own steady time per step instead, t
 its speedup carries the host-bound baseline's pace, which moved one megakernel's from 34.7x
 to 20.5x within minutes on an H200 (its own time within 3.5%; MEASUREMENTS.md, 2026-12-03).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,8 +32,11 @@ REPRODUCE_TOLERANCE = 0.10
 
 class ShapeCheck(BaseModel):
     label: str
-    by: Literal["speedup", "ms"] = Field("speedup", description="What was compared: the speedup, or (an attempt at "
-                                         "its device time both times) its steady ms per step")
+    by: Literal["speedup", "ms"] = Field(
+        "speedup",
+        description="What was compared: the speedup, or (an attempt at "
+        "its device time both times) its steady ms per step",
+    )
     recorded: float
     recorded_ci: tuple[float, float]
     measured: Optional[float]
@@ -112,11 +116,17 @@ def _attempts(trace: Path) -> dict[int, AttemptRecorded]:
     return {_Measured.of(e).number: e for e in read_trace(trace).events if isinstance(e, AttemptRecorded)}
 
 
-def _compare(recorded_event: AttemptRecorded, measured_event: Optional[AttemptRecorded],
-             tolerance: float) -> AttemptCheck:
+def _compare(
+    recorded_event: AttemptRecorded, measured_event: Optional[AttemptRecorded], tolerance: float
+) -> AttemptCheck:
     recorded = _Measured.of(recorded_event)
-    check = AttemptCheck(number=recorded.number, kind=recorded.kind, recorded_verdict=recorded.verdict,
-                         recorded_score=recorded.score, reproduces=False)
+    check = AttemptCheck(
+        number=recorded.number,
+        kind=recorded.kind,
+        recorded_verdict=recorded.verdict,
+        recorded_score=recorded.score,
+        reproduces=False,
+    )
     if measured_event is None:
         check.why = "the re-executed session made no such attempt"
         return check
@@ -126,33 +136,63 @@ def _compare(recorded_event: AttemptRecorded, measured_event: Optional[AttemptRe
         check.why = f"verdict {check.recorded_verdict} recorded, {check.measured_verdict} now"
         return check
     now = {t.label: t for t in measured.timings}
-    own_time = bool(recorded.device_bound and measured.device_bound
-                    and all(t.candidate is not None for t in [*recorded.timings, *measured.timings]))
+    own_time = bool(
+        recorded.device_bound
+        and measured.device_bound
+        and all(t.candidate is not None for t in [*recorded.timings, *measured.timings])
+    )
     by = "ms" if own_time else "speedup"
     for t in recorded.timings:
         value, interval = t.figure(by)
         other = now.get(t.label)
         if other is None:
-            check.shapes.append(ShapeCheck(label=t.label, by=by, recorded=value, recorded_ci=interval, measured=None,
-                                           measured_ci=None, reproduces=False))
+            check.shapes.append(
+                ShapeCheck(
+                    label=t.label,
+                    by=by,
+                    recorded=value,
+                    recorded_ci=interval,
+                    measured=None,
+                    measured_ci=None,
+                    reproduces=False,
+                )
+            )
             continue
         measured_value, measured_interval = other.figure(by)
-        overlap = ((measured_interval[0] <= interval[1] and interval[0] <= measured_interval[1])
-                   or abs(measured_value - value) <= tolerance * value)
-        check.shapes.append(ShapeCheck(label=t.label, by=by, recorded=value, recorded_ci=interval,
-                                       measured=measured_value, measured_ci=measured_interval, reproduces=overlap))
+        overlap = (measured_interval[0] <= interval[1] and interval[0] <= measured_interval[1]) or abs(
+            measured_value - value
+        ) <= tolerance * value
+        check.shapes.append(
+            ShapeCheck(
+                label=t.label,
+                by=by,
+                recorded=value,
+                recorded_ci=interval,
+                measured=measured_value,
+                measured_ci=measured_interval,
+                reproduces=overlap,
+            )
+        )
     diverging = [s.label for s in check.shapes if not s.reproduces]
     check.reproduces = not diverging
-    what = ("steady ms per step (at its device time both times)" if own_time else "speedup")
-    check.why = (f"{what} outside the measured noise and off by more than {tolerance:.0%} at "
-                 f"{', '.join(diverging)}" if diverging
-                 else "reproduces, by its steady ms per step (at its device time both times)" if own_time
-                 else "reproduces")
+    what = "steady ms per step (at its device time both times)" if own_time else "speedup"
+    check.why = (
+        f"{what} outside the measured noise and off by more than {tolerance:.0%} at {', '.join(diverging)}"
+        if diverging
+        else "reproduces, by its steady ms per step (at its device time both times)"
+        if own_time
+        else "reproduces"
+    )
     return check
 
 
-def execute_replay(run: str, root: Optional[Path] = None, device: Optional[str] = None,
-                   scale: Optional[str] = None, tolerance: float = REPRODUCE_TOLERANCE) -> ReplayAudit:
+def execute_replay(
+    run: str,
+    root: Optional[Path] = None,
+    device: Optional[str] = None,
+    scale: Optional[str] = None,
+    tolerance: float = REPRODUCE_TOLERANCE,
+) -> ReplayAudit:
     run_dir = find_run(run, root)
     events = read_trace(run_dir / "trace.jsonl").events
     started = next((e for e in events if isinstance(e, RunStarted)), None)
@@ -163,11 +203,23 @@ def execute_replay(run: str, root: Optional[Path] = None, device: Optional[str] 
     model = ScriptedModel(responses, name=f"replay of {config.run_id}")
     # The run's own settings, on this machine's device if asked; the money and token limits go:
     # no model is called, the recorded answers are.
-    settings = config.settings().model_copy(update={
-        "model": model.name, "budget": Budget(wall_s=config.budget.wall_s), "device": device or config.device,
-        "scale": scale or config.scale, "runs_root": run_dir / "replays"})
+    settings = config.settings().model_copy(
+        update={
+            "model": model.name,
+            "budget": Budget(wall_s=config.budget.wall_s),
+            "device": device or config.device,
+            "scale": scale or config.scale,
+            "runs_root": run_dir / "replays",
+        }
+    )
     replay_dir, _ = start_run(settings, model=model)
     recorded, measured = _attempts(run_dir / "trace.jsonl"), _attempts(replay_dir / "trace.jsonl")
     checks = [_compare(event, measured.get(number), tolerance) for number, event in sorted(recorded.items())]
-    return ReplayAudit(run_id=config.run_id, replay_dir=str(replay_dir), device=settings.device,
-                       scale=str(settings.scale), attempts=checks, extra_attempts=len(set(measured) - set(recorded)))
+    return ReplayAudit(
+        run_id=config.run_id,
+        replay_dir=str(replay_dir),
+        device=settings.device,
+        scale=str(settings.scale),
+        attempts=checks,
+        extra_attempts=len(set(measured) - set(recorded)),
+    )

@@ -7,6 +7,7 @@ not (ToolFacts.rerun_after_crash: a shell command may have acted outside the wor
 is then answered as interrupted; a check or benchmark whose attempt was recorded is answered
 from that record. So the provider never sees a call without its result.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -92,7 +93,7 @@ def _user_notice(state: Rebuilt, event: UserNotice, run_dir: Path) -> None:
 
 
 def _compacted(state: Rebuilt, event: Compacted, run_dir: Path) -> None:
-    state.messages = [with_summary(state.messages[0], event.summary), *state.messages[1 + event.dropped_messages:]]
+    state.messages = [with_summary(state.messages[0], event.summary), *state.messages[1 + event.dropped_messages :]]
 
 
 def _run_resumed(state: Rebuilt, event: RunResumed, run_dir: Path) -> None:
@@ -110,6 +111,11 @@ def _run_ended(state: Rebuilt, event: RunEnded, run_dir: Path) -> None:
 # What each kind of event does to the rebuilt state; the others (a request, a retry, the
 # start, an error, the final re-verification) change nothing there.
 _APPLY: dict[type, Callable[[Rebuilt, Any, Path], None]] = {
-    ModelResponded: _model_responded, ToolFinished: _tool_finished, AttemptRecorded: _attempt_recorded,
-    UserNotice: _user_notice, Compacted: _compacted, RunResumed: _run_resumed, RunEnded: _run_ended,
+    ModelResponded: _model_responded,
+    ToolFinished: _tool_finished,
+    AttemptRecorded: _attempt_recorded,
+    UserNotice: _user_notice,
+    Compacted: _compacted,
+    RunResumed: _run_resumed,
+    RunEnded: _run_ended,
 }

@@ -1,4 +1,5 @@
 """A run on disk: ``runs/<run-id>/`` with its config, status, trace, workspace and report."""
+
 from __future__ import annotations
 
 import os
@@ -89,24 +90,33 @@ def versions() -> dict[str, Optional[str]]:
 
 
 def _report_markdown(report: RunReport) -> str:
-    lines = [f"# kagent run {report.run_id}", "",
-             f"- task: {report.task}", f"- model: {report.model}", *(f"- warning: {text}" for text in report.warnings),
-             f"- status: {report.status} ({report.reason})",
-             f"- result: {_result_line(report)}",
-             f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
-             + (f", {report.best_score:.3f}x" if report.best_score is not None else ""),
-             f"- final re-verification: {report.final_verdict or 'not run'}"
-             + (f", {report.final_score:.3f}x" if report.final_score is not None else ""),
-             f"- attempts: {report.attempts}, turns: {report.turns}",
-             f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
-             f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
-             f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
-             f"- cost: ${report.cost_usd:.2f}", f"- elapsed: {report.elapsed_s / 60:.1f} min"]
+    lines = [
+        f"# kagent run {report.run_id}",
+        "",
+        f"- task: {report.task}",
+        f"- model: {report.model}",
+        *(f"- warning: {text}" for text in report.warnings),
+        f"- status: {report.status} ({report.reason})",
+        f"- result: {_result_line(report)}",
+        f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
+        + (f", {report.best_score:.3f}x" if report.best_score is not None else ""),
+        f"- final re-verification: {report.final_verdict or 'not run'}"
+        + (f", {report.final_score:.3f}x" if report.final_score is not None else ""),
+        f"- attempts: {report.attempts}, turns: {report.turns}",
+        f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
+        f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
+        f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
+        f"- cost: ${report.cost_usd:.2f}",
+        f"- elapsed: {report.elapsed_s / 60:.1f} min",
+    ]
     if report.best_speedups:
         lines += ["", "| shape | while exploring | re-verified (the result) |", "|---|---|---|"]
-        lines += [f"| {label} | {value:.3f}x | "
-                  + (f"{report.final_speedups[label]:.3f}x" if label in report.final_speedups else "–") + " |"
-                  for label, value in report.best_speedups.items()]
+        lines += [
+            f"| {label} | {value:.3f}x | "
+            + (f"{report.final_speedups[label]:.3f}x" if label in report.final_speedups else "–")
+            + " |"
+            for label, value in report.best_speedups.items()
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -118,31 +128,47 @@ def _result_line(report: RunReport) -> str:
         return "none: no attempt passed a benchmark"
     if report.result_from == "final re-verification":
         change = report.result_score / report.best_score - 1 if report.best_score else 0.0
-        return (f"{report.result_score:.3f}x, attempt {report.best_attempt} as the final re-verification measured it "
-                f"({change:+.1%} from {report.best_score:.3f}x while exploring)")
+        return (
+            f"{report.result_score:.3f}x, attempt {report.best_attempt} as the final re-verification measured it "
+            f"({change:+.1%} from {report.best_score:.3f}x while exploring)"
+        )
     why = f"the re-verification ended {report.final_verdict}" if report.final_verdict else "it was not re-verified"
     return f"{report.result_score:.3f}x, attempt {report.best_attempt} as measured while exploring ({why})"
 
 
-def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, workspace: Workspace,
-           tracker: BudgetTracker, view: Optional[Callable[[ViewUpdate], None]],
-           go: Callable[[Agent], RunReport], warn: Callable[[str], None]) -> RunReport:
+def _drive(
+    run_dir: Path,
+    config: RunConfig,
+    task: TaskRef,
+    inner: ChatModel,
+    workspace: Workspace,
+    tracker: BudgetTracker,
+    view: Optional[Callable[[ViewUpdate], None]],
+    go: Callable[[Agent], RunReport],
+    warn: Callable[[str], None],
+) -> RunReport:
     """What a new and a resumed run share: trace, status file, model wrapper, agent, report.
     ``warn`` is told, before the run goes on, what the user should beware of in its figures."""
     trace = TraceWriter(run_dir, elapsed=tracker.elapsed)
-    eval_options = EvalOptions(device=config.device, scale=config.scale, cache_dir=kagent_home(),
-                               home=run_dir / "home",
-                               timeout_s=config.eval_timeout_s)
-    status = RunStatus(run_id=config.run_id, state="running", pid=os.getpid(), task=task.name, model=config.model,
-                       updated_at=_now())
+    eval_options = EvalOptions(
+        device=config.device,
+        scale=config.scale,
+        cache_dir=kagent_home(),
+        home=run_dir / "home",
+        timeout_s=config.eval_timeout_s,
+    )
+    status = RunStatus(
+        run_id=config.run_id, state="running", pid=os.getpid(), task=task.name, model=config.model, updated_at=_now()
+    )
     write_json_atomically(run_dir / RUN_FILES["status"], status.model_dump_json(indent=1))
     agent_box: list[Agent] = []
 
     def on_retry(error: Exception, wait_s: float, attempt: int) -> None:
         agent_box[0].on_retry(error, wait_s, attempt)
 
-    retrying = RetryingModel(inner, remaining_s=lambda: max(0.0, tracker.final_slice_starts() - tracker.clock.now()),
-                             on_retry=on_retry)
+    retrying = RetryingModel(
+        inner, remaining_s=lambda: max(0.0, tracker.final_slice_starts() - tracker.clock.now()), on_retry=on_retry
+    )
 
     def write_status(**fields: object) -> None:
         current = status.model_copy(update={"updated_at": _now(), **_figures(agent_box[0]), **fields})
@@ -153,8 +179,19 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
         if view:
             view(update)
 
-    agent = Agent(config, task, retrying, all_tools(), workspace, trace, tracker, eval_options, view=on_update,
-                  system_prompt=prompts.system_prompt(task), versions=versions())
+    agent = Agent(
+        config,
+        task,
+        retrying,
+        all_tools(),
+        workspace,
+        trace,
+        tracker,
+        eval_options,
+        view=on_update,
+        system_prompt=prompts.system_prompt(task),
+        versions=versions(),
+    )
     agent_box.append(agent)
     for text in agent.warnings:
         warn(text)
@@ -178,10 +215,14 @@ def _drive(run_dir: Path, config: RunConfig, task: TaskRef, inner: ChatModel, wo
 def _figures(agent: Agent) -> dict[str, object]:
     """What status.json says of a run's progress, read from the agent at this moment."""
     best = agent.ledger.best_attempt()
-    return {"best_attempt": best.number if best else None, "best_score": best.score if best else None,
-            "result_score": agent.result_score(),
-            "elapsed_s": round(agent.tracker.elapsed(), 1), "tokens": agent.usage.total_tokens,
-            "cost_usd": agent.cost}
+    return {
+        "best_attempt": best.number if best else None,
+        "best_score": best.score if best else None,
+        "result_score": agent.result_score(),
+        "elapsed_s": round(agent.tracker.elapsed(), 1),
+        "tokens": agent.usage.total_tokens,
+        "cost_usd": agent.cost,
+    }
 
 
 def _check_the_model_can_run_on(model: ChatModel, device: str) -> None:
@@ -189,19 +230,28 @@ def _check_the_model_can_run_on(model: ChatModel, device: str) -> None:
     folder exists, instead of failing at every step it plays."""
     needs = getattr(model, "needs", None)
     if needs == "cuda" and not device.startswith("cuda"):
-        raise KagentError(f"{model.name} plays a session written for a CUDA device, and this run's device is "
-                          f"{device}: its steps build and time GPU kernels, and none of them can run here",
-                          hint=getattr(model, "hint", None) or "run it on a machine with a GPU (--device cuda)")
+        raise KagentError(
+            f"{model.name} plays a session written for a CUDA device, and this run's device is "
+            f"{device}: its steps build and time GPU kernels, and none of them can run here",
+            hint=getattr(model, "hint", None) or "run it on a machine with a GPU (--device cuda)",
+        )
 
 
-def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]] = None,
-              clock: Optional[Clock] = None, model: Optional[ChatModel] = None,
-              warn: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
+def start_run(
+    settings: RunSettings,
+    view: Optional[Callable[[ViewUpdate], None]] = None,
+    clock: Optional[Clock] = None,
+    model: Optional[ChatModel] = None,
+    warn: Callable[[str], None] = lambda text: None,
+) -> tuple[Path, RunReport]:
     """Create the run folder and drive the agent until it ends; returns the folder and report."""
     task: TaskRef = resolve_task(settings.task)
-    inner = model or make_model(settings.model, timeout_s=settings.model_timeout_s,
-                                thinking_budget=settings.thinking_budget,
-                                reasoning_effort=settings.reasoning_effort)
+    inner = model or make_model(
+        settings.model,
+        timeout_s=settings.model_timeout_s,
+        thinking_budget=settings.thinking_budget,
+        reasoning_effort=settings.reasoning_effort,
+    )
     device = resolve_device(settings.device)
     _check_the_model_can_run_on(inner, device)
     run_id = settings.run_id or new_run_id(task.name)
@@ -210,8 +260,9 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
     try:
         run_dir.mkdir(parents=True)
     except FileExistsError:
-        raise KagentError(f"there is a run {run_id} already ({run_dir})",
-                          hint=f"kagent resume {run_id} goes on with it") from None
+        raise KagentError(
+            f"there is a run {run_id} already ({run_dir})", hint=f"kagent resume {run_id} goes on with it"
+        ) from None
     config = settings.for_run(run_id, device)
     write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
     with RunLock(run_dir):
@@ -221,10 +272,16 @@ def start_run(settings: RunSettings, view: Optional[Callable[[ViewUpdate], None]
     return run_dir, report
 
 
-def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[Callable[[ViewUpdate], None]] = None,
-               root: Optional[Path] = None, clock: Optional[Clock] = None, model: Optional[ChatModel] = None,
-               notice: Callable[[str], None] = lambda text: None,
-               warn: Callable[[str], None] = lambda text: None) -> tuple[Path, RunReport]:
+def resume_run(
+    run: str,
+    extra_budget_s: Optional[float] = None,
+    view: Optional[Callable[[ViewUpdate], None]] = None,
+    root: Optional[Path] = None,
+    clock: Optional[Clock] = None,
+    model: Optional[ChatModel] = None,
+    notice: Callable[[str], None] = lambda text: None,
+    warn: Callable[[str], None] = lambda text: None,
+) -> tuple[Path, RunReport]:
     """Go on with a run from its trace: after any interruption, or to extend a finished run.
     ``notice`` is told, in a sentence, what the user should know before it goes on; ``warn``,
     what to beware of in its figures."""
@@ -233,24 +290,38 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         try:
             config = RunConfig.model_validate_json((run_dir / RUN_FILES["config"]).read_text())
         except (OSError, ValueError) as err:
-            raise KagentError(f"{run_dir / RUN_FILES['config']} is missing or not a valid run config",
-                              hint=str(err).splitlines()[0][:200]) from err
+            raise KagentError(
+                f"{run_dir / RUN_FILES['config']} is missing or not a valid run config",
+                hint=str(err).splitlines()[0][:200],
+            ) from err
         resolve_device(config.device)  # a run started on a GPU machine cannot go on without one
         read = read_trace(run_dir / "trace.jsonl")
         state = rebuild(read.events, run_dir)
         if state.ended is not None and not extra_budget_s:
-            raise KagentError(f"run {config.run_id} has ended ({state.ended.reason[:120]})",
-                              hint="give --budget to extend it with more time")
+            raise KagentError(
+                f"run {config.run_id} has ended ({state.ended.reason[:120]})",
+                hint="give --budget to extend it with more time",
+            )
         workspace = Workspace.open(run_dir / "workspace")
         if extra_budget_s:
-            config = config.model_copy(update={"budget": config.budget.model_copy(
-                update={"wall_s": config.budget.wall_s + extra_budget_s})})
+            config = config.model_copy(
+                update={"budget": config.budget.model_copy(update={"wall_s": config.budget.wall_s + extra_budget_s})}
+            )
             write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
         task = resolve_task(config.task)
-        tracker = BudgetTracker(config.budget, clock or SystemClock(), spent_before_s=state.elapsed_s,
-                                tokens_before=state.usage.total_tokens, cost_before_usd=state.cost)
-        inner = model or make_model(config.model, timeout_s=config.model_timeout_s,
-                                    thinking_budget=config.thinking_budget, reasoning_effort=config.reasoning_effort)
+        tracker = BudgetTracker(
+            config.budget,
+            clock or SystemClock(),
+            spent_before_s=state.elapsed_s,
+            tokens_before=state.usage.total_tokens,
+            cost_before_usd=state.cost,
+        )
+        inner = model or make_model(
+            config.model,
+            timeout_s=config.model_timeout_s,
+            thinking_budget=config.thinking_budget,
+            reasoning_effort=config.reasoning_effort,
+        )
         if hasattr(inner, "start_at"):  # a scripted model goes on with the turn after the last answered one
             inner.start_at = state.responses
         segment = state.segments + 1
@@ -261,11 +332,18 @@ def resume_run(run: str, extra_budget_s: Optional[float] = None, view: Optional[
         head = state.head or workspace.attempts()[0]
         previous_main = workspace.reset_main(head, keep_as=f"resume-{segment}")
         workspace.restore(state.snapshot or head)
-        resumed = RunResumed(segment=segment, spent_before_s=state.elapsed_s, budget_wall_s=config.budget.wall_s,
-                             torn_tail_dropped=read.torn_tail, workspace_side_ref=side_ref, workspace_head=head,
-                             workspace_snapshot=state.snapshot or head,
-                             orphaned_attempts={str(n): sha for n, sha in orphans.items()}, stale_lock=lock.took_over,
-                             previous_main_ref=previous_main)
+        resumed = RunResumed(
+            segment=segment,
+            spent_before_s=state.elapsed_s,
+            budget_wall_s=config.budget.wall_s,
+            torn_tail_dropped=read.torn_tail,
+            workspace_side_ref=side_ref,
+            workspace_head=head,
+            workspace_snapshot=state.snapshot or head,
+            orphaned_attempts={str(n): sha for n, sha in orphans.items()},
+            stale_lock=lock.took_over,
+            previous_main_ref=previous_main,
+        )
         if state.started is None:
             notice(_restart_notice(config.run_id, resumed))
 
@@ -282,9 +360,11 @@ def _restart_notice(run_id: str, resumed: RunResumed) -> str:
         kept.append(f"attempts {', '.join(sorted(resumed.orphaned_attempts, key=int))} under refs/kagent/orphans/")
     if resumed.workspace_side_ref:
         kept.append(f"uncommitted files on {resumed.workspace_side_ref}")
-    return (f"the trace of run {run_id} holds no recorded step, so the run starts over from turn 1 with the "
-            f"workspace at its starting point" + (f"; its earlier work is kept in the workspace's git: "
-                                                  f"{'; '.join(kept)}" if kept else ""))
+    return (
+        f"the trace of run {run_id} holds no recorded step, so the run starts over from turn 1 with the "
+        f"workspace at its starting point"
+        + (f"; its earlier work is kept in the workspace's git: {'; '.join(kept)}" if kept else "")
+    )
 
 
 def _now() -> str:

@@ -3,6 +3,7 @@
 Control flow that leaves the loop (the model finished, the budget is spent, the final slice
 has come) is a ``Stop`` carrying the reason; everything that happens is in the trace.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -106,21 +107,28 @@ class RunReport(BaseModel):
     best_score: Optional[float] = Field(description="The best attempt's geomean speedup, measured while exploring")
     best_speedups: dict[str, float] = Field(default_factory=dict, description="Per shape, measured while exploring")
     final_verdict: Optional[str] = Field(None, description="Verdict of the final re-verification, if it ran")
-    final_score: Optional[float] = Field(None, description="The best attempt's geomean speedup as the final "
-                                                           "re-verification measured it, when it passed")
+    final_score: Optional[float] = Field(
+        None, description="The best attempt's geomean speedup as the final re-verification measured it, when it passed"
+    )
     final_speedups: dict[str, float] = Field(default_factory=dict, description="Per shape, re-verified")
-    result_score: Optional[float] = Field(None, description="The run's result: final_score; best_score when the "
-                                                            "re-verification stopped short after its secret inputs "
-                                                            "passed; None without a verified result")
+    result_score: Optional[float] = Field(
+        None,
+        description="The run's result: final_score; best_score when the "
+        "re-verification stopped short after its secret inputs "
+        "passed; None without a verified result",
+    )
     result_from: Optional[Literal["final re-verification", "exploration"]] = Field(
-        None, description="Which measurement result_score is")
+        None, description="Which measurement result_score is"
+    )
     attempts: int
     turns: int
     usage: Usage
     cost_usd: float
     elapsed_s: float
-    warnings: list[str] = Field(default_factory=list, description="What to beware of in these figures, such as a "
-                                "model without a price (its cost reads $0)")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What to beware of in these figures, such as a model without a price (its cost reads $0)",
+    )
 
 
 COMPACTED_MARK = "[compacted]"
@@ -171,12 +179,16 @@ class RepeatedFailures:
         if self.count < 2:
             return outcome
         if self.stuck:
-            note = (f"[kagent] This exact call ({call.name}, same arguments) has now failed {self.count} times in a "
-                    f"row. The run ends here.")
+            note = (
+                f"[kagent] This exact call ({call.name}, same arguments) has now failed {self.count} times in a "
+                f"row. The run ends here."
+            )
         else:
-            note = (f"[kagent] This exact call ({call.name}, same arguments) has failed {self.count} times in a row "
-                    f"now. Sent again unchanged, it will most likely fail again: change the arguments or do "
-                    f"something else. After {self.limit} identical failures in a row the run ends.")
+            note = (
+                f"[kagent] This exact call ({call.name}, same arguments) has failed {self.count} times in a row "
+                f"now. Sent again unchanged, it will most likely fail again: change the arguments or do "
+                f"something else. After {self.limit} identical failures in a row the run ends."
+            )
         return outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}"})
 
 
@@ -184,10 +196,20 @@ class Agent:
     """The loop. It is also the handle (kagent.tools.base.LoopControl) through which the
     loop-control tools (design, revert, finish) act on it."""
 
-    def __init__(self, config: RunConfig, task: TaskRef, model: ChatModel, tools: list[Tool], workspace: Workspace,
-                 trace: TraceWriter, tracker: BudgetTracker, eval_options: EvalOptions,
-                 view: Optional[Callable[[ViewUpdate], None]] = None, system_prompt: str = "",
-                 versions: Optional[dict[str, Optional[str]]] = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        task: TaskRef,
+        model: ChatModel,
+        tools: list[Tool],
+        workspace: Workspace,
+        trace: TraceWriter,
+        tracker: BudgetTracker,
+        eval_options: EvalOptions,
+        view: Optional[Callable[[ViewUpdate], None]] = None,
+        system_prompt: str = "",
+        versions: Optional[dict[str, Optional[str]]] = None,
+    ):
         self.config, self.task, self.model = config, task, model
         self.workspace, self.trace, self.tracker = workspace, trace, tracker
         self.eval_options = eval_options
@@ -223,12 +245,14 @@ class Agent:
         return [t.spec for t in self.tools.values()]
 
     def first_message(self) -> Message:
-        text = (f"{self.task.prompt.strip()}\n\n"
-                f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
-                f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
-                f"scale.\n\n"
-                + (f"Your direction in this run: {self.config.direction}\n\n" if self.config.direction else "")
-                + self._status_text())
+        text = (
+            f"{self.task.prompt.strip()}\n\n"
+            f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
+            f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
+            f"scale.\n\n"
+            + (f"Your direction in this run: {self.config.direction}\n\n" if self.config.direction else "")
+            + self._status_text()
+        )
         return Message(role="user", content=[TextBlock(text=text)])
 
     # -- the loop ----------------------------------------------------------------------------
@@ -237,10 +261,19 @@ class Agent:
         whose trace held no start: recorded right after this new start, it says what was kept."""
         self.messages = [self.first_message()]
         specs = [s.model_dump() for s in self.tool_specs()]
-        self.trace.append(RunStarted(
-            run_id=self.config.run_id, config=self.config, versions=self.versions,
-            prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]), tools_sha256=_sha256(specs),
-            system=self.system, first_message=self.messages[0].model_dump(), tools=specs, warnings=self.warnings))
+        self.trace.append(
+            RunStarted(
+                run_id=self.config.run_id,
+                config=self.config,
+                versions=self.versions,
+                prompt_sha256=_sha256([self.system, self.messages[0].model_dump()]),
+                tools_sha256=_sha256(specs),
+                system=self.system,
+                first_message=self.messages[0].model_dump(),
+                tools=specs,
+                warnings=self.warnings,
+            )
+        )
         if restart is not None:
             self.trace.append(restart.model_copy(update={"restarted": True}))
         return self.drive()
@@ -258,13 +291,21 @@ class Agent:
         self.trace.append(resumed)
         for call, action in plan:
             state.results[call.id] = self._settle(call, action, state)
-        where = ("the workspace is as it was after the last tool call that finished"
-                 + (f"; what the interrupted process changed after it is kept on {resumed.workspace_side_ref}"
-                    if resumed.workspace_side_ref else ""))
-        notice = (f"[resumed] The run was interrupted and has been resumed (segment {resumed.segment}); {where}. "
-                  + ("Calls of the interrupted turn: "
-                     + ", ".join(f"{c.name} {action}" for c, action in plan) + ". " if plan else "")
-                  + "\n" + self._status_text())
+        where = "the workspace is as it was after the last tool call that finished" + (
+            f"; what the interrupted process changed after it is kept on {resumed.workspace_side_ref}"
+            if resumed.workspace_side_ref
+            else ""
+        )
+        notice = (
+            f"[resumed] The run was interrupted and has been resumed (segment {resumed.segment}); {where}. "
+            + (
+                "Calls of the interrupted turn: " + ", ".join(f"{c.name} {action}" for c, action in plan) + ". "
+                if plan
+                else ""
+            )
+            + "\n"
+            + self._status_text()
+        )
         self.trace.append(UserNotice(turn=self.turn, text=notice, budget=dict(self.tracker.summary())))
         if state.pending_calls:
             results = [state.results[c.id] for c in state.pending_calls]
@@ -289,8 +330,17 @@ class Agent:
         else:
             message, evaluation = state.attempt_messages[call.id]
             content, is_error = f"{summarize(EvalResult.model_validate(evaluation))}\n\n{message}", False
-        self.trace.append(ToolFinished(turn=self.turn, call_id=call.id, name=call.name, content=content,
-                                       is_error=is_error, seconds=0.0, data={"settled": action}))
+        self.trace.append(
+            ToolFinished(
+                turn=self.turn,
+                call_id=call.id,
+                name=call.name,
+                content=content,
+                is_error=is_error,
+                seconds=0.0,
+                data={"settled": action},
+            )
+        )
         return ToolResult(tool_call_id=call.id, content=content, is_error=is_error)
 
     def drive(self) -> RunReport:
@@ -351,8 +401,11 @@ class Agent:
         if self.finished_summary is not None:
             raise Stop(self._finished_reason(), "model")
         if self.repetition.stuck:
-            raise Stop(f"stuck: the model sent the same failing call ({self.repetition.name}) "
-                       f"{self.repetition.count} times in a row", "stuck")
+            raise Stop(
+                f"stuck: the model sent the same failing call ({self.repetition.name}) "
+                f"{self.repetition.count} times in a row",
+                "stuck",
+            )
 
     def _no_tool_calls(self, response: ModelResponse) -> None:
         cut = self.cut_answers.watch(response)
@@ -362,8 +415,15 @@ class Agent:
             raise Stop("the model stopped calling tools", "model")
         if cut is None:
             self.nudged = True
-        text = (cut or "No tool was called. Keep working with the tools (design, write_file, check, benchmark, "
-                       "...), or call finish if you are done.") + "\n\n" + self._status_text()
+        text = (
+            (
+                cut
+                or "No tool was called. Keep working with the tools (design, write_file, check, benchmark, "
+                "...), or call finish if you are done."
+            )
+            + "\n\n"
+            + self._status_text()
+        )
         self.trace.append(UserNotice(turn=self.turn, text=text, budget=dict(self.tracker.summary())))
         self.messages.append(Message(role="user", content=[TextBlock(text=text)]))
 
@@ -373,8 +433,9 @@ class Agent:
 
         def call() -> None:
             try:
-                box["response"] = self.model.complete(self.system, self.messages, self.tool_specs(),
-                                                      self.config.max_output_tokens)
+                box["response"] = self.model.complete(
+                    self.system, self.messages, self.tool_specs(), self.config.max_output_tokens
+                )
             except BaseException as err:  # handed to the loop's thread below
                 box["error"] = err
 
@@ -396,9 +457,15 @@ class Agent:
     def tool_context(self, deadline: float) -> ToolContext:
         """Tools count time with time.monotonic(); the tracker's clock may be another one."""
         monotonic_deadline = time.monotonic() + (deadline - self.tracker.clock.now())
-        return ToolContext(workspace=self.workspace.root, task=self.task, eval_options=self.eval_options,
-                           solution_name=self.config.solution_name, deadline=monotonic_deadline,
-                           progress=self._on_progress, loop=self)
+        return ToolContext(
+            workspace=self.workspace.root,
+            task=self.task,
+            eval_options=self.eval_options,
+            solution_name=self.config.solution_name,
+            deadline=monotonic_deadline,
+            progress=self._on_progress,
+            loop=self,
+        )
 
     def _call_tool(self, call: ToolCall) -> ToolResult:
         self.trace.append(ToolStarted(turn=self.turn, call_id=call.id, name=call.name, arguments=call.arguments))
@@ -416,10 +483,18 @@ class Agent:
             # The state a resumed run goes back to, should the process die before the next one.
             outcome.data = {**outcome.data, "snapshot": self.workspace.snapshot(), "head": self.workspace.head()}
         blob = self.trace.blob(outcome.content) if len(outcome.content) > INLINE_LIMIT else None
-        self.trace.append(ToolFinished(turn=self.turn, call_id=call.id, name=call.name,
-                                       content=cap(outcome.content, INLINE_LIMIT), is_error=outcome.is_error,
-                                       seconds=round(self.tracker.clock.now() - started, 3), data=outcome.data,
-                                       blob=blob))
+        self.trace.append(
+            ToolFinished(
+                turn=self.turn,
+                call_id=call.id,
+                name=call.name,
+                content=cap(outcome.content, INLINE_LIMIT),
+                is_error=outcome.is_error,
+                seconds=round(self.tracker.clock.now() - started, 3),
+                data=outcome.data,
+                blob=blob,
+            )
+        )
         return ToolResult(tool_call_id=call.id, content=outcome.content, is_error=outcome.is_error)
 
     def _with_the_task_put_back(self, outcome: ToolOutcome) -> ToolOutcome:
@@ -429,22 +504,25 @@ class Agent:
         if not put_back:
             return outcome
         note = f"[kagent] The task's files are read-only; put back as the task gave them: {', '.join(put_back)}."
-        return outcome.model_copy(update={"content": f"{outcome.content}\n\n{note}",
-                                          "data": {**outcome.data, "task_files_put_back": put_back}})
+        return outcome.model_copy(
+            update={
+                "content": f"{outcome.content}\n\n{note}",
+                "data": {**outcome.data, "task_files_put_back": put_back},
+            }
+        )
 
     def _dispatch(self, call: ToolCall, tool: Optional[Tool]) -> ToolOutcome:
         if "_raw" in call.arguments:
-            return ToolOutcome(content=cut_call_result(call, self.cut_cap, self.cut_answers.room_tokens),
-                               is_error=True)
+            return ToolOutcome(content=cut_call_result(call, self.cut_cap, self.cut_answers.room_tokens), is_error=True)
         if tool is None:
             names = ", ".join(sorted(self.tools))
-            return ToolOutcome(content=f"there is no tool named {call.name!r}; the tools are: {names}",
-                               is_error=True)
+            return ToolOutcome(content=f"there is no tool named {call.name!r}; the tools are: {names}", is_error=True)
         return tool.run(call.arguments, self.tool_context(self.tracker.final_slice_starts()))
 
     # -- what the loop-control tools do (LoopControl) -----------------------------------------
-    def record_design(self, hypothesis: str, predicted: str, draft: bool = False,
-                      why: Optional[str] = None) -> Optional[int]:
+    def record_design(
+        self, hypothesis: str, predicted: str, draft: bool = False, why: Optional[str] = None
+    ) -> Optional[int]:
         self.pending_design = Design(hypothesis=hypothesis, predicted=predicted, draft=draft)
         self.drafting = draft
         last = self.ledger.attempts[-1] if self.ledger.attempts else None
@@ -478,20 +556,30 @@ class Agent:
         where launches are counted (on a GPU)."""
         budget = self.config.budget.wall_s
         remaining = self.tracker.deadline() - self.tracker.clock.now()
-        counted = self.config.device.startswith("cuda") or any(a.single_launch is not None
-                                                               for a in self.ledger.attempts)
+        counted = self.config.device.startswith("cuda") or any(
+            a.single_launch is not None for a in self.ledger.attempts
+        )
         best = self.ledger.best_attempt()
-        if (not self.task.wants_single_launch or not counted or remaining <= EARLY_FINISH_SHARE * budget
-                or (best is not None and best.single_launch)):
+        if (
+            not self.task.wants_single_launch
+            or not counted
+            or remaining <= EARLY_FINISH_SHARE * budget
+            or (best is not None and best.single_launch)
+        ):
             return None
-        where = (f"the best is attempt {best.number}, {best.score:.3f}x, in more than one launch per step"
-                 if best is not None and best.score is not None else "no attempt has passed a benchmark yet")
-        return (f"Not finished yet: {remaining / 60:.0f} of {budget / 60:.0f} min remain, and the task's goal, one "
-                f"kernel launch per step, is unmet ({where}). What remains to try: fuse what is left into one "
-                f"persistent kernel (the playbook's stage plan and grid barrier), keep it correct stage by stage "
-                f"(design with draft=true keeps failing attempts in place while you build), then time it with "
-                f"`stages` and `profile`. The run delivers the best single-launch attempt once one passes. Call "
-                f"finish again to end the run now anyway.")
+        where = (
+            f"the best is attempt {best.number}, {best.score:.3f}x, in more than one launch per step"
+            if best is not None and best.score is not None
+            else "no attempt has passed a benchmark yet"
+        )
+        return (
+            f"Not finished yet: {remaining / 60:.0f} of {budget / 60:.0f} min remain, and the task's goal, one "
+            f"kernel launch per step, is unmet ({where}). What remains to try: fuse what is left into one "
+            f"persistent kernel (the playbook's stage plan and grid barrier), keep it correct stage by stage "
+            f"(design with draft=true keeps failing attempts in place while you build), then time it with "
+            f"`stages` and `profile`. The run delivers the best single-launch attempt once one passes. Call "
+            f"finish again to end the run now anyway."
+        )
 
     # -- attempts ----------------------------------------------------------------------------
     def _record_attempt(self, kind: str, result: EvalResult, call_id: str, scored: bool) -> str:
@@ -501,13 +589,21 @@ class Agent:
         previous = self.workspace.attempts().get(number - 1) or self.workspace.head()
         files = self.workspace.changed_files(previous)
         score = result.score if scored and result.verdict is Verdict.PASS else None
-        trailers = {"Kagent-Attempt": str(number), "Kagent-Kind": kind, "Kagent-Verdict": result.verdict.value,
-                    "Kagent-Speedup": f"{score:.4f}" if score is not None else "-",
-                    "Kagent-Tokens": str(self.usage.total_tokens), "Kagent-Elapsed": f"{self.tracker.elapsed():.0f}s"}
+        trailers = {
+            "Kagent-Attempt": str(number),
+            "Kagent-Kind": kind,
+            "Kagent-Verdict": result.verdict.value,
+            "Kagent-Speedup": f"{score:.4f}" if score is not None else "-",
+            "Kagent-Tokens": str(self.usage.total_tokens),
+            "Kagent-Elapsed": f"{self.tracker.elapsed():.0f}s",
+        }
         design = self.pending_design
         self.pending_design = None
-        sha = self.workspace.commit(f"attempt {number}: {kind} {result.verdict.value}\n\n"
-                                    f"{design.hypothesis if design else 'no design recorded'}", trailers)
+        sha = self.workspace.commit(
+            f"attempt {number}: {kind} {result.verdict.value}\n\n"
+            f"{design.hypothesis if design else 'no design recorded'}",
+            trailers,
+        )
         self.workspace.mark_attempt(number, sha)
         kept, reverted_to, draft = True, None, False
         note, lost, new_best = self.ledger.judge(result, score, single_launch_goal=self.task.wants_single_launch)
@@ -517,8 +613,11 @@ class Agent:
         if lost and self.drafting:
             draft = True
             best = self.ledger.best_attempt()
-            note += (" — kept in place as a draft: " + (f"the best, attempt {best.number}, is safe and is what the "
-                                                         f"run delivers" if best else "there is no best yet"))
+            note += " — kept in place as a draft: " + (
+                f"the best, attempt {best.number}, is safe and is what the run delivers"
+                if best
+                else "there is no best yet"
+            )
         elif lost and self.config.auto_revert:
             target = self._revert_target()
             if target is not None:
@@ -529,19 +628,38 @@ class Agent:
                 note += f" — the workspace was reverted to attempt {target}"
             else:
                 note += " — nothing better to revert to yet: fix it in place"
-        attempt = Attempt(number=number, kind=kind, hypothesis=design.hypothesis if design else None,
-                          predicted=design.predicted if design else None, verdict=result.verdict.value,
-                          reason=result.reason, score=score,
-                          speedups={t.label: t.speedup for t in result.timings} if score is not None else {},
-                          files=files, commit=sha, kept=kept, draft=draft, single_launch=single_launch(result),
-                          candidate_ms={t.label: t.candidate.median_ms for t in result.timings}
-                          if score is not None else {},
-                          device_bound=result.device_bound if score is not None else None,
-                          note=note, elapsed_s=round(self.tracker.elapsed(), 1), tokens=self.usage.total_tokens)
+        attempt = Attempt(
+            number=number,
+            kind=kind,
+            hypothesis=design.hypothesis if design else None,
+            predicted=design.predicted if design else None,
+            verdict=result.verdict.value,
+            reason=result.reason,
+            score=score,
+            speedups={t.label: t.speedup for t in result.timings} if score is not None else {},
+            files=files,
+            commit=sha,
+            kept=kept,
+            draft=draft,
+            single_launch=single_launch(result),
+            candidate_ms={t.label: t.candidate.median_ms for t in result.timings} if score is not None else {},
+            device_bound=result.device_bound if score is not None else None,
+            note=note,
+            elapsed_s=round(self.tracker.elapsed(), 1),
+            tokens=self.usage.total_tokens,
+        )
         self.ledger.attempts.append(attempt)
         message = f"Attempt {number} recorded (commit {sha[:10]}): {note}."
-        self.trace.append(AttemptRecorded(attempt=attempt.model_dump(), evaluation=result.model_dump(mode="json"),
-                                          commit=sha, reverted_to=reverted_to, call_id=call_id, message=message))
+        self.trace.append(
+            AttemptRecorded(
+                attempt=attempt.model_dump(),
+                evaluation=result.model_dump(mode="json"),
+                commit=sha,
+                reverted_to=reverted_to,
+                call_id=call_id,
+                message=message,
+            )
+        )
         self._show(f"attempt {number}: {note}")
         return message
 
@@ -557,11 +675,13 @@ class Agent:
         s = self.tracker.summary()
         best = self.ledger.best_attempt()
         best_text = f"{best.score:.3f}x (attempt {best.number})" if best else "none yet"
-        return (f"[budget] phase {s['phase']}; elapsed {s['elapsed'] / 60:.1f} min, remaining "
-                f"{s['remaining'] / 60:.1f} min (the final slice starts "
-                f"{max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()) / 60:.1f} min from now); "
-                f"tokens {self.usage.total_tokens:,}; cost ${self.cost:.2f}; best verified speedup {best_text}\n"
-                + self._ledger_text())
+        return (
+            f"[budget] phase {s['phase']}; elapsed {s['elapsed'] / 60:.1f} min, remaining "
+            f"{s['remaining'] / 60:.1f} min (the final slice starts "
+            f"{max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()) / 60:.1f} min from now); "
+            f"tokens {self.usage.total_tokens:,}; cost ${self.cost:.2f}; best verified speedup {best_text}\n"
+            + self._ledger_text()
+        )
 
     def _ledger_text(self) -> str:
         """The ledger in full when it changed since the model last saw it in full, else a line:
@@ -580,10 +700,12 @@ class Agent:
         if self.compaction_warned or not near:
             return ""
         self.compaction_warned = True
-        return (f"\n[kagent] The conversation will soon be compacted: older turns will be dropped, keeping the "
-                f"task, the ledger, {self.config.solution_name} and {NOTES_FILE}. Bring {NOTES_FILE} up to date now: "
-                f"the goal, the design, stage timings, bugs and their root causes, what was tried and rejected, the "
-                f"next steps.")
+        return (
+            f"\n[kagent] The conversation will soon be compacted: older turns will be dropped, keeping the "
+            f"task, the ledger, {self.config.solution_name} and {NOTES_FILE}. Bring {NOTES_FILE} up to date now: "
+            f"the goal, the design, stage timings, bugs and their root causes, what was tried and rejected, the "
+            f"next steps."
+        )
 
     def _estimate_tokens(self) -> int:
         return sum(len(m.model_dump_json()) for m in self.messages) // 4 + len(self.system) // 4
@@ -602,13 +724,18 @@ class Agent:
         solution = self.workspace.root / self.config.solution_name
         current = solution.read_text() if solution.exists() else "(no solution file yet)"
         notes = self.workspace.root / NOTES_FILE
-        notes_text = (f"Your notes ({NOTES_FILE}), as they are now:\n```\n"
-                      f"{cap(notes.read_text(errors='replace'), NOTES_SHOWN_CHARS)}\n```" if notes.is_file()
-                      else f"You keep no {NOTES_FILE} yet: write one, and it will be shown here.")
+        notes_text = (
+            f"Your notes ({NOTES_FILE}), as they are now:\n```\n"
+            f"{cap(notes.read_text(errors='replace'), NOTES_SHOWN_CHARS)}\n```"
+            if notes.is_file()
+            else f"You keep no {NOTES_FILE} yet: write one, and it will be shown here."
+        )
         self.ledger_shown, self.compaction_warned = self.ledger.render(), False
-        summary = (f"{COMPACTED_MARK} {len(dropped)} earlier messages were summarized to save context. Tools called in "
-                   f"them: {', '.join(calls) or 'none'}.\n{self.ledger_shown}\n{notes_text}\nThe current "
-                   f"{self.config.solution_name}:\n```\n{cap(current, 12_000)}\n```")
+        summary = (
+            f"{COMPACTED_MARK} {len(dropped)} earlier messages were summarized to save context. Tools called in "
+            f"them: {', '.join(calls) or 'none'}.\n{self.ledger_shown}\n{notes_text}\nThe current "
+            f"{self.config.solution_name}:\n```\n{cap(current, 12_000)}\n```"
+        )
         self.messages = [with_summary(self.messages[0], summary), *self.messages[cut:]]
         self.trace.append(Compacted(turn=self.turn, dropped_messages=len(dropped), summary=summary))
         self._show("compacted the conversation")
@@ -617,8 +744,14 @@ class Agent:
         """Put the best attempt in place and re-verify it with the full harness, time permitting."""
         best = self.ledger.best_attempt()
         if best is None:
-            self.trace.append(Finalized(best_attempt=None, commit=None, evaluation=None,
-                                        note="no attempt passed a benchmark; the workspace is left as it was"))
+            self.trace.append(
+                Finalized(
+                    best_attempt=None,
+                    commit=None,
+                    evaluation=None,
+                    note="no attempt passed a benchmark; the workspace is left as it was",
+                )
+            )
             return
         self.workspace.restore(best.commit, keep=[NOTES_FILE])
         commit = self.workspace.commit(f"final: attempt {best.number} ({best.score:.3f}x)")
@@ -626,20 +759,31 @@ class Agent:
         note = "re-verified"
         if remaining > 30:
             hidden_seeds = FINAL_HIDDEN_SEEDS_FACTOR * self.eval_options.hidden_seeds_for(self.task.kind)
-            options = self.eval_options.model_copy(update={"mode": "eval", "hidden_seeds": hidden_seeds,
-                                                           "timeout_s": min(self.config.eval_timeout_s, remaining)})
+            options = self.eval_options.model_copy(
+                update={
+                    "mode": "eval",
+                    "hidden_seeds": hidden_seeds,
+                    "timeout_s": min(self.config.eval_timeout_s, remaining),
+                }
+            )
             try:
                 with self._busy(f"re-verifying attempt {best.number}"):
-                    self.final_evaluation = evaluate(self.task, self.workspace.root / self.config.solution_name,
-                                                     options, progress=self._on_progress)
+                    self.final_evaluation = evaluate(
+                        self.task, self.workspace.root / self.config.solution_name, options, progress=self._on_progress
+                    )
                 note = reverification_note(self.final_evaluation)
             except KagentError as err:
                 note = f"re-verification could not run: {err.message}"
         else:
             note = "no time left to re-verify; the best attempt stays in place as measured"
-        self.trace.append(Finalized(best_attempt=best.number, commit=commit, note=note,
-                                    evaluation=self.final_evaluation.model_dump(mode="json")
-                                    if self.final_evaluation else None))
+        self.trace.append(
+            Finalized(
+                best_attempt=best.number,
+                commit=commit,
+                note=note,
+                evaluation=self.final_evaluation.model_dump(mode="json") if self.final_evaluation else None,
+            )
+        )
 
     def result_score(self) -> Optional[float]:
         """The run's result so far: the re-verified score once there is one, the best attempt's before."""
@@ -652,31 +796,52 @@ class Agent:
         """Whether a verified result stands: a best attempt its final re-verification did not refute
         (see reverification_inconclusive)."""
         best, final = self.ledger.best_attempt(), self.final_evaluation
-        return best is not None and (final is None or final.verdict is Verdict.PASS
-                                     or reverification_inconclusive(final))
+        return best is not None and (
+            final is None or final.verdict is Verdict.PASS or reverification_inconclusive(final)
+        )
 
     def _end(self, cause: Cause, reason: str) -> RunReport:
         best, final = self.ledger.best_attempt(), self.final_evaluation
         verified = self._verified()
         if best is not None and final is not None and not verified:
-            reason += (f"; the best attempt ({best.number}) failed its final re-verification: "
-                       f"{final.verdict.value}: {final.reason[:200]}")
+            reason += (
+                f"; the best attempt ({best.number}) failed its final re-verification: "
+                f"{final.verdict.value}: {final.reason[:200]}"
+            )
         status = end_state(cause, verified)
-        self.trace.append(RunEnded(status=status, reason=reason, best_attempt=best.number if best else None,
-                                   best_speedup=best.score if best else None, tokens=self.usage.total_tokens,
-                                   cost_usd=self.cost))
+        self.trace.append(
+            RunEnded(
+                status=status,
+                reason=reason,
+                best_attempt=best.number if best else None,
+                best_speedup=best.score if best else None,
+                tokens=self.usage.total_tokens,
+                cost_usd=self.cost,
+            )
+        )
         self._show(f"run ended: {reason}", ended=True)
         reverified = final if final is not None and final.verdict is Verdict.PASS else None
-        return RunReport(run_id=self.config.run_id, task=self.task.name, model=self.model.name, status=status,
-                         reason=reason, best_attempt=best.number if best else None,
-                         best_score=best.score if best else None, best_speedups=best.speedups if best else {},
-                         final_verdict=final.verdict.value if final else None,
-                         final_score=reverified.score if reverified else None,
-                         final_speedups={t.label: t.speedup for t in reverified.timings} if reverified else {},
-                         result_score=self.result_score(),
-                         result_from=None if not verified else "final re-verification" if reverified else "exploration",
-                         attempts=len(self.ledger.attempts), turns=self.turn, usage=self.usage, cost_usd=self.cost,
-                         elapsed_s=round(self.tracker.elapsed(), 1), warnings=self.warnings)
+        return RunReport(
+            run_id=self.config.run_id,
+            task=self.task.name,
+            model=self.model.name,
+            status=status,
+            reason=reason,
+            best_attempt=best.number if best else None,
+            best_score=best.score if best else None,
+            best_speedups=best.speedups if best else {},
+            final_verdict=final.verdict.value if final else None,
+            final_score=reverified.score if reverified else None,
+            final_speedups={t.label: t.speedup for t in reverified.timings} if reverified else {},
+            result_score=self.result_score(),
+            result_from=None if not verified else "final re-verification" if reverified else "exploration",
+            attempts=len(self.ledger.attempts),
+            turns=self.turn,
+            usage=self.usage,
+            cost_usd=self.cost,
+            elapsed_s=round(self.tracker.elapsed(), 1),
+            warnings=self.warnings,
+        )
 
     @contextmanager
     def _busy(self, what: str) -> Iterator[None]:
@@ -701,10 +866,22 @@ class Agent:
         best, final = self.ledger.best_attempt(), self.final_evaluation
         s = self.tracker.summary()
         activity = self.activity or Activity("", 0.0)
-        self.view(ViewUpdate(phase=s["phase"], turn=self.turn, elapsed_s=s["elapsed"], remaining_s=s["remaining"],
-                             tokens=self.usage.total_tokens, cost_usd=self.cost,
-                             best_score=best.score if best else None, best_attempt=best.number if best else None,
-                             final_score=final.score if final is not None and final.verdict is Verdict.PASS else None,
-                             attempts=self.ledger.attempts[-6:], last_event=self.last_event,
-                             activity=activity.what, activity_since_s=activity.since_s, detail=activity.detail,
-                             ended=ended))
+        self.view(
+            ViewUpdate(
+                phase=s["phase"],
+                turn=self.turn,
+                elapsed_s=s["elapsed"],
+                remaining_s=s["remaining"],
+                tokens=self.usage.total_tokens,
+                cost_usd=self.cost,
+                best_score=best.score if best else None,
+                best_attempt=best.number if best else None,
+                final_score=final.score if final is not None and final.verdict is Verdict.PASS else None,
+                attempts=self.ledger.attempts[-6:],
+                last_event=self.last_event,
+                activity=activity.what,
+                activity_since_s=activity.since_s,
+                detail=activity.detail,
+                ended=ended,
+            )
+        )

@@ -6,6 +6,7 @@ kept back for re-verifying the best attempt; after the deadline it is over. Time
 from an injectable clock so tests never sleep, and a resumed run carries the time its
 earlier segments spent, so pauses between segments never count against the budget.
 """
+
 from __future__ import annotations
 
 import time
@@ -66,8 +67,15 @@ class BudgetTracker:
     holds for tokens and cost through ``tokens_before`` and ``cost_before_usd``.
     """
 
-    def __init__(self, budget: Budget, clock: Clock, spent_before_s: float = 0.0, *,
-                 tokens_before: int = 0, cost_before_usd: float = 0.0):
+    def __init__(
+        self,
+        budget: Budget,
+        clock: Clock,
+        spent_before_s: float = 0.0,
+        *,
+        tokens_before: int = 0,
+        cost_before_usd: float = 0.0,
+    ):
         if spent_before_s < 0 or tokens_before < 0 or cost_before_usd < 0:
             raise ValueError("what earlier segments spent cannot be negative")
         self.budget = budget
@@ -127,7 +135,7 @@ class BudgetTracker:
         return self._spend_reason()
 
     def phase(self) -> Phase:
-        """"explore" until the final slice, "final" in it, "over" once the wall time is gone.
+        """ "explore" until the final slice, "final" in it, "over" once the wall time is gone.
 
         Running out of money or tokens also ends exploring ("final"), not the run: re-verifying
         the best attempt calls no model, so it still deserves the wall time that is left.

@@ -7,6 +7,7 @@ answers keep reaching the cap without calling any tool (all of it spent thinking
 told the same; after ``limit`` such answers in a row the run ends rather than paying for
 more of them.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -25,9 +26,11 @@ def part_size_kb(room_tokens: int) -> int:
 
 
 def _how_to_split(room_tokens: int) -> str:
-    return (f"Send large content in parts of at most about {part_size_kb(room_tokens)} KB: write_file with the "
-            f"first part, then write_file with append=true for each following part (each call its own answer "
-            f"if need be); change an existing file with edit_file rather than writing it again.")
+    return (
+        f"Send large content in parts of at most about {part_size_kb(room_tokens)} KB: write_file with the "
+        f"first part, then write_file with append=true for each following part (each call its own answer "
+        f"if need be); change an existing file with edit_file rather than writing it again."
+    )
 
 
 def cut_call_result(call: ToolCall, cap: Optional[int], room_tokens: int) -> str:
@@ -36,9 +39,11 @@ def cut_call_result(call: ToolCall, cap: Optional[int], room_tokens: int) -> str
     raw = str(call.arguments.get("_raw", ""))
     if cap is None:
         return f"the arguments of {call.name} were not valid JSON: {raw[:300]}"
-    return (f"Your answer reached the output cap ({cap:,} tokens per answer, thinking included) while it was "
-            f"writing the arguments of {call.name}, so the call was cut off after {len(raw):,} characters and "
-            f"nothing ran. {_how_to_split(room_tokens)}")
+    return (
+        f"Your answer reached the output cap ({cap:,} tokens per answer, thinking included) while it was "
+        f"writing the arguments of {call.name}, so the call was cut off after {len(raw):,} characters and "
+        f"nothing ran. {_how_to_split(room_tokens)}"
+    )
 
 
 class CutAnswers:
@@ -55,14 +60,18 @@ class CutAnswers:
             self.count = 0
             return None
         self.count += 1
-        return (f"Your last answer reached the output cap ({self.cap:,} tokens per answer, thinking included) "
-                f"before it called any tool, so nothing ran. Think in shorter steps and act with the tools. "
-                f"{_how_to_split(self.room_tokens)} After {self.limit} such answers in a row the run ends.")
+        return (
+            f"Your last answer reached the output cap ({self.cap:,} tokens per answer, thinking included) "
+            f"before it called any tool, so nothing ran. Think in shorter steps and act with the tools. "
+            f"{_how_to_split(self.room_tokens)} After {self.limit} such answers in a row the run ends."
+        )
 
     @property
     def exhausted(self) -> bool:
         return self.count >= self.limit
 
     def reason(self) -> str:
-        return (f"the model's last {self.count} answers all reached the output cap ({self.cap:,} tokens) "
-                f"without calling a tool")
+        return (
+            f"the model's last {self.count} answers all reached the output cap ({self.cap:,} tokens) "
+            f"without calling a tool"
+        )

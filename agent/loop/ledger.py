@@ -2,6 +2,7 @@
 
 The model sees it on every turn, whatever else has been compacted away.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -25,8 +26,9 @@ class Design(BaseModel):
 
     hypothesis: str
     predicted: str = Field(description="The predicted effect, e.g. '2.0x at 2K; one pass instead of three'")
-    draft: bool = Field(False, description="Attempts under it that fail or regress stay in place as drafts, until "
-                                           "the next design")
+    draft: bool = Field(
+        False, description="Attempts under it that fail or regress stay in place as drafts, until the next design"
+    )
 
 
 class Attempt(BaseModel):
@@ -42,15 +44,22 @@ class Attempt(BaseModel):
     commit: str
     kept: bool = Field(description="False when the workspace was reverted after it")
     draft: bool = Field(False, description="It failed or regressed under a draft design and stayed in place")
-    single_launch: Optional[bool] = Field(None, description="One launch per step, as the solution's process "
-                                                            "counted it; None where launches were not counted")
-    candidate_ms: dict[str, float] = Field(default_factory=dict, description="Steady ms per step per shape label "
-                                           "(benchmarks that passed only)")
-    device_bound: Optional[bool] = Field(None, description="Its steady time per step was its device time (within "
-                                         "10%): compared by its own time with another such attempt; None where "
-                                         "not measured")
-    why: Optional[str] = Field(None, description="The model's one line on why it came out as it did, given with "
-                                                 "the next design")
+    single_launch: Optional[bool] = Field(
+        None,
+        description="One launch per step, as the solution's process counted it; None where launches were not counted",
+    )
+    candidate_ms: dict[str, float] = Field(
+        default_factory=dict, description="Steady ms per step per shape label (benchmarks that passed only)"
+    )
+    device_bound: Optional[bool] = Field(
+        None,
+        description="Its steady time per step was its device time (within "
+        "10%): compared by its own time with another such attempt; None where "
+        "not measured",
+    )
+    why: Optional[str] = Field(
+        None, description="The model's one line on why it came out as it did, given with the next design"
+    )
     note: str = ""
     elapsed_s: float = 0.0
     tokens: int = 0
@@ -88,21 +97,35 @@ class Ledger(BaseModel):
             return Judgement(f"new best: {score:.3f}x", lost=False, new_best=True)
         single = single_launch(result)
         if single_launch_goal and single and not best.single_launch:
-            return Judgement(f"new best: {score:.3f}x, the first single launch (the best was {best.score:.3f}x, "
-                             f"attempt {best.number}, in more launches)", lost=False, new_best=True)
+            return Judgement(
+                f"new best: {score:.3f}x, the first single launch (the best was {best.score:.3f}x, "
+                f"attempt {best.number}, in more launches)",
+                lost=False,
+                new_best=True,
+            )
         if single_launch_goal and best.single_launch and not single:
-            return Judgement(f"{score:.3f}x, but not a single launch: the best stays attempt {best.number}, "
-                             f"{best.score:.3f}x in one launch, which is the task's goal", lost=True, new_best=False)
+            return Judgement(
+                f"{score:.3f}x, but not a single launch: the best stays attempt {best.number}, "
+                f"{best.score:.3f}x in one launch, which is the task's goal",
+                lost=True,
+                new_best=False,
+            )
         own = own_times(best, result)
         if own is not None:
             return _by_own_times(best, score, *own)
         if score < best.score * (1 - REGRESSION_TOLERANCE):
-            return Judgement(f"regression: {score:.3f}x against the best {best.score:.3f}x (attempt {best.number})",
-                             lost=True, new_best=False)
+            return Judgement(
+                f"regression: {score:.3f}x against the best {best.score:.3f}x (attempt {best.number})",
+                lost=True,
+                new_best=False,
+            )
         if score > best.score:
             return Judgement(f"new best: {score:.3f}x (was {best.score:.3f}x)", lost=False, new_best=True)
-        return Judgement(f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x "
-                         f"(attempt {best.number})", lost=False, new_best=False)
+        return Judgement(
+            f"{score:.3f}x: within {REGRESSION_TOLERANCE:.0%} of the best {best.score:.3f}x (attempt {best.number})",
+            lost=False,
+            new_best=False,
+        )
 
     def render(self, last: int = 25) -> str:
         """A compact table for the model."""
@@ -120,8 +143,10 @@ class Ledger(BaseModel):
             kind = f"{a.kind}, draft" if a.draft else a.kind
             launch = ", one launch" if a.single_launch else ""
             why = f" | why: {a.why[:100]}" if a.why else ""
-            rows.append(f"  #{a.number}{marker} {kind}{launch} | {a.verdict} | {score} | {idea}{predicted} | "
-                        f"{a.note or a.reason[:80]}{why}")
+            rows.append(
+                f"  #{a.number}{marker} {kind}{launch} | {a.verdict} | {score} | {idea}{predicted} | "
+                f"{a.note or a.reason[:80]}{why}"
+            )
         return "\n".join(rows)
 
 
@@ -142,15 +167,24 @@ def own_times(best: Attempt, result: EvalResult) -> Optional[tuple[float, float]
 def _by_own_times(best: Attempt, score: float, best_ms: float, ms: float) -> Judgement:
     """The judgement of a device-bound attempt against a device-bound best, by their steady
     times per step (geometric means over the shapes both timed)."""
-    both = (f"by their own steady times, both at their device time (speedups {score:.3f}x and "
-            f"{best.score:.3f}x carry the baseline's host pace)")
+    both = (
+        f"by their own steady times, both at their device time (speedups {score:.3f}x and "
+        f"{best.score:.3f}x carry the baseline's host pace)"
+    )
     if ms > best_ms * (1 + REGRESSION_TOLERANCE):
-        return Judgement(f"regression: {ms:.4g} ms a step against the best's {best_ms:.4g} (attempt {best.number}), "
-                         f"{both}", lost=True, new_best=False)
+        return Judgement(
+            f"regression: {ms:.4g} ms a step against the best's {best_ms:.4g} (attempt {best.number}), {both}",
+            lost=True,
+            new_best=False,
+        )
     if ms < best_ms:
         return Judgement(f"new best: {ms:.4g} ms a step (was {best_ms:.4g}), {both}", lost=False, new_best=True)
-    return Judgement(f"{ms:.4g} ms a step: within {REGRESSION_TOLERANCE:.0%} of the best's {best_ms:.4g} "
-                     f"(attempt {best.number}), {both}", lost=False, new_best=False)
+    return Judgement(
+        f"{ms:.4g} ms a step: within {REGRESSION_TOLERANCE:.0%} of the best's {best_ms:.4g} "
+        f"(attempt {best.number}), {both}",
+        lost=False,
+        new_best=False,
+    )
 
 
 def single_launch(result: EvalResult) -> Optional[bool]:

@@ -7,6 +7,7 @@ scripted models are free. A user file, ``$KAGENT_HOME/prices.yaml`` or a path gi
 
     claude-opus-4: {input: 15, output: 75, cache_read: 1.5, cache_write: 18.75}
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -66,13 +67,17 @@ def _user_file(path: Path) -> dict[str, dict[str, float]]:
         raise KagentError(f"cannot read the price file {path}: {exc}") from exc
     data = data or {}
     ok = isinstance(data, dict) and all(
-        isinstance(entry, dict) and set(entry) <= _FIELDS
+        isinstance(entry, dict)
+        and set(entry) <= _FIELDS
         and all(isinstance(v, (int, float)) and v >= 0 for v in entry.values())
-        for entry in data.values())
+        for entry in data.values()
+    )
     if not ok:
-        raise KagentError(f"the price file {path} is malformed",
-                          hint="expected {model_prefix: {input: x, output: y, cache_read: z, "
-                               "cache_write: w}}, in USD per million tokens")
+        raise KagentError(
+            f"the price file {path} is malformed",
+            hint="expected {model_prefix: {input: x, output: y, cache_read: z, "
+            "cache_write: w}}, in USD per million tokens",
+        )
     return {str(prefix): entry for prefix, entry in data.items()}
 
 
@@ -121,8 +126,10 @@ def price_warning(spec_or_model: str, prices: Optional[dict[str, Price]] = None)
     reads $0 however much it spends (so --max-cost cannot stop it); None when its price is known."""
     if price_known(spec_or_model, prices):
         return None
-    return (f"{spec_or_model} has no price in kagent's table: its tokens are counted, but its cost reads $0 and "
-            f"--max-cost cannot stop the run (give its price in {kagent_home() / 'prices.yaml'})")
+    return (
+        f"{spec_or_model} has no price in kagent's table: its tokens are counted, but its cost reads $0 and "
+        f"--max-cost cannot stop the run (give its price in {kagent_home() / 'prices.yaml'})"
+    )
 
 
 def cost(spec_or_model: str, usage: Usage, prices: Optional[dict[str, Price]] = None) -> float:
@@ -130,5 +137,9 @@ def cost(spec_or_model: str, usage: Usage, prices: Optional[dict[str, Price]] = 
     price = price_of(spec_or_model, prices)
     if price is None:
         return 0.0
-    return (usage.input_tokens * price.input + usage.output_tokens * price.output
-            + usage.cache_read_tokens * price.cache_read + usage.cache_write_tokens * price.cache_write) / 1e6
+    return (
+        usage.input_tokens * price.input
+        + usage.output_tokens * price.output
+        + usage.cache_read_tokens * price.cache_read
+        + usage.cache_write_tokens * price.cache_write
+    ) / 1e6

@@ -1,5 +1,6 @@
 """What the loop needs to go on with a run: its conversation and books as the trace left them
 (kagent.agent.lifecycle.resume rebuilds it; Agent.resume goes on from it)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

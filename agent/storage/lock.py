@@ -2,6 +2,7 @@
 
 A lock whose process is gone (killed, machine rebooted) is stale and may be taken over.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,11 @@ class RunLock:
             except FileExistsError:
                 holder = lock_holder(self.path.parent)
                 if holder is not None:
-                    raise KagentError(f"run {self.path.parent.name} is being driven by process {holder.get('pid')} "
-                                      f"on {holder.get('host')}", hint="wait for it to end, or stop it first") from None
+                    raise KagentError(
+                        f"run {self.path.parent.name} is being driven by process {holder.get('pid')} "
+                        f"on {holder.get('host')}",
+                        hint="wait for it to end, or stop it first",
+                    ) from None
                 try:
                     self.took_over = json.loads(self.path.read_text())
                 except (OSError, ValueError):

@@ -4,6 +4,7 @@ Each event is written as one line, flushed and fsync'ed before the call returns,
 any instant loses at most the line being written (a torn last line, which the reader detects
 and drops). Large contents go to content-addressed files beside the trace (``blobs/``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -119,18 +120,26 @@ class RunResumed(_Event):
     spent_before_s: float = Field(description="Budgeted time of the earlier segments")
     budget_wall_s: float = Field(description="The wall budget from now on (extended if asked)")
     torn_tail_dropped: bool
-    settled_calls: list[dict[str, Any]] = Field(default_factory=list, description="Tool calls left without a result, "
-                                                "and how each was settled (re-run or answered as interrupted)")
+    settled_calls: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Tool calls left without a result, and how each was settled (re-run or answered as interrupted)",
+    )
     workspace_side_ref: Optional[str] = Field(None, description="Where uncommitted changes were kept, if any")
     workspace_head: Optional[str] = Field(None, description="Where main was put back to")
     workspace_snapshot: Optional[str] = Field(None, description="The tree the workspace was put back to")
-    orphaned_attempts: dict[str, str] = Field(default_factory=dict, description="Attempt commits the trace never "
-                                              "recorded (killed in between), moved to refs/kagent/orphans/")
+    orphaned_attempts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Attempt commits the trace never recorded (killed in between), moved to refs/kagent/orphans/",
+    )
     stale_lock: Optional[dict[str, Any]] = Field(None, description="The dead process whose lock was taken over")
-    previous_main_ref: Optional[str] = Field(None, description="Where main's tip was kept when putting main back "
-                                             "left commits behind")
-    restarted: bool = Field(False, description="The trace held no run start, so the run began again from turn 1 "
-                                               "(this event follows that new start)")
+    previous_main_ref: Optional[str] = Field(
+        None, description="Where main's tip was kept when putting main back left commits behind"
+    )
+    restarted: bool = Field(
+        False,
+        description="The trace held no run start, so the run began again from turn 1 "
+        "(this event follows that new start)",
+    )
     warnings: list[str] = Field(default_factory=list, description=WARNINGS)
 
 
@@ -166,8 +175,21 @@ class RunEnded(_Event):
 
 
 Event = Annotated[
-    Union[RunStarted, RunResumed, ModelRequested, ModelRetried, ModelResponded, ToolStarted, ToolFinished,
-          AttemptRecorded, UserNotice, Compacted, Finalized, ErrorRecorded, RunEnded],
+    Union[
+        RunStarted,
+        RunResumed,
+        ModelRequested,
+        ModelRetried,
+        ModelResponded,
+        ToolStarted,
+        ToolFinished,
+        AttemptRecorded,
+        UserNotice,
+        Compacted,
+        Finalized,
+        ErrorRecorded,
+        RunEnded,
+    ],
     Field(discriminator="type"),
 ]
 _EVENT = TypeAdapter(Event)
@@ -241,8 +263,10 @@ def read_trace(path: Path) -> TraceRead:
             if index == unterminated:
                 torn = True
                 continue
-            raise KagentError(f"{path}:{index + 1} is not a valid trace event ({_first_problem(err)}): the trace "
-                              "is corrupted before its last line") from err
+            raise KagentError(
+                f"{path}:{index + 1} is not a valid trace event ({_first_problem(err)}): the trace "
+                "is corrupted before its last line"
+            ) from err
     return TraceRead(events=_upgrade(events), torn_tail=torn)
 
 
@@ -256,8 +280,10 @@ def _upgrade(events: list[Any]) -> list[Any]:
         elif isinstance(event, ToolFinished) and event.v == 1 and not event.is_error and event.call_id in started:
             arguments = started[event.call_id].arguments
             if event.name == "design" and {"hypothesis", "predicted"} <= set(arguments):
-                event.data = {**event.data, "design": {"hypothesis": str(arguments["hypothesis"]),
-                                                       "predicted": str(arguments["predicted"])}}
+                event.data = {
+                    **event.data,
+                    "design": {"hypothesis": str(arguments["hypothesis"]), "predicted": str(arguments["predicted"])},
+                }
             elif event.name == "finish":
                 event.data = {**event.data, "finished": str(arguments.get("summary", ""))}
     return events
@@ -278,7 +304,7 @@ def repair_tail(path: Path) -> None:
     if not data or data.endswith(b"\n"):
         return
     last_newline = data.rfind(b"\n")
-    tail = data[last_newline + 1:]
+    tail = data[last_newline + 1 :]
     try:
         _EVENT.validate_python(json.loads(tail))
     except (ValueError, ValidationError):

@@ -14,6 +14,7 @@ commits that as a new attempt, so nothing is rewritten. Every attempt also gets 
 Git runs through its command line (via GitPython) with a local identity, no hooks, no
 signing and no global excludes, so a workspace behaves the same on every machine.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,14 +72,17 @@ class Workspace:
     # ----------------------------------------------------------------- making and opening
 
     @classmethod
-    def create(cls, root: Path, task_files: list[Path], solution_name: str = "solution.py",
-               starter: str | None = None) -> Workspace:
+    def create(
+        cls, root: Path, task_files: list[Path], solution_name: str = "solution.py", starter: str | None = None
+    ) -> Workspace:
         """A new workspace at ``root`` (absent or empty) holding the task and the starter solution."""
         root = Path(root).resolve()
         _check_solution_name(solution_name)
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
-            raise KagentError(f"cannot create a workspace at {root}: it exists and is not an empty folder",
-                              hint="pick a new run folder, or resume the run that is there")
+            raise KagentError(
+                f"cannot create a workspace at {root}: it exists and is not an empty folder",
+                hint="pick a new run folder, or resume the run that is there",
+            )
         sources = [Path(p) for p in task_files]
         names = [p.name for p in sources]
         for path in sources:
@@ -127,8 +131,7 @@ class Workspace:
         root = Path(root).resolve()
         if not root.is_dir():
             raise KagentError(f"no workspace at {root}: the folder does not exist")
-        not_ours = KagentError(f"{root} is not a kagent workspace",
-                               hint="point at a run folder that kagent created")
+        not_ours = KagentError(f"{root} is not a kagent workspace", hint="point at a run folder that kagent created")
         try:
             # Only root's own .git counts: a folder inside some other repository is not ours.
             repo = git.Repo(root, search_parent_directories=False)
@@ -155,8 +158,9 @@ class Workspace:
         return (p for p in sorted(task_dir.rglob("*")) if p.is_file() and not p.is_symlink())
 
     def _hash_task_files(self) -> dict[str, str]:
-        return {p.relative_to(self._root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in self._task_files()}
+        return {
+            p.relative_to(self._root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in self._task_files()
+        }
 
     def _protect_task_files(self) -> None:
         # A hint to tools and to non-root users; root ignores it, hence task_files_changed(), which
@@ -169,8 +173,10 @@ class Workspace:
         try:
             recorded: dict[str, str] = json.loads((self._root / TASK_HASHES).read_text())
         except (OSError, ValueError) as error:
-            raise KagentError(f"the task's recorded hashes in {self._root / TASK_HASHES} are missing or damaged",
-                              hint="the workspace's task can no longer be trusted; start a new run") from error
+            raise KagentError(
+                f"the task's recorded hashes in {self._root / TASK_HASHES} are missing or damaged",
+                hint="the workspace's task can no longer be trusted; start a new run",
+            ) from error
         current = self._hash_task_files()
         return sorted(path for path in recorded.keys() | current.keys() if recorded.get(path) != current.get(path))
 
@@ -301,7 +307,7 @@ class Workspace:
                 found.append(None)
                 continue
             size = int(header[2])
-            found.append(out[at:at + size])
+            found.append(out[at : at + size])
             at += size + 1
         return found
 
@@ -331,8 +337,9 @@ class Workspace:
         # Staging everything first puts new files in the index, so that read-tree -u, which
         # removes whatever the index has and the target lacks, removes them as well.
         self._git("add", "-A")
-        changed = sorted(p for p in self._git("diff", "--cached", "--name-only", "--no-renames", "-z",
-                                              target).split("\0") if p)
+        changed = sorted(
+            p for p in self._git("diff", "--cached", "--name-only", "--no-renames", "-z", target).split("\0") if p
+        )
         self._git("read-tree", "--reset", "-u", target)
         for name, content in kept.items():
             (self._root / name).write_bytes(content)
@@ -428,7 +435,7 @@ class Workspace:
 
     def _refs(self, prefix: str) -> dict[str, str]:
         out = self._git("for-each-ref", "--format=%(refname) %(objectname)", prefix)
-        return {ref[len(prefix):]: sha for ref, sha in (line.split(" ", 1) for line in out.splitlines())}
+        return {ref[len(prefix) :]: sha for ref, sha in (line.split(" ", 1) for line in out.splitlines())}
 
     def _try_resolve(self, rev: str) -> str | None:
         try:
@@ -445,6 +452,7 @@ class Workspace:
     def _git(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
         def run() -> str:
             return self._repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=strip)
+
         return _git_call(run)
 
 
@@ -461,6 +469,10 @@ def _git_call(run: Callable[[], T]) -> T:
 
 def _check_solution_name(name: str) -> None:
     path = PurePosixPath(name)
-    if (not name or path.is_absolute() or ".." in path.parts
-            or path.parts[0] in (TASK_DIR, STATE_DIR, ".git", ".gitignore")):
+    if (
+        not name
+        or path.is_absolute()
+        or ".." in path.parts
+        or path.parts[0] in (TASK_DIR, STATE_DIR, ".git", ".gitignore")
+    ):
         raise KagentError(f"the solution file must be a path inside the workspace, outside task/; got '{name}'")

@@ -5,6 +5,7 @@ reference before a5ff9ff: `git show e713343:tasks/02_kimi_linear_decode/referenc
 Arguments: scale (smoke|full), device, number of seeds. (Reformatted for the linter after the
 run; the statements are the ones that ran.)
 """
+
 import importlib.util
 import sys
 import time

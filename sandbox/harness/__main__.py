@@ -1,4 +1,5 @@
 """Entry point of the evaluation child: ``python -m kagent_harness --job JOB --result-fd FD``."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kagent_harness", description=__doc__)
     parser.add_argument("--job", required=True, help="the job file (JSON) written by the agent side")
     parser.add_argument("--result-fd", type=int, default=None, help="file descriptor for the result events")
-    parser.add_argument("--key-fd", type=int, default=None, help="file descriptor to read the events' signing "
-                                                                 "key from (read and closed at once)")
+    parser.add_argument(
+        "--key-fd",
+        type=int,
+        default=None,
+        help="file descriptor to read the events' signing key from (read and closed at once)",
+    )
     args = parser.parse_args(argv)
     try:  # first of all: no candidate code has run yet
         key = read_key(args.key_fd) if args.key_fd is not None else None
@@ -76,17 +81,19 @@ def run(job: dict, channel: Channel, early: dict[str, spawn.Started] | None = No
     except TrustedFailed as err:  # a process of the referee's own died or failed: no figure stands
         channel.send("check", name="harness", status="crash", reason=err.message, details=err.details)
     except Exception as err:  # a bug in the harness or the task: reported whole, loudly
-        channel.send("internal_error", reason=f"{type(err).__name__}: {err}",
-                     details=traceback.format_exc()[-6000:])
+        channel.send("internal_error", reason=f"{type(err).__name__}: {err}", details=traceback.format_exc()[-6000:])
     finally:
         if evaluation is not None:
             evaluation.close_solution()
     cache = getattr(evaluation, "cache", None)
-    channel.send("done", wall_seconds=round(time.perf_counter() - started, 3),
-                 phases=getattr(evaluation, "phase_seconds", {}),
-                 start_up=getattr(evaluation, "start_up", {}),
-                 hidden_seeds=getattr(evaluation, "hidden_seeds", []),
-                 cache={"hits": cache.hits, "misses": cache.misses} if cache else {})
+    channel.send(
+        "done",
+        wall_seconds=round(time.perf_counter() - started, 3),
+        phases=getattr(evaluation, "phase_seconds", {}),
+        start_up=getattr(evaluation, "start_up", {}),
+        hidden_seeds=getattr(evaluation, "hidden_seeds", []),
+        cache={"hits": cache.hits, "misses": cache.misses} if cache else {},
+    )
 
 
 if __name__ == "__main__":

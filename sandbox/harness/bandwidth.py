@@ -1,4 +1,5 @@
 """The device's copy bandwidth, measured once and cached, for the bytes floor."""
+
 from __future__ import annotations
 
 import json

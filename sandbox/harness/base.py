@@ -1,4 +1,5 @@
 """What every kind of evaluation shares: phases, check events, the contestants' processes."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,9 @@ from .workers import ReferenceWorkers
 
 
 class EvaluationBase:
-    def __init__(self, job: dict, channel: Channel, early: dict[str, spawn.Started] | None = None,
-                 began: float | None = None):
+    def __init__(
+        self, job: dict, channel: Channel, early: dict[str, spawn.Started] | None = None, began: float | None = None
+    ):
         """``early``: the evaluation's processes started already (spawn.start_early); each is
         taken out of it when adopted. ``began``: when the evaluation began by time.perf_counter
         (the child's run, before it imported torch and this module): the first phase,
@@ -31,9 +33,11 @@ class EvaluationBase:
         self.channel = channel
         self.early = early if early is not None else {}
         self.device = torch.device(job["device"])
-        self.cache = DiskCache(Path(job["cache_dir"]) if job.get("cache_dir") else None,
-                               Path(job["cache_staging"]) if job.get("cache_staging") else None,
-                               identity=job.get("cache_identity"))
+        self.cache = DiskCache(
+            Path(job["cache_dir"]) if job.get("cache_dir") else None,
+            Path(job["cache_staging"]) if job.get("cache_staging") else None,
+            identity=job.get("cache_identity"),
+        )
         self.phase_seconds: dict[str, float] = {}
         # Each process's start-up, in seconds from ``began`` (note_start_up; its replies read
         # the machine's monotonic clock).
@@ -66,14 +70,20 @@ class EvaluationBase:
         that request (solution_server.serve): information on where a warm evaluation's time
         goes. (The solution's own figures come from its process, so they decide nothing.)"""
         try:
-            ready, asked, handled = (float(reply["ready_at"]), float(reply["received_at"]),
-                                     float(reply["handled_ms"]) / 1e3)
+            ready, asked, handled = (
+                float(reply["ready_at"]),
+                float(reply["received_at"]),
+                float(reply["handled_ms"]) / 1e3,
+            )
         except (KeyError, TypeError, ValueError):
             return
         if not all(math.isfinite(value) for value in (ready, asked, handled)):
             return  # what a solution's process made up: no figure of the result may be infinite
-        self.start_up[who] = {"ready": round(ready - self._started_at, 3), "asked": round(asked - self._started_at, 3),
-                              "loaded": round(asked + handled - self._started_at, 3)}
+        self.start_up[who] = {
+            "ready": round(ready - self._started_at, 3),
+            "asked": round(asked - self._started_at, 3),
+            "loaded": round(asked + handled - self._started_at, 3),
+        }
 
     def phase(self, name: str) -> None:
         """Close the phase that has been running since the last call, under ``name``."""
@@ -92,7 +102,7 @@ class EvaluationBase:
         """Send a check's outcome, with the probes read busy during it and asked again (Watch.check)."""
         watch = getattr(self, "watch", None)
         if watch is not None and len(watch.confirmed) > self._probes_reported:
-            extra["probes_asked_again"] = watch.confirmed[self._probes_reported:]
+            extra["probes_asked_again"] = watch.confirmed[self._probes_reported :]
             self._probes_reported = len(watch.confirmed)
         self.channel.send("check", name=name, status=status, reason=reason, **extra)
         return status == "pass"
@@ -124,13 +134,19 @@ class EvaluationBase:
     def _contestant(self, who: str) -> ContestantProcess:
         started = self.early.pop(who, None)
         env = spawn.contestant_env(who, self.job)
-        process = ContestantProcess(who, self.device, started.scratch if started else spawn.scratch(who), env,
-                                    self.watch)
+        process = ContestantProcess(
+            who, self.device, started.scratch if started else spawn.scratch(who), env, self.watch
+        )
         process.launch(started)
         if who == "solution":
             process.watchdog = watchdog.StepWatchdog(
-                process.pid, self.device, _triton_cache(env), notify=self.channel.send, gpu_id=self._gpu_id(),
-                hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S))
+                process.pid,
+                self.device,
+                _triton_cache(env),
+                notify=self.channel.send,
+                gpu_id=self._gpu_id(),
+                hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S),
+            )
         return process
 
     def _gpu_id(self) -> str | None:
@@ -163,6 +179,7 @@ class EvaluationBase:
         Called once everything trusted is built and loaded, before the solution is: from here
         on this process runs no contestant's code; it asks their processes and reads the
         arenas."""
+
         def interlude_done() -> None:
             interlude()
             if self.device.type == "cuda":
@@ -172,8 +189,9 @@ class EvaluationBase:
         # that every timed block gives back, and the probe's limit, as it does their readings.
         with lease.exclusive("calibrating the requests' floor and the device probe"):
             # The watchdog scales its patience by this work's time: a step of the referee's own.
-            remote.calibrate(self.contestants(), self.solution.watchdog.time_baseline(interlude_done),
-                             self.empty_requests)
+            remote.calibrate(
+                self.contestants(), self.solution.watchdog.time_baseline(interlude_done), self.empty_requests
+            )
         self.interlude = interlude
 
     def empty_requests(self, process: ContestantProcess) -> tuple[dict, dict]:
@@ -243,10 +261,14 @@ class EvaluationBase:
     def solution_facts(self) -> dict:
         """How the solution's process is held, for the record of its load check."""
         solution = self.solution
-        facts = {"solution_pid": solution.pid, "arena_bytes": solution.arena.nbytes,
-                 "pid_namespace": self.watch.pid_namespace, "request_floor_ms": round(solution.request_floor_ms, 4),
-                 "baseline_pid": self.baseline_process.pid if self.baseline_process is not None else None,
-                 "reference_workers": len(self.workers.workers) if self.workers is not None else 0}
+        facts = {
+            "solution_pid": solution.pid,
+            "arena_bytes": solution.arena.nbytes,
+            "pid_namespace": self.watch.pid_namespace,
+            "request_floor_ms": round(solution.request_floor_ms, 4),
+            "baseline_pid": self.baseline_process.pid if self.baseline_process is not None else None,
+            "reference_workers": len(self.workers.workers) if self.workers is not None else 0,
+        }
         probe = self.watch.probe
         if probe is not None:
             facts.update(probe_idle_ms=round(probe.idle_ms, 4), probe_limit_ms=round(probe.limit_ms, 4))
@@ -279,11 +301,20 @@ class EvaluationBase:
         if isinstance(err, LeftRunning):
             return self.send_check("hidden_work", "fail", err.message)
         if isinstance(err, watchdog.Hung):
-            return self.send_check(check, "timeout", f"{err.message}. The evaluation ended there, and the "
-                                   f"solution's processes were killed", diagnosis=err.diagnosis)
+            return self.send_check(
+                check,
+                "timeout",
+                f"{err.message}. The evaluation ended there, and the solution's processes were killed",
+                diagnosis=err.diagnosis,
+            )
         if isinstance(err, TrustedFailed):
-            return self.send_check(check, "crash", f"{err.message}; the solution's process runs as the same user "
-                                   "and can signal it, so no figure of this evaluation stands", details=err.details)
+            return self.send_check(
+                check,
+                "crash",
+                f"{err.message}; the solution's process runs as the same user "
+                "and can signal it, so no figure of this evaluation stands",
+                details=err.details,
+            )
         crashed = isinstance(err, SolutionFailed) and err.crashed
         return self.send_check(check, "crash" if crashed else "error", err.message, details=err.details)
 
@@ -306,8 +337,9 @@ class EvaluationBase:
         baseline = self.baseline_process
         assert baseline is not None, "launches are counted in the modes that time, which start the baseline's process"
         spec = self.spec("baseline")
-        key = digest("launches", Path(spec.path), spec.cls, method, self.environment.get("gpu_name"),
-                     torch.__version__, context)
+        key = digest(
+            "launches", Path(spec.path), spec.cls, method, self.environment.get("gpu_name"), torch.__version__, context
+        )
         cached = self.cache.load("launches", key, torch.device("cpu"))
         if isinstance(cached, dict):
             self._report({**cached, "cached": True}, "baseline", "the baseline's process", context)
@@ -322,18 +354,30 @@ class EvaluationBase:
     def _profiled(self, process: ContestantProcess, method: str, args: list) -> dict:
         process.slots.reset()
         try:
-            reply = process.request({"op": "launches", "method": method, "what": f"{process.who} {method}",
-                                     "args": process.put(args)}, "profiling its launches")
+            reply = process.request(
+                {"op": "launches", "method": method, "what": f"{process.who} {method}", "args": process.put(args)},
+                "profiling its launches",
+            )
             report = reply.get("report")
             return report if isinstance(report, dict) else {}
         except (CandidateError, TrustedFailed) as err:
             return {"launches": None, "note": getattr(err, "message", str(err))}
 
     def _report(self, report: dict, who: str, by: str, context: dict) -> None:
-        allowed = ("launches", "kernels", "distinct_kernels", "single_launch", "cuda_graph_replay",
-                   "torch_compile", "note", "device_ms", "cached")
-        self.channel.send("launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed},
-                          reported_by=by)
+        allowed = (
+            "launches",
+            "kernels",
+            "distinct_kernels",
+            "single_launch",
+            "cuda_graph_replay",
+            "torch_compile",
+            "note",
+            "device_ms",
+            "cached",
+        )
+        self.channel.send(
+            "launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed}, reported_by=by
+        )
 
 
 def _no_tensor(value: Any) -> dict:
@@ -356,4 +400,3 @@ def _shared_memory_dir() -> str | None:
 def arena_bytes_for(*trees: Any) -> int:
     """Room in the arena for every tree at once, with slack for alignment."""
     return sum(bytes_needed(t) for t in trees) + (1 << 20)
-

@@ -14,6 +14,7 @@ may seed CPU generators while it builds), then moved, then given the reference's
 
 Standard library and torch only: the contestant's process imports this module.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,10 +70,24 @@ def mega_spec(who: str, task_dir: Path, solution: Optional[Path], has_baseline: 
 def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path]) -> Spec:
     """A KernelBench file's contestant: the solution's ModelNew, or the file's own Model."""
     if who == "solution" and solution is not None:
-        return Spec("solution", str(solution), [str(solution.parent)], KERNELBENCH_SOLUTION_CLASS, "the solution",
-                    seed=KERNELBENCH_SEED, strict=False)
-    return Spec(KERNELBENCH_MODULE, str(task_file), [str(task_file.parent)], KERNELBENCH_TASK_CLASS, "the task",
-                seed=KERNELBENCH_SEED, strict=False)
+        return Spec(
+            "solution",
+            str(solution),
+            [str(solution.parent)],
+            KERNELBENCH_SOLUTION_CLASS,
+            "the solution",
+            seed=KERNELBENCH_SEED,
+            strict=False,
+        )
+    return Spec(
+        KERNELBENCH_MODULE,
+        str(task_file),
+        [str(task_file.parent)],
+        KERNELBENCH_TASK_CLASS,
+        "the task",
+        seed=KERNELBENCH_SEED,
+        strict=False,
+    )
 
 
 def _run(what: str, fn: Callable, *args: Any) -> Any:
@@ -92,8 +107,9 @@ def import_file(name: str, path: Path, search: list[str]) -> Any:
     return module
 
 
-def build(spec: Spec, init: list, device: torch.device, weights: Any = None, guard: Callable = _run,
-          module: Any = None) -> Any:
+def build(
+    spec: Spec, init: list, device: torch.device, weights: Any = None, guard: Callable = _run, module: Any = None
+) -> Any:
     """Import ``spec``'s file (unless ``module`` is it, imported already), construct its class
     from ``init``, move it to ``device``, load ``weights`` (a state dict, or the path of a file
     of one) and put it in eval mode.

@@ -4,6 +4,7 @@ The functions used here are bound when this module is imported. The solution run
 process of its own and cannot rebind anything here; the binding keeps it so should that ever
 change, and keeps the comparisons independent of names a later harness edit might shadow.
 """
+
 from __future__ import annotations
 
 import torch
@@ -58,8 +59,9 @@ def rows_finite_and_cosines(candidate: torch.Tensor, expected: torch.Tensor) -> 
     a = _reshape(_to(_to(candidate, device=expected.device), dtype=torch.float64), (rows, -1))
     b = _reshape(_to(expected, dtype=torch.float64), (rows, -1))
     finite = _to(_all(_isfinite(a), dim=1), dtype=torch.float64)
-    figures = _tolist(_stack([finite, _sum(_mul(a, b), dim=1), _sqrt(_sum(_mul(a, a), dim=1)),
-                              _sqrt(_sum(_mul(b, b), dim=1))]))
+    figures = _tolist(
+        _stack([finite, _sum(_mul(a, b), dim=1), _sqrt(_sum(_mul(a, a), dim=1)), _sqrt(_sum(_mul(b, b), dim=1))])
+    )
     cosines = []
     for dot, na, nb in zip(*figures[1:], strict=True):
         if na == 0.0 and nb == 0.0:
@@ -80,8 +82,12 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The same dtype, shape and bytes (NaNs included, unlike ``==``)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    return bool(_equal(_view(_reshape(_contiguous(a), (-1,)), torch.uint8),
-                       _view(_reshape(_contiguous(_to(b, device=a.device)), (-1,)), torch.uint8)))
+    return bool(
+        _equal(
+            _view(_reshape(_contiguous(a), (-1,)), torch.uint8),
+            _view(_reshape(_contiguous(_to(b, device=a.device)), (-1,)), torch.uint8),
+        )
+    )
 
 
 def allclose(candidate: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
@@ -89,8 +95,7 @@ def allclose(candidate: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
     return bool(_allclose(a, _to(expected, dtype=torch.float64), atol=atol, rtol=rtol))
 
 
-def tensor_problem(value: object, name: str, shape: tuple, dtype: torch.dtype,
-                   device: torch.device) -> str | None:
+def tensor_problem(value: object, name: str, shape: tuple, dtype: torch.dtype, device: torch.device) -> str | None:
     """Why ``value`` is not a tensor of the expected shape, dtype and device (None if it is)."""
     if not isinstance(value, torch.Tensor):
         return f"{name}: expected a tensor, got {type(value).__name__}"

@@ -1,4 +1,5 @@
 """What machine and software a measurement was made on."""
+
 from __future__ import annotations
 
 import platform
@@ -22,7 +23,10 @@ def gpu_clocks(index: int) -> dict:
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -64,6 +68,10 @@ def describe(device: torch.device) -> dict:
             clocks=clocks,
         )
     else:
-        record.update(gpu_name=None, gpu_uuid=None, cpu=platform.processor() or platform.machine(),
-                      cpu_threads=torch.get_num_threads())
+        record.update(
+            gpu_name=None,
+            gpu_uuid=None,
+            cpu=platform.processor() or platform.machine(),
+            cpu_threads=torch.get_num_threads(),
+        )
     return record

@@ -15,6 +15,7 @@ checks that before it shares it (``Arena.create``).
 
 Standard library and torch only: the solution's process imports this module.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,9 +34,23 @@ ALIGN = 256
 _SEGMENT_UNIT = 2 << 20
 _MIN_DEDICATED_BYTES = 12 << 20
 
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+_DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
 
 
 class ExchangeError(Exception):
@@ -85,13 +100,25 @@ class Arena:
             with torch.cuda.use_mem_pool(pool, device=device):
                 buffer = torch.zeros(size, dtype=torch.uint8, device=device)
             _check_dedicated(buffer)
-            (dev, handle, storage_bytes, storage_offset, ref_handle, ref_offset, event_handle,
-             event_sync) = buffer.untyped_storage()._share_cuda_()
-            return cls(buffer, {
-                "kind": "cuda_ipc", "device": dev, "handle": handle.hex(), "storage_bytes": storage_bytes,
-                "storage_offset": storage_offset, "ref_counter_handle": ref_handle.hex(),
-                "ref_counter_offset": ref_offset, "event_handle": (event_handle or b"").hex(),
-                "event_sync_required": bool(event_sync), "nbytes": size}, keep=pool)
+            (dev, handle, storage_bytes, storage_offset, ref_handle, ref_offset, event_handle, event_sync) = (
+                buffer.untyped_storage()._share_cuda_()
+            )
+            return cls(
+                buffer,
+                {
+                    "kind": "cuda_ipc",
+                    "device": dev,
+                    "handle": handle.hex(),
+                    "storage_bytes": storage_bytes,
+                    "storage_offset": storage_offset,
+                    "ref_counter_handle": ref_handle.hex(),
+                    "ref_counter_offset": ref_offset,
+                    "event_handle": (event_handle or b"").hex(),
+                    "event_sync_required": bool(event_sync),
+                    "nbytes": size,
+                },
+                keep=pool,
+            )
         size = -(-nbytes // ALIGN) * ALIGN
         path = folder / "arena.bin"
         with open(path, "wb") as f:
@@ -110,10 +137,15 @@ class Arena:
             raise ExchangeError(f"unknown arena kind {description.get('kind')!r}")
         torch.cuda._lazy_init()
         storage = torch.UntypedStorage._new_shared_cuda(
-            description["device"], bytes.fromhex(description["handle"]), description["storage_bytes"],
-            description["storage_offset"], bytes.fromhex(description["ref_counter_handle"]),
-            description["ref_counter_offset"], bytes.fromhex(description["event_handle"]),
-            description["event_sync_required"])
+            description["device"],
+            bytes.fromhex(description["handle"]),
+            description["storage_bytes"],
+            description["storage_offset"],
+            bytes.fromhex(description["ref_counter_handle"]),
+            description["ref_counter_offset"],
+            bytes.fromhex(description["event_handle"]),
+            description["event_sync_required"],
+        )
         buffer = torch.empty(0, dtype=torch.uint8, device=f"cuda:{description['device']}")
         buffer.set_(storage, 0, (size,), (1,))
         return cls(buffer, description)
@@ -123,7 +155,7 @@ class Arena:
         offset, nbytes = int(slot["offset"]), slot_nbytes(slot)
         if offset < 0 or offset % ALIGN or offset + nbytes > self.nbytes:
             raise ExchangeError(f"slot at {offset} of {nbytes} bytes is outside the arena of {self.nbytes}")
-        raw = self.buffer[offset:offset + nbytes]
+        raw = self.buffer[offset : offset + nbytes]
         return raw.view(dtype_of(slot["dtype"])).view(tuple(int(d) for d in slot["shape"]))
 
     def unlink_file(self) -> None:
@@ -146,8 +178,10 @@ def _check_dedicated(buffer: torch.Tensor) -> None:
         if base <= start < base + segment["total_size"]:
             if base == start and segment["total_size"] == buffer.numel() and len(segment["blocks"]) == 1:
                 return
-            raise ExchangeError(f"the exchange arena shares a CUDA allocation of {segment['total_size']} bytes "
-                                f"with {len(segment['blocks']) - 1} other block(s): it must not be shared")
+            raise ExchangeError(
+                f"the exchange arena shares a CUDA allocation of {segment['total_size']} bytes "
+                f"with {len(segment['blocks']) - 1} other block(s): it must not be shared"
+            )
     raise ExchangeError("the exchange arena's CUDA allocation was not found in the allocator's snapshot")
 
 
@@ -165,8 +199,9 @@ class SlotAllocator:
         slot = {"offset": self.used, "dtype": dtype_name(dtype), "shape": [int(d) for d in shape]}
         end = self.used + slot_nbytes(slot)
         if end > self.arena.nbytes:
-            raise ExchangeError(f"the exchange arena of {self.arena.nbytes} bytes is too small "
-                                f"for {end} bytes of slots")
+            raise ExchangeError(
+                f"the exchange arena of {self.arena.nbytes} bytes is too small for {end} bytes of slots"
+            )
         self.used = -(-end // ALIGN) * ALIGN
         return slot
 
@@ -204,6 +239,7 @@ class Layout:
 # string keys; {"v": x} a JSON scalar; {"dtype": name}; {"device": name}; {"dc": {...}} a
 # dataclass instance, rebuilt on the other side as a dataclass with the same fields and values.
 
+
 def encode(value: Any, put_tensor: Callable[[Any], dict]) -> dict:
     """``value`` as a tagged tree; ``put_tensor`` turns a tensor or a Layout into a slot."""
     if isinstance(value, (torch.Tensor, Layout)):
@@ -224,9 +260,13 @@ def encode(value: Any, put_tensor: Callable[[Any], dict]) -> dict:
         return {"d": {k: encode(v, put_tensor) for k, v in value.items()}}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         params = getattr(type(value), "__dataclass_params__", None)
-        return {"dc": {"name": type(value).__name__, "frozen": bool(params and params.frozen),
-                       "fields": {f.name: encode(getattr(value, f.name), put_tensor)
-                                  for f in dataclasses.fields(value)}}}
+        return {
+            "dc": {
+                "name": type(value).__name__,
+                "frozen": bool(params and params.frozen),
+                "fields": {f.name: encode(getattr(value, f.name), put_tensor) for f in dataclasses.fields(value)},
+            }
+        }
     raise ExchangeError(f"a {type(value).__name__} cannot cross between the processes")
 
 
@@ -234,7 +274,7 @@ def decode(node: Any, get_tensor: Callable[[dict], torch.Tensor]) -> Any:
     """The value a tagged tree describes; ``get_tensor`` turns a slot into a tensor."""
     if not isinstance(node, dict) or len(node) != 1:
         raise ExchangeError(f"not a tagged value: {str(node)[:80]}")
-    (tag, body), = node.items()
+    ((tag, body),) = node.items()
     if tag == "t":
         return get_tensor(body)
     if tag == "v":
@@ -278,14 +318,16 @@ def fill(node: dict, value: Any, arena: Arena, where: str) -> None:
     """Copy ``value`` into the output slots ``node`` describes, checking that it has exactly
     the expected structure, and tensors of exactly ``torch.Tensor`` with the slot's dtype,
     shape and device; anything else is a ``BadReturn`` naming ``where`` it went wrong."""
-    (tag, body), = node.items()
+    ((tag, body),) = node.items()
     if tag == "t":
         want_shape, want_dtype = tuple(body["shape"]), dtype_of(body["dtype"])
         if type(value) is not torch.Tensor:  # a subclass could answer comparisons its own way
             raise BadReturn(f"{where} must be a torch.Tensor, got {type(value).__name__}")
         if value.dtype != want_dtype or tuple(value.shape) != want_shape:
-            raise BadReturn(f"{where} must be {dtype_name(want_dtype)} of shape {list(want_shape)}, got "
-                            f"{str(value.dtype).removeprefix('torch.')} of shape {list(value.shape)}")
+            raise BadReturn(
+                f"{where} must be {dtype_name(want_dtype)} of shape {list(want_shape)}, got "
+                f"{str(value.dtype).removeprefix('torch.')} of shape {list(value.shape)}"
+            )
         target = arena.view(body)
         if value.device != target.device:
             raise BadReturn(f"{where} must be on {target.device}, got {value.device}")
@@ -293,8 +335,10 @@ def fill(node: dict, value: Any, arena: Arena, where: str) -> None:
         return
     if tag in ("l", "u"):
         if not isinstance(value, (list, tuple)) or len(value) != len(body):
-            raise BadReturn(f"{where} must be a sequence of {len(body)}, got {type(value).__name__}"
-                            + (f" of {len(value)}" if isinstance(value, (list, tuple)) else ""))
+            raise BadReturn(
+                f"{where} must be a sequence of {len(body)}, got {type(value).__name__}"
+                + (f" of {len(value)}" if isinstance(value, (list, tuple)) else "")
+            )
         for i, (child, item) in enumerate(zip(body, value, strict=True)):
             fill(child, item, arena, f"{where}[{i}]")
         return

@@ -4,6 +4,7 @@ The task file defines ``Model``, ``get_inputs()`` and ``get_init_inputs()``; the
 defines ``ModelNew`` with the same constructor arguments. Correctness is ``allclose`` at the
 tolerance of the job; speed is measured against the file's own ``Model``, eager.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -69,11 +70,12 @@ class KernelBenchEvaluation(EvaluationBase):
         self.phase("load_task")
         with torch.no_grad():
             # The referee's reference, built as every contestant is (building.build).
-            self.reference = building.build(self.spec("reference"), self.init_inputs, self.device,
-                                            module=self.problem)
+            self.reference = building.build(self.spec("reference"), self.init_inputs, self.device, module=self.problem)
             self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(int(self.job.get("hidden_seeds", 2)))]
-            outputs = {seed: self.reference(*self._inputs(seed))
-                       for seed in [*self.seeds, *self.hidden_seeds, self.timing_seed]}
+            outputs = {
+                seed: self.reference(*self._inputs(seed))
+                for seed in [*self.seeds, *self.hidden_seeds, self.timing_seed]
+            }
             self.single_output = isinstance(outputs[self.timing_seed], torch.Tensor)
             self.expected = {seed: [t.clone() for t in _tensors(out)] for seed, out in outputs.items()}
             self.phase("reference_outputs")
@@ -108,9 +110,18 @@ class KernelBenchEvaluation(EvaluationBase):
         solution = self.solution
         solution.slots.reset()
         out = solution.expect(self._returns(self.expected[seed]))
-        reply = solution.request({"op": "call", "method": "__call__", "what": "forward", "source": source,
-                                  "args": solution.put(inputs), "out": out, "returns": "forward's return value"},
-                                 "running forward")
+        reply = solution.request(
+            {
+                "op": "call",
+                "method": "__call__",
+                "what": "forward",
+                "source": source,
+                "args": solution.put(inputs),
+                "out": out,
+                "returns": "forward's return value",
+            },
+            "running forward",
+        )
         if "bad_return" in reply:
             return {"passed": False, "reason": str(reply["bad_return"])[:500]}
         return self._judge(solution.take(out), self.expected[seed])
@@ -127,8 +138,11 @@ class KernelBenchEvaluation(EvaluationBase):
                 return {"passed": False, "reason": f"output {i}: non-finite values"}
             if not compare.allclose(g, e, self.atol, self.rtol):
                 diff = compare.max_abs_diff(g, e)
-                return {"passed": False, "reason": f"output {i}: max abs difference {diff:.3g} exceeds "
-                                                   f"atol {self.atol} + rtol {self.rtol}·|expected|"}
+                return {
+                    "passed": False,
+                    "reason": f"output {i}: max abs difference {diff:.3g} exceeds "
+                    f"atol {self.atol} + rtol {self.rtol}·|expected|",
+                }
         return {"passed": True, "reason": "allclose"}
 
     def _correctness(self) -> bool:
@@ -138,21 +152,22 @@ class KernelBenchEvaluation(EvaluationBase):
                 if not outcome["passed"]:
                     label = f"seed {seed}" if group == "fixed_seeds" else "a seed drawn for this run"
                     return self.send_check(group, "fail", f"{label}: {outcome['reason']}")
-            self.send_check(group, "pass", f"{len(seeds)} input sets allclose (atol {self.atol}, rtol {self.rtol})",
-                            seeds=seeds)
+            self.send_check(
+                group, "pass", f"{len(seeds)} input sets allclose (atol {self.atol}, rtol {self.rtol})", seeds=seeds
+            )
         # The same input tensors, overwritten in place: a cache keyed by pointer must miss.
         second_seed = self.hidden_seeds[0] if self.hidden_seeds else self.seeds[-1]
         first = self._forward("fresh", self._inputs(self.seeds[0]), self.seeds[0])
         second = self._forward("reuse", self._inputs(second_seed), second_seed)
         if not (first["passed"] and second["passed"]):
-            return self.send_check("overwrite_in_place", "fail",
-                                   f"second call on the same buffers: {second['reason']}")
+            return self.send_check("overwrite_in_place", "fail", f"second call on the same buffers: {second['reason']}")
         return self.send_check("overwrite_in_place", "pass", "a second call on the same, overwritten buffers is right")
 
     def empty_requests(self, process: Any) -> tuple[dict, dict]:
         expected = self.expected[self.timing_seed]
-        return CallsContestant(self, process, process.who, self._timed_calls(), self._inputs(self.timing_seed),
-                               expected, judged=False).empty_requests()
+        return CallsContestant(
+            self, process, process.who, self._timed_calls(), self._inputs(self.timing_seed), expected, judged=False
+        ).empty_requests()
 
     def _timed_calls(self) -> int:
         return int(self.job.get("steps") or 20)
@@ -166,8 +181,10 @@ class KernelBenchEvaluation(EvaluationBase):
         expected = self.expected[self.timing_seed]
 
         def contestants() -> tuple[CallsContestant, CallsContestant]:
-            return (CallsContestant(self, self.baseline_process, "baseline", steps, inputs, expected, judged=False),
-                    CallsContestant(self, self.solution, "candidate", steps, inputs, expected, judged=True))
+            return (
+                CallsContestant(self, self.baseline_process, "baseline", steps, inputs, expected, judged=False),
+                CallsContestant(self, self.solution, "candidate", steps, inputs, expected, judged=True),
+            )
 
         # The least a forward can move: read every input and parameter once, write the output
         # once. No physics check here: a KernelBench problem's inputs and weights can be small
@@ -185,8 +202,16 @@ class CallsContestant(timing.Contestant):
     file's own Model; or the solution's): forwards on the same inputs, a chain of ``steps``
     of them from a fresh copy; the candidate's last output is checked after each chain."""
 
-    def __init__(self, evaluation: KernelBenchEvaluation, process: Any, name: str, steps: int, inputs: list,
-                 expected: list[torch.Tensor], judged: bool):
+    def __init__(
+        self,
+        evaluation: KernelBenchEvaluation,
+        process: Any,
+        name: str,
+        steps: int,
+        inputs: list,
+        expected: list[torch.Tensor],
+        judged: bool,
+    ):
         super().__init__(name, process, steps)
         self.evaluation, self.expected, self.judged = evaluation, expected, judged
         self.template = inputs
@@ -202,8 +227,14 @@ class CallsContestant(timing.Contestant):
         return {"op": "stage", "begins": [self.inputs_node] if copies else []}
 
     def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
-        return {"op": "repeat", "method": "__call__", "what": "forward", "steps": count * chains, "out": self.out,
-                "returns": "forward's return value"}
+        return {
+            "op": "repeat",
+            "method": "__call__",
+            "what": "forward",
+            "steps": count * chains,
+            "out": self.out,
+            "returns": "forward's return value",
+        }
 
     def chain_done(self, steps_done: int, chains: int) -> None:
         if not self.judged:

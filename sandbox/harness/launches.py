@@ -1,4 +1,5 @@
 """How many GPU launches one warmed step makes, from torch's profiler."""
+
 from __future__ import annotations
 
 from collections import Counter

@@ -35,6 +35,7 @@ then missing from the log, as its result is.
 
 Standard library only: this runs in the referee (see the package's docstring).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -54,8 +55,9 @@ LEASE_DIR_ENV = "KAGENT_GPU_LEASE"
 class Lease:
     """One process's side of a device lease, over descriptors opened by the agent side."""
 
-    def __init__(self, gate_fd: int, lock_fd: int, log_fd: int, holder: str, name: str, channel: Any = None,
-                 alone: bool = False):
+    def __init__(
+        self, gate_fd: int, lock_fd: int, log_fd: int, holder: str, name: str, channel: Any = None, alone: bool = False
+    ):
         self.gate_fd, self.lock_fd, self.log_fd = gate_fd, lock_fd, log_fd
         self.holder, self.name, self.channel = holder, name, channel
         # How the evaluation holds the device between its device-alone pieces: shared, or
@@ -92,8 +94,15 @@ class Lease:
         """Give the lease back; the hold is logged and sent, and returned."""
         assert self.hold is not None, "released a lease that is not held"
         # The time before the unlock: the next holder's acquired_at is after it, never before.
-        record = {"version": RECORD_VERSION, "lease": self.name, "holder": self.holder, "host": socket.gethostname(),
-                  "pid": os.getpid(), **self.hold, "released_at": time.time()}
+        record = {
+            "version": RECORD_VERSION,
+            "lease": self.name,
+            "holder": self.holder,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            **self.hold,
+            "released_at": time.time(),
+        }
         self.hold = None
         fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
         # One write of one line on a descriptor opened with O_APPEND: holds of other processes
@@ -123,8 +132,15 @@ def shared(job: dict, channel: Any) -> Iterator[None]:
     if not spec:
         yield
         return
-    lease = Lease(spec["gate_fd"], spec["lock_fd"], spec["log_fd"], spec["holder"], spec["name"], channel,
-                  alone=bool(spec.get("alone")))
+    lease = Lease(
+        spec["gate_fd"],
+        spec["lock_fd"],
+        spec["log_fd"],
+        spec["holder"],
+        spec["name"],
+        channel,
+        alone=bool(spec.get("alone")),
+    )
     _current = lease
     try:
         yield

@@ -1,5 +1,6 @@
 """Loading task and solution modules by path, and the on-disk caches that make a warm
 evaluation fast (reference weights, reference outputs for the fixed seeds)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -84,7 +85,7 @@ def file_sha256(path: Path) -> str:
 def piece_sha256s(data: bytes | memoryview | mmap.mmap, piece_bytes: int) -> list[str]:
     """sha256 of each ``piece_bytes`` piece of ``data``, in order, hashed by threads side by side."""
     view = memoryview(data)
-    pieces = [view[i:i + piece_bytes] for i in range(0, len(view), piece_bytes)] or [view[:0]]
+    pieces = [view[i : i + piece_bytes] for i in range(0, len(view), piece_bytes)] or [view[:0]]
     if len(pieces) == 1:
         return [hashlib.sha256(pieces[0]).hexdigest()]
     with ThreadPoolExecutor(min(HASH_THREADS, len(pieces))) as pool:
@@ -143,8 +144,9 @@ class DiskCache:
         self.sealed = True
         if self.staging is None or not self.staging.is_dir():
             return {}
-        return {str(p.relative_to(self.staging)): file_sha256(p)
-                for p in sorted(self.staging.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(self.staging)): file_sha256(p) for p in sorted(self.staging.rglob("*")) if p.is_file()
+        }
 
     def verified(self, path: Path, name: str) -> bool:
         """Whether the record beside ``path`` vouches for it: same format, entry and identity,
@@ -214,9 +216,17 @@ class DiskCache:
         """Write ``payload`` to ``path`` and its record beside it, each atomically; both as written."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(payload)
-        record = json.dumps({"format": RECORD_FORMAT, "entry": name, "identity": self.identity,
-                             "bytes": len(payload), "piece_bytes": RECORD_CHUNK_BYTES,
-                             "piece_sha256": piece_sha256s(payload, RECORD_CHUNK_BYTES)}, indent=1).encode()
+        record = json.dumps(
+            {
+                "format": RECORD_FORMAT,
+                "entry": name,
+                "identity": self.identity,
+                "bytes": len(payload),
+                "piece_bytes": RECORD_CHUNK_BYTES,
+                "piece_sha256": piece_sha256s(payload, RECORD_CHUNK_BYTES),
+            },
+            indent=1,
+        ).encode()
         os.replace(tmp, path)
         # The record last: until it lands, the payload has no record or one made for other
         # bytes, which does not verify, so a crash in between leaves nothing that is trusted.

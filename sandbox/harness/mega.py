@@ -9,6 +9,7 @@ process (remote.py) only ever receives inputs and returns outputs through the sh
 everything it returns is copied into the referee's own tensors and judged here (or by a
 worker, on tensors the referee hands it), never while the solution's process runs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,9 +67,11 @@ def _check_reference(reference: ModuleType) -> None:
     if not missing and not callable(getattr(reference.Model, "step", None)):
         missing = ["Model.step"]
     if missing:
-        raise TaskError(f"the task's reference.py defines no {', '.join(missing)}: kagent grades a stateful "
-                        "decode step (build_config(shape), init_state(cfg, context_len, seed), "
-                        "init_token(cfg, seed), Model(cfg).step(hidden, state))")
+        raise TaskError(
+            f"the task's reference.py defines no {', '.join(missing)}: kagent grades a stateful "
+            "decode step (build_config(shape), init_state(cfg, context_len, seed), "
+            "init_token(cfg, seed), Model(cfg).step(hidden, state))"
+        )
 
 
 def _shapes_of(module: ModuleType, scale: str) -> list[dict]:
@@ -77,15 +80,16 @@ def _shapes_of(module: ModuleType, scale: str) -> list[dict]:
     smoke = getattr(module, "SMOKE_SHAPES", None)
     if scale == "smoke" and not smoke:
         # The public board's folders have only their real sizes.
-        raise TaskError("this task defines no smoke scale (SMOKE_SHAPES in shapes.py): evaluate it with "
-                        "--scale full")
+        raise TaskError("this task defines no smoke scale (SMOKE_SHAPES in shapes.py): evaluate it with --scale full")
     shapes = smoke if scale == "smoke" else getattr(module, "SHAPES", None)
     if not isinstance(shapes, (list, tuple)) or not shapes:
         raise TaskError("the task's shapes.py defines no SHAPES (a list of dicts with context_len and steps)")
     for shape in shapes:
         if not (isinstance(shape, dict) and all(isinstance(shape.get(k), int) for k in ("context_len", "steps"))):
-            raise TaskError(f"a shape of the task's shapes.py must be a dict with integer context_len and steps, "
-                            f"not {str(shape)[:120]}")
+            raise TaskError(
+                f"a shape of the task's shapes.py must be a dict with integer context_len and steps, "
+                f"not {str(shape)[:120]}"
+            )
     return [dict(shape) for shape in shapes]
 
 
@@ -114,9 +118,10 @@ def _check_inputs(name: str, value: Any) -> None:
         want = "a tensor"
     else:
         good = isinstance(value, list) and all(
-            isinstance(layer, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor)
-                                            for k, t in layer.items())
-            for layer in value)
+            isinstance(layer, dict)
+            and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in layer.items())
+            for layer in value
+        )
         want = "a list with one dict of tensors (by name) per layer"
     if not good:
         raise TaskError(f"the task's reference.{name} must return {want}, not {type(value).__name__}")
@@ -149,8 +154,9 @@ class Task:
         _check_reference(self.reference)
         # kagent's reference draws the inputs on the device it is given; the public board's
         # take no device and choose their own (cuda:0): kagent moves what they return.
-        self.draws_on_device = {name: _takes_device(getattr(self.reference, name))
-                                for name in ("init_state", "init_token")}
+        self.draws_on_device = {
+            name: _takes_device(getattr(self.reference, name)) for name in ("init_state", "init_token")
+        }
         shapes = _load_task_module("_kagent_task_shapes", task_dir / "shapes.py")
         self.shapes: list[dict] = _shapes_of(shapes, scale)
         self.cfg = self._config()
@@ -181,8 +187,10 @@ class Task:
         # runner-up explains it, StepChecker.judge): drawing clear of min_margin does not
         # make a flip impossible, only rare. On the H200 the task's own bf16 baseline swapped
         # an expert at 2.12% from a salient state (1 secret case of 480, 2026-12-03).
-        self.explained_margin = _number("correctness.max_explained_margin", correctness.get(
-            "max_explained_margin", EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin))
+        self.explained_margin = _number(
+            "correctness.max_explained_margin",
+            correctness.get("max_explained_margin", EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin),
+        )
         # Optional, together: the margin of each discrete choice, and a way to run the reference
         # with the runner-up taken at one of them; a mismatch at a near-tie is excused only
         # where that explains it (StepChecker.judge).
@@ -216,8 +224,10 @@ class Task:
             raise TaskError(f"the task's reference.build_config failed: {type(err).__name__}: {err}") from err
         differ = [shape for shape, cfg in zip(self.shapes, configs, strict=True) if repr(cfg) != repr(configs[0])]
         if differ:
-            raise TaskError(f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
-                            "kagent grades one model across the shapes of a scale")
+            raise TaskError(
+                f"the shapes of this scale build different configs ({self.shapes[0]} and {differ[0]}): "
+                "kagent grades one model across the shapes of a scale"
+            )
         return configs[0]
 
     def init_state(self, context_len: int, seed: int) -> State:
@@ -230,11 +240,17 @@ class Task:
         """What the reference's ``name`` draws from ``args``, on the evaluation's device."""
         on_device = self.draws_on_device[name]
         try:
-            value = (getattr(self.reference, name)(self.cfg, *args, device=self.device) if on_device
-                     else getattr(self.reference, name)(self.cfg, *args))
+            value = (
+                getattr(self.reference, name)(self.cfg, *args, device=self.device)
+                if on_device
+                else getattr(self.reference, name)(self.cfg, *args)
+            )
         except Exception as err:
-            where = (f"on {self.device}" if on_device
-                     else f"on a device of its choosing (it takes none; this evaluation runs on {self.device})")
+            where = (
+                f"on {self.device}"
+                if on_device
+                else f"on a device of its choosing (it takes none; this evaluation runs on {self.device})"
+            )
             raise TaskError(f"the task's reference.{name} failed {where}: {type(err).__name__}: {err}") from err
         _check_inputs(name, value)
         return to_device(value, self.device)  # no copy for what is on the device already
@@ -244,8 +260,12 @@ def clone_state(state: State) -> State:
     return [{k: v.clone() for k, v in layer.items()} for layer in state]
 
 
-def build_reference(task: Task, cache: DiskCache, found: Callable[[Path], None] = lambda path: None,
-                    read: Callable[[], None] = lambda: None) -> tuple[torch.nn.Module, Path | None]:
+def build_reference(
+    task: Task,
+    cache: DiskCache,
+    found: Callable[[Path], None] = lambda path: None,
+    read: Callable[[], None] = lambda: None,
+) -> tuple[torch.nn.Module, Path | None]:
     """The reference model with its deterministic weights, built once and cached on disk;
     and the cache's file of those weights (None without a cache). ``found(file)`` is told of
     that file as soon as it is known good (verified, or written), before the model is built
@@ -352,12 +372,21 @@ def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, s
             continue  # the routing of a layer sat on a near-tie: the rest of the step is not paid for
         if margin is None or margin >= task.min_margin:
             return SecretCase(seed, inputs if salient else None, hidden, state, margin, redrawn)
-    raise TaskError(f"no seed with a decision margin of {task.min_margin} in {MAX_DRAWS_PER_CASE} draws: lower "
-                    "correctness.min_decision_margin")
+    raise TaskError(
+        f"no seed with a decision margin of {task.min_margin} in {MAX_DRAWS_PER_CASE} draws: lower "
+        "correctness.min_decision_margin"
+    )
 
 
-def judge_chained_step(task: Task, reference: torch.nn.Module, checker: StepChecker, hidden_in: Hidden,
-                       state_in: State, hidden: Hidden, state: State) -> tuple[dict, float | None]:
+def judge_chained_step(
+    task: Task,
+    reference: torch.nn.Module,
+    checker: StepChecker,
+    hidden_in: Hidden,
+    state_in: State,
+    hidden: Hidden,
+    state: State,
+) -> tuple[dict, float | None]:
     """(StepChecker.judge's result, the reference's decision margin) for one step of a
     chained run, against the reference run from the solution's own input and state of that
     step. Run by the referee or by a reference worker, the same way."""
@@ -370,8 +399,9 @@ def secret_case_kinds(task: Task, count: int) -> list[tuple[int, bool]]:
     every other round over them from the salient state, so both kinds at every context and
     still one case per seed."""
     contexts = task.check_contexts
-    return [(contexts[i % len(contexts)], bool(task.salient_state) and (i // len(contexts)) % 2 == 1)
-            for i in range(count)]
+    return [
+        (contexts[i % len(contexts)], bool(task.salient_state) and (i // len(contexts)) % 2 == 1) for i in range(count)
+    ]
 
 
 # A state's layout: per layer, each tensor's shape and dtype.
@@ -384,9 +414,15 @@ def layout_of(state: State) -> Layout:
 
 def grown(layout: Layout, growth: list[dict[str, tuple[int, ...]]], steps: int) -> Layout:
     """The layout after ``steps`` more steps, each adding ``growth`` (the MLA cache's row)."""
-    return [{name: TensorLayout(tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name], strict=False)),
-                                want.dtype)
-             for name, want in layer.items()} for layer, layer_growth in zip(layout, growth, strict=False)]
+    return [
+        {
+            name: TensorLayout(
+                tuple(d + steps * g for d, g in zip(want.shape, layer_growth[name], strict=False)), want.dtype
+            )
+            for name, want in layer.items()
+        }
+        for layer, layer_growth in zip(layout, growth, strict=False)
+    ]
 
 
 # How far a step's contribution must stand above the rounding of the hidden it is added to
@@ -406,8 +442,15 @@ class StepChecker:
         self.task = task
         self.reference = reference
 
-    def compare(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State, expected_hidden: Hidden,
-                expected_state: State) -> dict:
+    def compare(
+        self,
+        hidden_in: Hidden,
+        state_in: State,
+        hidden: Hidden,
+        state: State,
+        expected_hidden: Hidden,
+        expected_state: State,
+    ) -> dict:
         """Cosine of the next hidden, of the step's own contribution (out - in), of every
         state tensor, and of the rows a step appends to a growing one. The delta matters on
         chained steps: there the residual stream is a running sum that dominates the hidden,
@@ -440,9 +483,14 @@ class StepChecker:
             metrics["delta"] = compare.cosine(hidden.float() - base, expected_delta)
         worst = min(metrics, key=lambda name: metrics[name])
         below = sorted(n for n, v in metrics.items() if v < self.task.threshold)
-        return {"min_cosine": metrics[worst], "worst": worst, "below_threshold": below,
-                "nonfinite": nonfinite, "cosines": {k: round(v, 6) for k, v in metrics.items()},
-                "passed": not below and not nonfinite}
+        return {
+            "min_cosine": metrics[worst],
+            "worst": worst,
+            "below_threshold": below,
+            "nonfinite": nonfinite,
+            "cosines": {k: round(v, 6) for k, v in metrics.items()},
+            "passed": not below and not nonfinite,
+        }
 
     def near_tie(self, margin: float | None) -> bool:
         return margin is not None and margin < self.task.min_margin
@@ -451,8 +499,16 @@ class StepChecker:
         """Whether a decision this close to a tie may have been tipped by rounding."""
         return margin is not None and margin < self.task.explained_margin
 
-    def judge(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State, expected_hidden: Hidden,
-              expected_state: State, margin: float | None) -> dict:
+    def judge(
+        self,
+        hidden_in: Hidden,
+        state_in: State,
+        hidden: Hidden,
+        state: State,
+        expected_hidden: Hidden,
+        expected_state: State,
+        margin: float | None,
+    ) -> dict:
         """compare; and where the step fails close to a tie of the reference's routing (its
         decision margin ``margin`` below the task's explained margin), the comparison with the
         reference that took the runner-up there, if that one matches: the mismatch rounding
@@ -501,33 +557,41 @@ def _case_label(seed: str, context_len: int, salient: bool) -> str:
     return f"{seed} ctx {context_len}" + (" salient state" if salient else "")
 
 
-def _fail_reason(label: str, result: dict, threshold: float, margin: float | None = None,
-                 explained_margin: float = 0.0) -> str:
+def _fail_reason(
+    label: str, result: dict, threshold: float, margin: float | None = None, explained_margin: float = 0.0
+) -> str:
     if result["nonfinite"]:
         return f"{label}: non-finite values in {', '.join(result['nonfinite'][:5])}"
     names = ", ".join(f"{n} {result['cosines'][n]:.4f}" for n in result["below_threshold"][:6])
     reason = f"{label}: cosine below {threshold} for {names}"
     if margin is not None and margin < explained_margin:
-        reason += (f" (note: the reference's routing is {margin:.2%} from a tie here, so rounding alone can "
-                   "swap an expert, but the step does not match the reference that took the runner-up either: "
-                   "keep the router input and logits accurate)")
+        reason += (
+            f" (note: the reference's routing is {margin:.2%} from a tie here, so rounding alone can "
+            "swap an expert, but the step does not match the reference that took the runner-up either: "
+            "keep the router input and logits accurate)"
+        )
     return reason
 
 
 def _near_tie_note(results: list[dict], min_margin: float) -> str:
     """What a passing group's reason says of its cases at a near-tie of the reference's
     routing, and of those further from one that the runner-up explains."""
+
     def named(rows: list[dict]) -> str:
-        return ", ".join(f"{r['case']} ({r['decision_margin']:.2%}"
-                         + (", matches the reference that took the runner-up" if "excused" in r else "") + ")"
-                         for r in rows)
+        return ", ".join(
+            f"{r['case']} ({r['decision_margin']:.2%}"
+            + (", matches the reference that took the runner-up" if "excused" in r else "")
+            + ")"
+            for r in rows
+        )
 
     near = [r for r in results if r["near_tie"]]
     tipped = [r for r in results if "excused" in r and not r["near_tie"]]
     note = f"; at a near-tie of the reference's routing (margin below {min_margin:.0%}): {named(near)}" if near else ""
     if tipped:
-        note += ("; matching the reference that took the runner-up, where its routing was close to a tie: "
-                 f"{named(tipped)}")
+        note += (
+            f"; matching the reference that took the runner-up, where its routing was close to a tie: {named(tipped)}"
+        )
     return note
 
 
@@ -553,14 +617,20 @@ class MegaEvaluation(EvaluationBase):
             # The baseline's process and the workers load the weights file the moment it is
             # known good, beside the referee's own load and its fixed cases.
             self.reference, self.weights_entry = build_reference(
-                task, self.cache, self._weights_file_found, lambda: self.phase("reference_weights_read"))
+                task, self.cache, self._weights_file_found, lambda: self.phase("reference_weights_read")
+            )
             self.phase("reference_weights")
             self.cases = self._fixed_cases()
         first = self.cases[0]
         before = layout_of(task.init_state(first.context_len, first.seed))
         after = layout_of(first.expected_state)
-        self.growth = [{name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape, strict=False))
-                        for name, want in layer.items()} for i, layer in enumerate(before)]
+        self.growth = [
+            {
+                name: tuple(a - b for a, b in zip(after[i][name].shape, want.shape, strict=False))
+                for name, want in layer.items()
+            }
+            for i, layer in enumerate(before)
+        ]
         self.hidden_layout = TensorLayout.of(first.expected_hidden)
         self.checker = StepChecker(task, self.reference)
         self.phase("reference_outputs")
@@ -582,11 +652,29 @@ class MegaEvaluation(EvaluationBase):
                     key = digest(task.cache_identity, "case", context_len, seed, *(["salient"] if salient else []))
                     inputs = self.case_inputs(context_len, seed, True) if salient else None
                     # get_or_build calls the builder at once, in this turn of the loop.
-                    out = self.cache.get_or_build("outputs", key, self.device, lambda: reference_case(
-                        task, self.reference, *(inputs or self.case_inputs(context_len, seed, False))))  # noqa: B023
+                    out = self.cache.get_or_build(
+                        "outputs",
+                        key,
+                        self.device,
+                        lambda: reference_case(
+                            task,
+                            self.reference,
+                            *(inputs or self.case_inputs(context_len, seed, False)),  # noqa: B023
+                        ),
+                    )
                     expected_hidden, expected_state, margin = out
-                    cases.append(Case(_case_label(f"seed {seed}", context_len, salient), context_len, seed,
-                                      expected_hidden, expected_state, margin, salient=salient, inputs=inputs))
+                    cases.append(
+                        Case(
+                            _case_label(f"seed {seed}", context_len, salient),
+                            context_len,
+                            seed,
+                            expected_hidden,
+                            expected_state,
+                            margin,
+                            salient=salient,
+                            inputs=inputs,
+                        )
+                    )
         return cases
 
     def _secret_cases(self) -> None:
@@ -596,14 +684,24 @@ class MegaEvaluation(EvaluationBase):
         if self.workers is not None:
             drawn = self.workers.secret_cases(kinds)
         else:
-            drawn = [draw_secret_case(self.task, self.reference, context_len, salient)
-                     for context_len, salient in kinds]
+            drawn = [
+                draw_secret_case(self.task, self.reference, context_len, salient) for context_len, salient in kinds
+            ]
         self.hidden_seeds = [case.seed for case in drawn]
         self.redrawn_seeds = sum(case.redrawn for case in drawn)
         for i, ((context_len, salient), case) in enumerate(zip(kinds, drawn, strict=True)):
-            self.cases.append(Case(_case_label(f"hidden seed #{i + 1}", context_len, salient), context_len, case.seed,
-                                   case.expected_hidden, case.expected_state, case.margin, salient=salient,
-                                   inputs=case.inputs))
+            self.cases.append(
+                Case(
+                    _case_label(f"hidden seed #{i + 1}", context_len, salient),
+                    context_len,
+                    case.seed,
+                    case.expected_hidden,
+                    case.expected_state,
+                    case.margin,
+                    salient=salient,
+                    inputs=case.inputs,
+                )
+            )
 
     def judge_step(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State):
         """``judge_chained_step`` of one step, by a reference worker where there are any
@@ -628,13 +726,17 @@ class MegaEvaluation(EvaluationBase):
 
     def _arena_bytes(self) -> int:
         """Room for the largest exchange: a step's inputs and outputs, and a chain's record."""
-        longest = max(self.timing_shapes + [{"context_len": c, "steps": 1} for c in self.task.check_contexts],
-                      key=lambda s: s["context_len"] + s["steps"])
+        longest = max(
+            self.timing_shapes + [{"context_len": c, "steps": 1} for c in self.task.check_contexts],
+            key=lambda s: s["context_len"] + s["steps"],
+        )
         ctx, steps = longest["context_len"], max(s["steps"] for s in self.task.shapes)
-        record = TensorLayout((steps * timing.MAX_CHAINS_PER_REQUEST, *self.hidden_layout.shape),
-                              self.hidden_layout.dtype)
-        return arena_bytes_for([self.hidden_layout, self.state_layout(ctx, 0)],
-                               [self.hidden_layout, self.state_layout(ctx, steps)], record)
+        record = TensorLayout(
+            (steps * timing.MAX_CHAINS_PER_REQUEST, *self.hidden_layout.shape), self.hidden_layout.dtype
+        )
+        return arena_bytes_for(
+            [self.hidden_layout, self.state_layout(ctx, 0)], [self.hidden_layout, self.state_layout(ctx, steps)], record
+        )
 
     def _worker_arena_bytes(self) -> int:
         """Room for the largest exchange with a reference worker: a secret case's expected
@@ -651,8 +753,9 @@ class MegaEvaluation(EvaluationBase):
         return building.mega_spec(who, self.task.dir, solution, self.task.has_baseline)
 
     # -- the solution ------------------------------------------------------------------------
-    def remote_step(self, source: str, args: list | None, steps_done: int, context_len: int,
-                    keep: bool = False) -> tuple[Hidden, State]:
+    def remote_step(
+        self, source: str, args: list | None, steps_done: int, context_len: int, keep: bool = False
+    ) -> tuple[Hidden, State]:
         """One step in the solution's process, its (hidden, state) copied back here.
 
         ``source``: "fresh" (copies of ``args``), "reuse" (the previous call's very objects,
@@ -661,8 +764,19 @@ class MegaEvaluation(EvaluationBase):
         solution.slots.reset()
         node = solution.put(args) if args is not None else None
         out = solution.expect((self.hidden_layout, self.state_layout(context_len, steps_done + 1)))
-        reply = solution.request({"op": "call", "method": "step", "what": "step", "source": source, "args": node,
-                                  "out": out, "returns": "step's return value", "keep": keep}, "running a step")
+        reply = solution.request(
+            {
+                "op": "call",
+                "method": "step",
+                "what": "step",
+                "source": source,
+                "args": node,
+                "out": out,
+                "returns": "step's return value",
+                "keep": keep,
+            },
+            "running a step",
+        )
         if "bad_return" in reply:
             raise CandidateError(f"{str(reply['bad_return'])[:500]}")
         hidden, state = solution.take(out)
@@ -719,8 +833,11 @@ class MegaEvaluation(EvaluationBase):
             if not self._check_overwrite():
                 return False
             current = "chained_steps"
-            shapes = (self.timing_shapes if self.job["mode"] != "check"
-                      else [min(self.timing_shapes, key=lambda s: s["context_len"])])
+            shapes = (
+                self.timing_shapes
+                if self.job["mode"] != "check"
+                else [min(self.timing_shapes, key=lambda s: s["context_len"])]
+            )
             self.first_chains = {}
             for shape in shapes:
                 chain = ValidatedChain(self, shape["context_len"], shape["steps"])
@@ -745,16 +862,23 @@ class MegaEvaluation(EvaluationBase):
         for case in cases:
             hidden_in, state_in = self.inputs_of(case)
             hidden, state = self.remote_step("fresh", [hidden_in, state_in], 0, case.context_len)
-            result = self.checker.judge(hidden_in, state_in, hidden, state, case.expected_hidden,
-                                        case.expected_state, case.margin)
+            result = self.checker.judge(
+                hidden_in, state_in, hidden, state, case.expected_hidden, case.expected_state, case.margin
+            )
             if result["passed"]:
                 # A passing case is kept short: with many secret seeds, every cosine of
                 # every case would make up most of a stored result.
                 result = {k: result[k] for k in ("passed", "min_cosine", "worst", "excused") if k in result}
             else:
                 failures.append((case, result))
-            results.append({"case": case.label, "decision_margin": case.margin,
-                            "near_tie": self.checker.near_tie(case.margin), **result})
+            results.append(
+                {
+                    "case": case.label,
+                    "decision_margin": case.margin,
+                    "near_tie": self.checker.near_tie(case.margin),
+                    **result,
+                }
+            )
         near_ties = [c.label for c in cases if self.checker.near_tie(c.margin)]
         data = {"cases": results, "seeds": [c.seed for c in cases], "near_ties": near_ties}
         if group == "hidden_seeds":
@@ -763,11 +887,14 @@ class MegaEvaluation(EvaluationBase):
             # The worst: non-finite values first, then the lowest cosine.
             case, result = min(failures, key=lambda f: (not f[1]["nonfinite"], f[1]["min_cosine"]))
             worst = _fail_reason(case.label, result, task.threshold, case.margin, task.explained_margin)
-            return self.send_check(group, "fail", f"{len(failures)} of {len(cases)} cases fail, worst: {worst}",
-                                   **data)
+            return self.send_check(group, "fail", f"{len(failures)} of {len(cases)} cases fail, worst: {worst}", **data)
         worst_cosine = min(r["min_cosine"] for r in results)
-        return self.send_check(group, "pass", f"{len(results)} cases, min cosine {worst_cosine:.5f}"
-                               + _near_tie_note(results, task.min_margin), **data)
+        return self.send_check(
+            group,
+            "pass",
+            f"{len(results)} cases, min cosine {worst_cosine:.5f}" + _near_tie_note(results, task.min_margin),
+            **data,
+        )
 
     def _report_determinism(self) -> None:
         """The same step twice, on fresh copies of identical inputs in the solution's process:
@@ -777,12 +904,20 @@ class MegaEvaluation(EvaluationBase):
         case = next(c for c in self.cases if c.label.startswith("hidden"))
         inputs = self.inputs_of(case)
         first, second = [_named_outputs(*self.remote_step("fresh", inputs, 0, case.context_len)) for _ in range(2)]
-        differences = {name: _difference(second[name], tensor) for name, tensor in first.items()
-                       if not compare.bitwise_equal(second[name], tensor)}
+        differences = {
+            name: _difference(second[name], tensor)
+            for name, tensor in first.items()
+            if not compare.bitwise_equal(second[name], tensor)
+        }
         largest = max(differences, key=lambda name: differences[name], default=None)
         difference = differences[largest] if largest is not None else 0.0
-        self.channel.send("determinism", case=case.label, bitwise_equal=not differences,
-                          max_abs_diff=difference if math.isfinite(difference) else None, largest_in=largest)
+        self.channel.send(
+            "determinism",
+            case=case.label,
+            bitwise_equal=not differences,
+            max_abs_diff=difference if math.isfinite(difference) else None,
+            largest_in=largest,
+        )
 
     def _check_overwrite(self) -> bool:
         """A second call on the very same input and state tensors, overwritten in place with
@@ -794,25 +929,37 @@ class MegaEvaluation(EvaluationBase):
         for case, source in ((first, "fresh"), (second, "reuse")):
             hidden_in, state_in = self.inputs_of(case)
             hidden, state = self.remote_step(source, [hidden_in, state_in], 0, case.context_len)
-            result = self.checker.judge(hidden_in, state_in, hidden, state, case.expected_hidden,
-                                        case.expected_state, case.margin)
+            result = self.checker.judge(
+                hidden_in, state_in, hidden, state, case.expected_hidden, case.expected_state, case.margin
+            )
             results.append({"case": case.label, **result})
             if not result["passed"]:
                 label = f"second call on the same buffers ({case.label})" if case is second else case.label
-                return self.send_check("overwrite_in_place", "fail", _fail_reason(label, result, task.threshold),
-                                       cases=results)
-        return self.send_check("overwrite_in_place", "pass",
-                               "a second call on the same buffers, overwritten in place, is still right",
-                               cases=results)
+                return self.send_check(
+                    "overwrite_in_place", "fail", _fail_reason(label, result, task.threshold), cases=results
+                )
+        return self.send_check(
+            "overwrite_in_place",
+            "pass",
+            "a second call on the same buffers, overwritten in place, is still right",
+            cases=results,
+        )
 
     # -- timing ----------------------------------------------------------------------------
     def performance(self) -> None:
         settings = timing.Settings.of(self.job)
         roofline = self.task.roofline
-        shapes = [timing.Shape(f"timed_chain_ctx_{s['context_len']}", f"ctx {s['context_len']}", s["context_len"],
-                               s["steps"], self._contestants_at(s["context_len"], s["steps"]),
-                               int(roofline.bytes_per_step(self.task.cfg, s["context_len"])) if roofline else None)
-                  for s in self.timing_shapes]
+        shapes = [
+            timing.Shape(
+                f"timed_chain_ctx_{s['context_len']}",
+                f"ctx {s['context_len']}",
+                s["context_len"],
+                s["steps"],
+                self._contestants_at(s["context_len"], s["steps"]),
+                int(roofline.bytes_per_step(self.task.cfg, s["context_len"])) if roofline else None,
+            )
+            for s in self.timing_shapes
+        ]
         if timing.time_contestants(self, shapes, settings) is None:
             return
         context_len = self.timing_shapes[0]["context_len"]
@@ -824,9 +971,11 @@ class MegaEvaluation(EvaluationBase):
 
     def _contestants_at(self, context_len: int, steps: int):
         def make() -> tuple[ChainContestant, ChainContestant]:
-            return (ChainContestant(self, self.baseline_process, "baseline", context_len, steps),
-                    ChainContestant(self, self.solution, "candidate", context_len, steps,
-                                    self.first_chains[context_len]))
+            return (
+                ChainContestant(self, self.baseline_process, "baseline", context_len, steps),
+                ChainContestant(self, self.solution, "candidate", context_len, steps, self.first_chains[context_len]),
+            )
+
         return make
 
     def timing_inputs(self, context_len: int) -> list:
@@ -862,8 +1011,13 @@ class ValidatedChain:
         hidden_in, state_in = evaluation.timing_inputs(self.context_len)
         steps = []
         for i in range(self.steps):
-            hidden, state = evaluation.remote_step("fresh" if i == 0 else "chain", [hidden_in, state_in] if i == 0
-                                                   else None, i, self.context_len, keep=True)
+            hidden, state = evaluation.remote_step(
+                "fresh" if i == 0 else "chain",
+                [hidden_in, state_in] if i == 0 else None,
+                i,
+                self.context_len,
+                keep=True,
+            )
             steps.append((hidden_in, state_in, hidden, state))
             self.outputs.append(hidden)
             hidden_in, state_in = hidden, state
@@ -879,14 +1033,25 @@ class ValidatedChain:
                 continue
             worst = min(worst, result["min_cosine"])
             if not result["passed"]:
-                for rest in judged[i + 1:]:
+                for rest in judged[i + 1 :]:
                     rest()  # every worker idle again
-                return "fail", _fail_reason(f"ctx {self.context_len} step {i + 1} of a chain", result, task.threshold,
-                                            margin, task.explained_margin)
-        note = (f"; steps {[i + 1 for i in self.tipped]} differ at a near-tie of the reference's routing, where they "
-                "match the reference that took the runner-up, and are not counted" if self.tipped else "")
-        return "pass", (f"a chain of {self.steps} steps at ctx {self.context_len}: each step matches the reference "
-                        f"from the same state (min cosine {worst:.5f}){note}")
+                return "fail", _fail_reason(
+                    f"ctx {self.context_len} step {i + 1} of a chain",
+                    result,
+                    task.threshold,
+                    margin,
+                    task.explained_margin,
+                )
+        note = (
+            f"; steps {[i + 1 for i in self.tipped]} differ at a near-tie of the reference's routing, where they "
+            "match the reference that took the runner-up, and are not counted"
+            if self.tipped
+            else ""
+        )
+        return "pass", (
+            f"a chain of {self.steps} steps at ctx {self.context_len}: each step matches the reference "
+            f"from the same state (min cosine {worst:.5f}){note}"
+        )
 
     def stacked(self) -> torch.Tensor:
         """The chain's outputs as one tensor, a row per step (made once: every timed chain is
@@ -914,8 +1079,15 @@ class ChainContestant(timing.Contestant):
     run to run may pick the other expert, and every later step follows from that state, so
     from there on the timed chain may depart (its values must stay finite)."""
 
-    def __init__(self, evaluation: MegaEvaluation, process: Any, name: str, context_len: int, steps: int,
-                 validated: ValidatedChain | None = None):
+    def __init__(
+        self,
+        evaluation: MegaEvaluation,
+        process: Any,
+        name: str,
+        context_len: int,
+        steps: int,
+        validated: ValidatedChain | None = None,
+    ):
         super().__init__(name, process, steps)
         self.device = evaluation.device
         self.context_len = context_len
@@ -943,8 +1115,14 @@ class ChainContestant(timing.Contestant):
         return {"op": "stage", "begins": [self.begin_node] * copies}
 
     def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
-        return {"op": "chain", "steps": count, "chains": chains, "fresh": fresh, "record": self.record_slot,
-                "record_from": first}
+        return {
+            "op": "chain",
+            "steps": count,
+            "chains": chains,
+            "fresh": fresh,
+            "record": self.record_slot,
+            "record_from": first,
+        }
 
     def chain_done(self, steps_done: int, chains: int) -> None:
         """Every run of the chain since it began must repeat the validated chain."""
@@ -953,7 +1131,7 @@ class ChainContestant(timing.Contestant):
             return
         recorded = self.record[: self.steps * chains].clone()
         for run in range(chains):
-            self._judge_run(recorded[run * self.steps:run * self.steps + steps_done], validated)
+            self._judge_run(recorded[run * self.steps : run * self.steps + steps_done], validated)
 
     def _judge_run(self, outputs: torch.Tensor, validated: ValidatedChain) -> None:
         departed = False
@@ -968,8 +1146,10 @@ class ChainContestant(timing.Contestant):
                 departed = True
                 self.departures.append(i + 1)
             elif not self.failures:
-                self.failures.append(f"ctx {self.context_len} step {i + 1}: a timed chain gave another answer than "
-                                     f"the validated chain (cosine {cos:.4f}) from the same inputs")
+                self.failures.append(
+                    f"ctx {self.context_len} step {i + 1}: a timed chain gave another answer than "
+                    f"the validated chain (cosine {cos:.4f}) from the same inputs"
+                )
         self.validated_chains += 1
 
     def verdict(self) -> tuple[str, str]:
@@ -978,7 +1158,11 @@ class ChainContestant(timing.Contestant):
             return "fail", self.failures[0]
         note = ""
         if self.departures and self.near_tie is not None:  # a chain departs only after a near-tie
-            note = (f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
-                    f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there")
-        return "pass", (f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "
-                        f"repeat the validated chain (min cosine {self.worst:.5f}){note}")
+            note = (
+                f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
+                f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there"
+            )
+        return "pass", (
+            f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "
+            f"repeat the validated chain (min cosine {self.worst:.5f}){note}"
+        )

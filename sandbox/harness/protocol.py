@@ -10,6 +10,7 @@ is also signed, so that nothing else can pass for the referee: ``seq`` counts th
 pipe that the harness reads and closes first of all. A line anyone else writes fails the
 check.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -6,6 +6,7 @@ before it reads any request, then builds the task and the reference from the wei
 is given, and answers one JSON request per line (``WorkerSession``) with the same loop as a
 contestant's process (solution_server.main). It never imports a solution or a baseline.
 """
+
 from __future__ import annotations
 
 import sys
@@ -75,9 +76,12 @@ class WorkerSession:
             self.arena.view(slot).copy_(tensor)
             return slot
 
-        return {"seed": case.seed, "margin": case.margin, "redrawn": case.redrawn,
-                "out": encode([case.expected_hidden, case.expected_state, case.inputs], put)}
-
+        return {
+            "seed": case.seed,
+            "margin": case.margin,
+            "redrawn": case.redrawn,
+            "out": encode([case.expected_hidden, case.expected_state, case.inputs], put),
+        }
 
     def op_judge(self, request: dict) -> dict:
         """A chained step judged against the reference (mega.judge_chained_step), from the
@@ -87,8 +91,9 @@ class WorkerSession:
 
         hidden_in, state_in, hidden, state = decode(request["tensors"], self.arena.view)
         checker = StepChecker(self.task, self.reference)
-        result, margin = judge_chained_step(self.task, self.reference, checker, hidden_in, list(state_in), hidden,
-                                            list(state))
+        result, margin = judge_chained_step(
+            self.task, self.reference, checker, hidden_in, list(state_in), hidden, list(state)
+        )
         return {"result": result, "margin": margin}
 
 

@@ -26,6 +26,7 @@ The referee, the baseline's process and the workers are non-dumpable before any 
 code runs: a process without capabilities (the jail drops them all) can then neither read
 their memory through /proc nor attach a debugger to them.
 """
+
 from __future__ import annotations
 
 import json
@@ -166,7 +167,7 @@ class Peer:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(self._requests, view):]
+                view = view[os.write(self._requests, view) :]
         except BrokenPipeError:
             raise self._died("receiving a request") from None
 
@@ -195,8 +196,9 @@ class Peer:
         except ValueError:
             reply = None
         if not isinstance(reply, dict) or (self._buffer and not self.pipelined):
-            raise self._failure(f"{self.label} wrote something other than its reply to the referee while {what}: "
-                                f"{line[:120]!r}")
+            raise self._failure(
+                f"{self.label} wrote something other than its reply to the referee while {what}: {line[:120]!r}"
+            )
         return reply
 
     def checked(self, reply: dict, what: str) -> dict:
@@ -204,8 +206,10 @@ class Peer:
         if "raised" in reply:
             raise self._failure(str(reply["raised"])[:1000], str(reply.get("details", ""))[-4000:])
         if "protocol" in reply:
-            raise self._failure(f"{self.label} broke the exchange protocol while {what}: "
-                                f"{str(reply['protocol'])[:300]}", str(reply.get("details", ""))[-4000:])
+            raise self._failure(
+                f"{self.label} broke the exchange protocol while {what}: {str(reply['protocol'])[:300]}",
+                str(reply.get("details", ""))[-4000:],
+            )
         if reply.get("ok") is not True:
             raise self._failure(f"{self.label} answered {str(reply)[:200]} while {what}")
         return reply
@@ -218,8 +222,13 @@ class Peer:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        how = ("still running, but it closed its reply pipe" if code is None
-               else f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        how = (
+            "still running, but it closed its reply pipe"
+            if code is None
+            else f"killed by signal {-code}"
+            if code < 0
+            else f"exit code {code}"
+        )
         return self._failure(f"{self.label} died while {what} ({how})", crashed=True)
 
     def signal(self, sig: int) -> None:
@@ -288,14 +297,16 @@ class Watch:
         cleared it (``_settle_shared``); 0.0 where none was read."""
         strays = self.strays()
         if strays:
-            raise LeftRunning(f"the solution left {len(strays)} process(es) running after {what}: "
-                              + ", ".join(strays[:5]))
+            raise LeftRunning(
+                f"the solution left {len(strays)} process(es) running after {what}: " + ", ".join(strays[:5])
+            )
         if not probe:
             return 0.0
         beside = self.trusted_in_flight()
         if beside:
-            raise AssertionError(f"the device probe after {what} would read the referee's own work as the "
-                                 f"solution's: {beside}")
+            raise AssertionError(
+                f"the device probe after {what} would read the referee's own work as the solution's: {beside}"
+            )
         if self.probe is None:
             return 0.0
         first_ms = self.probe.milliseconds()
@@ -325,8 +336,9 @@ class Watch:
             alone = True
             with lease.exclusive(f"confirming an idle device after {what}"):
                 probe_ms = self.probe.milliseconds()
-        self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4),
-                               "alone": alone})
+        self.confirmed.append(
+            {"what": what, "first_ms": round(first_ms, 4), "again_ms": round(probe_ms, 4), "alone": alone}
+        )
         if probe_ms <= self.probe.limit_ms:
             return probe_ms
         raise self._busy(what, f"{first_ms:.3f} ms, then {probe_ms:.3f} ms with the device alone")
@@ -353,8 +365,14 @@ class Watch:
             if readings[-1] <= self.probe.limit_ms:
                 break
         if len(readings) > 1:
-            self.confirmed.append({"what": what, "first_ms": round(first_ms, 4), "again_ms": round(readings[-1], 4),
-                                   "alone": holding == "exclusive"})
+            self.confirmed.append(
+                {
+                    "what": what,
+                    "first_ms": round(first_ms, 4),
+                    "again_ms": round(readings[-1], 4),
+                    "alone": holding == "exclusive",
+                }
+            )
             if readings[-1] <= self.probe.limit_ms:
                 return first_ms
         shown = f"{first_ms:.3f} ms"
@@ -363,15 +381,19 @@ class Watch:
         if holding == "exclusive":
             shown += " with the device alone"
         elif not lease.under_lease():
-            shown += ("; work of another process on this GPU delays it the same way: evaluations that share a GPU "
-                      f"must share its lease (${lease.LEASE_DIR_ENV})")
+            shown += (
+                "; work of another process on this GPU delays it the same way: evaluations that share a GPU "
+                f"must share its lease (${lease.LEASE_DIR_ENV})"
+            )
         raise self._busy(what, shown)
 
     def _busy(self, what: str, shown: str) -> LeftRunning:
         assert self.probe is not None
-        return LeftRunning(f"the device was still busy after {what}: a probe kernel took {shown} (idle: "
-                           f"{self.probe.idle_ms:.3f} ms, allowed {self.probe.limit_ms:.3f} ms); the solution left "
-                           f"work running on the GPU past its answer")
+        return LeftRunning(
+            f"the device was still busy after {what}: a probe kernel took {shown} (idle: "
+            f"{self.probe.idle_ms:.3f} ms, allowed {self.probe.limit_ms:.3f} ms); the solution left "
+            f"work running on the GPU past its answer"
+        )
 
 
 class ContestantProcess(Peer):
@@ -448,8 +470,11 @@ class ContestantProcess(Peer):
         probe_ms = self.watch.check(what, probe)
         self.checked(reply, what)
         idle_ms = self.watch.probe.idle_ms if self.watch.probe is not None and probe else 0.0
-        reply.update(answered_ms=answered_ms, probe_ms=probe_ms,
-                     block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms))
+        reply.update(
+            answered_ms=answered_ms,
+            probe_ms=probe_ms,
+            block_ms=answered_ms - self.request_floor_ms + max(0.0, probe_ms - idle_ms),
+        )
         return reply
 
     def _wait_stopped(self, what: str) -> None:
@@ -462,10 +487,12 @@ class ContestantProcess(Peer):
     # -- the arena -----------------------------------------------------------------------------
     def put(self, value: Any) -> dict:
         """Tensors of ``value`` copied into fresh slots; returns the tagged tree."""
+
         def put_tensor(tensor: Any) -> dict:
             slot = self.slots.slot(tuple(tensor.shape), tensor.dtype)
             self.arena.view(slot).copy_(tensor)
             return slot
+
         return encode(value, put_tensor)
 
     def put_into(self, node: dict, value: Any) -> None:
@@ -483,9 +510,12 @@ class ContestantProcess(Peer):
         return decode(node, lambda slot: self.arena.view(slot).clone())
 
 
-def calibrate(contestants: list[ContestantProcess], interlude: Callable[[], None],
-              requests_for: Callable[[ContestantProcess], tuple[dict, dict]],
-              requests: int = CALIBRATION_REQUESTS) -> None:
+def calibrate(
+    contestants: list[ContestantProcess],
+    interlude: Callable[[], None],
+    requests_for: Callable[[ContestantProcess], tuple[dict, dict]],
+    requests: int = CALIBRATION_REQUESTS,
+) -> None:
     """What a timed request costs when it runs no step: the pipes, waking the process,
     staging inputs and recording nothing, and on CUDA the device's switch into its context
     and back. Measured before the solution is imported, so the solution cannot inflate it,
@@ -505,7 +535,7 @@ def calibrate(contestants: list[ContestantProcess], interlude: Callable[[], None
     answered, probes = [], []
     for i in range(requests):
         interlude()
-        for contestant in (contestants if i % 2 == 0 else contestants[::-1]):
+        for contestant in contestants if i % 2 == 0 else contestants[::-1]:
             staging, empty = pairs[id(contestant)]
             contestant.request(staging, "staging an empty request's inputs", probe=False)  # as timing stages
             reply = contestant.request(empty, "timing an empty request")
@@ -561,7 +591,7 @@ def _processes() -> dict[int, tuple[str, int, int, str]]:
             text = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue  # gone meanwhile
-        name = text[text.find("(") + 1:text.rfind(")")]
+        name = text[text.find("(") + 1 : text.rfind(")")]
         fields = text.rsplit(")", 1)[1].split()
         found[int(entry)] = (fields[0], int(fields[1]), int(fields[3]), name)
     return found

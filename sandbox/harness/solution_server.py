@@ -21,6 +21,7 @@ which has no capabilities, can neither read nor trace it.
 One JSON request per line on R, one JSON reply per line on W (see ``Session``). Standard
 library and torch only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -112,8 +113,9 @@ class Session:
         """Import and build the contestant (building.build), then freeze the heap."""
         init = decode(request["init"], self._fresh)
         try:
-            self.model = building.build(building.Spec.of(request), init, self.device, request.get("weights"),
-                                        guard=solution_call)
+            self.model = building.build(
+                building.Spec.of(request), init, self.device, request.get("weights"), guard=solution_call
+            )
         except LookupError as err:  # the class it was to build is missing
             raise SolutionRaised(str(err), "") from err
         gc.collect()  # as the referee does before it times anything (timing.freeze_heap)
@@ -165,10 +167,15 @@ class Session:
                 self.chain = self.staged.pop(0)
             for i in range(steps):  # none when the referee times an empty request: nothing of the model is touched
                 returned = solution_call("step", self.model.step, *self.chain)
-                if (not isinstance(returned, (tuple, list)) or len(returned) != 2
-                        or type(returned[0]) is not torch.Tensor):
-                    return {"bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
-                                          f"{type(returned).__name__}"}
+                if (
+                    not isinstance(returned, (tuple, list))
+                    or len(returned) != 2
+                    or type(returned[0]) is not torch.Tensor
+                ):
+                    return {
+                        "bad_return": f"step {i + 1} of a chain must return (hidden tensor, state), got "
+                        f"{type(returned).__name__}"
+                    }
                 record[first + run * steps + i].copy_(returned[0])
                 self.chain = returned
         return {"device_ms": events()}
@@ -218,8 +225,11 @@ class Session:
             container = pending.pop()
             items = list(container.items()) if isinstance(container, dict) else list(container)
             self.containers.append((container, items))
-            pending += [v for v in (dict(items).values() if isinstance(container, dict) else items)
-                        if isinstance(v, (list, dict))]
+            pending += [
+                v
+                for v in (dict(items).values() if isinstance(container, dict) else items)
+                if isinstance(v, (list, dict))
+            ]
         return args
 
     def _overwrite(self, node: dict) -> list:
@@ -248,6 +258,7 @@ class Session:
             end.record()
             end.synchronize()
             return float(begin.elapsed_time(end))
+
         return stop
 
 
@@ -275,23 +286,27 @@ def serve(requests: Any, replies: Any, session: Any) -> None:
         except SolutionRaised as err:
             reply = {"raised": str(err), "details": err.details}
         except (ExchangeError, KeyError, TypeError, ValueError) as err:
-            reply = {"protocol": f"{type(err).__name__}: {err}",
-                     "details": traceback.format_exc()[-DETAILS_CHARS:]}
+            reply = {"protocol": f"{type(err).__name__}: {err}", "details": traceback.format_exc()[-DETAILS_CHARS:]}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
 
-def main(make_session: Any = None, prog: str = "solution_server", description: str = __doc__,
-         non_dumpable: bool = False) -> None:
+def main(
+    make_session: Any = None, prog: str = "solution_server", description: str = __doc__, non_dumpable: bool = False
+) -> None:
     """Serve requests on the descriptors the command line names: a contestant's session by
     default; ``make_session(device)`` another (a reference worker's, always ``non_dumpable``)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--device", required=True)
-    parser.add_argument("--non-dumpable", type=int, choices=(0, 1), default=0,
-                        help="1: make this process non-dumpable first of all (the baseline's: no other process "
-                             "may read it)")
+    parser.add_argument(
+        "--non-dumpable",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="1: make this process non-dumpable first of all (the baseline's: no other process may read it)",
+    )
     args = parser.parse_args()
     if args.non_dumpable or non_dumpable:
         make_non_dumpable()

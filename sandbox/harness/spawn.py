@@ -9,6 +9,7 @@ them before it imports anything heavy (``start_early``), and the evaluation adop
 (``remote.Peer.launch``). Until a process is asked to load something it runs only the
 harness's own server code. This module imports no torch.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,9 +49,11 @@ ADDR_NO_RANDOMIZE = 0x0040000
 # Turns off address-space randomization for what it then executes (a personality is kept
 # across exec). Where the system refuses (a seccomp filter), the command runs all the same,
 # with its addresses drawn at random as before.
-_EXEC_WITHOUT_ASLR = ("import ctypes, os, sys; libc = ctypes.CDLL(None); "
-                      f"libc.personality(libc.personality(0xffffffff) | {ADDR_NO_RANDOMIZE}); "
-                      "os.execv(sys.argv[1], sys.argv[1:])")
+_EXEC_WITHOUT_ASLR = (
+    "import ctypes, os, sys; libc = ctypes.CDLL(None); "
+    f"libc.personality(libc.personality(0xffffffff) | {ADDR_NO_RANDOMIZE}); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def alike_python() -> list[str]:
@@ -79,8 +82,12 @@ def start(argv: list[str], scratch: Path, env: dict[str, str]) -> Started:
     replies_read, replies_write = os.pipe()
     proc = subprocess.Popen(
         [*argv, "--requests-fd", str(requests_read), "--replies-fd", str(replies_write)],
-        cwd=scratch, env=env, stdin=subprocess.DEVNULL, pass_fds=(requests_read, replies_write),
-        start_new_session=True)
+        cwd=scratch,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        pass_fds=(requests_read, replies_write),
+        start_new_session=True,
+    )
     os.close(requests_read)
     os.close(replies_write)
     return Started(proc, requests_write, replies_read, scratch)
@@ -116,9 +123,11 @@ def contestant_env(who: str, job: dict) -> dict[str, str]:
     contestants' hash seed; the solution's own build HOME. Each is padded to the size of the
     larger of the two, so that both processes' stacks start at the same address (the
     environment's strings sit above them)."""
+
     def plain(whose: str) -> dict[str, str]:
-        env = {name: value for name, value in os.environ.items()
-               if not name.startswith("PYTHON") and name != LAYOUT_PAD}
+        env = {
+            name: value for name, value in os.environ.items() if not name.startswith("PYTHON") and name != LAYOUT_PAD
+        }
         env["PYTHONHASHSEED"] = CONTESTANT_HASH_SEED
         if whose == "solution" and job.get("solution_home"):
             env["HOME"] = job["solution_home"]  # its builds' cache; the referee's HOME is not its to write

@@ -27,6 +27,7 @@ answer (remote.Watch), and the contestants' own checks (a timed chain must repea
 validated one) after every chain. ``time_contestants`` runs it for every shape of an
 evaluation and counts launches afterwards.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -129,8 +130,9 @@ MAX_CHAINS_PER_REQUEST = 16
 SHORTEST_BLOCK_MS = 1e-6
 
 
-def block_plan(step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEPS,
-               min_request_ms: float = MIN_REQUEST_MS) -> tuple[int, int]:
+def block_plan(
+    step_ms: float, steps: int, block_steps: int = DEFAULT_BLOCK_STEPS, min_request_ms: float = MIN_REQUEST_MS
+) -> tuple[int, int]:
     """(steps per block, chains per request) for a contestant that took ``step_ms`` a step
     when warming up, within chains of ``steps``: ``block_steps`` steps where one step takes a
     quarter of ``min_request_ms`` or more; else as many as last ``min_request_ms``; and where
@@ -192,12 +194,15 @@ class Contestant:
             count = left
         chains = self.chains_per_request if count == self.steps else 1
         started = time.perf_counter()
-        self.process.request(self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps",
-                             probe=False)  # the block that follows is the process's own (remote.ContestantProcess)
+        self.process.request(
+            self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps", probe=False
+        )  # the block that follows is the process's own (remote.ContestantProcess)
         staged = time.perf_counter()
-        reply = self.process.request(self.block_request(first, count, chains, first == 0),
-                                     f"running steps {first + 1}-{first + count} of a timed chain"
-                                     + (f", {chains} times from fresh inputs" if chains > 1 else ""))
+        reply = self.process.request(
+            self.block_request(first, count, chains, first == 0),
+            f"running steps {first + 1}-{first + count} of a timed chain"
+            + (f", {chains} times from fresh inputs" if chains > 1 else ""),
+        )
         self.seconds["staging"] += staged - started
         self.seconds["requests"] += time.perf_counter() - staged
         if "bad_return" in reply:
@@ -281,7 +286,7 @@ def run_pairs(contestants: Sequence[Contestant], pairs: int) -> dict[str, list[f
     side by side in time."""
     samples: dict[str, list[float]] = {c.name: [] for c in contestants}
     for p in range(pairs):
-        for c in (contestants if p % 2 == 0 else list(reversed(contestants))):
+        for c in contestants if p % 2 == 0 else list(reversed(contestants)):
             samples[c.name].append(c.next_block())
     for c in contestants:
         c.finish()
@@ -326,8 +331,9 @@ class Settings:
         return cls(**values)
 
 
-def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, steps: int,
-               rounds: Optional[int] = None) -> dict:
+def time_shape(
+    baseline: Contestant, candidate: Contestant, settings: Settings, steps: int, rounds: Optional[int] = None
+) -> dict:
     """One shape: warm-ups, block plans, the timed pairs (``rounds`` chains, default the
     settings'), the isolated latency; the figures of the "timing" event, less the label and
     the roofline."""
@@ -335,8 +341,12 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
     plans = {}
     started = time.perf_counter()
     for c in (baseline, candidate):
-        plans[c.name] = block_plan(warm_up(c, settings.warmup, settings.min_request_ms / 4), steps,
-                                   settings.block_steps, settings.min_request_ms)
+        plans[c.name] = block_plan(
+            warm_up(c, settings.warmup, settings.min_request_ms / 4),
+            steps,
+            settings.block_steps,
+            settings.min_request_ms,
+        )
         c.plan(*plans[c.name])
     warmed = time.perf_counter()
     before = {c.name: dict(c.seconds) for c in (baseline, candidate)}
@@ -346,17 +356,31 @@ def time_shape(baseline: Contestant, candidate: Contestant, settings: Settings, 
     self_timed = list(candidate.self_timed_ms)  # of the timed blocks only
     isolated_ms = isolated_step_ms(candidate, min(steps, settings.isolated_steps), baseline.next_block)
     baseline.finish()
-    wall = {"warm_up": warmed - started, "pairs": paired - warmed, "isolated": time.perf_counter() - paired,
-            **{f"pairs_{c.name}_{kind}": seconds - before[c.name][kind]
-               for c in (baseline, candidate) for kind, seconds in c.seconds.items()}}
-    result = {"steps": steps, "rounds": rounds, "pairs": len(samples["candidate"]),
-              "block_steps": plans["baseline"][0], "candidate_block_steps": plans["candidate"][0],
-              "candidate_chains_per_request": plans["candidate"][1],
-              "baseline": summarize(samples["baseline"]), "candidate": summarize(samples["candidate"]),
-              **speedup_with_noise(samples["baseline"], samples["candidate"]),
-              "baseline_samples_ms": samples["baseline"], "candidate_samples_ms": samples["candidate"],
-              "candidate_isolated_ms": isolated_ms,
-              "wall_seconds": {name: round(seconds, 3) for name, seconds in wall.items()}}
+    wall = {
+        "warm_up": warmed - started,
+        "pairs": paired - warmed,
+        "isolated": time.perf_counter() - paired,
+        **{
+            f"pairs_{c.name}_{kind}": seconds - before[c.name][kind]
+            for c in (baseline, candidate)
+            for kind, seconds in c.seconds.items()
+        },
+    }
+    result = {
+        "steps": steps,
+        "rounds": rounds,
+        "pairs": len(samples["candidate"]),
+        "block_steps": plans["baseline"][0],
+        "candidate_block_steps": plans["candidate"][0],
+        "candidate_chains_per_request": plans["candidate"][1],
+        "baseline": summarize(samples["baseline"]),
+        "candidate": summarize(samples["candidate"]),
+        **speedup_with_noise(samples["baseline"], samples["candidate"]),
+        "baseline_samples_ms": samples["baseline"],
+        "candidate_samples_ms": samples["candidate"],
+        "candidate_isolated_ms": isolated_ms,
+        "wall_seconds": {name: round(seconds, 3) for name, seconds in wall.items()},
+    }
     if self_timed:
         result["candidate_self_timed_ms"] = float(np.median(self_timed))
     return result
@@ -395,8 +419,13 @@ def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Setting
         for shape in shapes:
             try:
                 baseline, candidate = shape.contestants()
-                result = time_shape(baseline, candidate, settings, shape.steps,
-                                    max(settings.rounds, round(settings.rounds * longest / shape.steps)))
+                result = time_shape(
+                    baseline,
+                    candidate,
+                    settings,
+                    shape.steps,
+                    max(settings.rounds, round(settings.rounds * longest / shape.steps)),
+                )
             except (CandidateError, TrustedFailed) as err:
                 evaluation.solution_failed(shape.check, err)
                 return None
@@ -405,8 +434,11 @@ def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Setting
             result = {"label": shape.label, "context_len": shape.context_len, **result}
             if bw and shape.bytes_per_step is not None:
                 result["roofline"] = roofline(shape.bytes_per_step, bw["bytes_per_s"], result)
-                impossible = (physics_violation(result["candidate"]["median_ms"], shape.bytes_per_step,
-                                                bw["bytes_per_s"]) if shape.physics else None)
+                impossible = (
+                    physics_violation(result["candidate"]["median_ms"], shape.bytes_per_step, bw["bytes_per_s"])
+                    if shape.physics
+                    else None
+                )
                 if impossible:
                     label = f"{shape.label}: " if shape.context_len is not None else ""
                     evaluation.send_check("physics", "fail", f"{label}{impossible}", roofline=result["roofline"])
@@ -414,17 +446,24 @@ def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Setting
             evaluation.channel.send("timing", **result)
             per_shape.append(result)
     evaluation.phase("timing")
-    evaluation.channel.send("score", geomean_speedup=geomean([r["speedup"] for r in per_shape]),
-                            clocks_before=clocks_before, clocks_after=evaluation.clocks())
+    evaluation.channel.send(
+        "score",
+        geomean_speedup=geomean([r["speedup"] for r in per_shape]),
+        clocks_before=clocks_before,
+        clocks_after=evaluation.clocks(),
+    )
     return per_shape
 
 
 def roofline(bytes_per_step: int, bytes_per_s: float, result: dict) -> dict:
     """The bytes floor of a step and the fraction of it each contestant's median reaches."""
     floor_ms = bytes_per_step / bytes_per_s * 1e3
-    return {"bytes_per_step": int(bytes_per_step), "floor_ms": floor_ms,
-            "candidate_fraction": floor_ms / result["candidate"]["median_ms"],
-            "baseline_fraction": floor_ms / result["baseline"]["median_ms"]}
+    return {
+        "bytes_per_step": int(bytes_per_step),
+        "floor_ms": floor_ms,
+        "candidate_fraction": floor_ms / result["candidate"]["median_ms"],
+        "baseline_fraction": floor_ms / result["baseline"]["median_ms"],
+    }
 
 
 # Physics: no step can beat the bytes floor; 10% slack covers bandwidth measurement noise.
@@ -439,8 +478,10 @@ def physics_violation(median_ms: float, bytes_per_step: int, bytes_per_s: float)
     implied = bytes_per_step / (median_ms / 1e3)
     if implied <= bytes_per_s * PHYSICS_SLACK:
         return None
-    return (f"{median_ms:.3g} ms per step moves {_si(bytes_per_step, 'B')} at {_si(implied, 'B/s')}, "
-            f"{implied / bytes_per_s:.1f}x the device's measured {_si(bytes_per_s, 'B/s')}: rejected")
+    return (
+        f"{median_ms:.3g} ms per step moves {_si(bytes_per_step, 'B')} at {_si(implied, 'B/s')}, "
+        f"{implied / bytes_per_s:.1f}x the device's measured {_si(bytes_per_s, 'B/s')}: rejected"
+    )
 
 
 def _si(value: float, unit: str) -> str:
@@ -459,10 +500,16 @@ def summarize(samples_ms: Sequence[float], resamples: int = 2000, seed: int = 0)
     medians = np.median(a[np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))], axis=1)
     low, high = np.percentile(medians, [2.5, 97.5])
     return {
-        "n": int(a.size), "median_ms": float(p50), "mean_ms": float(a.mean()),
-        "p10_ms": float(p10), "p90_ms": float(p90), "iqr_ms": float(p75 - p25),
-        "min_ms": float(a.min()), "max_ms": float(a.max()),
-        "median_ci_low_ms": float(low), "median_ci_high_ms": float(high),
+        "n": int(a.size),
+        "median_ms": float(p50),
+        "mean_ms": float(a.mean()),
+        "p10_ms": float(p10),
+        "p90_ms": float(p90),
+        "iqr_ms": float(p75 - p25),
+        "min_ms": float(a.min()),
+        "max_ms": float(a.max()),
+        "median_ci_low_ms": float(low),
+        "median_ci_high_ms": float(high),
     }
 
 
@@ -483,8 +530,9 @@ def abba_units(baseline_ms: Sequence[float] | np.ndarray, candidate_ms: Sequence
     return np.concatenate([units, ratios[whole:]])
 
 
-def speedup_with_noise(baseline_ms: Sequence[float], candidate_ms: Sequence[float],
-                       resamples: int = 2000, seed: int = 0) -> dict:
+def speedup_with_noise(
+    baseline_ms: Sequence[float], candidate_ms: Sequence[float], resamples: int = 2000, seed: int = 0
+) -> dict:
     """The speedup and its 95% bootstrap interval, from paired samples in ABBA order.
 
     ``baseline_ms[k]`` and ``candidate_ms[k]`` ran back to back (adjacent blocks of a run),
@@ -502,8 +550,13 @@ def speedup_with_noise(baseline_ms: Sequence[float], candidate_ms: Sequence[floa
     rng = np.random.default_rng(seed)
     medians = np.median(units[rng.integers(0, units.size, size=(resamples, units.size))], axis=1)
     low, high = np.percentile(medians, [2.5, 97.5])
-    return {"speedup": float(np.median(units)), "ci_low": float(low), "ci_high": float(high),
-            "within_noise": bool(low <= 1.0 <= high), "ratio_of_medians": float(np.median(b) / np.median(c))}
+    return {
+        "speedup": float(np.median(units)),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "within_noise": bool(low <= 1.0 <= high),
+        "ratio_of_medians": float(np.median(b) / np.median(c)),
+    }
 
 
 def geomean(values: Sequence[float]) -> float:

@@ -16,6 +16,7 @@ answered before it), whether a compiler was running, how busy the GPU was (nvidi
 sampled for a second: a kernel resident all the time that moves no memory is what a
 grid-barrier deadlock looks like) and how busy the solution's process was on the CPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,29 @@ BASELINE_FACTOR = 20.0
 # evaluation's time limit alone (a load_inline build can take minutes).
 UNWATCHED_OPS = frozenset({"attach", "load"})
 # Process names (as /proc shows them, at most 15 characters) of the compilers a build runs.
-COMPILERS = frozenset({"nvcc", "ptxas", "cicc", "cudafe++", "fatbinary", "nvlink", "gcc", "g++", "cc", "c++",
-                       "cc1", "cc1plus", "as", "ld", "ld.gold", "collect2", "ninja", "clang", "clang++"})
+COMPILERS = frozenset(
+    {
+        "nvcc",
+        "ptxas",
+        "cicc",
+        "cudafe++",
+        "fatbinary",
+        "nvlink",
+        "gcc",
+        "g++",
+        "cc",
+        "c++",
+        "cc1",
+        "cc1plus",
+        "as",
+        "ld",
+        "ld.gold",
+        "collect2",
+        "ninja",
+        "clang",
+        "clang++",
+    }
+)
 SAMPLE_S = 1.0  # how long the GPU and the solution's CPU use are watched for the diagnosis
 GPU_SAMPLES = 3
 
@@ -67,8 +89,15 @@ class StepWatchdog:
     while waiting for its reply (``Hung`` when it has hung), ``time_baseline`` wraps the
     baseline step the referee runs between requests, whose duration scales the limit."""
 
-    def __init__(self, solution_pid: int, device: Any, triton_cache: Path, hang_after_s: float = HANG_AFTER_S,
-                 notify: Callable[..., None] = lambda *args, **fields: None, gpu_id: Optional[str] = None):
+    def __init__(
+        self,
+        solution_pid: int,
+        device: Any,
+        triton_cache: Path,
+        hang_after_s: float = HANG_AFTER_S,
+        notify: Callable[..., None] = lambda *args, **fields: None,
+        gpu_id: Optional[str] = None,
+    ):
         self.solution_pid = solution_pid
         self.on_gpu = getattr(device, "type", str(device)) == "cuda"
         self.gpu_id = gpu_id
@@ -86,10 +115,12 @@ class StepWatchdog:
     # -- the limit -------------------------------------------------------------------------------
     def time_baseline(self, step: Callable[[], Any]) -> Callable[[], None]:
         """``step`` (a baseline step, synchronized), timed on each call."""
+
         def timed() -> None:
             began = time.perf_counter()
             step()
             self.baseline_steps_s.append(time.perf_counter() - began)
+
         return timed
 
     def limit_for(self, message: dict) -> float:
@@ -127,16 +158,27 @@ class StepWatchdog:
         if now - self.activity < self.limit_s:
             if not self.compiling_said:  # once per request: the live view shows it
                 self.compiling_said = True
-                self.notify("watchdog", state="compiling", what=what, seconds=round(now - self.started, 1),
-                            compilers=compilers, triton_cache_written=written is not None and written > self.started)
+                self.notify(
+                    "watchdog",
+                    state="compiling",
+                    what=what,
+                    seconds=round(now - self.started, 1),
+                    compilers=compilers,
+                    triton_cache_written=written is not None and written > self.started,
+                )
             return
         raise self.hung(what, now, written)
 
     def compilers(self) -> list[str]:
         """Compiler processes running below the solution's process."""
         table = _processes()
-        return sorted({name for pid, (state, _, _, name) in table.items()
-                       if name in COMPILERS and state not in ("Z", "X") and _descends(table, pid, self.solution_pid)})
+        return sorted(
+            {
+                name
+                for pid, (state, _, _, name) in table.items()
+                if name in COMPILERS and state not in ("Z", "X") and _descends(table, pid, self.solution_pid)
+            }
+        )
 
     def triton_cache_written(self) -> Optional[float]:
         """When Triton's cache (its folder and each kernel's) was last written, on the
@@ -157,23 +199,34 @@ class StepWatchdog:
         gpu = gpu_utilisation(self.gpu_id) if self.on_gpu else None
         time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - sampled_at)))
         cpu_after = _cpu_seconds(self.solution_pid)
-        cpu_pct = (None if cpu_before is None or cpu_after is None
-                   else 100.0 * (cpu_after - cpu_before) / (time.monotonic() - sampled_at))
+        cpu_pct = (
+            None
+            if cpu_before is None or cpu_after is None
+            else 100.0 * (cpu_after - cpu_before) / (time.monotonic() - sampled_at)
+        )
         if written is None:
             triton = ""  # no Triton cache: nothing to say about it
         elif written > self.started:
             triton = f" and Triton's cache was last written {written - self.started:.0f} s into the request"
         else:
             triton = " and Triton's cache was not written during the request"
-        diagnosis = {"what": what, "request": self.watched, "waited_s": round(waited, 1),
-                     "limit_s": round(self.limit_s, 1), "compiler_running": False,
-                     "triton_cache": triton.removeprefix(" and ") or None,
-                     "gpu": gpu, "gpu_sampled": self.on_gpu,
-                     "solution_cpu_pct": None if cpu_pct is None else round(cpu_pct)}
+        diagnosis = {
+            "what": what,
+            "request": self.watched,
+            "waited_s": round(waited, 1),
+            "limit_s": round(self.limit_s, 1),
+            "compiler_running": False,
+            "triton_cache": triton.removeprefix(" and ") or None,
+            "gpu": gpu,
+            "gpu_sampled": self.on_gpu,
+            "solution_cpu_pct": None if cpu_pct is None else round(cpu_pct),
+        }
         diagnosis["likely"] = likely_cause(diagnosis)
-        message = (f"hung: no answer for {waited:.0f} s while {what} (the {_ordinal(self.watched)} request after "
-                   f"the build; limit {self.limit_s:.0f} s); no compiler was running{triton}; "
-                   f"{_gpu_words(diagnosis)}; {_cpu_words(cpu_pct)}: {diagnosis['likely']}")
+        message = (
+            f"hung: no answer for {waited:.0f} s while {what} (the {_ordinal(self.watched)} request after "
+            f"the build; limit {self.limit_s:.0f} s); no compiler was running{triton}; "
+            f"{_gpu_words(diagnosis)}; {_cpu_words(cpu_pct)}: {diagnosis['likely']}"
+        )
         return Hung(message, diagnosis)
 
 
@@ -193,9 +246,18 @@ def gpu_utilisation(gpu_id: Optional[str], samples: int = GPU_SAMPLES) -> dict:
     readings, error = [], ""
     for i in range(samples):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,utilization.memory",
-                                  "--format=csv,noheader,nounits", "-i", gpu_id or "0"],
-                                 capture_output=True, text=True, timeout=10)
+            out = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=utilization.gpu,utilization.memory",
+                    "--format=csv,noheader,nounits",
+                    "-i",
+                    gpu_id or "0",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.SubprocessError) as err:
             return {"error": f"nvidia-smi could not run: {err}"}
         parsed = parse_utilisation(out.stdout)
@@ -225,9 +287,11 @@ def likely_cause(diagnosis: dict) -> str:
     gpu, cpu = diagnosis.get("gpu"), diagnosis.get("solution_cpu_pct")
     if gpu and "busy_pct" in gpu:
         if gpu["busy_pct"] >= 90 and gpu["memory_pct"] <= 10:
-            return ("likely a grid-barrier deadlock: a kernel stays resident without moving data, as blocks "
-                    "spinning on a flag or counter that never comes do (a grid larger than can be co-resident, "
-                    "a barrier some block never reaches, or a counter or epoch carried over from the last launch)")
+            return (
+                "likely a grid-barrier deadlock: a kernel stays resident without moving data, as blocks "
+                "spinning on a flag or counter that never comes do (a grid larger than can be co-resident, "
+                "a barrier some block never reaches, or a counter or epoch carried over from the last launch)"
+            )
         if gpu["busy_pct"] >= 90:
             return "a kernel is running and moving data: far slower than a step should be, or looping without end"
         if gpu["busy_pct"] <= 10:

@@ -16,6 +16,7 @@ pipe; on the CPU a file that is unlinked once mapped, before the solution loads)
 are ended before any timing starts. A worker that dies or fails ends the evaluation: the
 solution's process runs as the same user and could have signalled it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -75,8 +76,14 @@ class ReferenceWorkers:
     load the reference in each; ``secret_cases`` and ``judge`` deal work out to whichever
     worker is free next; ``close`` ends them)."""
 
-    def __init__(self, count: int, device: torch.device, env: dict[str, str], watch: Watch,
-                 early: dict[str, spawn.Started] | None = None):
+    def __init__(
+        self,
+        count: int,
+        device: torch.device,
+        env: dict[str, str],
+        watch: Watch,
+        early: dict[str, spawn.Started] | None = None,
+    ):
         """``early``: workers started already (spawn.start_early), adopted as "worker N"; the
         others are started now, in a working folder they share."""
         self.device = device
@@ -153,21 +160,31 @@ class ReferenceWorkers:
         def take(reply: dict, worker: Worker) -> Any:
             hidden, state, inputs = decode(reply["out"], lambda slot: worker.attached[0].view(slot).clone())
             margin = reply.get("margin")
-            return SecretCase(int(reply["seed"]), list(inputs) if inputs is not None else None, hidden, list(state),
-                              float(margin) if margin is not None else None, int(reply["redrawn"]))
+            return SecretCase(
+                int(reply["seed"]),
+                list(inputs) if inputs is not None else None,
+                hidden,
+                list(state),
+                float(margin) if margin is not None else None,
+                int(reply["redrawn"]),
+            )
 
-        pending = [self.submit(_case_request(context_len, salient), take, "computing a secret case")
-                   for context_len, salient in kinds]
+        pending = [
+            self.submit(_case_request(context_len, salient), take, "computing a secret case")
+            for context_len, salient in kinds
+        ]
         return [p.result() for p in pending]
 
     def judge(self, tensors: list) -> Pending:
         """A chained step judged against the reference from its own input and state
         (mega.judge_chained_step); ``tensors`` are (hidden in, state in, hidden, state)."""
+
         def request(worker: Worker) -> dict:
             return {"op": "judge", "tensors": encode(tensors, lambda t: _put(worker, t))}
 
-        return self.submit(request, lambda reply, worker: (reply["result"], reply.get("margin")),
-                           "judging a chained step")
+        return self.submit(
+            request, lambda reply, worker: (reply["result"], reply.get("margin")), "judging a chained step"
+        )
 
     def close(self) -> None:
         if self.closed:

@@ -1,5 +1,6 @@
 """A standalone launch of the two-stage kernel (solution.py beside it), for the ncu_kernel tool:
 builds it, runs it three times (the first compiles it), then waits for the device."""
+
 import sys
 from pathlib import Path
 

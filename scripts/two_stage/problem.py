@@ -2,6 +2,7 @@
 sum of two large int32 streams, a (512 MB) and b (256 MB), as one int64. solution.py beside
 it does it in one launch of two stages, one stream each, with a grid barrier after each:
 about 0.2 ms on an H200, well above what a launch costs the host."""
+
 import torch
 
 # int32 words of each stream: 128 Mi (512 MB) and 64 Mi (256 MB) on CUDA; the CPU gets a

@@ -10,6 +10,7 @@ after the wait, every program passing every barrier whatever the knob says, and 
 slots of their own per stage. Without CUDA or Triton the same stages run in torch, with the
 same knob and stamps, for the CPU test.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,10 +33,10 @@ THREADS_PER_SM = 2048
 SHARED_PER_SM = 228 * 1024
 
 if triton is not None:
+
     @triton.jit
     def _now():
-        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
-                                         pack=1)
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
     @triton.jit
     def _grid_barrier(counter, target):
@@ -62,8 +63,7 @@ if triton is not None:
     # The knob and the epoch change from call to call: specialized (Triton compiles a variant
     # for an argument equal to 1), a call could run another binary with other registers.
     @triton.jit(do_not_specialize=["n_a", "n_b", "epoch", "stop_after"])
-    def _two_stages(a, n_a, b, n_b, partials, out, counter, epoch, stop_after, stamps,
-                    BLOCK: tl.constexpr):
+    def _two_stages(a, n_a, b, n_b, partials, out, counter, epoch, stop_after, stamps, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
         n_programs = tl.num_programs(0)
         tl.store(stamps + pid, _now())
@@ -122,14 +122,27 @@ class ModelNew(torch.nn.Module):
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         partials = torch.zeros(2 * sms * PER_SM, dtype=torch.int32, device=device)
         stamps = torch.zeros(STAGES + 1, sms * PER_SM, dtype=torch.int64, device=device)
-        compiled = _two_stages.warmup(a, a.numel(), b, b.numel(), partials, self._out, self._counter, 0, -1, stamps,
-                                      BLOCK=BLOCK, num_warps=WARPS, grid=(1,))
+        compiled = _two_stages.warmup(
+            a,
+            a.numel(),
+            b,
+            b.numel(),
+            partials,
+            self._out,
+            self._counter,
+            0,
+            -1,
+            stamps,
+            BLOCK=BLOCK,
+            num_warps=WARPS,
+            grid=(1,),
+        )
         compiled._init_handles()  # loads the binary: its register count is known from here
         per_sm = co_resident_per_sm(compiled.n_regs, WARPS, compiled.metadata.shared)
         if per_sm < 1:
             raise RuntimeError(f"the kernel needs {compiled.n_regs} registers a thread: not one program fits an SM")
         self._grid = sms * min(per_sm, PER_SM)
-        self._partials = partials[:2 * self._grid]
+        self._partials = partials[: 2 * self._grid]
         self.kagent_stamps = torch.zeros(STAGES + 1, self._grid, dtype=torch.int64, device=device)
 
     def forward(self, a, b):
@@ -139,8 +152,20 @@ class ModelNew(torch.nn.Module):
             return self._in_torch(a, b, stop)
         if self._grid is None:
             self._prepare(a, b)
-        _two_stages[(self._grid,)](a, a.numel(), b, b.numel(), self._partials, self._out, self._counter,
-                                   self._epoch, stop, self.kagent_stamps, BLOCK=BLOCK, num_warps=WARPS)
+        _two_stages[(self._grid,)](
+            a,
+            a.numel(),
+            b,
+            b.numel(),
+            self._partials,
+            self._out,
+            self._counter,
+            self._epoch,
+            stop,
+            self.kagent_stamps,
+            BLOCK=BLOCK,
+            num_warps=WARPS,
+        )
         self._epoch += STAGES * self._grid  # the counter only grows: the next launch waits for higher marks
         return self._out
 

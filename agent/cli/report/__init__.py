@@ -5,6 +5,7 @@ then status.json for the state a dead process could not record, and the workspac
 refs for each attempt's diff and file. The charts are drawn by matplotlib as inline SVG, an
 optional extra (``pip install 'kagent[report]'``): :func:`require_charts` says how to get it.
 """
+
 from __future__ import annotations
 
 from kagent.core.errors import KagentError
@@ -17,5 +18,6 @@ def require_charts() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as err:
-        raise KagentError(f"kagent report draws its charts with matplotlib, which is not installed: "
-                          f"{INSTALL_HINT}") from err
+        raise KagentError(
+            f"kagent report draws its charts with matplotlib, which is not installed: {INSTALL_HINT}"
+        ) from err

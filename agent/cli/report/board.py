@@ -4,6 +4,7 @@ The runs come from kagent.agent.cli.run_list (the same list, and the same true s
 runs`); each run's figures from its trace. Each run's page is written beside the board, in
 ``<board name>-runs/<run id>.html``, so that the board and its pages move together.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -76,17 +77,21 @@ def _result_figures(story: RunStory) -> tuple[str, str, str]:
         single = story.best.single_launch
     else:
         return "–", "–", "–"
-    return ("<br>".join(map(esc, ms)) or "–", "<br>".join(map(esc, floor)) or "–",
-            "–" if single is None else "yes" if single else "no")
+    return (
+        "<br>".join(map(esc, ms)) or "–",
+        "<br>".join(map(esc, floor)) or "–",
+        "–" if single is None else "yes" if single else "no",
+    )
 
 
 def _row_html(row: BoardRow, board: Path) -> str:
     s = row.summary
-    link = (f'<a href="{relative_href(row.page, board)}">{esc(s.run_id)}</a>' if row.page is not None
-            else esc(s.run_id))
+    link = f'<a href="{relative_href(row.page, board)}">{esc(s.run_id)}</a>' if row.page is not None else esc(s.run_id)
     if row.story is None:
-        return (f"<tr><td>{link}</td><td>{esc(s.model)}</td><td>?</td><td>{state_span(s.state)}</td>"
-                f'<td colspan="7" class="error">{esc(row.problem)}</td></tr>')
+        return (
+            f"<tr><td>{link}</td><td>{esc(s.model)}</td><td>?</td><td>{state_span(s.state)}</td>"
+            f'<td colspan="7" class="error">{esc(row.problem)}</td></tr>'
+        )
     story, best = row.story, row.story.best
     result = story.final_result
     # As `kagent runs` says it (RunSummary.result_score), with the interval of the measurement it is.
@@ -97,29 +102,39 @@ def _row_html(row: BoardRow, board: Path) -> str:
     else:
         verified = score_text(s.result_score)
     ms, floor, single = _result_figures(story)
-    to_best = (f"{minutes(best.elapsed_s)} · ${story.cost_at(best.elapsed_s):.2f}" if best is not None else "–")
-    return (f"<tr><td>{link}</td><td>{esc(s.model)}</td><td>{esc(row.gpu)}</td><td>{state_span(s.state)}</td>"
-            f'<td class="num">{esc(verified)}</td><td class="num">{ms}</td><td class="num">{floor}</td>'
-            f"<td>{single}</td><td class=\"num\">{esc(to_best)}</td>"
-            f'<td class="num">{esc(minutes(story.elapsed_s))} · ${story.cost_usd:.2f}</td>'
-            f'<td class="num">{len(story.attempts)}</td></tr>')
+    to_best = f"{minutes(best.elapsed_s)} · ${story.cost_at(best.elapsed_s):.2f}" if best is not None else "–"
+    return (
+        f"<tr><td>{link}</td><td>{esc(s.model)}</td><td>{esc(row.gpu)}</td><td>{state_span(s.state)}</td>"
+        f'<td class="num">{esc(verified)}</td><td class="num">{ms}</td><td class="num">{floor}</td>'
+        f'<td>{single}</td><td class="num">{esc(to_best)}</td>'
+        f'<td class="num">{esc(minutes(story.elapsed_s))} · ${story.cost_usd:.2f}</td>'
+        f'<td class="num">{len(story.attempts)}</td></tr>'
+    )
 
 
 def render_board(rows: list[BoardRow], board: Path, title: str) -> str:
-    head = ("<tr><th>run</th><th>model</th><th>GPU</th><th>state</th><th>best verified score</th>"
-            "<th>ms per token</th><th>of floor</th><th>single launch</th><th>time · cost to the best</th>"
-            "<th>time · cost in all</th><th>attempts</th></tr>")
+    head = (
+        "<tr><th>run</th><th>model</th><th>GPU</th><th>state</th><th>best verified score</th>"
+        "<th>ms per token</th><th>of floor</th><th>single launch</th><th>time · cost to the best</th>"
+        "<th>time · cost in all</th><th>attempts</th></tr>"
+    )
     sections = []
     for task in sorted({row.summary.task or "?" for row in rows}):
-        ours = sorted((row for row in rows if (row.summary.task or "?") == task),
-                      key=lambda row: (row.gpu, row.summary.model, -(row.summary.result_score or 0.0)))
-        sections.append(f"<section><h2>{esc(task)}</h2><table>{head}"
-                        f"{''.join(_row_html(row, board) for row in ours)}</table></section>")
-    body = (f"<h1>{esc(title)}</h1>\n"
-            '<p class="dim">Per task, one row per run, by GPU and model, the best verified score first. The best '
-            "verified score is the final re-verification's once a run has ended (the best attempt's before); its "
-            "ms per token, fraction of the bytes floor and launches are the same measurement's. Each run links to "
-            "its page.</p>\n" + ("\n".join(sections) or '<p class="dim">No run matches.</p>'))
+        ours = sorted(
+            (row for row in rows if (row.summary.task or "?") == task),
+            key=lambda row: (row.gpu, row.summary.model, -(row.summary.result_score or 0.0)),
+        )
+        sections.append(
+            f"<section><h2>{esc(task)}</h2><table>{head}"
+            f"{''.join(_row_html(row, board) for row in ours)}</table></section>"
+        )
+    body = (
+        f"<h1>{esc(title)}</h1>\n"
+        '<p class="dim">Per task, one row per run, by GPU and model, the best verified score first. The best '
+        "verified score is the final re-verification's once a run has ended (the best attempt's before); its "
+        "ms per token, fraction of the bytes floor and launches are the same measurement's. Each run links to "
+        "its page.</p>\n" + ("\n".join(sections) or '<p class="dim">No run matches.</p>')
+    )
     return document(title, body)
 
 

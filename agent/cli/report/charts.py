@@ -5,6 +5,7 @@ of a few hundred attempts weighs tens of kilobytes. Text stays text (svg.fonttyp
 is searchable and small; mathtext is off, so a label with a dollar sign reads as written. Each
 chart hashes its ids with its own name, so that several inline SVGs never share one.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,18 +26,32 @@ if TYPE_CHECKING:  # the names of rc settings (matplotlib 3.9 on; the charts run
     from matplotlib.typing import RcKeyType
 
 STYLE: dict[RcKeyType, Any] = {
-    "svg.fonttype": "none", "text.parse_math": False, "font.size": 9, "font.family": "sans-serif",
-    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
-    "legend.fontsize": 8, "legend.frameon": False}
+    "svg.fonttype": "none",
+    "text.parse_math": False,
+    "font.size": 9,
+    "font.family": "sans-serif",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+}
 # How an attempt's flag (AttemptRow.flags) is drawn over its verdict's mark. A flag without an
 # entry is not drawn: a new one needs its marker here and nothing else.
 MARKS: dict[str, dict[str, Any]] = {
     "reverted": {"marker": "x", "s": 46, "color": "#222222", "linewidths": 1.2},
-    "draft": {"marker": "D", "s": 70, "color": "#7b3294", "facecolors": "none", "linewidths": 1.2}}
+    "draft": {"marker": "D", "s": 70, "color": "#7b3294", "facecolors": "none", "linewidths": 1.2},
+}
 BEST_COLOUR = "#1f4e9c"
 SHAPE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
-KIND_COLOURS = {"input_tokens": "#1f77b4", "output_tokens": "#d62728", "cache_read_tokens": "#2ca02c",
-                "cache_write_tokens": "#ff7f0e", "reasoning_tokens": "#9467bd"}
+KIND_COLOURS = {
+    "input_tokens": "#1f77b4",
+    "output_tokens": "#d62728",
+    "cache_read_tokens": "#2ca02c",
+    "cache_write_tokens": "#ff7f0e",
+    "reasoning_tokens": "#9467bd",
+}
 WIDTH_IN = 10.0
 # Unscored attempts (checks, failures) sit on a strip this far up the axes, in axes fraction.
 FOOT = 0.05
@@ -48,10 +63,11 @@ def _svg(figure: Figure, name: str) -> str:
     with matplotlib.rc_context({"svg.hashsalt": f"kagent-{name}"}):
         figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": "kagent report (matplotlib)"})
     text = buffer.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     # The page's style sizes it (width 100%, height from the viewBox); the fixed size in points goes.
-    return re.sub(r'^<svg([^>]*?) width="[^"]*" height="[^"]*"', rf'<svg\1 role="img" aria-label="{name} chart"',
-                  text, count=1)
+    return re.sub(
+        r'^<svg([^>]*?) width="[^"]*" height="[^"]*"', rf'<svg\1 role="img" aria-label="{name} chart"', text, count=1
+    )
 
 
 def _figure(height_in: float, right: float = 0.80) -> Figure:
@@ -110,39 +126,73 @@ def speedup_chart(story: RunStory) -> str:
         scored = [a for a in story.attempts if a.score is not None]
         values = [1.0] + [v for a in scored for v in (a.score, *(a.interval or ()))]
         final_score = story.final_result.score if story.final_result is not None else None
-        final_interval = (score_interval(story.final_result)
-                          if story.final_result is not None and final_score is not None else None)
+        final_interval = (
+            score_interval(story.final_result) if story.final_result is not None and final_score is not None else None
+        )
         if final_score is not None:
             values += [final_score, *(final_interval or ())]
         ax.axhline(1.0, color="#888888", lw=0.8, ls="--", zorder=1)
         handles: list[Line2D] = [Line2D([], [], color="#888888", lw=0.8, ls="--", label="baseline (1x)")]
         ranged = [(a, a.interval) for a in scored if a.interval]
         if ranged:  # one collection for all the intervals: an artist each doubled the chart's drawing time
-            ax.vlines([_minutes(a.elapsed_s) for a, _ in ranged], [low for _, (low, _high) in ranged],
-                      [high for _, (_low, high) in ranged], colors=[verdict_colour(a.verdict) for a, _ in ranged],
-                      lw=1.2, alpha=0.45)
+            ax.vlines(
+                [_minutes(a.elapsed_s) for a, _ in ranged],
+                [low for _, (low, _high) in ranged],
+                [high for _, (_low, high) in ranged],
+                colors=[verdict_colour(a.verdict) for a, _ in ranged],
+                lw=1.2,
+                alpha=0.45,
+            )
         for verdict in dict.fromkeys(a.verdict for a in story.attempts):
             ours = [a for a in scored if a.verdict == verdict]
             if ours:
-                ax.scatter([_minutes(a.elapsed_s) for a in ours], _scores(ours), s=30, zorder=3,
-                           color=verdict_colour(verdict), edgecolors="white", linewidths=0.5)
+                ax.scatter(
+                    [_minutes(a.elapsed_s) for a in ours],
+                    _scores(ours),
+                    s=30,
+                    zorder=3,
+                    color=verdict_colour(verdict),
+                    edgecolors="white",
+                    linewidths=0.5,
+                )
             foot = [a for a in story.attempts if a.score is None and a.verdict == verdict]
             if foot:
-                ax.scatter([_minutes(a.elapsed_s) for a in foot], [FOOT] * len(foot), marker="^", s=34, zorder=3,
-                           color=verdict_colour(verdict), transform=ax.get_xaxis_transform(), clip_on=False)
+                ax.scatter(
+                    [_minutes(a.elapsed_s) for a in foot],
+                    [FOOT] * len(foot),
+                    marker="^",
+                    s=34,
+                    zorder=3,
+                    color=verdict_colour(verdict),
+                    transform=ax.get_xaxis_transform(),
+                    clip_on=False,
+                )
             handles.append(Line2D([], [], marker="o", ls="", color=verdict_colour(verdict), label=verdict))
         for flag, style in MARKS.items():
             flagged = [a for a in story.attempts if flag in a.flags]
             for on_foot in (False, True):
                 ours = [a for a in flagged if (a.score is None) == on_foot]
                 if ours:
-                    extra: dict[str, Any] = {"transform": ax.get_xaxis_transform(), "clip_on": False} if on_foot \
-                        else {}
-                    ax.scatter([_minutes(a.elapsed_s) for a in ours],
-                               [FOOT] * len(ours) if on_foot else _scores(ours), zorder=4, **style, **extra)
+                    extra: dict[str, Any] = {"transform": ax.get_xaxis_transform(), "clip_on": False} if on_foot else {}
+                    ax.scatter(
+                        [_minutes(a.elapsed_s) for a in ours],
+                        [FOOT] * len(ours) if on_foot else _scores(ours),
+                        zorder=4,
+                        **style,
+                        **extra,
+                    )
             if flagged:
-                handles.append(Line2D([], [], marker=style["marker"], ls="", color=style["color"], label=flag,
-                                      markerfacecolor=style.get("facecolors", style["color"])))
+                handles.append(
+                    Line2D(
+                        [],
+                        [],
+                        marker=style["marker"],
+                        ls="",
+                        color=style["color"],
+                        label=flag,
+                        markerfacecolor=style.get("facecolors", style["color"]),
+                    )
+                )
         best = _best_so_far(story.attempts)
         if best:
             xs, ys = zip(*best, strict=True)
@@ -157,8 +207,9 @@ def speedup_chart(story: RunStory) -> str:
             if final_interval:
                 ax.vlines(x, *final_interval, color=BEST_COLOUR, lw=1.4, alpha=0.6)
             ax.scatter([x], [final_score], marker="*", s=150, color=BEST_COLOUR, edgecolors="white", zorder=5)
-            handles.append(Line2D([], [], marker="*", ls="", markersize=10, color=BEST_COLOUR,
-                                  label="re-verified result"))
+            handles.append(
+                Line2D([], [], marker="*", ls="", markersize=10, color=BEST_COLOUR, label="re-verified result")
+            )
         if story.attempts:
             handles.append(Line2D([], [], marker="^", ls="", color="#888888", label="no score (foot)"))
         low, high = min(values), max(values)
@@ -197,8 +248,7 @@ def roofline_chart(story: RunStory) -> str:
         _log_axis(ax.yaxis)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         timed = [a for a in story.attempts if a.shapes]
-        labels = list(dict.fromkeys(s.label for a in timed for s in a.shapes)) \
-            or [t.label for t in story.baseline]
+        labels = list(dict.fromkeys(s.label for a in timed for s in a.shapes)) or [t.label for t in story.baseline]
         handles: list[Line2D] = []
         for index, label in enumerate(labels):
             colour = SHAPE_COLOURS[index % len(SHAPE_COLOURS)]
@@ -206,8 +256,9 @@ def roofline_chart(story: RunStory) -> str:
             if points:
                 xs = [n for n, _ in points]
                 ax.plot(xs, [s.candidate_ms for _, s in points], marker="o", ms=4, lw=1.2, color=colour)
-                ax.plot(xs, [s.baseline_ms for _, s in points], ls="--", marker="_", ms=9, lw=1, color=colour,
-                        alpha=0.7)
+                ax.plot(
+                    xs, [s.baseline_ms for _, s in points], ls="--", marker="_", ms=9, lw=1, color=colour, alpha=0.7
+                )
                 floors = [s.floor_ms for _, s in points if s.floor_ms]
             else:
                 floors = []
@@ -219,16 +270,21 @@ def roofline_chart(story: RunStory) -> str:
                 ax.axhline(floors[-1], ls=":", lw=1.2, color=colour)
             handles.append(Line2D([], [], color=colour, marker="o", ms=4, label=label))
         if labels:
-            handles += [Line2D([], [], color="#555555", lw=1.2, label="solution"),
-                        Line2D([], [], color="#555555", lw=1, ls="--", label="baseline"),
-                        Line2D([], [], color="#555555", lw=1.2, ls=":", label="bytes floor")]
+            handles += [
+                Line2D([], [], color="#555555", lw=1.2, label="solution"),
+                Line2D([], [], color="#555555", lw=1, ls="--", label="baseline"),
+                Line2D([], [], color="#555555", lw=1.2, ls=":", label="bytes floor"),
+            ]
             figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.81, 0.9))
         if timed:  # whole attempts only: a lone attempt's axis would read 1.900 to 2.100
             ax.set_xlim(timed[0].number - 0.5, timed[-1].number + 0.5)
         else:
             ax.set_xlim(0.5, 1.5)
-            _empty(ax, "no timed attempt yet" + (": the baseline and the floor as the baseline tool measured them"
-                                                 if story.baseline else ""))
+            _empty(
+                ax,
+                "no timed attempt yet"
+                + (": the baseline and the floor as the baseline tool measured them" if story.baseline else ""),
+            )
         _launches(launches_ax, story.attempts)
         return _svg(figure, "roofline")
 
@@ -246,8 +302,13 @@ def _launches(ax: Any, attempts: list[AttemptRow]) -> None:
         return
     # Points, not bars: on the log axis that a count of hundreds needs, a bar has no bottom.
     ax.plot([a.number for a in counted], [a.launches for a in counted], color="#999999", lw=0.8, zorder=1)
-    ax.scatter([a.number for a in counted], [a.launches for a in counted], s=16, zorder=2,
-               color=[BEST_COLOUR if a.single_launch else verdict_colour(a.verdict) for a in counted])
+    ax.scatter(
+        [a.number for a in counted],
+        [a.launches for a in counted],
+        s=16,
+        zorder=2,
+        color=[BEST_COLOUR if a.single_launch else verdict_colour(a.verdict) for a in counted],
+    )
     ax.axhline(1, color=BEST_COLOUR, lw=0.8, ls="--")
     if max(a.launches or 0 for a in counted) > 20:
         ax.set_yscale("log")
@@ -270,9 +331,15 @@ def usage_chart(story: RunStory) -> str:
         steps = story.usage
         xs = [0.0] + [_minutes(step.elapsed_s) for step in steps]
         for kind, name in TOKEN_KINDS.items():
-            token_ax.step(xs, [0] + [step.tokens[kind] for step in steps], where="post", color=KIND_COLOURS[kind],
-                          ls="--" if kind == "reasoning_tokens" else "-", lw=1.3,
-                          label=name + (" (part of output)" if kind == "reasoning_tokens" else ""))
+            token_ax.step(
+                xs,
+                [0] + [step.tokens[kind] for step in steps],
+                where="post",
+                color=KIND_COLOURS[kind],
+                ls="--" if kind == "reasoning_tokens" else "-",
+                lw=1.3,
+                label=name + (" (part of output)" if kind == "reasoning_tokens" else ""),
+            )
         token_ax.legend(loc="upper left")
         token_ax.set_ylabel("tokens so far")
         if not steps:
@@ -282,9 +349,14 @@ def usage_chart(story: RunStory) -> str:
         cost_ax.set_ylabel("USD so far")
         split = [step.cost_by_kind for step in steps if step.cost_by_kind is not None]
         if steps and len(split) == len(steps):
-            cost_ax.stackplot(xs, *[[0.0] + [part[kind] for part in split] for kind in PRICED_KINDS],
-                              step="post", colors=[KIND_COLOURS[k] for k in PRICED_KINDS], alpha=0.8,
-                              labels=[TOKEN_KINDS[k] for k in PRICED_KINDS])
+            cost_ax.stackplot(
+                xs,
+                *[[0.0] + [part[kind] for part in split] for kind in PRICED_KINDS],
+                step="post",
+                colors=[KIND_COLOURS[k] for k in PRICED_KINDS],
+                alpha=0.8,
+                labels=[TOKEN_KINDS[k] for k in PRICED_KINDS],
+            )
             cost_ax.legend(loc="upper left")
         cost_ax.step(xs, [0.0] + [step.cost_usd for step in steps], where="post", color="#222222", lw=1.2)
         if story.cost_usd == 0:
@@ -300,4 +372,3 @@ def usage_chart(story: RunStory) -> str:
 def charts(story: RunStory) -> dict[str, str]:
     """Every chart of a run's page, by the name of its place on the page."""
     return {"speedup": speedup_chart(story), "roofline": roofline_chart(story), "usage": usage_chart(story)}
-

@@ -6,6 +6,7 @@ run id) goes through :func:`esc`. The page forbids itself every script and every
 (Content-Security-Policy ``default-src 'none'``), so that a text that slipped through could not
 run or call anywhere: it has no external asset to load in the first place.
 """
+
 from __future__ import annotations
 
 import html
@@ -15,12 +16,28 @@ from pathlib import Path
 from typing import Optional
 
 # Colour of each verdict (kagent.sandbox.results.Verdict), on the charts and in the tables.
-VERDICT_COLOURS = {"pass": "#1a9850", "incorrect": "#d73027", "error": "#f46d43", "crash": "#a50026",
-                   "timeout": "#e6a100", "forbidden": "#762a83", "tampered": "#c51b7d", "internal_error": "#777777"}
+VERDICT_COLOURS = {
+    "pass": "#1a9850",
+    "incorrect": "#d73027",
+    "error": "#f46d43",
+    "crash": "#a50026",
+    "timeout": "#e6a100",
+    "forbidden": "#762a83",
+    "tampered": "#c51b7d",
+    "internal_error": "#777777",
+}
 OTHER_COLOUR = "#444444"
 # How each run state (kagent.agent.outcome) reads on a page.
-STATE_COLOURS = {"running": "#1f6fb2", "finished": "#1a9850", "no_result": "#b07d00", "stopped": "#b07d00",
-                 "stuck": "#d73027", "failed": "#d73027", "interrupted": "#b07d00", "unknown": "#762a83"}
+STATE_COLOURS = {
+    "running": "#1f6fb2",
+    "finished": "#1a9850",
+    "no_result": "#b07d00",
+    "stopped": "#b07d00",
+    "stuck": "#d73027",
+    "failed": "#d73027",
+    "interrupted": "#b07d00",
+    "unknown": "#762a83",
+}
 
 CSS = """
 :root { --ink: #1d1f21; --dim: #6a737d; --line: #e1e4e8; --soft: #f6f8fa; --accent: #1f4e9c; }
@@ -100,12 +117,14 @@ def score_text(score: Optional[float], interval: Optional[tuple[float, float]] =
 def document(title: str, body: str) -> str:
     """A whole page around ``body`` (already HTML): one file, nothing to fetch."""
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f'<meta name="generator" content="kagent report">\n<title>{esc(title)}</title>\n'
-            f'<style>{CSS}</style>\n</head>\n<body>\n{body}\n'
-            f'<p class="dim">made by <code>kagent report</code> at {esc(made)}</p>\n</body>\n</html>\n')
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<meta name="generator" content="kagent report">\n<title>{esc(title)}</title>\n'
+        f"<style>{CSS}</style>\n</head>\n<body>\n{body}\n"
+        f'<p class="dim">made by <code>kagent report</code> at {esc(made)}</p>\n</body>\n</html>\n'
+    )
 
 
 def write_page(path: Path, text: str) -> Path:

@@ -6,6 +6,7 @@ cost over time, the ledger of attempts, each attempt's diff and file, and the tr
 long output is folded, and cut at a cap with a link to its blob (or the trace event that holds
 it whole), so that a run of hundreds of turns stays a page a mail can carry.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,7 @@ FILES_BUDGET_CHARS = 1_500_000
 
 
 def _pre(text: str, css: str = "") -> str:
-    return f'<pre{f" class={css!r}" if css else ""}>{esc(text)}</pre>'
+    return f"<pre{f' class={css!r}' if css else ''}>{esc(text)}</pre>"
 
 
 def _capped(text: str, limit: int, rest: str) -> str:
@@ -79,16 +80,27 @@ def _capped(text: str, limit: int, rest: str) -> str:
 
 def _fold(summary: str, body: str, open_: bool = False, css: str = "") -> str:
     """A <details> block: ``summary`` and ``body`` are HTML."""
-    return (f'<details{f" class={css!r}" if css else ""}{" open" if open_ else ""}><summary>{summary}</summary>'
-            f'{body}</details>')
+    return (
+        f"<details{f' class={css!r}' if css else ''}{' open' if open_ else ''}><summary>{summary}</summary>"
+        f"{body}</details>"
+    )
 
 
 def _diff_html(lines: list[str], limit: Optional[int] = None, anchor: str = "") -> str:
     shown = lines if limit is None else lines[:limit]
     parts = []
     for line in shown:
-        css = ("head" if line.startswith(("---", "+++")) else "add" if line.startswith("+")
-               else "del" if line.startswith("-") else "hunk" if line.startswith("@@") else "")
+        css = (
+            "head"
+            if line.startswith(("---", "+++"))
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "hunk"
+            if line.startswith("@@")
+            else ""
+        )
         parts.append(f'<span class="{css}">{esc(line)}</span>' if css else esc(line))
     if len(lines) > len(shown):
         parts.append(f'<span class="dim">… {len(lines) - len(shown):,} more diff lines</span>')
@@ -102,6 +114,7 @@ def _tokens_text(counts: dict[str, Any]) -> str:
 
 # -- the header -------------------------------------------------------------------------------
 
+
 def _wall_budget(story: RunStory) -> float:
     """The wall budget now: the run's, or what its last resume extended it to."""
     resumed = [e for e in story.events if isinstance(e, RunResumed)]
@@ -112,22 +125,31 @@ def _result_text(story: RunStory) -> str:
     best, final, result = story.best, story.final, story.final_result
     if result is not None and result.verdict.value == "pass" and result.score is not None:
         explored = f"; {best.score:.3f}x while exploring" if best is not None and best.score is not None else ""
-        return (f"<b>{esc(score_text(result.score, score_interval(result)))}</b>, attempt "
-                f"{esc(final.best_attempt if final else '?')} re-verified{esc(explored)}")
+        return (
+            f"<b>{esc(score_text(result.score, score_interval(result)))}</b>, attempt "
+            f"{esc(final.best_attempt if final else '?')} re-verified{esc(explored)}"
+        )
     if result is not None and reverification_inconclusive(result) and best is not None:
         # As `kagent runs` says it: the benchmark that made it the best stands (RunReport.result_score).
-        return (f"<b>{esc(score_text(best.score, best.interval))}</b>, attempt {best.number} as measured while "
-                f"exploring; its final re-verification was inconclusive: {verdict_span(result.verdict.value)} "
-                f"{esc(shorten(result.reason, 300))}")
+        return (
+            f"<b>{esc(score_text(best.score, best.interval))}</b>, attempt {best.number} as measured while "
+            f"exploring; its final re-verification was inconclusive: {verdict_span(result.verdict.value)} "
+            f"{esc(shorten(result.reason, 300))}"
+        )
     if result is not None:
-        return (f"none: attempt {esc(final.best_attempt if final else '?')} failed its final re-verification: "
-                f"{verdict_span(result.verdict.value)} {esc(shorten(result.reason, 300))}")
+        return (
+            f"none: attempt {esc(final.best_attempt if final else '?')} failed its final re-verification: "
+            f"{verdict_span(result.verdict.value)} {esc(shorten(result.reason, 300))}"
+        )
     if final is not None:
-        return esc(final.note) + (f" (best while exploring: {esc(score_text(best.score))}, attempt {best.number})"
-                                  if best is not None else "")
+        return esc(final.note) + (
+            f" (best while exploring: {esc(score_text(best.score))}, attempt {best.number})" if best is not None else ""
+        )
     if best is not None:
-        return f"not re-verified yet: the best while exploring is {esc(score_text(best.score, best.interval))} " \
-               f"(attempt {best.number})"
+        return (
+            f"not re-verified yet: the best while exploring is {esc(score_text(best.score, best.interval))} "
+            f"(attempt {best.number})"
+        )
     return "none yet: no attempt has passed a benchmark"
 
 
@@ -136,9 +158,19 @@ def _environment_text(story: RunStory) -> str:
     if env is None:
         return esc(f"{story.config.get('device', '?')} (no evaluation has run yet)")
     parts = [env.gpu_name or env.device]
-    parts += [f"{name} {value}" for name, value in (("UUID", env.gpu_uuid), ("driver", env.driver), ("CUDA", env.cuda),
-                                                    ("torch", env.torch), ("triton", env.triton),
-                                                    ("python", env.python), ("host", env.hostname)) if value]
+    parts += [
+        f"{name} {value}"
+        for name, value in (
+            ("UUID", env.gpu_uuid),
+            ("driver", env.driver),
+            ("CUDA", env.cuda),
+            ("torch", env.torch),
+            ("triton", env.triton),
+            ("python", env.python),
+            ("host", env.hostname),
+        )
+        if value
+    ]
     return esc(" · ".join(parts))
 
 
@@ -152,7 +184,8 @@ def _header(story: RunStory) -> str:
         used.append(f"${story.cost_usd:.2f} of ${float(budget['max_cost_usd']):.2f}")
     versions = " · ".join(f"{name} {value}" for name, value in story.versions.items() if value)
     facts = [
-        ("task", esc(story.task)), ("model", esc(story.model)),
+        ("task", esc(story.task)),
+        ("model", esc(story.model)),
         ("device", esc(f"{story.config.get('device', '?')}, {story.config.get('scale', '?')} scale")),
         ("machine", _environment_text(story)),
         ("state", f"{state_span(story.state)} {esc(story.reason)}"),
@@ -170,17 +203,22 @@ def _header(story: RunStory) -> str:
 def _banners(story: RunStory) -> str:
     lines = []
     if story.ended is None:
-        what = {"running": "the run is still going: this page shows its trace as it stood when the page was made",
-                "interrupted": "the run was interrupted: this page shows its trace up to there; `kagent resume` "
-                               "goes on with it"}.get(story.state, "the trace records no end of the run")
+        what = {
+            "running": "the run is still going: this page shows its trace as it stood when the page was made",
+            "interrupted": "the run was interrupted: this page shows its trace up to there; `kagent resume` "
+            "goes on with it",
+        }.get(story.state, "the trace records no end of the run")
         lines.append(what)
     if story.torn_tail:
-        lines.append("the trace's last line is incomplete (being written, or cut short when the process was "
-                     "killed): it is not shown")
+        lines.append(
+            "the trace's last line is incomplete (being written, or cut short when the process was "
+            "killed): it is not shown"
+        )
     return "".join(f'<p class="banner">{esc(line)}</p>' for line in lines)
 
 
 # -- the ledger and each attempt's files --------------------------------------------------------
+
 
 def _shape_lines(row: AttemptRow, cell: Callable[[Any], str]) -> str:
     return "<br>".join(esc(f"{s.label}: {cell(s)}") for s in row.shapes) or "–"
@@ -189,23 +227,32 @@ def _shape_lines(row: AttemptRow, cell: Callable[[Any], str]) -> str:
 def _ledger(story: RunStory, sources: dict[int, AttemptSource], solution_name: str) -> str:
     if not story.attempts:
         return '<p class="dim">No attempt yet.</p>'
-    head = ("<tr><th>#</th><th>kind</th><th>design</th><th>predicted</th><th>outcome</th><th>verdict</th>"
-            "<th>score [95% interval]</th><th>ms per token (baseline)</th><th>launches</th><th>of floor</th>"
-            "<th>elapsed</th><th>files</th></tr>")
+    head = (
+        "<tr><th>#</th><th>kind</th><th>design</th><th>predicted</th><th>outcome</th><th>verdict</th>"
+        "<th>score [95% interval]</th><th>ms per token (baseline)</th><th>launches</th><th>of floor</th>"
+        "<th>elapsed</th><th>files</th></tr>"
+    )
     best = story.best
     rows = []
     for row in story.attempts:
         source = sources.get(row.number)
         links = []
         if source is not None:
-            links.append(f'<a href="#attempt-{row.number}-diff">diff from '
-                         f'{"#" + str(source.previous) if source.previous is not None else "nothing"}</a>')
+            links.append(
+                f'<a href="#attempt-{row.number}-diff">diff from '
+                f"{'#' + str(source.previous) if source.previous is not None else 'nothing'}</a>"
+            )
             if source.solution is not None:
                 links.append(f'<a href="#attempt-{row.number}-file">{esc(solution_name)}</a>')
-        launches = ("–" if row.launches is None else f"{row.launches}" + (" (single)" if row.single_launch else ""))
+        launches = "–" if row.launches is None else f"{row.launches}" + (" (single)" if row.single_launch else "")
         mark = " ★" if best is not None and row.number == best.number else ""
-        kept = ('<br><span class="dim">draft</span>' if "draft" in row.flags
-                else "" if row.kept else '<br><span class="dim">reverted</span>')
+        kept = (
+            '<br><span class="dim">draft</span>'
+            if "draft" in row.flags
+            else ""
+            if row.kept
+            else '<br><span class="dim">reverted</span>'
+        )
         why = f'<br><span class="dim">why: {esc(shorten(row.why, 300))}</span>' if row.why else ""
         rows.append(
             f'<tr id="attempt-{row.number}"><td class="num"><a href="#event-{row.seq}">{row.number}</a>{mark}</td>'
@@ -215,7 +262,8 @@ def _ledger(story: RunStory, sources: dict[int, AttemptSource], solution_name: s
             f'<td class="num">{_shape_lines(row, lambda s: f"{s.candidate_ms:.4g} ({s.baseline_ms:.4g})")}</td>'
             f'<td class="num" title="{esc(row.launch_note)}">{esc(launches)}</td>'
             f'<td class="num">{_shape_lines(row, _floor_text)}</td>'
-            f'<td class="num">{esc(minutes(row.elapsed_s))}</td><td>{"<br>".join(links) or "–"}</td></tr>')
+            f'<td class="num">{esc(minutes(row.elapsed_s))}</td><td>{"<br>".join(links) or "–"}</td></tr>'
+        )
     return f'<table id="ledger-table">{head}{"".join(rows)}</table>'
 
 
@@ -257,31 +305,42 @@ def _attempt_files(story: RunStory, sources: dict[int, AttemptSource], missing: 
             continue
         previous = f"attempt {source.previous}" if source.previous is not None else "an empty workspace"
         diff_lines = source.diff[:MAX_ATTEMPT_DIFF_CHARS].splitlines()
-        cut = (f'<p class="dim">diff cut at {MAX_ATTEMPT_DIFF_CHARS:,} characters: <code>git -C {esc(workspace)} diff '
-               f'refs/kagent/attempts/{source.previous} refs/kagent/attempts/{row.number}</code></p>'
-               if len(source.diff) > MAX_ATTEMPT_DIFF_CHARS else "")
-        diff = (_diff_html(diff_lines, anchor=f"attempt-{row.number}-diff") + cut if diff_lines else
-                f'<p class="dim" id="attempt-{row.number}-diff">no change from {esc(previous)}</p>')
+        cut = (
+            f'<p class="dim">diff cut at {MAX_ATTEMPT_DIFF_CHARS:,} characters: <code>git -C {esc(workspace)} diff '
+            f"refs/kagent/attempts/{source.previous} refs/kagent/attempts/{row.number}</code></p>"
+            if len(source.diff) > MAX_ATTEMPT_DIFF_CHARS
+            else ""
+        )
+        diff = (
+            _diff_html(diff_lines, anchor=f"attempt-{row.number}-diff") + cut
+            if diff_lines
+            else f'<p class="dim" id="attempt-{row.number}-diff">no change from {esc(previous)}</p>'
+        )
         blocks = [_fold(f"attempt {row.number}: diff from {esc(previous)} ({len(diff_lines):,} lines)", diff)]
         text = source.solution
         if text is not None:
             first = same[row.number]
             summary = f"attempt {row.number}: {esc(solution_name)} ({line_count(text):,} lines)"
             if first != row.number:
-                body = (f'<p class="dim" id="attempt-{row.number}-file">the same file as attempt '
-                        f'<a href="#attempt-{first}-file">{first}</a></p>')
+                body = (
+                    f'<p class="dim" id="attempt-{row.number}-file">the same file as attempt '
+                    f'<a href="#attempt-{first}-file">{first}</a></p>'
+                )
             elif first in shown:
                 body = f'<pre id="attempt-{row.number}-file">{esc(text)}</pre>'
             else:
-                body = (f'<p class="dim" id="attempt-{row.number}-file">not in this page (the files shown passed '
-                        f'{FILES_BUDGET_CHARS:,} characters): <code>git -C {esc(workspace)} show '
-                        f'refs/kagent/attempts/{row.number}:{esc(solution_name)}</code></p>')
+                body = (
+                    f'<p class="dim" id="attempt-{row.number}-file">not in this page (the files shown passed '
+                    f"{FILES_BUDGET_CHARS:,} characters): <code>git -C {esc(workspace)} show "
+                    f"refs/kagent/attempts/{row.number}:{esc(solution_name)}</code></p>"
+                )
             blocks.append(_fold(summary, body))
         parts.append(f'<div class="event">{"".join(blocks)}</div>')
     return "\n".join(parts)
 
 
 # -- the transcript -----------------------------------------------------------------------------
+
 
 class _Transcript:
     """The trace's events as HTML, in order; like `kagent replay`, it rebuilds the files as it
@@ -319,21 +378,31 @@ class _Transcript:
 
     def _on_run_started(self, event: RunStarted) -> str:
         config = event.config.model_dump(mode="json")
-        first = "\n\n".join(str(block.get("text") or "") for block in event.first_message.get("content") or []
-                            if isinstance(block, dict))
-        head = esc(f"run {event.run_id} started: {config.get('task', '?')} · {config.get('model', '?')} · "
-                   f"{config.get('device', '?')}, {config.get('scale', '?')} scale")
-        return self._event(event, f"<b>{head}</b>"
-                           + _fold("the system prompt", f"<pre>{self._text(event, event.system)}</pre>")
-                           + _fold("the first message", f"<pre>{self._text(event, first)}</pre>"))
+        first = "\n\n".join(
+            str(block.get("text") or "")
+            for block in event.first_message.get("content") or []
+            if isinstance(block, dict)
+        )
+        head = esc(
+            f"run {event.run_id} started: {config.get('task', '?')} · {config.get('model', '?')} · "
+            f"{config.get('device', '?')}, {config.get('scale', '?')} scale"
+        )
+        return self._event(
+            event,
+            f"<b>{head}</b>"
+            + _fold("the system prompt", f"<pre>{self._text(event, event.system)}</pre>")
+            + _fold("the first message", f"<pre>{self._text(event, first)}</pre>"),
+        )
 
     def _on_run_resumed(self, event: RunResumed) -> str:
         self.files.follow(event)
         return self._event(event, f"<b>resumed</b> {esc(resumed_line(event))}", "event notice")
 
     def _on_model_responded(self, event: ModelResponded) -> str:
-        head = (f"turn {event.turn} · {minutes(event.elapsed_s)} · {_tokens_text(event.response.get('usage') or {})}"
-                f" · ${event.cost_usd:.2f}")
+        head = (
+            f"turn {event.turn} · {minutes(event.elapsed_s)} · {_tokens_text(event.response.get('usage') or {})}"
+            f" · ${event.cost_usd:.2f}"
+        )
         parts = [f'<div class="turn" id="event-{event.seq}">{esc(head)}</div>']
         for block in (event.response.get("message") or {}).get("content") or []:
             kind = block.get("type")
@@ -351,8 +420,12 @@ class _Transcript:
         args = event.arguments
         head = f"<b>▶ {esc(event.name)}</b>"
         if "_raw" in args:  # the provider sent arguments that were not JSON
-            return self._event(event, f'{head} <span class="error">(unparsed arguments)</span>'
-                                      f"{_pre(shorten(str(args['_raw']), MAX_ARGUMENT_CHARS))}", "call")
+            return self._event(
+                event,
+                f'{head} <span class="error">(unparsed arguments)</span>'
+                f"{_pre(shorten(str(args['_raw']), MAX_ARGUMENT_CHARS))}",
+                "call",
+            )
         if change is not None and event.name == "write_file":
             content = str(args["content"])
             head += f" {esc(change.path)} ({line_count(content):,} lines)"
@@ -361,32 +434,48 @@ class _Transcript:
                 return self._event(event, _fold(head + " — the whole file", body), "call")
             if not change.diff:
                 return self._event(event, head + ' <span class="dim">— unchanged</span>', "call")
-            return self._event(event, _fold(head + " — diff against the previous version",
-                                            _diff_html(change.diff, MAX_CALL_DIFF_LINES), open_=True), "call")
+            return self._event(
+                event,
+                _fold(
+                    head + " — diff against the previous version",
+                    _diff_html(change.diff, MAX_CALL_DIFF_LINES),
+                    open_=True,
+                ),
+                "call",
+            )
         if change is not None:  # an edit_file
-            return self._event(event, head + f" {esc(change.path)}" + _diff_html(change.diff, MAX_CALL_DIFF_LINES),
-                               "call")
+            return self._event(
+                event, head + f" {esc(change.path)}" + _diff_html(change.diff, MAX_CALL_DIFF_LINES), "call"
+            )
         if event.name == "shell" and isinstance(args.get("command"), str):
             return self._event(event, head + _pre(shorten(args["command"], MAX_ARGUMENT_CHARS)), "call")
-        shown = ", ".join(f"{key}={shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}"
-                          for key, value in args.items())
+        shown = ", ".join(
+            f"{key}={shorten(json.dumps(value, ensure_ascii=False), MAX_ARGUMENT_CHARS)}" for key, value in args.items()
+        )
         return self._event(event, head + (f"<code>({esc(shown)})</code>" if shown else ""), "call")
 
     def _on_tool_finished(self, event: ToolFinished) -> str:
         self.files.follow(event)
         text = event.content.rstrip() or "(no output)"
         lines = text.splitlines()
-        where = (f'the whole output is in <a href="{relative_href(self.story.run_dir / event.blob, self.page)}">'
-                 f"{esc(event.blob)}</a> beside the trace" if event.blob else self._in_trace(event))
-        body = f'<pre{" class=error" if event.is_error else ""}>{_capped(text, MAX_RESULT_CHARS, where)}</pre>'
+        where = (
+            f'the whole output is in <a href="{relative_href(self.story.run_dir / event.blob, self.page)}">'
+            f"{esc(event.blob)}</a> beside the trace"
+            if event.blob
+            else self._in_trace(event)
+        )
+        body = f"<pre{' class=error' if event.is_error else ''}>{_capped(text, MAX_RESULT_CHARS, where)}</pre>"
         notes = [f"{len(lines):,} lines"] + ([f"{event.seconds:.1f} s"] if event.seconds >= 1 else [])
         if event.blob:
             notes.append(f"full output in {event.blob}")
         label = '<span class="error">error</span>: ' if event.is_error else ""
         if len(lines) <= OPEN_RESULT_LINES and len(text) <= MAX_RESULT_CHARS:
             return self._event(event, body, "result")
-        return self._event(event, _fold(f"{label}{esc(shorten(lines[0], 160))} "
-                                        f'<span class="dim">({esc(", ".join(notes))})</span>', body), "result")
+        return self._event(
+            event,
+            _fold(f'{label}{esc(shorten(lines[0], 160))} <span class="dim">({esc(", ".join(notes))})</span>', body),
+            "result",
+        )
 
     def _on_attempt_recorded(self, event: AttemptRecorded) -> str:
         self.files.follow(event)
@@ -394,10 +483,11 @@ class _Transcript:
         if row is None:
             return ""
         state = "kept" if row.kept else "reverted"
-        head = (f'<b>■ <a href="#attempt-{row.number}">attempt {row.number}</a></b> {esc(row.kind)} '
-                f"{verdict_span(row.verdict)} score {esc(score_text(row.score, row.interval))} · {state}")
-        return self._event(event, f'{head}<div class="dim">{esc(shorten(row.note, 600))}</div>',
-                           "event")
+        head = (
+            f'<b>■ <a href="#attempt-{row.number}">attempt {row.number}</a></b> {esc(row.kind)} '
+            f"{verdict_span(row.verdict)} score {esc(score_text(row.score, row.interval))} · {state}"
+        )
+        return self._event(event, f'{head}<div class="dim">{esc(shorten(row.note, 600))}</div>', "event")
 
     def _on_user_notice(self, event: UserNotice) -> str:
         parts = []
@@ -409,40 +499,57 @@ class _Transcript:
         return self._event(event, "".join(parts)) if parts else ""
 
     def _on_compacted(self, event: Compacted) -> str:
-        head = (f"⋯ compacted: {event.dropped_messages} earlier messages replaced by a {len(event.summary):,}-char "
-                "summary")
-        return self._event(event, _fold(esc(head), f"<pre>{self._text(event, event.summary)}</pre>"),
-                           "event notice")
+        head = (
+            f"⋯ compacted: {event.dropped_messages} earlier messages replaced by a {len(event.summary):,}-char summary"
+        )
+        return self._event(event, _fold(esc(head), f"<pre>{self._text(event, event.summary)}</pre>"), "event notice")
 
     def _on_model_retried(self, event: ModelRetried) -> str:
-        return self._event(event, esc(f"model retry {event.attempt} (turn {event.turn}) after {event.wait_s:.0f} s: "
-                                      f"{shorten(event.error, 600)}"), "event notice")
+        return self._event(
+            event,
+            esc(
+                f"model retry {event.attempt} (turn {event.turn}) after {event.wait_s:.0f} s: "
+                f"{shorten(event.error, 600)}"
+            ),
+            "event notice",
+        )
 
     def _on_error(self, event: ErrorRecorded) -> str:
-        return self._event(event, f"<b>✖ error{' (fatal)' if event.fatal else ''}:</b> {esc(event.message)}",
-                           "event error")
+        return self._event(
+            event, f"<b>✖ error{' (fatal)' if event.fatal else ''}:</b> {esc(event.message)}", "event error"
+        )
 
     def _on_finalized(self, event: Finalized) -> str:
         result = self.story.final_result if event is self.story.final else None
-        text = f"<b>final:</b> {esc(event.note)}" if event.best_attempt is None else \
-            f"<b>final:</b> attempt {event.best_attempt}, {esc(event.note)}"
+        text = (
+            f"<b>final:</b> {esc(event.note)}"
+            if event.best_attempt is None
+            else f"<b>final:</b> attempt {event.best_attempt}, {esc(event.note)}"
+        )
         if result is not None:
             text += f" — {verdict_span(result.verdict.value)} {esc(score_text(result.score, score_interval(result)))}"
         return self._event(event, text)
 
     def _on_run_ended(self, event: RunEnded) -> str:
-        best = (f"best attempt {event.best_attempt} ({event.best_speedup:.3f}x)"
-                if event.best_attempt is not None and event.best_speedup is not None else "no best attempt")
-        tail = (f"— {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · "
-                f"{minutes(event.elapsed_s)}")
+        best = (
+            f"best attempt {event.best_attempt} ({event.best_speedup:.3f}x)"
+            if event.best_attempt is not None and event.best_speedup is not None
+            else "no best attempt"
+        )
+        tail = (
+            f"— {event.reason} · {best} · {event.tokens:,} tokens · ${event.cost_usd:.2f} · {minutes(event.elapsed_s)}"
+        )
         return self._event(event, f"<b>run ended:</b> {state_span(event.status)} {esc(tail)}")
 
 
 # -- the page -----------------------------------------------------------------------------------
 
+
 def _chart(name: str, title: str, svg: str, caption: str) -> str:
-    return (f'<section id="{name}"><h2>{esc(title)}</h2><figure id="chart-{name}">{svg}'
-            f"<figcaption>{esc(caption)}</figcaption></figure></section>")
+    return (
+        f'<section id="{name}"><h2>{esc(title)}</h2><figure id="chart-{name}">{svg}'
+        f"<figcaption>{esc(caption)}</figcaption></figure></section>"
+    )
 
 
 def render_run(story: RunStory, page: Path) -> str:
@@ -452,27 +559,43 @@ def render_run(story: RunStory, page: Path) -> str:
     drawn = charts(story)
     sources, missing = attempt_sources(story)
     solution_name = str(story.config.get("solution_name") or "solution.py")
-    body = "\n".join([
-        _header(story), _banners(story),
-        '<nav><a href="#speedup">speedup</a><a href="#roofline">time per token</a><a href="#usage">tokens and cost</a>'
-        '<a href="#ledger">attempts</a><a href="#files">diffs and files</a><a href="#transcript">transcript</a></nav>',
-        _chart("speedup", "Speedup over time", drawn["speedup"],
-               "One mark per attempt, coloured by verdict: a benchmark that passed at its score with its 95% interval, "
-               "any other attempt (a check, a failure) on the strip at the foot; x: reverted; hollow diamond: a "
-               "draft (failed, kept in place to work on); the line: the best "
-               "so far; the star: the final re-verification."),
-        _chart("roofline", "Time per token against the bytes floor", drawn["roofline"],
-               "Per timed attempt and shape: the solution's median ms per token (solid), the baseline's in the same "
-               "evaluation (dashed) and the bytes floor (dotted), on a log axis; beside it, the solution's launches "
-               "per step (as its own process counted them)."),
-        _chart("usage", "Tokens and cost over time", drawn["usage"],
-               "Running totals after each model response. Reasoning tokens are part of output tokens. The cost is as "
-               "recorded; its split by kind follows the price table's rates for the model."),
-        f'<section id="ledger"><h2>Attempts</h2>{_ledger(story, sources, solution_name)}</section>',
-        f'<section id="files"><h2>Diffs and files</h2>{_attempt_files(story, sources, missing, solution_name)}'
-        "</section>",
-        f'<section id="transcript"><h2>Transcript</h2>{_Transcript(story, page).render()}</section>',
-    ])
+    body = "\n".join(
+        [
+            _header(story),
+            _banners(story),
+            '<nav><a href="#speedup">speedup</a><a href="#roofline">time per token</a>'
+            '<a href="#usage">tokens and cost</a><a href="#ledger">attempts</a><a href="#files">diffs and files</a>'
+            '<a href="#transcript">transcript</a></nav>',
+            _chart(
+                "speedup",
+                "Speedup over time",
+                drawn["speedup"],
+                "One mark per attempt, coloured by verdict: a benchmark that passed at its score with its 95% "
+                "interval, any other attempt (a check, a failure) on the strip at the foot; x: reverted; "
+                "hollow diamond: a draft (failed, kept in place to work on); the line: the best "
+                "so far; the star: the final re-verification.",
+            ),
+            _chart(
+                "roofline",
+                "Time per token against the bytes floor",
+                drawn["roofline"],
+                "Per timed attempt and shape: the solution's median ms per token (solid), the baseline's in the same "
+                "evaluation (dashed) and the bytes floor (dotted), on a log axis; beside it, the solution's launches "
+                "per step (as its own process counted them).",
+            ),
+            _chart(
+                "usage",
+                "Tokens and cost over time",
+                drawn["usage"],
+                "Running totals after each model response. Reasoning tokens are part of output tokens. The cost is as "
+                "recorded; its split by kind follows the price table's rates for the model.",
+            ),
+            f'<section id="ledger"><h2>Attempts</h2>{_ledger(story, sources, solution_name)}</section>',
+            f'<section id="files"><h2>Diffs and files</h2>{_attempt_files(story, sources, missing, solution_name)}'
+            "</section>",
+            f'<section id="transcript"><h2>Transcript</h2>{_Transcript(story, page).render()}</section>',
+        ]
+    )
     return document(f"kagent run {story.run_id}", body)
 
 

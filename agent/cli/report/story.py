@@ -6,6 +6,7 @@ killed process cannot write, that it died (kagent.agent.cli.run_list reads it so
 attempt refs give each attempt's files. A run in progress, an interrupted one and a trace whose
 last line was torn read the same way: the page shows what the trace holds so far.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,12 +36,21 @@ from kagent.sandbox.noise import score_interval
 from kagent.sandbox.results import Environment, EvalResult, ShapeTiming
 
 # Usage kinds as the trace's ModelResponse.usage names them, and as the page says them.
-TOKEN_KINDS = {"input_tokens": "input", "output_tokens": "output", "cache_read_tokens": "cache read",
-               "cache_write_tokens": "cache write", "reasoning_tokens": "reasoning"}
+TOKEN_KINDS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_read_tokens": "cache read",
+    "cache_write_tokens": "cache write",
+    "reasoning_tokens": "reasoning",
+}
 # What each priced kind costs per token (kagent.agent.loop.pricing.Price's fields); reasoning is
 # part of output and priced with it.
-PRICED_KINDS = {"input_tokens": "input", "output_tokens": "output", "cache_read_tokens": "cache_read",
-                "cache_write_tokens": "cache_write"}
+PRICED_KINDS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_read_tokens": "cache_read",
+    "cache_write_tokens": "cache_write",
+}
 WORKSPACE_NAME = "workspace"
 _TIMINGS = TypeAdapter(list[ShapeTiming])
 
@@ -180,23 +190,41 @@ def _attempt_row(event: AttemptRecorded, result: Optional[EvalResult]) -> Attemp
     """``result``: the event's evaluation, validated."""
     attempt = event.attempt
     score = attempt.get("score")
-    shapes = [ShapeFigures(t.label, t.speedup, t.ci_low, t.ci_high, t.candidate.median_ms, t.baseline.median_ms,
-                           t.roofline.floor_ms if t.roofline else None,
-                           t.roofline.candidate_fraction if t.roofline else None)
-              for t in (result.timings if result else [])]
+    shapes = [
+        ShapeFigures(
+            t.label,
+            t.speedup,
+            t.ci_low,
+            t.ci_high,
+            t.candidate.median_ms,
+            t.baseline.median_ms,
+            t.roofline.floor_ms if t.roofline else None,
+            t.roofline.candidate_fraction if t.roofline else None,
+        )
+        for t in (result.timings if result else [])
+    ]
     launches = result.launches_of("candidate") if result else None
     kept = bool(attempt.get("kept", True)) and not event.reverted_to
     return AttemptRow(
-        number=int(attempt.get("number", 0)), kind=str(attempt.get("kind", "?")),
-        verdict=str(attempt.get("verdict", "?")), seq=event.seq, elapsed_s=event.elapsed_s,
+        number=int(attempt.get("number", 0)),
+        kind=str(attempt.get("kind", "?")),
+        verdict=str(attempt.get("verdict", "?")),
+        seq=event.seq,
+        elapsed_s=event.elapsed_s,
         score=float(score) if isinstance(score, (int, float)) else None,
         interval=score_interval(result) if result is not None and isinstance(score, (int, float)) else None,
-        hypothesis=attempt.get("hypothesis"), predicted=attempt.get("predicted"),
-        note=str(attempt.get("note") or attempt.get("reason") or ""), kept=kept, commit=event.commit,
-        files=[str(f) for f in attempt.get("files") or []], shapes=shapes,
-        launches=launches.launches if launches else None, single_launch=launches.single_launch if launches else None,
+        hypothesis=attempt.get("hypothesis"),
+        predicted=attempt.get("predicted"),
+        note=str(attempt.get("note") or attempt.get("reason") or ""),
+        kept=kept,
+        commit=event.commit,
+        files=[str(f) for f in attempt.get("files") or []],
+        shapes=shapes,
+        launches=launches.launches if launches else None,
+        single_launch=launches.single_launch if launches else None,
         launch_note=launches.note if launches else "",
-        flags=("draft",) if attempt.get("draft") else () if kept else ("reverted",))
+        flags=("draft",) if attempt.get("draft") else () if kept else ("reverted",),
+    )
 
 
 def _cost_split(usage: dict[str, Any], cost: float, price: Optional[Price]) -> Optional[dict[str, float]]:
@@ -254,8 +282,9 @@ def read_story(run_dir: Path) -> RunStory:
             call = calls.pop(event.call_id, None)
             why = event.data.get("why")
             if isinstance(why, dict):
-                attempts = [replace(a, why=str(why.get("text"))) if a.number == why.get("attempt") else a
-                            for a in attempts]
+                attempts = [
+                    replace(a, why=str(why.get("text"))) if a.number == why.get("attempt") else a for a in attempts
+                ]
             if event.name == "revert":
                 target = (call.arguments if call else {}).get("attempt")
                 reverts.append((event.elapsed_s, target if isinstance(target, int) else None))
@@ -275,11 +304,25 @@ def read_story(run_dir: Path) -> RunStory:
     else:
         state, reason = "unknown", "no status.json beside the trace, and the trace records no end"
     return RunStory(
-        run_dir=run_dir, run_id=started.run_id if started else (summary.run_id if summary else run_dir.name),
-        config=config, versions=dict(started.versions) if started else {}, state=state, reason=reason,
-        events=read.events, torn_tail=read.torn_tail, attempts=attempts, usage=usage, model_reverts=reverts,
-        baseline=baseline, ended=ended, final=final, final_result=final_result, environment=environment,
-        elapsed_s=max((e.elapsed_s for e in read.events), default=0.0), turns=turns)
+        run_dir=run_dir,
+        run_id=started.run_id if started else (summary.run_id if summary else run_dir.name),
+        config=config,
+        versions=dict(started.versions) if started else {},
+        state=state,
+        reason=reason,
+        events=read.events,
+        torn_tail=read.torn_tail,
+        attempts=attempts,
+        usage=usage,
+        model_reverts=reverts,
+        baseline=baseline,
+        ended=ended,
+        final=final,
+        final_result=final_result,
+        environment=environment,
+        elapsed_s=max((e.elapsed_s for e in read.events), default=0.0),
+        turns=turns,
+    )
 
 
 def _config_file(run_dir: Path) -> dict[str, Any]:
@@ -308,9 +351,13 @@ def attempt_sources(story: RunStory) -> tuple[dict[int, AttemptSource], str]:
     # An attempt set aside on resume (an orphan) has no ref: it shows without files.
     rows = [row for row in story.attempts if row.number in refs]
     previous = {row.number: max((n for n in numbers if n < row.number), default=None) for row in rows}
-    diffs = workspace.diffs([(refs[before], refs[row.number])
-                             for row in rows if (before := previous[row.number]) is not None])
+    diffs = workspace.diffs(
+        [(refs[before], refs[row.number]) for row in rows if (before := previous[row.number]) is not None]
+    )
     solutions = workspace.files([(refs[row.number], solution_name) for row in rows])
-    return {row.number: AttemptSource(previous[row.number], diffs.get(refs[row.number], ""),
-                                      _text(solution) if solution is not None else None)
-            for row, solution in zip(rows, solutions, strict=True)}, ""
+    return {
+        row.number: AttemptSource(
+            previous[row.number], diffs.get(refs[row.number], ""), _text(solution) if solution is not None else None
+        )
+        for row, solution in zip(rows, solutions, strict=True)
+    }, ""

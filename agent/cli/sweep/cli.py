@@ -1,4 +1,5 @@
 """`kagent sweep`: start a sweep, go on with one (--resume), or show where one stands (status)."""
+
 from __future__ import annotations
 
 import sys
@@ -31,8 +32,12 @@ class _StartByDefault(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-sweep_app = typer.Typer(cls=_StartByDefault, no_args_is_help=True, add_completion=False,
-                        help="Run tasks × models × branches at once, on every GPU or a Ray cluster.")
+sweep_app = typer.Typer(
+    cls=_StartByDefault,
+    no_args_is_help=True,
+    add_completion=False,
+    help="Run tasks × models × branches at once, on every GPU or a Ray cluster.",
+)
 
 
 def _absolute_model(spec: str) -> str:
@@ -93,38 +98,59 @@ def _gpu_list(text: Optional[str]) -> Optional[list[int]]:
 
 @sweep_app.command("start")
 def start_command(
-    tasks: Optional[list[str]] = typer.Argument(None, help="Built-in task names, problem folders, KernelBench .py "
-                                                "files, or folders of them."),
-    model: Optional[list[str]] = typer.Option(None, "--model", "-m", help="A model spec; give it again for more "
-                                              "models (each task runs with each)."),
+    tasks: Optional[list[str]] = typer.Argument(
+        None, help="Built-in task names, problem folders, KernelBench .py files, or folders of them."
+    ),
+    model: Optional[list[str]] = typer.Option(
+        None, "--model", "-m", help="A model spec; give it again for more models (each task runs with each)."
+    ),
     branches: int = typer.Option(1, min=1, help="Runs of each task and model, each from the same baseline."),
-    direction: Optional[list[str]] = typer.Option(None, help="What branch 1, 2, ... is told to try, one per "
-                                                  "--direction (default: its number, as a seed)."),
+    direction: Optional[list[str]] = typer.Option(
+        None, help="What branch 1, 2, ... is told to try, one per --direction (default: its number, as a seed)."
+    ),
     directions: Optional[Path] = typer.Option(None, help="A YAML list of directions, one per branch."),
     budget: str = typer.Option("1h", help="Each member's wall-clock budget."),
     total_budget: Optional[str] = typer.Option(None, help="The whole sweep's wall-clock budget."),
-    max_cost: Optional[float] = typer.Option(None, help="The whole sweep's cost cap in USD, shared out among the "
-                                             "members as they start."),
+    max_cost: Optional[float] = typer.Option(
+        None, help="The whole sweep's cost cap in USD, shared out among the members as they start."
+    ),
     max_tokens: Optional[int] = typer.Option(None, help="Each member's token cap."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda: what the members run on (auto: this machine's GPUs, "
-                                            "else the CPU; give cuda to drive a GPU cluster from elsewhere)."),
+    device: str = typer.Option(
+        "auto",
+        help="auto, cpu or cuda: what the members run on (auto: this machine's GPUs, "
+        "else the CPU; give cuda to drive a GPU cluster from elsewhere).",
+    ),
     scale: Optional[str] = typer.Option(None, help="smoke or full (default: full on CUDA, smoke on the CPU)."),
-    per_gpu: Optional[int] = typer.Option(None, min=1, help="Members that share one GPU, their timing serialized "
-                                          "by its lease (default 1; on a CPU-only sweep, per CPU)."),
-    gpus: Optional[str] = typer.Option(None, help="The GPUs of this machine to use, e.g. 0,1, numbered as torch "
-                                      "sees them (default: all)."),
-    ray: Optional[str] = typer.Option(None, help="Run the members as Ray tasks: auto starts a local Ray instance "
-                                      "with every local GPU; an address (host:port) joins a cluster."),
-    retries: Optional[int] = typer.Option(None, min=0, help="How often a member whose worker died is resumed "
-                                          "(default 2)."),
-    grace: Optional[str] = typer.Option(None, help="How long past its budget a member may run before it is ended "
-                                        "as hung (default 2m)."),
+    per_gpu: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="Members that share one GPU, their timing serialized "
+        "by its lease (default 1; on a CPU-only sweep, per CPU).",
+    ),
+    gpus: Optional[str] = typer.Option(
+        None, help="The GPUs of this machine to use, e.g. 0,1, numbered as torch sees them (default: all)."
+    ),
+    ray: Optional[str] = typer.Option(
+        None,
+        help="Run the members as Ray tasks: auto starts a local Ray instance "
+        "with every local GPU; an address (host:port) joins a cluster.",
+    ),
+    retries: Optional[int] = typer.Option(
+        None, min=0, help="How often a member whose worker died is resumed (default 2)."
+    ),
+    grace: Optional[str] = typer.Option(
+        None, help="How long past its budget a member may run before it is ended as hung (default 2m)."
+    ),
     config: Optional[Path] = typer.Option(None, "--config", help="A `kagent run --config` file for every member."),
     name: Optional[str] = typer.Option(None, help="The sweep id's first word (default: sweep)."),
-    root: Optional[Path] = typer.Option(None, help="The runs folder; sweeps go to its sweeps/ (default: ./runs or "
-                                        "KAGENT_RUNS)."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Go on with this sweep (an id or a folder): members "
-                                         "that were cut are resumed, those not started start."),
+    root: Optional[Path] = typer.Option(
+        None, help="The runs folder; sweeps go to its sweeps/ (default: ./runs or KAGENT_RUNS)."
+    ),
+    resume: Optional[str] = typer.Option(
+        None,
+        "--resume",
+        help="Go on with this sweep (an id or a folder): members that were cut are resumed, those not started start.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live table; the board at the end only."),
 ) -> None:
     """Start a sweep of tasks × models × branches (`kagent sweep TASK... --model M` says the same), or go on
@@ -139,8 +165,16 @@ def start_command(
 
     if scale not in (None, "smoke", "full"):
         raise KagentError(f"--scale takes smoke or full, not {scale!r}")
-    engine_fields: dict[str, Any] = {k: v for k, v in {"per_gpu": per_gpu, "gpus": _gpu_list(gpus), "retries": retries,
-                                       "grace_s": parse_duration(grace) if grace else None}.items() if v is not None}
+    engine_fields: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "per_gpu": per_gpu,
+            "gpus": _gpu_list(gpus),
+            "retries": retries,
+            "grace_s": parse_duration(grace) if grace else None,
+        }.items()
+        if v is not None
+    }
     if ray is not None:
         from kagent.agent.cli.sweep.engines import import_ray
 
@@ -150,29 +184,50 @@ def start_command(
         if tasks or model:
             raise KagentError("--resume goes on with a sweep as it was planned: give no tasks or models")
         sweep_dir = find_sweep(resume, root)
-        caps = {k: v for k, v in {"total_budget_s": parse_duration(total_budget) if total_budget else None,
-                                  "max_cost_usd": max_cost}.items() if v is not None}
+        caps = {
+            k: v
+            for k, v in {
+                "total_budget_s": parse_duration(total_budget) if total_budget else None,
+                "max_cost_usd": max_cost,
+            }.items()
+            if v is not None
+        }
         spec = SweepSpec.model_validate({**fold(read_record(sweep_dir)).spec.model_dump(), **engine_fields, **caps})
     else:
         if not tasks or not model:
-            raise KagentError("give the tasks and at least one --model", hint="e.g. kagent sweep 02_kimi_linear_decode "
-                              "--model anthropic:claude-sonnet-4-5 --branches 4")
+            raise KagentError(
+                "give the tasks and at least one --model",
+                hint="e.g. kagent sweep 02_kimi_linear_decode --model anthropic:claude-sonnet-4-5 --branches 4",
+            )
         engine = "ray" if ray is not None else "local"
         task_list = expand_tasks(tasks)
         if device not in ("auto", "cpu", "cuda"):
-            raise KagentError(f"--device {device}: a sweep's members take auto, cpu or cuda",
-                              hint="--gpus 0,2 picks this machine's GPUs")
+            raise KagentError(
+                f"--device {device}: a sweep's members take auto, cpu or cuda",
+                hint="--gpus 0,2 picks this machine's GPUs",
+            )
         _check_models(model, engine)
         spec = SweepSpec(
-            sweep_id=new_sweep_id(name), tasks=task_list, models=[_absolute_model(m) for m in model],
-            branches=branches, directions=_directions(direction or [], directions, branches),
-            budget_s=parse_duration(budget), total_budget_s=parse_duration(total_budget) if total_budget else None,
-            max_cost_usd=max_cost, max_tokens=max_tokens, device=_sweep_device(device, ray is not None), scale=scale,
-            run_config=str(config.resolve()) if config else None, **engine_fields)
+            sweep_id=new_sweep_id(name),
+            tasks=task_list,
+            models=[_absolute_model(m) for m in model],
+            branches=branches,
+            directions=_directions(direction or [], directions, branches),
+            budget_s=parse_duration(budget),
+            total_budget_s=parse_duration(total_budget) if total_budget else None,
+            max_cost_usd=max_cost,
+            max_tokens=max_tokens,
+            device=_sweep_device(device, ray is not None),
+            scale=scale,
+            run_config=str(config.resolve()) if config else None,
+            **engine_fields,
+        )
         sweep_dir = create_sweep(spec, root)
-        err_console.print(f"[dim]sweep {spec.sweep_id}: {sweep_dir}\nfollow it with `kagent sweep status "
-                          f"{spec.sweep_id} --watch`; after a crash, `kagent sweep --resume {spec.sweep_id}`[/]",
-                          highlight=False)
+        err_console.print(
+            f"[dim]sweep {spec.sweep_id}: {sweep_dir}\nfollow it with `kagent sweep status "
+            f"{spec.sweep_id} --watch`; after a crash, `kagent sweep --resume {spec.sweep_id}`[/]",
+            highlight=False,
+        )
     _drive(sweep_dir, spec if resume is not None else None, quiet)
 
 
@@ -210,8 +265,12 @@ def _drive(sweep_dir: Path, resume_spec, quiet: bool) -> None:
 def status_command(
     sweep: Optional[str] = typer.Argument(None, help="A sweep id or folder (default: the newest sweep)."),
     root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
-    watch: bool = typer.Option(False, "--watch", "-w", help="Keep the table up to date until the sweep ends "
-                                                           "(Ctrl-C stops watching; the sweep goes on)."),
+    watch: bool = typer.Option(
+        False,
+        "--watch",
+        "-w",
+        help="Keep the table up to date until the sweep ends (Ctrl-C stops watching; the sweep goes on).",
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print the sweep's JSON (as sweep.json holds it) only."),
 ) -> None:
     """Where a sweep stands: each member's state, best verified score, ms per token, time and cost."""

@@ -7,6 +7,7 @@ a member's grace. A cost cap is shared out as members start: each gets an equal 
 what is neither spent nor promised to members still running, so the sweep's cost cannot pass
 the cap (a member keeps to its own `--max-cost`, as any run does).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -57,8 +58,10 @@ def create_sweep(spec: SweepSpec, root: Optional[Path] = None) -> Path:
     try:
         sweep_dir.mkdir(parents=True)
     except FileExistsError:
-        raise KagentError(f"there is a sweep {spec.sweep_id} already ({sweep_dir})",
-                          hint=f"kagent sweep --resume {spec.sweep_id} goes on with it") from None
+        raise KagentError(
+            f"there is a sweep {spec.sweep_id} already ({sweep_dir})",
+            hint=f"kagent sweep --resume {spec.sweep_id} goes on with it",
+        ) from None
     members = plan_members(spec)
     host, pid = this_host()
     writer = RecordWriter(sweep_dir)
@@ -129,21 +132,39 @@ def make_engine(spec: SweepSpec) -> Engine:
 
 
 def _job(spec: SweepSpec, sweep_dir: Path, member: Member, allowance: Allowance) -> MemberJob:
-    return MemberJob(member=member, sweep_dir=sweep_dir, budget_s=allowance.budget_s,
-                     max_cost_usd=allowance.max_cost_usd, max_tokens=spec.max_tokens, device=spec.device,
-                     scale=spec.scale, run_config=spec.run_config, retries=spec.retries, grace_s=spec.grace_s)
+    return MemberJob(
+        member=member,
+        sweep_dir=sweep_dir,
+        budget_s=allowance.budget_s,
+        max_cost_usd=allowance.max_cost_usd,
+        max_tokens=spec.max_tokens,
+        device=spec.device,
+        scale=spec.scale,
+        run_config=spec.run_config,
+        retries=spec.retries,
+        grace_s=spec.grace_s,
+    )
 
 
 def _to_run(state: MemberState) -> bool:
     """Whether a member still has to be driven: never started, cut, or interrupted by an outage."""
     ended = state.ended
-    return ended is None or ended.outcome == "cut" or ended.outcome == "skipped" and not state.launches \
-        or ended.outcome == "ended" and ended.run_state == "interrupted"
+    return (
+        ended is None
+        or ended.outcome == "cut"
+        or ended.outcome == "skipped"
+        and not state.launches
+        or ended.outcome == "ended"
+        and ended.run_state == "interrupted"
+    )
 
 
-def drive_sweep(sweep_dir: Path, resume_spec: Optional[SweepSpec] = None,
-                on_update: Callable[[Path], None] = lambda sweep_dir: None,
-                make: Callable[[SweepSpec], Engine] = make_engine) -> SweepView:
+def drive_sweep(
+    sweep_dir: Path,
+    resume_spec: Optional[SweepSpec] = None,
+    on_update: Callable[[Path], None] = lambda sweep_dir: None,
+    make: Callable[[SweepSpec], Engine] = make_engine,
+) -> SweepView:
     """Drive the sweep in ``sweep_dir`` until every member has ended (or nothing is left for
     them); on a resume, ``resume_spec`` is the settings from now on. Returns the final view."""
     with RunLock(sweep_dir):
@@ -168,8 +189,13 @@ def drive_sweep(sweep_dir: Path, resume_spec: Optional[SweepSpec] = None,
     return view
 
 
-def _launch_all(sweep_dir: Path, view: SweepView, writer: RecordWriter, on_update: Callable[[Path], None],
-                make: Callable[[SweepSpec], Engine]) -> str:
+def _launch_all(
+    sweep_dir: Path,
+    view: SweepView,
+    writer: RecordWriter,
+    on_update: Callable[[Path], None],
+    make: Callable[[SweepSpec], Engine],
+) -> str:
     spec = view.spec
     waiting = [s for s in view.members.values() if _to_run(s)]
     if not waiting:
@@ -184,14 +210,25 @@ def _launch_all(sweep_dir: Path, view: SweepView, writer: RecordWriter, on_updat
                 state = waiting.pop(0)
                 allowance = budgets.allow(state, members_left=len(waiting) + 1)
                 if allowance is None:
-                    writer.append(MemberEnded(run_id=state.member.run_id, outcome="skipped",
-                                              detail="the sweep's total budget or cost cap left nothing for it"))
+                    writer.append(
+                        MemberEnded(
+                            run_id=state.member.run_id,
+                            outcome="skipped",
+                            detail="the sweep's total budget or cost cap left nothing for it",
+                        )
+                    )
                     continue
                 engine.start(_job(spec, sweep_dir, state.member, allowance))
                 running.add(state.member.run_id)
-                writer.append(MemberLaunched(run_id=state.member.run_id, resume=bool(state.launches),
-                                             budget_s=allowance.budget_s, max_cost_usd=allowance.max_cost_usd,
-                                             engine=engine.name))
+                writer.append(
+                    MemberLaunched(
+                        run_id=state.member.run_id,
+                        resume=bool(state.launches),
+                        budget_s=allowance.budget_s,
+                        max_cost_usd=allowance.max_cost_usd,
+                        engine=engine.name,
+                    )
+                )
             for outcome in engine.finished(POLL_S):
                 running.discard(outcome.run_id)
                 figures = read_figures(runs_of(sweep_dir) / outcome.run_id)
@@ -201,8 +238,14 @@ def _launch_all(sweep_dir: Path, view: SweepView, writer: RecordWriter, on_updat
     except KeyboardInterrupt:
         engine.stop()
         for run_id in sorted(running):
-            writer.append(MemberEnded(run_id=run_id, outcome="cut", detail="stopped with the sweep (Ctrl-C)",
-                                      figures=read_figures(runs_of(sweep_dir) / run_id)))
+            writer.append(
+                MemberEnded(
+                    run_id=run_id,
+                    outcome="cut",
+                    detail="stopped with the sweep (Ctrl-C)",
+                    figures=read_figures(runs_of(sweep_dir) / run_id),
+                )
+            )
         raise
     finally:
         if sampler is not None:
@@ -212,6 +255,12 @@ def _launch_all(sweep_dir: Path, view: SweepView, writer: RecordWriter, on_updat
 
 
 def _ended(outcome: MemberOutcome, figures: MemberFigures) -> MemberEnded:
-    return MemberEnded(run_id=outcome.run_id, outcome=outcome.outcome, run_state=outcome.run_state,
-                       exit_code=outcome.exit_code, detail=outcome.detail, segments=outcome.segments, figures=figures)
-
+    return MemberEnded(
+        run_id=outcome.run_id,
+        outcome=outcome.outcome,
+        run_state=outcome.run_state,
+        exit_code=outcome.exit_code,
+        detail=outcome.detail,
+        segments=outcome.segments,
+        figures=figures,
+    )

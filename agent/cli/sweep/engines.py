@@ -12,6 +12,7 @@ differ in who picks its GPU and who retries it when its worker dies:
   its trace. ``auto`` starts a local Ray instance with every local GPU; an address joins a
   cluster. The run folders must be on storage every node mounts at the same path.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,9 @@ def local_slots(device: str, per_gpu: int, gpus: Optional[list[int]]) -> list[Op
         raise KagentError("a CUDA sweep, but no GPU is here", hint="--device cpu, or --ray ADDRESS for a cluster")
     visible = [part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
     if visible and max(gpus) >= len(visible):
-        raise KagentError(f"--gpus {','.join(map(str, gpus))}: CUDA_VISIBLE_DEVICES={','.join(visible)} shows "
-                          f"{len(visible)} GPU(s)")
+        raise KagentError(
+            f"--gpus {','.join(map(str, gpus))}: CUDA_VISIBLE_DEVICES={','.join(visible)} shows {len(visible)} GPU(s)"
+        )
     return [visible[gpu] if visible else str(gpu) for _ in range(per_gpu) for gpu in gpus]
 
 
@@ -107,8 +109,10 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as err:
-        raise KagentError(f"--ray needs Ray, which is not installed here ({err})",
-                          hint="pip install 'kagent[ray]'; without --ray a sweep runs in local processes") from err
+        raise KagentError(
+            f"--ray needs Ray, which is not installed here ({err})",
+            hint="pip install 'kagent[ray]'; without --ray a sweep runs in local processes",
+        ) from err
     return ray
 
 
@@ -119,16 +123,22 @@ class RayEngine:
         self.ray = ray = import_ray()
         try:
             if address == "auto":
-                ray.init(address="local", include_dashboard=False, object_store_memory=RAY_OBJECT_STORE_BYTES,
-                         log_to_driver=False)
+                ray.init(
+                    address="local",
+                    include_dashboard=False,
+                    object_store_memory=RAY_OBJECT_STORE_BYTES,
+                    log_to_driver=False,
+                )
             else:
                 ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
             lines = [line for line in str(err).splitlines() if line.strip()]
-            raise KagentError(f"cannot {'start Ray' if address == 'auto' else f'join the Ray cluster at {address}'}: "
-                              f"{lines[-1][:300] if lines else type(err).__name__}",
-                              hint="a cluster with token authentication needs its token here (RAY_AUTH_TOKEN or "
-                                   "~/.ray/auth_token); `kagent sweep --resume` goes on once it is reachable") from err
+            raise KagentError(
+                f"cannot {'start Ray' if address == 'auto' else f'join the Ray cluster at {address}'}: "
+                f"{lines[-1][:300] if lines else type(err).__name__}",
+                hint="a cluster with token authentication needs its token here (RAY_AUTH_TOKEN or "
+                "~/.ray/auth_token); `kagent sweep --resume` goes on once it is reachable",
+            ) from err
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
         self.device = device or ("cuda" if gpus else "cpu")

@@ -5,6 +5,7 @@ state, the scores, time, tokens and cost; the trace gives the best attempt's tim
 and how many times the run was resumed. A run's own files stay the source of truth: the sweep
 keeps copies of these figures only to show them.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,13 @@ class MemberFigures(BaseModel):
     state: Optional[State] = Field(None, description="The run's state (kagent runs); None before it exists")
     best_attempt: Optional[int] = None
     best_score: Optional[float] = Field(None, description="The best attempt's score while exploring")
-    result_score: Optional[float] = Field(None, description="The best verified score: re-verified once the run "
-                                                            "ended, the best attempt's before")
-    ms_per_token: dict[str, float] = Field(default_factory=dict, description="The best attempt's median ms per "
-                                           "step (a token of a decode task), per timed shape")
+    result_score: Optional[float] = Field(
+        None, description="The best verified score: re-verified once the run ended, the best attempt's before"
+    )
+    ms_per_token: dict[str, float] = Field(
+        default_factory=dict,
+        description="The best attempt's median ms per step (a token of a decode task), per timed shape",
+    )
     attempts: int = 0
     resumes: int = Field(0, description="Segments after the first: times the run was resumed")
     elapsed_s: float = 0.0
@@ -38,9 +42,16 @@ def read_figures(run_dir: Path) -> MemberFigures:
     summary = read_summary(run_dir) if run_dir.is_dir() else None
     if summary is None:
         return MemberFigures()
-    figures = MemberFigures(state=summary.state, best_attempt=summary.best_attempt, best_score=summary.best_score,
-                            result_score=summary.result_score, elapsed_s=summary.elapsed_s, tokens=summary.tokens,
-                            cost_usd=summary.cost_usd, reason=summary.reason)
+    figures = MemberFigures(
+        state=summary.state,
+        best_attempt=summary.best_attempt,
+        best_score=summary.best_score,
+        result_score=summary.result_score,
+        elapsed_s=summary.elapsed_s,
+        tokens=summary.tokens,
+        cost_usd=summary.cost_usd,
+        reason=summary.reason,
+    )
     attempts, resumes, timings = _from_trace(run_dir / "trace.jsonl", summary.best_attempt)
     return figures.model_copy(update={"attempts": attempts, "resumes": resumes, "ms_per_token": timings})
 

@@ -7,6 +7,7 @@ goes on is read from disk each time: a run folder with a config is resumed, whic
 what a Ray retry of a killed worker needs. A run killed before it recorded its end is resumed
 up to ``retries`` times; one still running past its budget and the grace is ended as hung.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,11 @@ class MemberJob(BaseModel):
     run_config: Optional[str] = None
     retries: int = 2
     grace_s: float = 120.0
-    gpu: Optional[str] = Field(None, description="CUDA_VISIBLE_DEVICES for the member (the local engine's slot); "
-                                                 "None: as the worker has it (Ray sets it)")
+    gpu: Optional[str] = Field(
+        None,
+        description="CUDA_VISIBLE_DEVICES for the member (the local engine's slot); "
+        "None: as the worker has it (Ray sets it)",
+    )
 
     @property
     def run_dir(self) -> Path:
@@ -103,8 +107,12 @@ def drive_member(job: MemberJob, stop: Callable[[], bool] = lambda: False) -> Me
     run_dir, segments = job.run_dir, list[Segment]()
     for _ in range(job.retries + 1):  # its first segment, then a resume for each cut allowed
         summary = read_summary(run_dir) if run_dir.is_dir() else None
-        if summary is not None and summary.state in ENDINGS and summary.state != "interrupted" \
-                and (run_dir / "report.json").is_file():
+        if (
+            summary is not None
+            and summary.state in ENDINGS
+            and summary.state != "interrupted"
+            and (run_dir / "report.json").is_file()
+        ):
             # Its run ended already: a worker retried after the run had recorded its end.
             return _outcome(job, "ended", summary.state, None, segments)
         resume = (run_dir / "config.json").is_file()
@@ -118,25 +126,55 @@ def drive_member(job: MemberJob, stop: Callable[[], bool] = lambda: False) -> Me
         summary = read_summary(run_dir) if run_dir.is_dir() else None
         state = summary.state if summary is not None else None
         if segment.hung:
-            return _outcome(job, "hung", state, segment.exit_code, segments,
-                            f"still running {job.grace_s:.0f} s past its budget: ended")
+            return _outcome(
+                job,
+                "hung",
+                state,
+                segment.exit_code,
+                segments,
+                f"still running {job.grace_s:.0f} s past its budget: ended",
+            )
         if state in ENDINGS and segment.exit_code == ENDINGS[state].exit_code:
             return _outcome(job, "ended", state, segment.exit_code, segments)
         if stop():
             return _outcome(job, "cut", state, segment.exit_code, segments, "stopped with the sweep")
         if not (run_dir / "config.json").is_file() or segment.exit_code == EXIT_USAGE:
             # It never became a run (a bad model spec, a missing key), or kagent refused it.
-            return _outcome(job, "failed", state, segment.exit_code, segments,
-                            f"`kagent {segment.command}` exited with {segment.exit_code}: {_log_tail(job)}")
+            return _outcome(
+                job,
+                "failed",
+                state,
+                segment.exit_code,
+                segments,
+                f"`kagent {segment.command}` exited with {segment.exit_code}: {_log_tail(job)}",
+            )
         # Killed (a signal, Ctrl-C) or died before recording its end: go on from the trace.
-    return _outcome(job, "failed", state, segments[-1].exit_code, segments,
-                    f"cut {len(segments)} times, more than --retries {job.retries} allows: {_log_tail(job)}")
+    return _outcome(
+        job,
+        "failed",
+        state,
+        segments[-1].exit_code,
+        segments,
+        f"cut {len(segments)} times, more than --retries {job.retries} allows: {_log_tail(job)}",
+    )
 
 
-def _outcome(job: MemberJob, outcome: Outcome, state: Optional[str], exit_code: Optional[int],
-             segments: list[Segment], detail: str = "") -> MemberOutcome:
-    return MemberOutcome(run_id=job.member.run_id, outcome=outcome, run_state=state, exit_code=exit_code,
-                         detail=detail, segments=segments)
+def _outcome(
+    job: MemberJob,
+    outcome: Outcome,
+    state: Optional[str],
+    exit_code: Optional[int],
+    segments: list[Segment],
+    detail: str = "",
+) -> MemberOutcome:
+    return MemberOutcome(
+        run_id=job.member.run_id,
+        outcome=outcome,
+        run_state=state,
+        exit_code=exit_code,
+        detail=detail,
+        segments=segments,
+    )
 
 
 def member_command(job: MemberJob, resume: bool) -> list[str]:
@@ -145,18 +183,39 @@ def member_command(job: MemberJob, resume: bool) -> list[str]:
     if resume:
         return [*kagent, "resume", job.member.run_id, "--root", str(runs_of(job.sweep_dir)), "--quiet"]
     member = job.member
-    argv = [*kagent, "run", member.task, "--model", member.model, "--run-id", member.run_id,
-            "--budget", f"{max(1.0, job.budget_s):.0f}", "--device", job.device, "--quiet"]
-    for option, value in (("--scale", job.scale), ("--max-cost", job.max_cost_usd), ("--max-tokens", job.max_tokens),
-                          ("--config", job.run_config), ("--direction", member.direction)):
+    argv = [
+        *kagent,
+        "run",
+        member.task,
+        "--model",
+        member.model,
+        "--run-id",
+        member.run_id,
+        "--budget",
+        f"{max(1.0, job.budget_s):.0f}",
+        "--device",
+        job.device,
+        "--quiet",
+    ]
+    for option, value in (
+        ("--scale", job.scale),
+        ("--max-cost", job.max_cost_usd),
+        ("--max-tokens", job.max_tokens),
+        ("--config", job.run_config),
+        ("--direction", member.direction),
+    ):
         if value is not None:
             argv += [option, str(value)]
     return argv
 
 
 def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable[[], bool]) -> Segment:
-    env = {**os.environ, "KAGENT_RUNS": str(runs_of(job.sweep_dir)),
-           LEASE_DIR_ENV: str(Path(job.sweep_dir) / "leases"), HOLDER_ENV: job.member.run_id}
+    env = {
+        **os.environ,
+        "KAGENT_RUNS": str(runs_of(job.sweep_dir)),
+        LEASE_DIR_ENV: str(Path(job.sweep_dir) / "leases"),
+        HOLDER_ENV: job.member.run_id,
+    }
     if job.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = job.gpu
     log = Path(job.sweep_dir) / "logs" / f"{job.member.run_id}.log"
@@ -168,8 +227,15 @@ def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} on {where}: {' '.join(argv)}\n".encode())
         out.flush()
         # Its own session, so that the whole of it can be signalled; it dies with this thread.
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=member_preexec())
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=member_preexec(),
+        )
     beat = heartbeat_path(job.sweep_dir, job.member.run_id)
     hung, next_beat = False, 0.0
     try:
@@ -187,9 +253,16 @@ def _run_segment(job: MemberJob, resume: bool, deadline_s: float, stop: Callable
     finally:
         if proc.poll() is None:
             _stop(proc)
-    return Segment(command="resume" if resume else "run", host=socket.gethostname(), pid=proc.pid,
-                   gpus=env.get("CUDA_VISIBLE_DEVICES", ""), started_at=started, ended_at=time.time(),
-                   exit_code=proc.returncode, hung=hung)
+    return Segment(
+        command="resume" if resume else "run",
+        host=socket.gethostname(),
+        pid=proc.pid,
+        gpus=env.get("CUDA_VISIBLE_DEVICES", ""),
+        started_at=started,
+        ended_at=time.time(),
+        exit_code=proc.returncode,
+        hung=hung,
+    )
 
 
 def member_preexec() -> Callable[[], None]:
@@ -203,6 +276,7 @@ def member_preexec() -> Callable[[], None]:
     def preexec() -> None:
         die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     return preexec
 
 
@@ -224,8 +298,18 @@ def _write_heartbeat(path: Path, pid: int, gpus: str, started: float) -> None:
     """Where the member runs and that its driver lives: rewritten every HEARTBEAT_S."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"host": socket.gethostname(), "driver_pid": os.getpid(), "pid": pid, "gpus": gpus,
-                               "started_at": started, "beat_at": time.time()}))
+    tmp.write_text(
+        json.dumps(
+            {
+                "host": socket.gethostname(),
+                "driver_pid": os.getpid(),
+                "pid": pid,
+                "gpus": gpus,
+                "started_at": started,
+                "beat_at": time.time(),
+            }
+        )
+    )
     os.replace(tmp, path)
 
 

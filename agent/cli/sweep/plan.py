@@ -1,4 +1,5 @@
 """What a sweep is: its settings and its members (tasks × models × branches)."""
+
 from __future__ import annotations
 
 import re
@@ -26,10 +27,15 @@ class SweepSpec(BaseModel):
     branches: int = Field(1, ge=1, description="Runs of each task and model, from the same baseline")
     directions: list[str] = Field(default_factory=list, description="What branch 1, 2, ... is told to try")
     budget_s: float = Field(gt=0, description="Each member's wall-clock budget")
-    total_budget_s: Optional[float] = Field(None, gt=0, description="The sweep's wall-clock budget: no member "
-                                            "starts with less than MIN_MEMBER_S of it left, none runs past it")
-    max_cost_usd: Optional[float] = Field(None, gt=0, description="The whole sweep's cost cap, shared out among "
-                                          "the members as they start")
+    total_budget_s: Optional[float] = Field(
+        None,
+        gt=0,
+        description="The sweep's wall-clock budget: no member "
+        "starts with less than MIN_MEMBER_S of it left, none runs past it",
+    )
+    max_cost_usd: Optional[float] = Field(
+        None, gt=0, description="The whole sweep's cost cap, shared out among the members as they start"
+    )
     max_tokens: Optional[int] = Field(None, gt=0, description="Each member's token cap")
     device: Literal["cpu", "cuda"]
     scale: Optional[Literal["smoke", "full"]] = Field(None, description="None: kagent run's default for the device")
@@ -37,10 +43,12 @@ class SweepSpec(BaseModel):
     gpus: Optional[list[int]] = Field(None, description="The local engine's GPUs (default: every one)")
     engine: Literal["local", "ray"] = "local"
     ray_address: Optional[str] = Field(None, description="auto: a local Ray instance; else a cluster's address")
-    retries: int = Field(2, ge=0, description="How often a member cut by a dead worker is resumed before it "
-                                              "counts as failed")
-    grace_s: float = Field(120.0, gt=0, description="How long past its budget a member may run before it is "
-                                                    "ended as hung")
+    retries: int = Field(
+        2, ge=0, description="How often a member cut by a dead worker is resumed before it counts as failed"
+    )
+    grace_s: float = Field(
+        120.0, gt=0, description="How long past its budget a member may run before it is ended as hung"
+    )
     run_config: Optional[str] = Field(None, description="A `kagent run --config` file every member gets")
 
 
@@ -74,8 +82,12 @@ def expand_tasks(arguments: list[str]) -> list[str]:
     for argument in arguments:
         path = Path(argument)
         if path.is_dir() and not all((path / f).is_file() for f in MEGA_REQUIRED_FILES):
-            found = sorted(p for p in path.iterdir() if not p.name.startswith(("_", "."))
-                           and (p.suffix == ".py" and p.is_file() or p.is_dir() and (p / "reference.py").is_file()))
+            found = sorted(
+                p
+                for p in path.iterdir()
+                if not p.name.startswith(("_", "."))
+                and (p.suffix == ".py" and p.is_file() or p.is_dir() and (p / "reference.py").is_file())
+            )
             if not found:
                 raise KagentError(f"{path} holds no task: no problem folder and no KernelBench .py file")
             tasks += [str(p.resolve()) for p in found]
@@ -90,9 +102,11 @@ def expand_tasks(arguments: list[str]) -> list[str]:
 
 def default_direction(branch: int, branches: int) -> str:
     """What a branch without a stated direction is told: its number, as a seed of its own."""
-    return (f"you are branch {branch} of {branches} of a sweep (seed {branch}): the other branches work on the same "
-            f"task from the same baseline, each on its own. Choose your own line of attack; prefer one the others "
-            f"are less likely to take.")
+    return (
+        f"you are branch {branch} of {branches} of a sweep (seed {branch}): the other branches work on the same "
+        f"task from the same baseline, each on its own. Choose your own line of attack; prefer one the others "
+        f"are less likely to take."
+    )
 
 
 def plan_members(spec: SweepSpec) -> list[Member]:
@@ -104,9 +118,22 @@ def plan_members(spec: SweepSpec) -> list[Member]:
         for model in spec.models:
             for branch in range(1, spec.branches + 1):
                 index = len(members) + 1
-                direction = (spec.directions[branch - 1] if branch <= len(spec.directions)
-                             else default_direction(branch, spec.branches) if spec.branches > 1 else None)
-                members.append(Member(index=index, run_id=f"{_UNSAFE.sub('_', task_name)}-{suffix}-m{index:02d}",
-                                      task=task, task_name=task_name, model=model, branch=branch,
-                                      direction=direction))
+                direction = (
+                    spec.directions[branch - 1]
+                    if branch <= len(spec.directions)
+                    else default_direction(branch, spec.branches)
+                    if spec.branches > 1
+                    else None
+                )
+                members.append(
+                    Member(
+                        index=index,
+                        run_id=f"{_UNSAFE.sub('_', task_name)}-{suffix}-m{index:02d}",
+                        task=task,
+                        task_name=task_name,
+                        model=model,
+                        branch=branch,
+                        direction=direction,
+                    )
+                )
     return members

@@ -6,6 +6,7 @@ outcome. A member launched and never ended was cut (the driver died, or was stop
 what `kagent sweep --resume` goes on with. The members' own run folders stay the truth about
 their runs; the record says what the sweep did with them.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,9 @@ class SweepEnded(_Entry):
     reason: str
 
 
-Entry = Annotated[Union[SweepStarted, SweepResumed, MemberLaunched, MemberEnded, SweepEnded],
-                  Field(discriminator="type")]
+Entry = Annotated[
+    Union[SweepStarted, SweepResumed, MemberLaunched, MemberEnded, SweepEnded], Field(discriminator="type")
+]
 _ENTRY = TypeAdapter(Entry)
 
 

@@ -7,6 +7,7 @@ ones; an exclusive hold that overlaps any other is counted, and should never be 
 the driver's host a sampler also reads nvidia-smi's utilization (the share of time a kernel
 ran) once a second: that counts the GPU work no lease sees, and the idle gaps inside a hold.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ class GpuUsage(BaseModel):
     waited_s: float = Field(description="Time evaluations waited for the lease, in all")
     holders: list[str] = Field(description="The members that held it")
     overlaps: int = Field(description="Exclusive holds that overlapped another hold: 0 unless the lease failed")
-    sampled_utilization: Optional[float] = Field(None, description="nvidia-smi's utilization.gpu over the sweep, "
-                                                 "as a fraction (the driver's host only)")
+    sampled_utilization: Optional[float] = Field(
+        None, description="nvidia-smi's utilization.gpu over the sweep, as a fraction (the driver's host only)"
+    )
     samples: int = 0
 
 
@@ -62,7 +64,7 @@ def overlapping_exclusive(records: list[LeaseRecord]) -> list[tuple[LeaseRecord,
     ordered = sorted(records, key=lambda r: r.acquired_at)
     pairs = []
     for i, first in enumerate(ordered):
-        for second in ordered[i + 1:]:
+        for second in ordered[i + 1 :]:
             if second.acquired_at >= first.released_at:
                 break
             if "exclusive" in (first.kind, second.kind):
@@ -78,26 +80,48 @@ def gpu_usage(sweep_dir: Path, windows: list[tuple[float, float]]) -> list[GpuUs
     for path in sorted((Path(sweep_dir) / "leases").glob("*.jsonl")):
         records = read_records(path)
         held = [piece for r in records for piece in _clip(r.acquired_at, r.released_at, windows)]
-        timed = [piece for r in records if r.kind == "exclusive"
-                 for piece in _clip(r.acquired_at, r.released_at, windows)]
+        timed = [
+            piece for r in records if r.kind == "exclusive" for piece in _clip(r.acquired_at, r.released_at, windows)
+        ]
         busy_s, timed_s = _union_s(held), _union_s(timed)
         utilization = samples.get(path.stem, [])
-        usages.append(GpuUsage(
-            lease=path.stem, window_s=round(window_s, 3), busy_s=round(busy_s, 3),
-            busy_fraction=round(busy_s / window_s, 4), timed_s=round(timed_s, 3),
-            timed_fraction=round(timed_s / window_s, 4), holds=len(records),
-            timed_holds=sum(r.kind == "exclusive" for r in records),
-            waited_s=round(sum(r.waited_s for r in records), 3), holders=sorted({r.holder for r in records}),
-            overlaps=len(overlapping_exclusive(records)),
-            sampled_utilization=round(sum(utilization) / len(utilization), 4) if utilization else None,
-            samples=len(utilization)))
+        usages.append(
+            GpuUsage(
+                lease=path.stem,
+                window_s=round(window_s, 3),
+                busy_s=round(busy_s, 3),
+                busy_fraction=round(busy_s / window_s, 4),
+                timed_s=round(timed_s, 3),
+                timed_fraction=round(timed_s / window_s, 4),
+                holds=len(records),
+                timed_holds=sum(r.kind == "exclusive" for r in records),
+                waited_s=round(sum(r.waited_s for r in records), 3),
+                holders=sorted({r.holder for r in records}),
+                overlaps=len(overlapping_exclusive(records)),
+                sampled_utilization=round(sum(utilization) / len(utilization), 4) if utilization else None,
+                samples=len(utilization),
+            )
+        )
     # GPUs that were sampled but never leased (nothing evaluated on them) are idle, and said so.
     for name in sorted(set(samples) - {u.lease for u in usages}):
         utilization = samples[name]
-        usages.append(GpuUsage(lease=name, window_s=round(window_s, 3), busy_s=0.0, busy_fraction=0.0, timed_s=0.0,
-                               timed_fraction=0.0, holds=0, timed_holds=0, waited_s=0.0, holders=[], overlaps=0,
-                               sampled_utilization=round(sum(utilization) / len(utilization), 4),
-                               samples=len(utilization)))
+        usages.append(
+            GpuUsage(
+                lease=name,
+                window_s=round(window_s, 3),
+                busy_s=0.0,
+                busy_fraction=0.0,
+                timed_s=0.0,
+                timed_fraction=0.0,
+                holds=0,
+                timed_holds=0,
+                waited_s=0.0,
+                holders=[],
+                overlaps=0,
+                sampled_utilization=round(sum(utilization) / len(utilization), 4),
+                samples=len(utilization),
+            )
+        )
     return usages
 
 
@@ -125,8 +149,9 @@ class GpuSampler:
     def __init__(self, path: Path, command: Optional[list[str]] = None, period_ms: int = 1000):
         binary = shutil.which("nvidia-smi")
         self.path = Path(path)
-        self.command = command or ([binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                                    f"-lms={period_ms}"] if binary else None)
+        self.command = command or (
+            [binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", f"-lms={period_ms}"] if binary else None
+        )
         self.proc: Optional[subprocess.Popen] = None
         self.thread: Optional[threading.Thread] = None
 
@@ -146,9 +171,13 @@ class GpuSampler:
                 parts = [p.strip() for p in line.split(",")]
                 if len(parts) != 5 or not parts[3].isdigit():
                     continue  # a GPU that reports no utilization ("[N/A]")
-                sample = {"at": time.time(), "lease": lease_name(f"cuda:{parts[1]}", host, visible=""),
-                          "uuid": parts[2], "utilization": int(parts[3]) / 100,
-                          "memory_mib": int(parts[4]) if parts[4].isdigit() else None}
+                sample = {
+                    "at": time.time(),
+                    "lease": lease_name(f"cuda:{parts[1]}", host, visible=""),
+                    "uuid": parts[2],
+                    "utilization": int(parts[3]) / 100,
+                    "memory_mib": int(parts[4]) if parts[4].isdigit() else None,
+                }
                 out.write(json.dumps(sample) + "\n")
                 out.flush()
 

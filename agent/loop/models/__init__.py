@@ -4,6 +4,7 @@ Specs: ``anthropic:<model>``, ``openai:<model>``, ``openai-compatible:<url>#<mod
 vLLM, SGLang, llama.cpp or Ollama server) and ``scripted:<path>`` (a replayed script).
 Provider modules are imported only when used, so a missing SDK only matters to its users.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -21,8 +22,13 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "openai-compatible": ("kagent.agent.loop.models.openai", "openai"),
     "scripted": ("kagent.agent.loop.models.scripted", "pyyaml"),
 }
-SPEC_FORMS = ("anthropic:<model>", "openai:<model>", "openai-compatible:<url>#<model>", "scripted:<path>",
-              "scripted:<path>?delay=<seconds>")
+SPEC_FORMS = (
+    "anthropic:<model>",
+    "openai:<model>",
+    "openai-compatible:<url>#<model>",
+    "scripted:<path>",
+    "scripted:<path>?delay=<seconds>",
+)
 
 
 def _bad_spec(spec: str, why: str) -> ModelError:
@@ -34,8 +40,10 @@ def _import(provider: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ModelError(f"the {provider} models need the {package} package, which is not installed "
-                         f"({exc})", hint=f"pip install {package}") from exc
+        raise ModelError(
+            f"the {provider} models need the {package} package, which is not installed ({exc})",
+            hint=f"pip install {package}",
+        ) from exc
 
 
 def _key(variable: str) -> str:
@@ -45,8 +53,14 @@ def _key(variable: str) -> str:
     return key
 
 
-def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Optional[str] = None,
-               thinking_budget: Optional[int] = None, reasoning_effort: Optional[str] = None) -> ChatModel:
+def make_model(
+    spec: str,
+    *,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    base_url: Optional[str] = None,
+    thinking_budget: Optional[int] = None,
+    reasoning_effort: Optional[str] = None,
+) -> ChatModel:
     """The model a spec names; its ``name`` is the spec.
 
     ``base_url`` overrides ANTHROPIC_BASE_URL / OPENAI_BASE_URL (and the URL of an
@@ -61,22 +75,40 @@ def make_model(spec: str, *, timeout_s: float = REQUEST_TIMEOUT_S, base_url: Opt
         raise _bad_spec(spec, "nothing after the provider")
     module = _import(provider)
     if provider == "anthropic":
-        return module.AnthropicModel(rest, api_key=_key("ANTHROPIC_API_KEY"), name=spec, timeout_s=timeout_s,
-                                     base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
-                                     thinking_budget=thinking_budget, reasoning_effort=reasoning_effort)
+        return module.AnthropicModel(
+            rest,
+            api_key=_key("ANTHROPIC_API_KEY"),
+            name=spec,
+            timeout_s=timeout_s,
+            base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
+            thinking_budget=thinking_budget,
+            reasoning_effort=reasoning_effort,
+        )
     if provider == "openai":
-        return module.OpenAIModel(rest, api_key=_key("OPENAI_API_KEY"), name=spec, timeout_s=timeout_s,
-                                  base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
-                                  reasoning_effort=reasoning_effort)
+        return module.OpenAIModel(
+            rest,
+            api_key=_key("OPENAI_API_KEY"),
+            name=spec,
+            timeout_s=timeout_s,
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            reasoning_effort=reasoning_effort,
+        )
     if provider == "openai-compatible":
         url, sep, model = rest.rpartition("#")
         if not sep or not url or not model:
             raise _bad_spec(spec, "an openai-compatible spec needs <url>#<model>")
         # Local servers usually ignore the key, but the SDK insists on one.
-        return module.OpenAIModel(model, api_key=os.environ.get("OPENAI_API_KEY") or "none", name=spec,
-                                  base_url=base_url or url, timeout_s=timeout_s, compatible=True,
-                                  reasoning_effort=reasoning_effort)
+        return module.OpenAIModel(
+            model,
+            api_key=os.environ.get("OPENAI_API_KEY") or "none",
+            name=spec,
+            base_url=base_url or url,
+            timeout_s=timeout_s,
+            compatible=True,
+            reasoning_effort=reasoning_effort,
+        )
     path, delay_s = module.parse_spec(rest)
     script = module.read_script(path)
-    return module.ScriptedModel(script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint,
-                                loop_from=script.loop_from)
+    return module.ScriptedModel(
+        script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint, loop_from=script.loop_from
+    )

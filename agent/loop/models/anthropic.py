@@ -1,4 +1,5 @@
 """Anthropic Messages API, streamed, with prompt caching and optional extended thinking."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,11 @@ _SERVICE = "the Anthropic API"
 _KEY_ENV = "ANTHROPIC_API_KEY"
 _CACHE = {"type": "ephemeral"}
 _STOP_REASONS: dict[str, StopReason] = {
-    "end_turn": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens", "refusal": "refusal"}
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+}
 
 
 def _block_param(block) -> Optional[dict[str, Any]]:
@@ -45,8 +50,12 @@ def _block_param(block) -> Optional[dict[str, Any]]:
     if isinstance(block, ToolCall):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.arguments}
     if isinstance(block, ToolResult):
-        return {"type": "tool_result", "tool_use_id": block.tool_call_id, "content": block.content,
-                "is_error": block.is_error}
+        return {
+            "type": "tool_result",
+            "tool_use_id": block.tool_call_id,
+            "content": block.content,
+            "is_error": block.is_error,
+        }
     raise TypeError(f"unknown block type {type(block).__name__}")
 
 
@@ -155,10 +164,12 @@ def _to_kagent_block(block: dict[str, Any]):
 
 
 def _usage(usage: dict[str, Any]) -> Usage:
-    return Usage(input_tokens=usage.get("input_tokens") or 0,
-                 output_tokens=usage.get("output_tokens") or 0,
-                 cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
-                 cache_write_tokens=usage.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        input_tokens=usage.get("input_tokens") or 0,
+        output_tokens=usage.get("output_tokens") or 0,
+        cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
+        cache_write_tokens=usage.get("cache_creation_input_tokens") or 0,
+    )
 
 
 class AnthropicModel:
@@ -170,22 +181,33 @@ class AnthropicModel:
     effort instead (kagent.agent.loop.models.limits says which a model takes).
     """
 
-    def __init__(self, model: str, *, api_key: str, name: Optional[str] = None,
-                 base_url: Optional[str] = None, timeout_s: float = 600,
-                 thinking_budget: Optional[int] = None, reasoning_effort: Optional[str] = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        name: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout_s: float = 600,
+        thinking_budget: Optional[int] = None,
+        reasoning_effort: Optional[str] = None,
+    ):
         self.model = model
         self.name = name or f"anthropic:{model}"
         self.thinking_budget = thinking_budget
         self.reasoning_effort = reasoning_effort
         # max_retries=0: RetryingModel owns retries, so that waits are traced and budgeted.
-        self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s,
-                                           max_retries=0)
+        self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
-    def request_params(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                       max_tokens: int) -> dict[str, Any]:
+    def request_params(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
+    ) -> dict[str, Any]:
         """The body of a Messages request for one turn (without ``stream``)."""
-        params: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens,
-                                  "messages": to_anthropic_messages(messages)}
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "messages": to_anthropic_messages(messages),
+        }
         if system:
             params["system"] = [{"type": "text", "text": system, "cache_control": _CACHE}]
         if tools:
@@ -199,8 +221,7 @@ class AnthropicModel:
                 params["thinking"] = {"type": "enabled", "budget_tokens": budget}
         return params
 
-    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                 max_tokens: int) -> ModelResponse:
+    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> ModelResponse:
         params = self.request_params(system, messages, tools, max_tokens)
         assembler = _Assembler()
         request_id = None
@@ -217,10 +238,14 @@ class AnthropicModel:
             raise TransientModelError(f"{_SERVICE}: the stream ended before message_stop")
         raw = assembler.final()
         content = [b for b in map(_to_kagent_block, raw["content"]) if b is not None]
-        return ModelResponse(message=Message(role="assistant", content=content),
-                             stop_reason=_STOP_REASONS.get(raw.get("stop_reason") or "", "other"),
-                             usage=_usage(raw.get("usage") or {}), model=raw.get("model") or self.model,
-                             request_id=request_id or raw.get("id"), raw=raw)
+        return ModelResponse(
+            message=Message(role="assistant", content=content),
+            stop_reason=_STOP_REASONS.get(raw.get("stop_reason") or "", "other"),
+            usage=_usage(raw.get("usage") or {}),
+            model=raw.get("model") or self.model,
+            request_id=request_id or raw.get("id"),
+            raw=raw,
+        )
 
     def _status_error(self, exc: anthropic.APIStatusError) -> Exception:
         detail = exc.api_message or exc.message
@@ -228,5 +253,11 @@ class AnthropicModel:
             # An `error` event in the middle of a 200 stream: overloaded or an internal error.
             # The 200 is the stream's, not the error's: leave the status unknown.
             return TransientModelError(f"{_SERVICE} reported an error mid-stream: {detail}")
-        return status_error(_SERVICE, exc.status_code, detail, model=self.model, key_env=_KEY_ENV,
-                            retry_after=parse_retry_after(exc.response.headers.get("retry-after")))
+        return status_error(
+            _SERVICE,
+            exc.status_code,
+            detail,
+            model=self.model,
+            key_env=_KEY_ENV,
+            retry_after=parse_retry_after(exc.response.headers.get("retry-after")),
+        )

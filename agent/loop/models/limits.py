@@ -19,6 +19,7 @@ How a model is asked to think (``thinking``):
 - ``effort``: an OpenAI reasoning model, which takes ``reasoning_effort``;
 - ``none``: nothing to ask (the model does not think, or kagent does not know how).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -61,21 +62,21 @@ BUILTIN_LIMITS: dict[str, ModelLimits] = {
     "claude-3-5-haiku": ModelLimits(8_192),
     "claude-3-5-sonnet": ModelLimits(8_192),
     "claude-3-7-sonnet": ModelLimits(64_000, "budget"),
-    "claude-sonnet-4": ModelLimits(64_000, "budget"),      # 4 and 4.5
-    "claude-opus-4": ModelLimits(32_000, "budget"),        # 4 and 4.1
+    "claude-sonnet-4": ModelLimits(64_000, "budget"),  # 4 and 4.5
+    "claude-opus-4": ModelLimits(32_000, "budget"),  # 4 and 4.1
     "claude-opus-4-5": ModelLimits(64_000, "budget"),
-    "claude-haiku-4": ModelLimits(64_000, "budget"),       # 4.5
+    "claude-haiku-4": ModelLimits(64_000, "budget"),  # 4.5
     "claude-sonnet-4-6": ModelLimits(128_000, "adaptive"),
     "claude-opus-4-6": ModelLimits(128_000, "adaptive"),
     "claude-opus-4-7": ModelLimits(128_000, "adaptive"),
     "claude-opus-4-8": ModelLimits(128_000, "adaptive"),
-    "claude-sonnet-5": ModelLimits(128_000, "adaptive"),   # 5 and 5.5
-    "claude-opus-5": ModelLimits(128_000, "adaptive"),     # 5 and 5.5
+    "claude-sonnet-5": ModelLimits(128_000, "adaptive"),  # 5 and 5.5
+    "claude-opus-5": ModelLimits(128_000, "adaptive"),  # 5 and 5.5
     "claude-haiku-5": ModelLimits(128_000, "adaptive"),
     "claude-fable-5": ModelLimits(128_000, "adaptive"),
     "claude-mythos": ModelLimits(128_000, "adaptive"),
     # OpenAI (max output tokens of chat.completions; reasoning tokens count in it)
-    "gpt-5": ModelLimits(128_000, "effort"),               # 5, 5.x, -mini, -nano, -pro
+    "gpt-5": ModelLimits(128_000, "effort"),  # 5, 5.x, -mini, -nano, -pro
     "gpt-5-chat": ModelLimits(16_384),
     "gpt-4.1": ModelLimits(32_768),
     "gpt-4o": ModelLimits(16_384),
@@ -94,15 +95,21 @@ def _user_file(path: Path) -> dict[str, dict]:
     except (OSError, yaml.YAMLError) as exc:
         raise KagentError(f"cannot read the model limits file {path}: {exc}") from exc
     ok = isinstance(data, dict) and all(
-        isinstance(entry, dict) and set(entry) <= {"max_output_tokens", "thinking"}
-        and (not isinstance(entry.get("max_output_tokens"), bool)
-             and isinstance(entry.get("max_output_tokens", 1), int) and entry.get("max_output_tokens", 1) > 0)
+        isinstance(entry, dict)
+        and set(entry) <= {"max_output_tokens", "thinking"}
+        and (
+            not isinstance(entry.get("max_output_tokens"), bool)
+            and isinstance(entry.get("max_output_tokens", 1), int)
+            and entry.get("max_output_tokens", 1) > 0
+        )
         and entry.get("thinking", "none") in THINKING_FORMS
-        for entry in data.values())
+        for entry in data.values()
+    )
     if not ok:
-        raise KagentError(f"the model limits file {path} is malformed",
-                          hint="expected {model_prefix: {max_output_tokens: N, thinking: "
-                               f"{'|'.join(THINKING_FORMS)}}}")
+        raise KagentError(
+            f"the model limits file {path} is malformed",
+            hint=f"expected {{model_prefix: {{max_output_tokens: N, thinking: {'|'.join(THINKING_FORMS)}}}",
+        )
     return {str(prefix): entry for prefix, entry in data.items()}
 
 
@@ -113,8 +120,10 @@ def load_limits(path: Optional[Union[str, Path]] = None) -> dict[str, ModelLimit
     file = Path(path) if path is not None else kagent_home() / "models.yaml"
     if path is None and not file.exists():
         return {}
-    return {prefix: replace(_longest_prefix(prefix, BUILTIN_LIMITS) or DEFAULT_LIMITS, **entry)
-            for prefix, entry in _user_file(file).items()}
+    return {
+        prefix: replace(_longest_prefix(prefix, BUILTIN_LIMITS) or DEFAULT_LIMITS, **entry)
+        for prefix, entry in _user_file(file).items()
+    }
 
 
 def _longest_prefix(model: str, table: dict[str, ModelLimits]) -> Optional[ModelLimits]:
@@ -176,16 +185,24 @@ def _thinking_budget(wanted: Union[str, int], cap: int) -> int:
     budget = wanted if isinstance(wanted, int) else cap // 2
     if budget < MIN_THINKING_BUDGET or budget > cap - MIN_ANSWER_TOKENS:
         if cap < MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS:
-            raise KagentError(f"an output cap of {cap} tokens leaves no room to think (at least "
-                              f"{MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS} needed)")
-        raise KagentError(f"--thinking {budget}: the budget must lie between {MIN_THINKING_BUDGET} and "
-                          f"{cap - MIN_ANSWER_TOKENS} tokens, within the output cap of {cap}")
+            raise KagentError(
+                f"an output cap of {cap} tokens leaves no room to think (at least "
+                f"{MIN_THINKING_BUDGET + MIN_ANSWER_TOKENS} needed)"
+            )
+        raise KagentError(
+            f"--thinking {budget}: the budget must lie between {MIN_THINKING_BUDGET} and "
+            f"{cap - MIN_ANSWER_TOKENS} tokens, within the output cap of {cap}"
+        )
     return budget
 
 
-def output_settings(spec: str, thinking: Union[str, int, None] = None, effort: Optional[str] = None,
-                    max_output_tokens: Optional[int] = None,
-                    user: Optional[dict[str, ModelLimits]] = None) -> OutputSettings:
+def output_settings(
+    spec: str,
+    thinking: Union[str, int, None] = None,
+    effort: Optional[str] = None,
+    max_output_tokens: Optional[int] = None,
+    user: Optional[dict[str, ModelLimits]] = None,
+) -> OutputSettings:
     """The output cap and thinking a run asks of the model ``spec`` names.
 
     ``thinking`` (``--thinking``): on (the default), off, or a budget in tokens for a model
@@ -214,7 +231,8 @@ def output_settings(spec: str, thinking: Union[str, int, None] = None, effort: O
         return OutputSettings(cap, thinking_budget=_thinking_budget(wanted, cap))
     if form in ("adaptive", "effort"):
         if budget_given:
-            raise KagentError(f"{spec} takes a reasoning effort (--reasoning-effort {'|'.join(EFFORTS)}), "
-                              "not a thinking budget")
+            raise KagentError(
+                f"{spec} takes a reasoning effort (--reasoning-effort {'|'.join(EFFORTS)}), not a thinking budget"
+            )
         return OutputSettings(cap, reasoning_effort=effort or DEFAULT_EFFORT)
     return OutputSettings(cap)

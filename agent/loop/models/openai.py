@@ -1,4 +1,5 @@
 """OpenAI chat.completions (and servers that speak it: vLLM, SGLang, llama.cpp, Ollama), streamed."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,12 @@ from kagent.core.messages import (
 
 _KEY_ENV = "OPENAI_API_KEY"
 _STOP_REASONS: dict[str, StopReason] = {
-    "stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
-    "length": "max_tokens", "content_filter": "refusal"}
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
 
 
 def to_openai_messages(system: str, messages: Iterable[Message]) -> list[dict[str, Any]]:
@@ -39,9 +44,11 @@ def to_openai_messages(system: str, messages: Iterable[Message]) -> list[dict[st
     for message in messages:
         text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
         if message.role == "assistant":
-            calls = [{"id": c.id, "type": "function",
-                      "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                     for c in message.content if isinstance(c, ToolCall)]
+            calls = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                for c in message.content
+                if isinstance(c, ToolCall)
+            ]
             entry: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
                 entry["tool_calls"] = calls
@@ -56,9 +63,10 @@ def to_openai_messages(system: str, messages: Iterable[Message]) -> list[dict[st
 
 
 def to_openai_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
-    return [{"type": "function",
-             "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-            for t in tools]
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in tools
+    ]
 
 
 def _parse_arguments(text: str, cut: bool = False) -> dict[str, Any]:
@@ -79,8 +87,12 @@ def _usage(usage: Optional[dict[str, Any]]) -> Usage:
     usage = usage or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
-    return Usage(input_tokens=(usage.get("prompt_tokens") or 0) - cached, cache_read_tokens=cached,
-                 output_tokens=usage.get("completion_tokens") or 0, reasoning_tokens=reasoning)
+    return Usage(
+        input_tokens=(usage.get("prompt_tokens") or 0) - cached,
+        cache_read_tokens=cached,
+        output_tokens=usage.get("completion_tokens") or 0,
+        reasoning_tokens=reasoning,
+    )
 
 
 class _Assembler:
@@ -119,11 +131,16 @@ class _Assembler:
             message["reasoning_content"] = "".join(self.reasoning)
         if self.calls:
             message["tool_calls"] = [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for _, c in sorted(self.calls.items())]
-        return {"id": self.id, "object": "chat.completion", "model": self.model, "usage": self.usage,
-                "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}]}
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for _, c in sorted(self.calls.items())
+            ]
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "model": self.model,
+            "usage": self.usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
 
 
 class OpenAIModel:
@@ -135,9 +152,17 @@ class OpenAIModel:
     turn's output cap).
     """
 
-    def __init__(self, model: str, *, api_key: str, name: Optional[str] = None,
-                 base_url: Optional[str] = None, timeout_s: float = 600, compatible: bool = False,
-                 reasoning_effort: Optional[str] = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        name: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout_s: float = 600,
+        compatible: bool = False,
+        reasoning_effort: Optional[str] = None,
+    ):
         self.model = model
         self.name = name or f"openai:{model}"
         self.compatible = compatible
@@ -147,11 +172,15 @@ class OpenAIModel:
         # max_retries=0: RetryingModel owns retries, so that waits are traced and budgeted.
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
-    def request_params(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                       max_tokens: int) -> dict[str, Any]:
+    def request_params(
+        self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
+    ) -> dict[str, Any]:
         """The body of a chat.completions request for one turn (without ``stream``)."""
-        params: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(system, messages),
-                                  "stream_options": {"include_usage": True}}
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(system, messages),
+            "stream_options": {"include_usage": True},
+        }
         params["max_tokens" if self.compatible else "max_completion_tokens"] = max_tokens
         if tools:
             params["tools"] = to_openai_tools(tools)
@@ -159,8 +188,7 @@ class OpenAIModel:
             params["reasoning_effort"] = self.reasoning_effort
         return params
 
-    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                 max_tokens: int) -> ModelResponse:
+    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> ModelResponse:
         params = self.request_params(system, messages, tools, max_tokens)
         assembler = _Assembler()
         request_id = None
@@ -173,8 +201,14 @@ class OpenAIModel:
             # The error object's own message, without the SDK's "Error code: ..." prefix.
             detail = exc.body.get("message") if isinstance(exc.body, dict) else None
             retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
-            raise status_error(self._service, exc.status_code, detail or exc.message, model=self.model,
-                               key_env=self._key_env, retry_after=retry_after) from exc
+            raise status_error(
+                self._service,
+                exc.status_code,
+                detail or exc.message,
+                model=self.model,
+                key_env=self._key_env,
+                retry_after=retry_after,
+            ) from exc
         except (openai.APIConnectionError, httpx2.TransportError) as exc:
             raise TransientModelError(f"{self._service}: connection failed or timed out ({exc})") from exc
         except openai.APIError as exc:
@@ -198,13 +232,23 @@ class OpenAIModel:
             content.append(TextBlock(text=message["content"]))
         raw_calls = message.get("tool_calls") or []
         cut = choice["finish_reason"] == "length"
-        calls = [ToolCall(id=c["id"] or f"call_{i}", name=c["function"]["name"],
-                          arguments=_parse_arguments(c["function"]["arguments"], cut and i == len(raw_calls) - 1))
-                 for i, c in enumerate(raw_calls)]
+        calls = [
+            ToolCall(
+                id=c["id"] or f"call_{i}",
+                name=c["function"]["name"],
+                arguments=_parse_arguments(c["function"]["arguments"], cut and i == len(raw_calls) - 1),
+            )
+            for i, c in enumerate(raw_calls)
+        ]
         content.extend(calls)
         stop_reason = _STOP_REASONS.get(choice["finish_reason"], "other")
         if calls and stop_reason == "end_turn":
             stop_reason = "tool_use"  # some compatible servers finish tool calls with "stop"
-        return ModelResponse(message=Message(role="assistant", content=content), stop_reason=stop_reason,
-                             usage=_usage(raw["usage"]), model=raw["model"] or self.model,
-                             request_id=request_id or raw["id"], raw=raw)
+        return ModelResponse(
+            message=Message(role="assistant", content=content),
+            stop_reason=stop_reason,
+            usage=_usage(raw["usage"]),
+            model=raw["model"] or self.model,
+            request_id=request_id or raw["id"],
+            raw=raw,
+        )

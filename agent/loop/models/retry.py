@@ -5,6 +5,7 @@ Providers only translate their SDK's exceptions into kagent's two error types (t
 the wait between attempts is visible to the loop (``on_retry``) and bounded by its budget
 (``remaining_s``).
 """
+
 from __future__ import annotations
 
 import random
@@ -31,8 +32,9 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
     return max(seconds, 0.0)
 
 
-def status_error(service: str, status: int, detail: str, *, model: str, key_env: str,
-                 retry_after: Optional[float] = None) -> Exception:
+def status_error(
+    service: str, status: int, detail: str, *, model: str, key_env: str, retry_after: Optional[float] = None
+) -> Exception:
     """The kagent error for an HTTP error status from ``service`` (e.g. "the Anthropic API").
 
     Transient statuses give a TransientModelError; the rest a ModelError whose message says
@@ -41,14 +43,16 @@ def status_error(service: str, status: int, detail: str, *, model: str, key_env:
     if status in _TRANSIENT_STATUSES or status >= 500:
         return TransientModelError(f"{service} failed with {status}: {detail}", retry_after, status)
     if status == 401:
-        return ModelError(f"{service} refused the key (401): {detail}",
-                          hint=f"check {key_env}" if key_env else "")
+        return ModelError(f"{service} refused the key (401): {detail}", hint=f"check {key_env}" if key_env else "")
     if status == 403:
-        return ModelError(f"{service} denied access (403): {detail}",
-                          hint=f"check the permissions of the key in {key_env}" if key_env else "")
+        return ModelError(
+            f"{service} denied access (403): {detail}",
+            hint=f"check the permissions of the key in {key_env}" if key_env else "",
+        )
     if status == 404:
-        return ModelError(f"unknown model {model!r} at {service} (404): {detail}",
-                          hint="check the model name in the model spec")
+        return ModelError(
+            f"unknown model {model!r} at {service} (404): {detail}", hint="check the model name in the model spec"
+        )
     return ModelError(f"{service} rejected the request ({status}): {detail}")
 
 
@@ -62,11 +66,18 @@ class RetryingModel:
     ModelError is permanent and passes straight through.
     """
 
-    def __init__(self, inner, *, max_attempts: int = 8, base_delay_s: float = 1.0,
-                 max_delay_s: float = 60.0, sleep: Callable[[float], None] = time.sleep,
-                 remaining_s: Optional[Callable[[], float]] = None,
-                 on_retry: Optional[Callable[[TransientModelError, float, int], None]] = None,
-                 rng: Optional[random.Random] = None):
+    def __init__(
+        self,
+        inner,
+        *,
+        max_attempts: int = 8,
+        base_delay_s: float = 1.0,
+        max_delay_s: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        remaining_s: Optional[Callable[[], float]] = None,
+        on_retry: Optional[Callable[[TransientModelError, float, int], None]] = None,
+        rng: Optional[random.Random] = None,
+    ):
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self.inner = inner
@@ -87,8 +98,7 @@ class RetryingModel:
         # Jitter within the upper half keeps the backoff growing while spreading clients out.
         return backoff * self._rng.uniform(0.5, 1.0)
 
-    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                 max_tokens: int) -> ModelResponse:
+    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> ModelResponse:
         attempt = 1
         while True:
             try:

@@ -12,6 +12,7 @@ their whole budget). In a YAML script, ``!file PATH`` stands for the text of a
 file, PATH relative to the script's folder: a session that writes a large kernel keeps the
 kernel in a file of its own, and the trace records the text itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,20 +33,26 @@ def _short_turn(turn: dict[str, Any], index: int) -> ModelResponse:
     """A turn written in the short form; tool-call ids default to ``call_<turn>_<i>``."""
     unknown = set(turn) - _SHORT_KEYS
     if unknown:
-        raise ModelError(f"script turn {index}: unknown keys {sorted(unknown)} "
-                         f"(expected some of {sorted(_SHORT_KEYS)}, or a full response with 'message')")
+        raise ModelError(
+            f"script turn {index}: unknown keys {sorted(unknown)} "
+            f"(expected some of {sorted(_SHORT_KEYS)}, or a full response with 'message')"
+        )
     content: list[Any] = []
     if turn.get("thinking"):
         content.append(ThinkingBlock(thinking=turn["thinking"]))
     if turn.get("text"):
         content.append(TextBlock(text=turn["text"]))
-    calls = [ToolCall(id=call.get("id") or f"call_{index}_{i}", name=call["name"],
-                      arguments=call.get("arguments") or {})
-             for i, call in enumerate(turn.get("tool_calls") or [])]
+    calls = [
+        ToolCall(id=call.get("id") or f"call_{index}_{i}", name=call["name"], arguments=call.get("arguments") or {})
+        for i, call in enumerate(turn.get("tool_calls") or [])
+    ]
     content.extend(calls)
-    return ModelResponse(message=Message(role="assistant", content=content),
-                         stop_reason=turn.get("stop_reason") or ("tool_use" if calls else "end_turn"),
-                         usage=Usage(**(turn.get("usage") or {})), model="scripted")
+    return ModelResponse(
+        message=Message(role="assistant", content=content),
+        stop_reason=turn.get("stop_reason") or ("tool_use" if calls else "end_turn"),
+        usage=Usage(**(turn.get("usage") or {})),
+        model="scripted",
+    )
 
 
 def parse_script(turns: Any) -> list[ModelResponse]:
@@ -53,8 +60,10 @@ def parse_script(turns: Any) -> list[ModelResponse]:
     if not isinstance(turns, list):
         raise ModelError("a script must be a list of turns")
     try:
-        return [ModelResponse.model_validate(t) if isinstance(t, dict) and "message" in t
-                else _short_turn(t, i) for i, t in enumerate(turns)]
+        return [
+            ModelResponse.model_validate(t) if isinstance(t, dict) and "message" in t else _short_turn(t, i)
+            for i, t in enumerate(turns)
+        ]
     except (TypeError, KeyError, AttributeError, ValueError) as exc:  # ValueError covers pydantic's
         raise ModelError(f"the script is malformed: {exc}") from exc
 
@@ -72,16 +81,19 @@ class Script:
 
 def _file_loader(folder: Path) -> type[yaml.SafeLoader]:
     """A safe YAML loader that reads ``!file PATH`` as the text of folder/PATH."""
+
     def file_text(loader: yaml.SafeLoader, node: yaml.Node) -> str:
         relative = loader.construct_scalar(node)
         try:
             return (folder / str(relative)).read_text()
         except OSError as exc:
-            raise ModelError(f"the script's !file {relative}: cannot read {folder / str(relative)}: "
-                             f"{exc.strerror}") from exc
+            raise ModelError(
+                f"the script's !file {relative}: cannot read {folder / str(relative)}: {exc.strerror}"
+            ) from exc
 
     class FileLoader(yaml.SafeLoader):
         pass
+
     FileLoader.add_constructor("!file", file_text)
     return FileLoader
 
@@ -101,16 +113,24 @@ def read_script(path: Union[str, Path]) -> Script:
     if not isinstance(data, dict):
         return Script(parse_script(data))
     unknown = set(data) - {"needs", "hint", "turns", "loop_from"}
-    if (unknown or "turns" not in data or data.get("needs") not in (None, *DEVICES_A_SCRIPT_MAY_NEED)
-            or not isinstance(data.get("hint", ""), str)):
-        raise ModelError(f"the script {path} is a mapping, so it must hold turns (a list) and may hold needs "
-                         f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}), hint (a line of text) and loop_from "
-                         f"(a turn's index); got keys {sorted(data)} and needs {data.get('needs')!r}")
+    if (
+        unknown
+        or "turns" not in data
+        or data.get("needs") not in (None, *DEVICES_A_SCRIPT_MAY_NEED)
+        or not isinstance(data.get("hint", ""), str)
+    ):
+        raise ModelError(
+            f"the script {path} is a mapping, so it must hold turns (a list) and may hold needs "
+            f"(one of {', '.join(DEVICES_A_SCRIPT_MAY_NEED)}), hint (a line of text) and loop_from "
+            f"(a turn's index); got keys {sorted(data)} and needs {data.get('needs')!r}"
+        )
     turns = parse_script(data["turns"])
     loop_from = data.get("loop_from")
     if loop_from is not None and (type(loop_from) is not int or not 0 <= loop_from < len(turns)):
-        raise ModelError(f"the script {path}: loop_from must be the index of one of its {len(turns)} turns "
-                         f"(0 to {len(turns) - 1}); got {loop_from!r}")
+        raise ModelError(
+            f"the script {path}: loop_from must be the index of one of its {len(turns)} turns "
+            f"(0 to {len(turns) - 1}); got {loop_from!r}"
+        )
     return Script(turns, needs=data.get("needs"), hint=data.get("hint"), loop_from=loop_from)
 
 
@@ -130,16 +150,26 @@ def parse_spec(rest: str) -> tuple[str, float]:
         except ValueError:
             delay_s = -1.0
         if key != "delay" or not 0 <= delay_s < float("inf"):
-            raise ModelError(f"scripted:{rest}: after '?' a scripted spec takes delay=<seconds> only, such as "
-                             f"?delay=20; got {item!r}")
+            raise ModelError(
+                f"scripted:{rest}: after '?' a scripted spec takes delay=<seconds> only, such as "
+                f"?delay=20; got {item!r}"
+            )
     return path, delay_s
 
 
 class ScriptedModel:
     """Returns the scripted responses in order, ignoring its input but recording it in ``calls``."""
 
-    def __init__(self, turns: list[ModelResponse], name: str = "scripted", start_at: int = 0, delay_s: float = 0.0,
-                 needs: Optional[str] = None, hint: Optional[str] = None, loop_from: Optional[int] = None):
+    def __init__(
+        self,
+        turns: list[ModelResponse],
+        name: str = "scripted",
+        start_at: int = 0,
+        delay_s: float = 0.0,
+        needs: Optional[str] = None,
+        hint: Optional[str] = None,
+        loop_from: Optional[int] = None,
+    ):
         self.name = name
         self.needs, self.hint = needs, hint  # the device its steps need, and what to run instead
         self._turns = list(turns)
@@ -149,8 +179,7 @@ class ScriptedModel:
         self.start_at = start_at
         self.delay_s = delay_s  # how long it "thinks" before each answer
 
-    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec],
-                 max_tokens: int) -> ModelResponse:
+    def complete(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> ModelResponse:
         self.calls.append(list(messages))
         position = self.start_at + len(self.calls) - 1
         lap = 0
