@@ -29,9 +29,9 @@ def _corpus(name: str) -> str:
 
 
 def _block_variant(
-    attn_input: str = "self.norm(x, self.attn_norm, self.cfg.eps)",
+    attn_input: str = "self.norm(x, self.attn_norm, EPS)",
     attn_residual: str = "x + ",
-    moe_input: str = "self.norm(h, self.moe_norm, self.cfg.eps)",
+    moe_input: str = "self.norm(h, self.moe_norm, EPS)",
     moe_residual: str = "h + ",
 ) -> str:
     """A patch replacing Block.step with the reference's, one piece of it changed."""

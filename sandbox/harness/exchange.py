@@ -270,6 +270,20 @@ def encode(value: Any, put_tensor: Callable[[Any], dict]) -> dict:
     raise ExchangeError(f"a {type(value).__name__} cannot cross between the processes")
 
 
+def _no_such_field(self: Any, name: str) -> Any:
+    """A field the referee's dataclass does not have, read by the solution: an error that names
+    it and the fields there are. The public board's harness hands a solution the task's own
+    config (the public KernelBench-Mega ``Config`` has exactly its published fields), so code that
+    reads anything else crashes there, and must fail here with the reason said."""
+    if name.startswith("__"):  # copy, pickle and friends probe for optional hooks
+        raise AttributeError(name)
+    known = ", ".join(f.name for f in dataclasses.fields(self))
+    raise AttributeError(
+        f"{type(self).__name__} has no field {name!r}: the task's {type(self).__name__} has only {known} "
+        f"(the public board's harness gives a solution exactly these)"
+    )
+
+
 def decode(node: Any, get_tensor: Callable[[dict], torch.Tensor]) -> Any:
     """The value a tagged tree describes; ``get_tensor`` turns a slot into a tensor."""
     if not isinstance(node, dict) or len(node) != 1:
@@ -293,7 +307,12 @@ def decode(node: Any, get_tensor: Callable[[dict], torch.Tensor]) -> Any:
         return {str(k): decode(v, get_tensor) for k, v in body.items()}
     if tag == "dc":
         fields = {k: decode(v, get_tensor) for k, v in body["fields"].items()}
-        cls = dataclasses.make_dataclass(str(body["name"]), list(fields), frozen=bool(body["frozen"]))
+        cls = dataclasses.make_dataclass(
+            str(body["name"]),
+            list(fields),
+            frozen=bool(body["frozen"]),
+            namespace={"__getattr__": _no_such_field},
+        )
         return cls(**fields)
     raise ExchangeError(f"unknown tag {tag!r}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -40,13 +40,18 @@ class Config:
     routed_scaling: float = 2.446
     group: int = 128
     pattern: tuple = ("K", "K", "K", "M")
-    dtype: torch.dtype = torch.bfloat16
-    eps: float = 1e-6
+    dtype: torch.dtype = field(default=torch.bfloat16)
+
+
+# rmsnorm's epsilon: a constant of the math, not a field of Config. The public board's
+# Config has exactly the 18 fields above, and a solution gets nothing more to read.
+EPS = 1e-6
 
 
 def build_config(shape: dict) -> Config:
-    # The optional "config" dict overrides fields (the smoke scale uses it).
-    return Config(n_experts=shape["n_experts"], **shape.get("config", {}))
+    # As the public board builds it. The optional "config" dict, which no public shape has,
+    # overrides fields (kagent's smoke scale uses it); the result is a Config all the same.
+    return Config(n_experts=int(shape.get("n_experts", 64)), **shape.get("config", {}))
 
 
 # --------------------------------------------------------------------------- #
@@ -344,8 +349,8 @@ class Block(nn.Module):
         self.moe = self.moe_layer(cfg)
 
     def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
-        h = x + self.attn.step(self.norm(x, self.attn_norm, self.cfg.eps), st)
-        return h + self.moe.step(self.norm(h, self.moe_norm, self.cfg.eps))
+        h = x + self.attn.step(self.norm(x, self.attn_norm, EPS), st)
+        return h + self.moe.step(self.norm(h, self.moe_norm, EPS))
 
 
 class Model(nn.Module):
@@ -493,7 +498,7 @@ def salient_state(model: Model, hidden: torch.Tensor, state: list, rows: int = 4
     state = [{name: t.clone() for name, t in layer.items()} for layer in state]
     x = hidden
     for i, (blk, st) in enumerate(zip(model.blocks, state)):
-        normed = blk.norm(x, blk.attn_norm, model.cfg.eps)
+        normed = blk.norm(x, blk.attn_norm, EPS)
         if blk.kind == "K":
             balanced_kda_state(blk.attn, normed, st)
         else:
