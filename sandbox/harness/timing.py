@@ -310,6 +310,10 @@ def isolated_step_ms(contestant: Contestant, steps: int, interlude: Callable[[],
 
 # Isolated steps per shape: information only, and each costs a block of the other contestant.
 ISOLATED_STEPS = 8
+# Timed chains per shape judged step by step (Settings.judged_chains): a solution that skips
+# work on a share f of its timed chains escapes with a chance of (1 - f) ** 4, and it must
+# skip on at least half of them to move the median that the speedup is.
+JUDGED_CHAINS = 4
 
 
 @dataclasses.dataclass
@@ -321,6 +325,10 @@ class Settings:
     block_steps: int = DEFAULT_BLOCK_STEPS
     min_request_ms: float = MIN_REQUEST_MS
     isolated_steps: int = ISOLATED_STEPS
+    # Timed chains per shape whose every step is judged against the reference afterwards,
+    # chosen at random once the shape is timed, so that no chain can know whether it is one
+    # (a decode task's; each judged step costs the referee one reference step).
+    judged_chains: int = JUDGED_CHAINS
 
     @classmethod
     def of(cls, job: dict, **defaults: Any) -> Settings:
