@@ -16,18 +16,24 @@ next (the profiler's device time of its step read 0.392, 0.387, 0.382 and 0.378 
 evaluations in a row, 2026-12-03), so a comparison across processes measures the kernel's
 placement as much as the harness.
 
-    python3 scripts/megakernel_regression.py run OUT [--repeats 5]   # bench.py, then the evaluations
+    python3 scripts/megakernel_regression.py run OUT [--repeats 5] [--board PUBLIC_DIR]
     python3 scripts/megakernel_regression.py judge BENCH.json EVAL.json...   # the criteria alone
 
 ``run`` writes OUT/bench.json, OUT/eval_N.json and OUT/regression.json (the criteria, each with
-its figures) and exits 1 when any criterion does not hold. examples/02_kimi_linear_decode/gpu_run.sh
-runs it on the lent GPU."""
+its figures) and exits 1 when any criterion does not hold. With ``--board`` (the public
+KernelBench-Mega folder of the task, as published) it also stages that folder with the kernel
+beside it and runs the board's own check.py and benchmark.py there (the board's baseline and
+clock), then `kagent eval` of the staged folder: OUT/board.json holds both, and the criteria
+say whether the board passes the kernel and whether kagent's verdict on its folder agrees.
+examples/02_kimi_linear_decode/gpu_run.sh runs it on the lent GPU."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 from kagent.sandbox.containment import BUILD_CACHE_VARIABLES
 from kagent.sandbox.results import EvalResult
@@ -123,6 +130,22 @@ def judge(bench: dict, evaluations: list[EvalResult], tolerance: float = STEADY_
     return criteria
 
 
+def _board_lines(criterion: dict) -> list[str]:
+    lines = []
+    if "board" in criterion:
+        found = criterion["board"]
+        lines.append(f"       board: check.py {'PASS' if found['check_passed'] else 'FAIL'}, score {found['score']}")
+        for row in found["shapes"]:
+            lines.append(
+                f"       board ctx {row['ctx']}: solution {row['solution']:.3f} ms/tok, "
+                f"baseline {row['baseline']:.3f} ms/tok, {row['speedup']:.2f}x"
+            )
+        lines.append(f"       kagent on the built-in task: {criterion['kagent_builtin_scores']}")
+    if criterion.get("kagent_on_board_folder"):
+        lines.append(f"       kagent on the board's folder: {criterion['kagent_on_board_folder']}")
+    return lines
+
+
 def show(criteria: list[dict]) -> str:
     lines = []
     for criterion in criteria:
@@ -145,12 +168,104 @@ def show(criteria: list[dict]) -> str:
             lines.append(f"       verdicts: {', '.join(criterion['verdicts'])}")
         if "launches" in criterion:
             lines.append(f"       launches per step: {criterion['launches']}")
+        lines += _board_lines(criterion)
         for reason in criterion.get("reasons", []):
             lines.append(f"       {reason[:300]}")
     return "\n".join(lines)
 
 
-def run(out: Path, repeats: int, recording: bool = False, eval_options: Sequence[str] = ()) -> list[dict]:
+# The kernel's files, staged beside the public folder's as a board submission is.
+KERNEL_FILES = ("solution.py", "megakernel.py")
+BOARD_SHAPE = re.compile(
+    r"shape ctx=(?P<ctx>\d+): solution (?P<solution>[\d.]+) ms/tok .*baseline (?P<baseline>[\d.]+) ms/tok "
+    r"\| speedup (?P<speedup>[\d.]+)x"
+)
+
+
+def read_board(check_stdout: str, bench_stdout: str) -> dict:
+    """The public check.py's verdict and benchmark.py's figures, from what they print."""
+    passed = check_stdout.strip().splitlines()[-1:] == ["PASS"]
+    shapes = [
+        {key: int(value) if key == "ctx" else float(value) for key, value in m.groupdict().items()}
+        for m in BOARD_SHAPE.finditer(bench_stdout)
+    ]
+    score = re.search(r"^peak_fraction: ([\d.]+)$", bench_stdout, re.M)
+    return {"check_passed": passed, "score": float(score.group(1)) if score else None, "shapes": shapes}
+
+
+def board(public: Path, out: Path, build_home: Path, env: dict[str, str]) -> dict:
+    """The public board's grader on the kernel, and kagent's verdict on the same folder."""
+    staged = Path(tempfile.mkdtemp(prefix="kimi-board-")) / public.name
+    shutil.copytree(public, staged)
+    for name in KERNEL_FILES:
+        shutil.copy2(EXAMPLE / name, staged / name)
+    ran = {}
+    for script, limit in (("check.py", 300), ("benchmark.py", 600)):
+        done = subprocess.run(
+            [sys.executable, script], cwd=staged, capture_output=True, text=True, timeout=limit, env=env
+        )
+        ran[script] = done
+        (out / f"board_{Path(script).stem}.log").write_text(done.stdout + done.stderr)
+    record = read_board(ran["check.py"].stdout, ran["benchmark.py"].stdout)
+    path = out / "board_eval.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kagent.agent.cli",
+            "eval",
+            str(staged),
+            "--solution",
+            str(staged / "solution.py"),
+            "--device",
+            "cuda",
+            "--build-home",
+            str(build_home),
+            "--out",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdict = EvalResult.model_validate_json(path.read_text()) if path.exists() else None
+    record["kagent"] = (
+        {"verdict": verdict.verdict.value, "score": verdict.score, "reason": verdict.reason} if verdict else None
+    )
+    return record
+
+
+def judge_board(record: dict, evaluations: list[EvalResult]) -> list[dict]:
+    """The board passes the kernel; kagent's verdict on the board's folder is the board's, or
+    stricter with its reason; the board's score beside kagent's on the built-in task."""
+    ours = record.get("kagent")
+    scores = [result.score for result in evaluations if result.score is not None]
+    return [
+        {
+            "criterion": "the public board's check.py passes the kernel and its benchmark.py scores it",
+            "holds": record["check_passed"] and bool(record["score"]),
+            "board": record,
+            "kagent_builtin_scores": scores,
+        },
+        {
+            "criterion": "kagent eval of the public folder: the board's verdict, or a stricter one with its reason",
+            "holds": ours is not None
+            and (
+                (ours["verdict"] == "pass") == record["check_passed"]
+                or (record["check_passed"] and bool(ours["reason"]))
+            ),
+            "kagent_on_board_folder": ours,
+        },
+    ]
+
+
+def run(
+    out: Path,
+    repeats: int,
+    recording: bool = False,
+    eval_options: Sequence[str] = (),
+    public: Optional[Path] = None,
+) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     # One build HOME for bench.py and every evaluation (kagent eval --build-home): the kernel
@@ -211,7 +326,13 @@ def run(out: Path, repeats: int, recording: bool = False, eval_options: Sequence
             f"(exit {done.returncode}) [{time.monotonic() - started:.0f} s]",
             flush=True,
         )
-    return judge(json.loads((out / "bench.json").read_text()), evaluations)
+    criteria = judge(json.loads((out / "bench.json").read_text()), evaluations)
+    if public is not None:
+        record = board(public, out, build_home, env)
+        (out / "board.json").write_text(json.dumps(record, indent=1))
+        print(f"board: {record} [{time.monotonic() - started:.0f} s]", flush=True)
+        criteria += judge_board(record, evaluations)
+    return criteria
 
 
 def main(argv: list[str]) -> int:
@@ -232,12 +353,18 @@ def main(argv: list[str]) -> int:
         dest="eval_options",
         help="an option passed on to every kagent eval, e.g. --eval-option=--min-request-ms=10 (repeat it for several)",
     )
+    running.add_argument(
+        "--board",
+        type=Path,
+        default=None,
+        help="the task's public KernelBench-Mega folder: also run its check.py and benchmark.py on the kernel",
+    )
     judging = sub.add_parser("judge")
     judging.add_argument("bench", type=Path)
     judging.add_argument("evaluations", type=Path, nargs="+")
     args = parser.parse_args(argv)
     if args.command == "run":
-        criteria = run(args.out, args.repeats, args.recording, args.eval_options)
+        criteria = run(args.out, args.repeats, args.recording, args.eval_options, args.board)
         (args.out / "regression.json").write_text(json.dumps(criteria, indent=1))
     else:
         try:

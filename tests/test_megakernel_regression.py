@@ -120,3 +120,41 @@ def test_a_missing_or_corrupt_file_is_one_message_and_exit_2(tmp_path, capsys):
     bench.write_text("{}")
     assert regression.main(["judge", str(bench), str(FINAL / "mega_eval.json")]) == 2
     assert "KeyError" in capsys.readouterr().err
+
+
+# What the public board's check.py and benchmark.py print (their print formats, as published in
+# ../shared/public/kernelbench-mega/02_kimi_linear_decode/), for a kernel they pass and score.
+BOARD_CHECK = "seed 0 ctx 2048: out=0.9999 S=1.0000 cache=1.0000 OK\nseed 2 ctx 8192: out=0.9999 OK\nPASS\n"
+BOARD_BENCH = (
+    "shape ctx=2048: solution 0.316 ms/tok (3165 tok/s) | baseline 13.300 ms/tok | speedup 42.09x\n"
+    "shape ctx=8192: solution 0.358 ms/tok (2793 tok/s) | baseline 14.600 ms/tok | speedup 40.78x\n"
+    "peak_fraction: 38.8000\nRESULT: OK\n"
+)
+
+
+def test_the_board_s_verdict_and_score_are_read_from_what_it_prints():
+    record = regression.read_board(BOARD_CHECK, BOARD_BENCH)
+    assert record["check_passed"] and record["score"] == 38.8
+    assert [(row["ctx"], row["solution"], row["speedup"]) for row in record["shapes"]] == [
+        (2048, 0.316, 42.09),
+        (8192, 0.358, 40.78),
+    ]
+    refused = regression.read_board(
+        "FAIL: solution.Model could not load reference weights: 'Config' object has no attribute 'eps'\n",
+        "benchmark error: AttributeError: 'Config' object has no attribute 'eps'\npeak_fraction: 0.0\nRESULT: LOW\n",
+    )
+    assert not refused["check_passed"] and refused["score"] == 0.0
+
+
+def test_kagent_on_the_board_s_folder_must_agree_with_the_board():
+    record = {
+        **regression.read_board(BOARD_CHECK, BOARD_BENCH),
+        "kagent": {"verdict": "pass", "score": 38.0, "reason": ""},
+    }
+    assert [c["holds"] for c in regression.judge_board(record, [EVAL])] == [True, True]
+    lenient = {**regression.read_board("FAIL: x\n", ""), "kagent": {"verdict": "pass", "score": 38.0, "reason": ""}}
+    assert [c["holds"] for c in regression.judge_board(lenient, [EVAL])] == [False, False]
+    stricter = {**record, "kagent": {"verdict": "incorrect", "score": None, "reason": "hidden_seeds: seed 9"}}
+    assert regression.judge_board(stricter, [EVAL])[1]["holds"] is True
+    unread = {**record, "kagent": None}
+    assert regression.judge_board(unread, [EVAL])[1]["holds"] is False

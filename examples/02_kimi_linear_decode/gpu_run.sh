@@ -20,6 +20,8 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torc
 # bench.json, bench.log, eval_1.json ... eval_5.json, regression.json (8: all that come back).
 t0=$(date +%s)
 # RECORDING=1: bench.py also times its loop recording each step's hidden, as timed chains do.
+# BOARD=DIR (the task's public KernelBench-Mega folder, as published): the board's own check.py
+# and benchmark.py on the kernel too, and `kagent eval` of that folder (board.json, board_*.log).
 timeout 560 python3 scripts/megakernel_regression.py run "$OUT" --repeats "${REPEATS:-5}" \
-  ${RECORDING:+--recording}
+  ${RECORDING:+--recording} ${BOARD:+--board "$BOARD"}
 echo "regression: exit $? (0: every criterion holds) after $(( $(date +%s) - t0 )) s"
