@@ -362,7 +362,12 @@ def time_shape(
     samples = run_pairs([baseline, candidate], rounds * blocks_per_chain)
     paired = time.perf_counter()
     self_timed = list(candidate.self_timed_ms)  # of the timed blocks only
-    isolated_ms = isolated_step_ms(candidate, min(steps, settings.isolated_steps), baseline.next_block)
+    # (None where the settings ask for none: a KernelBench call's latency alone adds nothing)
+    isolated_ms = (
+        isolated_step_ms(candidate, min(steps, settings.isolated_steps), baseline.next_block)
+        if settings.isolated_steps
+        else None
+    )
     baseline.finish()
     wall = {
         "warm_up": warmed - started,
