@@ -47,6 +47,7 @@ from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, T
 from kagent.sandbox import progress
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult, Verdict
+from kagent.sandbox.noise import score_interval
 from kagent.tasks import TaskRef
 from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap
 from kagent.tools.evaluation import summarize
@@ -121,6 +122,9 @@ class RunReport(BaseModel):
         None, description="Which measurement result_score is"
     )
     attempts: int
+    result_interval: Optional[tuple[float, float]] = Field(
+        None, description="The 95% interval of that measurement's score (kagent.sandbox.noise.score_interval)"
+    )
     turns: int
     usage: Usage
     cost_usd: float
@@ -636,6 +640,7 @@ class Agent:
             verdict=result.verdict.value,
             reason=result.reason,
             score=score,
+            interval=score_interval(result) if score is not None else None,
             speedups={t.label: t.speedup for t in result.timings} if score is not None else {},
             files=files,
             commit=sha,

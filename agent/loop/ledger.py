@@ -39,6 +39,9 @@ class Attempt(BaseModel):
     verdict: str
     reason: str
     score: Optional[float] = Field(None, description="Geomean speedup (benchmarks that passed only)")
+    interval: Optional[tuple[float, float]] = Field(
+        None, description="The score's 95% interval (kagent.sandbox.noise.score_interval); None in older traces"
+    )
     speedups: dict[str, float] = Field(default_factory=dict, description="Per shape label")
     files: list[str] = Field(default_factory=list, description="Files changed since the previous attempt")
     commit: str
