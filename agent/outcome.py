@@ -22,8 +22,10 @@ RunState = Literal["running", EndState]
 # decides the state (see end_state).
 Cause = Literal["model", "budget", "stuck", "error", "unavailable"]
 
-# Exit codes outside the table: bad usage before a run starts (EXIT_USAGE), and Ctrl-C.
+# Exit codes outside the table: bad usage before a run starts (EXIT_USAGE), and Ctrl-C or a
+# stopping signal, each 128 and the signal's number, as a shell reports a death by it.
 EXIT_CTRL_C = 130
+EXIT_INTERRUPTED = {"Ctrl-C": EXIT_CTRL_C, "SIGTERM": 143, "SIGHUP": 129}
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,10 @@ def exit_codes_text() -> str:
     lines = [(ending.exit_code, f"{state}: {ending.meaning}") for state, ending in ENDINGS.items()]
     lines += [
         (EXIT_USAGE, "bad usage: nothing was started"),
-        (EXIT_CTRL_C, "interrupted by Ctrl-C; `kagent resume` goes on"),
+        (
+            EXIT_CTRL_C,
+            "interrupted by Ctrl-C (by SIGTERM: 143, by SIGHUP: 129), its figures kept; `kagent resume` goes on",
+        ),
     ]
     return "\n".join(f"{code} {text}." for code, text in sorted(lines))
 

@@ -67,6 +67,15 @@ def format_duration(seconds: float) -> str:
 class Budget(BaseModel):
     """What one run may spend. Limits left as None are not enforced."""
 
+def minutes(seconds: float) -> str:
+    """A run's time as every view of it shows it (the live view, `kagent runs`, report.md, the
+    page, replay, resume): 0m12s, 59m59s, 1h05m. One function, so that one figure reads alike."""
+    seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     wall_s: float = Field(

@@ -29,6 +29,17 @@ def score_interval(result: EvalResult) -> Optional[tuple[float, float]]:
     return (low, high) if low is not None and high is not None else None
 
 
+def score_text(score: Optional[float], interval: Optional[tuple[float, float]] = None) -> str:
+    """A score as every view of a run shows it: with its 95% interval, and "within noise" when
+    the interval holds 1.0 (such a score says nothing of whether the solution is faster)."""
+    if score is None:
+        return "–"
+    if interval is None:
+        return f"{score:.3f}x"
+    low, high = interval
+    return f"{score:.3f}x [{low:.3f}–{high:.3f}]" + (", within noise" if low <= 1.0 <= high else "")
+
+
 def _half_width(low: float, high: float, value: float) -> float:
     return (high - low) / 2 / value if value > 0 else math.inf
 

@@ -8,13 +8,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from kagent.agent.outcome import ENDINGS, exit_codes_text
 
-from conftest import WAIT_S
+from conftest import WAIT_S, processes_with
 from terminal import CTRL_C, Terminal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -141,7 +142,10 @@ def test_ctrl_c_keeps_the_figures_and_says_how_to_resume(tmp_path, kimi):
     assert status["state"] == "interrupted"
     assert status["best_attempt"] == 1 and status["best_score"] > 0
     assert status["elapsed_s"] > 1 and status["tokens"] == 3000
-    assert "interrupted" in screen and f"kagent resume {status['run_id']}" in screen
+    assert "interrupted by Ctrl-C" in screen and f"kagent resume {status['run_id']}" in screen
+    last = trace_events(runs)[-1]  # the interruption is in the trace, with the time it came
+    assert (last["type"], last["cause"], last["during"]) == ("interrupted", "Ctrl-C", "tool shell")
+    assert status["elapsed_s"] == last["elapsed_s"]
     # Keys typed during the live view are not echoed: an echoed ^C pushed the view one line down,
     # and its top border was drawn twice.
     assert "^C" not in screen
@@ -289,3 +293,64 @@ def test_full_scale_on_the_cpu_warns(tmp_path):
         timeout=WAIT_S,
     )
     assert "warning: --scale full on the CPU" in proc.stderr, proc.stderr
+
+
+def trace_events(runs: Path) -> list[dict]:
+    traces = list(runs.glob("*/trace.jsonl"))
+    return [json.loads(line) for line in traces[0].read_text().splitlines() if line.strip()] if traces else []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, cause, code", [(signal.SIGTERM, "SIGTERM", 143), (signal.SIGHUP, "SIGHUP", 129)])
+def test_a_stopping_signal_ends_the_run_as_ctrl_c_does(sig, cause, code, tmp_path):
+    """`kill`, `timeout`, `docker stop` or a CI's cancel (SIGTERM), or a closed terminal
+    (SIGHUP), during a long tool: the run ends interrupted with its figures, says so and how to
+    go on, records the interruption in its trace, and one elapsed time is in every view of it."""
+    from kagent.agent.cli.report.story import read_story
+    from kagent.agent.lifecycle.runs import resume_run
+    from kagent.agent.settings import minutes
+
+    usage = {"input_tokens": 1000}
+    spec = script(
+        tmp_path,
+        tool("write_file", usage=usage, path="notes.md", content="a plan"),
+        tool("shell", usage=usage, command="sleep 600 # kagent-signal-test", timeout_s=600),
+        tool("finish", summary="stopped early"),
+    )
+    runs = Path(os.environ["KAGENT_RUNS"])
+    proc = subprocess.Popen(
+        [KAGENT, "run", "02_kimi_linear_decode", "--model", spec, "--budget", "30m", "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    deadline = time.monotonic() + WAIT_S
+    while not any(e["type"] == "tool_started" and e["name"] == "shell" for e in trace_events(runs)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.5)  # the shell command runs a while: the time to the signal must count
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == code, out + err
+    status = read_status(runs)
+    assert status["state"] == "interrupted" and status["reason"] == f"by {cause}" and status["tokens"] == 2000
+    last = trace_events(runs)[-1]
+    assert last["type"] == "interrupted" and last["cause"] == cause and last["during"] == "tool shell"
+    # One elapsed time: the trace's interruption, status.json, `kagent runs`, the page, resume.
+    assert status["elapsed_s"] == last["elapsed_s"] > 1.5
+    elapsed = minutes(last["elapsed_s"])
+    run_id = status["run_id"]
+    assert f"interrupted by {cause}: run {run_id} stopped at {elapsed}; no attempt passed a benchmark yet" in err
+    assert f"go on with: kagent resume {run_id}" in err
+    assert not processes_with("kagent-signal-test")  # the shell command was stopped with the run
+    listed = json.loads(kagent("runs", "--json", cwd=tmp_path).stdout)
+    assert [(r["state"], r["elapsed_s"]) for r in listed] == [("interrupted", last["elapsed_s"])]
+    replayed = kagent("replay", run_id, cwd=tmp_path).stdout
+    assert f"interrupted by {cause} at {elapsed}, during tool shell" in replayed
+    run_dir = runs / run_id
+    assert read_story(run_dir).elapsed_s == last["elapsed_s"]
+    _, report = resume_run(run_id)
+    resumed = next(e for e in trace_events(runs) if e["type"] == "run_resumed")
+    assert resumed["spent_before_s"] == last["elapsed_s"] and report.status == "no_result"

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, exit_codes_text
+from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, EXIT_INTERRUPTED, exit_codes_text
 from kagent.core.errors import KagentError
 from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 
@@ -440,9 +440,9 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
                 run_dir, report = drive(view.update)
     except RunInterrupted as stop:
         # Caught here: typer would turn it into a silent exit 130 before main() could speak.
-        err_console.print(f"interrupted: run {stop.run_id} stopped; its attempts and trace are kept", highlight=False)
-        err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False)
-        raise typer.Exit(EXIT_CTRL_C) from None
+        err_console.print(interrupted_summary(stop), highlight=False, soft_wrap=True)
+        err_console.print(f"go on with: kagent resume {stop.run_id}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED[stop.cause]) from None
     except KeyboardInterrupt:
         err_console.print("interrupted before the run started")
         raise typer.Exit(EXIT_CTRL_C) from None
@@ -461,6 +461,24 @@ def runs_command(
     json_output: bool = typer.Option(False, "--json", help="Print the runs as a JSON list only."),
 ) -> None:
     """List the runs, newest first: state, result, time, tokens and cost of each.
+def interrupted_summary(stop) -> str:
+    """What a run stopped by Ctrl-C or a signal had come to (``stop``: a RunInterrupted)."""
+    from kagent.agent.settings import minutes
+    from kagent.sandbox.noise import score_text
+
+    status = stop.status
+    if status.result_score is not None:
+        best = f"result {score_text(status.result_score, status.result_interval)} (attempt {status.best_attempt})"
+    elif status.best_attempt is not None:
+        best = f"best attempt {status.best_attempt}, not verified"
+    else:
+        best = "no attempt passed a benchmark yet"
+    return (
+        f"interrupted by {stop.cause}: run {stop.run_id} stopped at {minutes(status.elapsed_s)}; {best}; "
+        f"{status.tokens:,} tokens, ${status.cost_usd:.2f}; its attempts and trace are kept"
+    )
+
+
 
     A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
     """

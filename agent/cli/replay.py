@@ -23,6 +23,7 @@ from rich.text import Text
 from kagent.agent.cli.trace_reading import (
     TraceFiles,
     budget_line,
+    interrupted_line,
     minutes,
     notice_line,
     resumed_line,
@@ -37,6 +38,7 @@ from kagent.agent.storage.trace import (
     ErrorRecorded,
     Event,
     Finalized,
+    Interrupted,
     ModelRequested,
     ModelResponded,
     ModelRetried,
@@ -211,7 +213,7 @@ class TraceRenderer:
         text = Text(shown, style="red" if event.is_error else "")
         notes = []
         if more:
-            notes.append(f"{more} more lines")
+            notes.append(f"{more} more line{'s' if more != 1 else ''}")
         if event.blob:
             notes.append(f"full output in {event.blob}")
         if event.seconds >= 1:
@@ -308,6 +310,9 @@ class TraceRenderer:
         if isinstance(score, (int, float)):
             text.append(f" {score:.3f}x")
         return [text]
+
+    def _on_interrupted(self, event: Interrupted) -> list[RenderableType]:
+        return [Text.assemble(("interrupted ", "bold yellow"), interrupted_line(event))]
 
     def _on_run_ended(self, event: RunEnded) -> list[RenderableType]:
         best = (

@@ -19,21 +19,14 @@ from typing import Any, Literal, Optional, cast
 
 from kagent.agent.loop.budget import BudgetSummary
 from kagent.agent.loop.ledger import Attempt
-from kagent.agent.storage.trace import AttemptRecorded, RunResumed, ToolFinished, ToolStarted, UserNotice
+from kagent.agent.settings import minutes
+from kagent.agent.storage.trace import AttemptRecorded, Interrupted, RunResumed, ToolFinished, ToolStarted, UserNotice
 from kagent.tools import all_tools
 from kagent.tools.base import UNTOUCHED, FileEffect, Restore, Rewrite, Tool, Unknown
 
 
 def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def minutes(seconds: float) -> str:
-    """A duration as the views' clocks show it: 0m12s, 59m59s, 1h05m."""
-    seconds = max(0, int(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def thinking_line(block: dict[str, Any]) -> str:
@@ -65,6 +58,13 @@ def notice_line(event: UserNotice) -> Optional[str]:
         return None
     text = event.text.strip()
     return text.splitlines()[0] if text else ""
+
+
+def interrupted_line(event: Interrupted) -> str:
+    """What stopped the run short, when, and what it was doing, after the word "interrupted"."""
+    who = "the budget's final slice (exploring ended there)" if event.cause == "deadline" else event.cause
+    text = f"by {who} at {minutes(event.elapsed_s)}" + (f", during {event.during}" if event.during else "")
+    return text if event.cause == "deadline" else f"{text}; `kagent resume` goes on with the run"
 
 
 def resumed_line(event: RunResumed) -> str:

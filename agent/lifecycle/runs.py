@@ -6,7 +6,10 @@ import os
 import platform
 import secrets
 import shutil
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -22,29 +25,82 @@ from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
 from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
-from kagent.agent.settings import RunConfig, RunSettings
+from kagent.agent.settings import RunConfig, RunSettings, minutes
 from kagent.agent.storage.folders import RUN_FILES, check_run_id, find_run
 from kagent.agent.storage.lock import RunLock
-from kagent.agent.storage.trace import RunResumed, TraceWriter, read_trace
+from kagent.agent.storage.trace import Interrupted, InterruptionCause, RunResumed, TraceWriter, read_trace
 from kagent.agent.storage.workspace import Workspace
 from kagent.core.errors import KagentError
 from kagent.core.messages import ChatModel
 from kagent.core.paths import kagent_home, runs_dir
 from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.noise import score_interval, score_text
+from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import all_tools
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a run: its status is written as interrupted, and ``kagent resume`` goes on with it.
+    """Ctrl-C or a stopping signal stopped a run: the trace records it, its status is written as
+    interrupted with the figures it stopped at (``status``), and ``kagent resume`` goes on with it.
 
     A KeyboardInterrupt still, so that whatever catches Ctrl-C above a run sees it as one.
     """
 
-    def __init__(self, run_id: str, run_dir: Path):
+    def __init__(self, run_id: str, run_dir: Path, cause: InterruptionCause, status: RunStatus):
         super().__init__(run_id)
         self.run_id = run_id
         self.run_dir = run_dir
+        self.cause = cause
+        self.status = status
+
+
+class StopSignal(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP, raised where the run's thread stands, as Ctrl-C's own
+    KeyboardInterrupt is (a plain `kill`, `timeout`, `docker stop` or a CI's cancel then ends the
+    run as Ctrl-C does), with what the run was doing when it came (the loop's activity is gone
+    by the time the exception reaches the code that records it)."""
+
+    def __init__(self, cause: InterruptionCause, during: str):
+        super().__init__(cause)
+        self.cause: InterruptionCause = cause
+        self.during = during
+
+
+STOP_SIGNALS: dict[int, InterruptionCause] = {
+    signal.SIGINT: "Ctrl-C",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGHUP: "SIGHUP",
+}
+
+
+@contextmanager
+def signals_stop_the_run(doing: Callable[[], str]) -> Iterator[None]:
+    """While the block runs, Ctrl-C, SIGTERM and SIGHUP raise StopSignal in it, with ``doing()``
+    at that moment. A signal ignored when kagent started (``nohup`` ignores SIGHUP) stays
+    ignored; a second signal while the first is being recorded is ignored, so that the record
+    is written whole. Only the main thread takes signals: elsewhere (a test driving a run in a
+    thread) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise StopSignal(STOP_SIGNALS[signum], doing())
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class RunStatus(BaseModel):
@@ -60,7 +116,10 @@ class RunStatus(BaseModel):
     best_attempt: Optional[int] = None
     best_score: Optional[float] = Field(None, description="The best attempt's score while exploring")
     result_score: Optional[float] = Field(None, description="The run's verified result (RunReport.result_score)")
-    elapsed_s: float = 0.0
+    result_interval: Optional[tuple[float, float]] = Field(
+        None, description="The 95% interval of result_score's measurement (kagent.sandbox.noise.score_interval)"
+    )
+    elapsed_s: float = Field(0.0, description="Budgeted run time, all segments; once stopped, the trace's last event's")
     tokens: int = 0
     cost_usd: float = 0.0
     reason: str = ""
@@ -107,7 +166,7 @@ def _report_markdown(report: RunReport) -> str:
         f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
         f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
         f"- cost: ${report.cost_usd:.2f}",
-        f"- elapsed: {report.elapsed_s / 60:.1f} min",
+        f"- elapsed: {minutes(report.elapsed_s)}",
     ]
     if report.best_speedups:
         lines += ["", "| shape | while exploring | re-verified (the result) |", "|---|---|---|"]
@@ -126,14 +185,15 @@ def _result_line(report: RunReport) -> str:
         if report.best_attempt is not None and report.final_verdict:
             return f"none: attempt {report.best_attempt} failed its final re-verification ({report.final_verdict})"
         return "none: no attempt passed a benchmark"
+    result = score_text(report.result_score, report.result_interval)
     if report.result_from == "final re-verification":
         change = report.result_score / report.best_score - 1 if report.best_score else 0.0
         return (
-            f"{report.result_score:.3f}x, attempt {report.best_attempt} as the final re-verification measured it "
+            f"{result}, attempt {report.best_attempt} as the final re-verification measured it "
             f"({change:+.1%} from {report.best_score:.3f}x while exploring)"
         )
     why = f"the re-verification ended {report.final_verdict}" if report.final_verdict else "it was not re-verified"
-    return f"{report.result_score:.3f}x, attempt {report.best_attempt} as measured while exploring ({why})"
+    return f"{result}, attempt {report.best_attempt} as measured while exploring ({why})"
 
 
 def _drive(
@@ -170,9 +230,10 @@ def _drive(
         inner, remaining_s=lambda: max(0.0, tracker.final_slice_starts() - tracker.clock.now()), on_retry=on_retry
     )
 
-    def write_status(**fields: object) -> None:
+    def write_status(**fields: object) -> RunStatus:
         current = status.model_copy(update={"updated_at": _now(), **_figures(agent_box[0]), **fields})
         write_json_atomically(run_dir / RUN_FILES["status"], current.model_dump_json(indent=1))
+        return current
 
     def on_update(update: ViewUpdate) -> None:
         write_status()
@@ -196,19 +257,26 @@ def _drive(
     for text in agent.warnings:
         warn(text)
     try:
-        report = go(agent)
+        with signals_stop_the_run(lambda: agent.activity.what if agent.activity else ""):
+            report = go(agent)
     except KeyboardInterrupt as interrupt:
-        # The figures as they stand now, not as the run started: `kagent runs` shows them.
-        write_status(state="interrupted", reason="interrupted (Ctrl-C)")
-        raise RunInterrupted(config.run_id, run_dir) from interrupt
+        stop = interrupt if isinstance(interrupt, StopSignal) else StopSignal("Ctrl-C", "")
+        cause = stop.cause
+        trace.append(Interrupted(cause=cause, during=stop.during))
+        # The figures as they stand now, not as the run started: `kagent runs` shows them, and the
+        # time is the interruption's, as the trace has it (what resume and the page count).
+        stopped = write_status(state="interrupted", reason=f"by {cause}", elapsed_s=trace.elapsed_s)
+        raise RunInterrupted(config.run_id, run_dir, cause, stopped) from interrupt
     finally:
         trace.close()
+    # The run's time is its trace's, to the event it ended with: the same figure in every view.
+    report = report.model_copy(update={"elapsed_s": trace.elapsed_s, "result_interval": result_interval(agent)})
     write_json_atomically(run_dir / RUN_FILES["report"], report.model_dump_json(indent=1))
     (run_dir / "report.md").write_text(_report_markdown(report))
     solution = workspace.root / config.solution_name
     if solution.exists():
         shutil.copy2(solution, run_dir / config.solution_name)
-    write_status(state=report.status, reason=report.reason)
+    write_status(state=report.status, reason=report.reason, elapsed_s=report.elapsed_s)
     return report
 
 
@@ -219,10 +287,23 @@ def _figures(agent: Agent) -> dict[str, object]:
         "best_attempt": best.number if best else None,
         "best_score": best.score if best else None,
         "result_score": agent.result_score(),
-        "elapsed_s": round(agent.tracker.elapsed(), 1),
+        "result_interval": result_interval(agent),
+        "elapsed_s": round(agent.tracker.elapsed(), 3),
         "tokens": agent.usage.total_tokens,
         "cost_usd": agent.cost,
     }
+
+
+def result_interval(agent: Agent) -> Optional[tuple[float, float]]:
+    """The interval of the measurement the run's result is (Agent.result_score): the final
+    re-verification's once it passed, else the best attempt's benchmark's."""
+    if agent.result_score() is None:
+        return None
+    final = agent.final_evaluation
+    if final is not None and final.verdict is Verdict.PASS:
+        return score_interval(final)
+    best = agent.ledger.best_attempt()
+    return best.interval if best else None
 
 
 def _check_the_model_can_run_on(model: ChatModel, device: str) -> None:
@@ -309,10 +390,11 @@ def resume_run(
             )
             write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
         task = resolve_task(config.task)
+        spent_before_s = spent_s(run_dir, state.elapsed_s)
         tracker = BudgetTracker(
             config.budget,
             clock or SystemClock(),
-            spent_before_s=state.elapsed_s,
+            spent_before_s=spent_before_s,
             tokens_before=state.usage.total_tokens,
             cost_before_usd=state.cost,
         )
@@ -334,7 +416,7 @@ def resume_run(
         workspace.restore(state.snapshot or head)
         resumed = RunResumed(
             segment=segment,
-            spent_before_s=state.elapsed_s,
+            spent_before_s=spent_before_s,
             budget_wall_s=config.budget.wall_s,
             torn_tail_dropped=read.torn_tail,
             workspace_side_ref=side_ref,
@@ -352,6 +434,17 @@ def resume_run(
 
         report = _drive(run_dir, config, task, inner, workspace, tracker, view, go, warn)
     return run_dir, report
+
+
+def spent_s(run_dir: Path, trace_elapsed_s: float) -> float:
+    """The time a run has spent: its trace's last event's, or later still what status.json said
+    (a process killed outright wrote its time there while a tool ran, after the trace's last
+    event); so that time counts against the budget, and every view of the run reads it."""
+    try:
+        status = RunStatus.model_validate_json((run_dir / RUN_FILES["status"]).read_text())
+    except (OSError, ValueError):
+        return trace_elapsed_s
+    return max(trace_elapsed_s, status.elapsed_s)
 
 
 def _restart_notice(run_id: str, resumed: RunResumed) -> str:

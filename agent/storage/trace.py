@@ -22,9 +22,11 @@ from kagent.agent.settings import RunConfig
 from kagent.core.errors import KagentError
 
 # The format of the events written now. 2: a loop-control tool's result says in its data what
-# it changed (design, finish); format 1 said it in the call's arguments only. Older events are
-# read in today's terms (_upgrade), so a trace written before stays readable and resumable.
-TRACE_VERSION: Final = 2
+# it changed (design, finish); format 1 said it in the call's arguments only. 3: an interruption
+# (Ctrl-C, SIGTERM, SIGHUP, the deadline during a model call) is an event of its own; a trace of
+# format 2 or 1 simply holds none. Older events are read in today's terms (_upgrade), so a trace
+# written before stays readable and resumable.
+TRACE_VERSION: Final = 3
 # Tool outputs longer than this go to a blob; the event keeps a capped copy and the blob's name.
 INLINE_LIMIT = 16_000
 # A segment's start says what the user was told there to beware of in the run's figures.
@@ -33,7 +35,7 @@ WARNINGS = "What the user was told to beware of, such as a model without a price
 
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    v: Literal[1, 2] = TRACE_VERSION
+    v: Literal[1, 2, 3] = TRACE_VERSION
     seq: int = Field(0, description="Position in the trace, from 0; set by the writer")
     at: float = Field(0.0, description="Unix time when the event was written; set by the writer")
     elapsed_s: float = Field(0.0, description="Budgeted run time when the event happened")
@@ -164,6 +166,21 @@ class ErrorRecorded(_Event):
     fatal: bool
 
 
+# What stopped a run short of its end: a key, a signal, or the budget's deadline during a call.
+InterruptionCause = Literal["Ctrl-C", "SIGTERM", "SIGHUP", "deadline"]
+
+
+class Interrupted(_Event):
+    """The run was stopped where it stood. After a signal or Ctrl-C the process ends (the run's
+    state is interrupted, `kagent resume` goes on); after the deadline the run goes on to its
+    final slice. Its ``elapsed_s`` is the moment it stopped, which every view of the run's time
+    counts up to."""
+
+    type: Literal["interrupted"] = "interrupted"
+    cause: InterruptionCause
+    during: str = Field("", description="What the run was doing then (a tool, the model), if anything")
+
+
 class RunEnded(_Event):
     type: Literal["run_ended"] = "run_ended"
     status: EndState = Field(description="How it ended (kagent.agent.outcome.ENDINGS)")
@@ -188,6 +205,7 @@ Event = Annotated[
         Compacted,
         Finalized,
         ErrorRecorded,
+        Interrupted,
         RunEnded,
     ],
     Field(discriminator="type"),
@@ -209,12 +227,15 @@ class TraceWriter:
             repair_tail(self.path)
         existing = read_trace(self.path).events if self.path.exists() else []
         self._seq = existing[-1].seq + 1 if existing else 0
+        # The run's time as the last event recorded it: what a run that stops reports as its time.
+        self.elapsed_s = max((e.elapsed_s for e in existing), default=0.0)
         self._file = open(self.path, "ab")
 
     def append(self, event: _Event) -> _Event:
         event.seq = self._seq
         event.at = time.time()
         event.elapsed_s = round(self._elapsed(), 3)
+        self.elapsed_s = max(self.elapsed_s, event.elapsed_s)
         self._file.write(event.model_dump_json().encode() + b"\n")
         self._file.flush()
         os.fsync(self._file.fileno())

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kagent.agent.cli.report.html import document, esc, relative_href, score_text, state_span, write_page
+from kagent.agent.cli.report.html import document, esc, relative_href, state_span, write_page
 from kagent.agent.cli.report.page import render_run
 from kagent.agent.cli.report.story import RunStory, read_story
 from kagent.agent.cli.run_list import RunSummary, list_runs
 from kagent.agent.cli.trace_reading import minutes
 from kagent.core.errors import KagentError
-from kagent.sandbox.noise import score_interval
+from kagent.sandbox.noise import score_interval, score_text
 
 BOARD_NAME = "board.html"
 FILTER_KEYS = ("task", "model", "gpu", "state")

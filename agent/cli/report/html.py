@@ -13,7 +13,6 @@ import html
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 # Colour of each verdict (kagent.sandbox.results.Verdict), on the charts and in the tables.
 VERDICT_COLOURS = {
@@ -106,12 +105,6 @@ def relative_href(target: Path, page: Path) -> str:
     """A link from the page to a file beside it (a blob, a run's page), relative so that the
     folders can be moved together."""
     return esc(Path(os.path.relpath(Path(target).absolute(), Path(page).absolute().parent)).as_posix())
-
-
-def score_text(score: Optional[float], interval: Optional[tuple[float, float]] = None) -> str:
-    if score is None:
-        return "–"
-    return f"{score:.3f}x" + (f" [{interval[0]:.3f}–{interval[1]:.3f}]" if interval else "")
 
 
 def document(title: str, body: str) -> str:

@@ -19,7 +19,6 @@ from kagent.agent.cli.report.html import (
     document,
     esc,
     relative_href,
-    score_text,
     state_span,
     verdict_span,
     write_page,
@@ -28,6 +27,7 @@ from kagent.agent.cli.report.story import TOKEN_KINDS, AttemptRow, AttemptSource
 from kagent.agent.cli.trace_reading import (
     TraceFiles,
     budget_line,
+    interrupted_line,
     line_count,
     minutes,
     notice_line,
@@ -41,6 +41,7 @@ from kagent.agent.storage.trace import (
     Compacted,
     ErrorRecorded,
     Finalized,
+    Interrupted,
     ModelResponded,
     ModelRetried,
     RunEnded,
@@ -50,7 +51,7 @@ from kagent.agent.storage.trace import (
     ToolStarted,
     UserNotice,
 )
-from kagent.sandbox.noise import score_interval
+from kagent.sandbox.noise import score_interval, score_text
 
 PAGE_NAME = "report.html"
 # Caps on what one item shows on the page; the trace (or its blob) holds the whole.
@@ -529,6 +530,9 @@ class _Transcript:
         if result is not None:
             text += f" — {verdict_span(result.verdict.value)} {esc(score_text(result.score, score_interval(result)))}"
         return self._event(event, text)
+
+    def _on_interrupted(self, event: Interrupted) -> str:
+        return self._event(event, f"<b>interrupted</b> {esc(interrupted_line(event))}", "event notice")
 
     def _on_run_ended(self, event: RunEnded) -> str:
         best = (

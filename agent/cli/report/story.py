@@ -320,7 +320,9 @@ def read_story(run_dir: Path) -> RunStory:
         final=final,
         final_result=final_result,
         environment=environment,
-        elapsed_s=max((e.elapsed_s for e in read.events), default=0.0),
+        # As resume counts it (kagent.agent.lifecycle.runs.spent_s): a run killed mid-tool wrote
+        # its time to status.json after the trace's last event.
+        elapsed_s=max([e.elapsed_s for e in read.events] + [summary.elapsed_s if summary else 0.0]),
         turns=turns,
     )
 
