@@ -16,6 +16,9 @@ from kagent.agent.outcome import REPEATED_FAILURE_LIMIT
 from kagent.core.errors import KagentError
 
 DEFAULT_WALL_S = 3 * 3600.0
+# Answers without a tool call in a row that end a run (a plan, thinking aloud or waiting for a
+# job comes alone now and then; several in a row mean the model has stopped working).
+TEXT_ANSWER_LIMIT = 3
 # How long one model request may take, unless the settings say otherwise.
 REQUEST_TIMEOUT_S = 600.0
 
@@ -64,9 +67,6 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-class Budget(BaseModel):
-    """What one run may spend. Limits left as None are not enforced."""
-
 def minutes(seconds: float) -> str:
     """A run's time as every view of it shows it (the live view, `kagent runs`, report.md, the
     page, replay, resume): 0m12s, 59m59s, 1h05m. One function, so that one figure reads alike."""
@@ -75,6 +75,9 @@ def minutes(seconds: float) -> str:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
+
+class Budget(BaseModel):
+    """What one run may spend. Limits left as None are not enforced."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -172,6 +175,12 @@ class RunSettings(BaseModel):
         ge=2,
         description="The run ends (stuck) when the "
         "same tool call, with the same arguments, fails this many times in a row",
+    )
+    max_text_answers: int = Field(
+        TEXT_ANSWER_LIMIT,
+        ge=1,
+        description="The run ends when the model answers this many times in a row without calling "
+        "a tool; each such answer before is answered with a reminder that says how many remain",
     )
     solution_name: str = Field("solution.py", description="The solution's file in the workspace")
     runs_root: Optional[Path] = Field(

@@ -183,6 +183,11 @@ class Tool(Protocol):
     def close(self) -> None:
         """The run's exploration has ended: let go of what the tool still holds (jobs)."""
 
+    def under_way(self) -> str:
+        """What the tool still has running between calls (background jobs), one line each; ""
+        when nothing. Told to a model that ended its turn without a call, as it waits for it."""
+        ...
+
 
 class Args(BaseModel):
     """Base of every tool's argument model: unknown arguments are a mistake worth reporting."""
@@ -228,6 +233,10 @@ class BaseTool(ABC):
 
     def close(self) -> None:  # noqa: B027  (a hook: most tools hold nothing past a call)
         """The run's exploration has ended; most tools hold nothing past a call."""
+
+    def under_way(self) -> str:
+        """Most tools run nothing between calls."""
+        return ""
 
 
 def _untitled(schema: Any) -> Any:

@@ -185,6 +185,11 @@ class Jobs(BaseTool):
             data={"job": number, "log": str(log), "limit_s": limit},
         )
 
+    def under_way(self) -> str:
+        """Every job of the run and how it is doing (a job that ended, too: a model waiting for one
+        learns that it is over)."""
+        return "\n".join(job.line() for job in self.jobs.values())
+
     def close(self) -> None:
         """The run's exploration is over: every job still running is killed."""
         for job in self.jobs.values():

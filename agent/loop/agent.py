@@ -22,6 +22,7 @@ from kagent.agent.loop.budget import BudgetTracker
 from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
 from kagent.agent.loop.ledger import Attempt, Design, Ledger, single_launch
 from kagent.agent.loop.state import Rebuilt
+from kagent.agent.loop.text_answers import TextAnswers
 from kagent.agent.outcome import Cause, EndState, end_state, reverification_inconclusive, reverification_note
 from kagent.agent.settings import RunConfig
 from kagent.agent.storage.trace import (
@@ -46,8 +47,8 @@ from kagent.core.errors import KagentError, TransientModelError
 from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
 from kagent.sandbox import progress
 from kagent.sandbox.evaluate import EvalOptions, evaluate
-from kagent.sandbox.results import EvalResult, Verdict
 from kagent.sandbox.noise import score_interval
+from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
 from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap
 from kagent.tools.evaluation import summarize
@@ -121,10 +122,10 @@ class RunReport(BaseModel):
     result_from: Optional[Literal["final re-verification", "exploration"]] = Field(
         None, description="Which measurement result_score is"
     )
-    attempts: int
     result_interval: Optional[tuple[float, float]] = Field(
         None, description="The 95% interval of that measurement's score (kagent.sandbox.noise.score_interval)"
     )
+    attempts: int
     turns: int
     usage: Usage
     cost_usd: float
@@ -232,7 +233,7 @@ class Agent:
         self.ledger_shown: Optional[str] = None  # the ledger as last shown in full
         self.compaction_warned = False  # told to update its notes before the coming compaction
         self.finished_summary: Optional[str] = None
-        self.nudged = False
+        self.text_answers = TextAnswers(config.max_text_answers)
         self.final_evaluation: Optional[EvalResult] = None
         self.repetition = RepeatedFailures(config.max_repeated_failures)
         # Answers the output cap cut; cut_cap is set while the calls of such an answer run.
@@ -398,6 +399,7 @@ class Agent:
             self._no_tool_calls(response)
             return
         self.cut_answers.watch(response)
+        self.text_answers.answered_with_calls()
         results: list[ToolResult | TextBlock] = [self._call_tool(call) for call in calls]
         status = self._status_text() + self._compaction_warning()
         self.trace.append(UserNotice(turn=self.turn, text=status, budget=dict(self.tracker.summary())))
@@ -415,21 +417,19 @@ class Agent:
         cut = self.cut_answers.watch(response)
         if self.cut_answers.exhausted:
             raise Stop(self.cut_answers.reason(), "model")
-        if cut is None and (self.nudged or response.stop_reason == "refusal"):
-            raise Stop("the model stopped calling tools", "model")
+        if cut is None and response.stop_reason == "refusal":
+            raise Stop("the model refused to go on", "model")
         if cut is None:
-            self.nudged = True
-        text = (
-            (
-                cut
-                or "No tool was called. Keep working with the tools (design, write_file, check, benchmark, "
-                "...), or call finish if you are done."
-            )
-            + "\n\n"
-            + self._status_text()
-        )
+            said = " ".join(b.text for b in response.message.content if isinstance(b, TextBlock))
+            under_way = "\n".join(filter(None, (tool.under_way() for tool in self.tools.values())))
+            cut = self.text_answers.reminder(said, under_way)
+        text = cut + "\n\n" + self._status_text()
         self.trace.append(UserNotice(turn=self.turn, text=text, budget=dict(self.tracker.summary())))
         self.messages.append(Message(role="user", content=[TextBlock(text=text)]))
+        if self.text_answers.exhausted:
+            raise Stop(
+                f"the model answered {self.text_answers.in_a_row} times in a row without calling a tool", "model"
+            )
 
     def _call_model(self) -> ModelResponse:
         """One model turn, abandoned (not awaited) if it runs into the final slice."""
