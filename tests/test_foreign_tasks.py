@@ -94,7 +94,8 @@ def test_kernelbench_correct_solution_passes_and_is_timed(kb_task, kagent_home, 
 def test_kernelbench_wrong_solution_fails(kb_task, kagent_home, tmp_path):
     result = run_eval(kb_task, kb_solution(tmp_path / "s", " - 1.0"), kagent_home, mode="check")
     assert result.verdict is Verdict.INCORRECT
-    assert result.reason.startswith("fixed_seeds: seed 0: output 0: max abs difference")
+    # KernelBench's first trial seed, torch.randint's first draw after torch.manual_seed(42).
+    assert result.reason.startswith("fixed_seeds: seed 734796314: output 0: max abs difference")
 
 
 @pytest.mark.slow

@@ -46,6 +46,9 @@ class Spec:
     label: str  # how messages name it: "the solution", "the baseline", ...
     seed: Optional[int] = None  # torch.manual_seed before construction (KernelBench)
     strict: bool = True  # weights must match every key (decode tasks) or only where they fit (KernelBench)
+    # Put in eval mode once built (decode tasks). KernelBench never calls .eval(): its models
+    # run in the training mode a module starts in (BatchNorm on the batch's statistics).
+    eval_mode: bool = True
 
     def request(self, init: dict, weights: Optional[str]) -> dict:
         """The server's load request: ``init`` the tagged constructor arguments, ``weights``
@@ -67,8 +70,9 @@ def mega_spec(who: str, task_dir: Path, solution: Optional[Path], has_baseline: 
     return Spec(path.stem, str(path), [str(task_dir)], MEGA_CLASS, f"the {path.stem}")
 
 
-def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path]) -> Spec:
-    """A KernelBench file's contestant: the solution's ModelNew, or the file's own Model."""
+def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path], eval_mode: bool = False) -> Spec:
+    """A KernelBench file's contestant: the solution's ModelNew, or the file's own Model; in
+    the training mode KernelBench leaves them in unless ``eval_mode``."""
     if who == "solution" and solution is not None:
         return Spec(
             "solution",
@@ -78,6 +82,7 @@ def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path]) -> Spe
             "the solution",
             seed=KERNELBENCH_SEED,
             strict=False,
+            eval_mode=eval_mode,
         )
     return Spec(
         KERNELBENCH_MODULE,
@@ -87,6 +92,7 @@ def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path]) -> Spe
         "the task",
         seed=KERNELBENCH_SEED,
         strict=False,
+        eval_mode=eval_mode,
     )
 
 
@@ -112,7 +118,7 @@ def build(
 ) -> Any:
     """Import ``spec``'s file (unless ``module`` is it, imported already), construct its class
     from ``init``, move it to ``device``, load ``weights`` (a state dict, or the path of a file
-    of one) and put it in eval mode.
+    of one) and put it in eval mode where ``spec`` says so.
 
     ``guard(what, fn, *args)`` runs each stage: the contestant's server attributes whatever
     a stage raises to the code it built (see solution_server.solution_call)."""
@@ -134,7 +140,7 @@ def build(
             own = model.state_dict()
             if own.keys() == weights.keys() and all(own[k].shape == v.shape for k, v in weights.items()):
                 guard(f"{spec.label} load_state_dict", model.load_state_dict, weights)
-    return guard(f"{spec.label} .eval()", model.eval)
+    return guard(f"{spec.label} .eval()", model.eval) if spec.eval_mode else model
 
 
 def kernelbench_inputs(problem: Any, seed: int, device: torch.device) -> list:

@@ -1,15 +1,31 @@
 """Evaluation of a KernelBench-style single-file task.
 
 The task file defines ``Model``, ``get_inputs()`` and ``get_init_inputs()``; the solution
-defines ``ModelNew`` with the same constructor arguments. Correctness is ``allclose`` at the
-tolerance of the job; speed is measured against the file's own ``Model``, eager.
+defines ``ModelNew`` with the same constructor arguments. Graded by KernelBench's own
+conventions (its src/eval.py), each a job key away:
+
+- both models built after ``torch.manual_seed(42)`` and left in the training mode a module
+  starts in, as KernelBench leaves them (``eval_mode``, or ``EVAL_MODE = True`` in the
+  problem file, puts them in eval mode);
+- ``allclose`` at the tolerance KernelBench takes from the precision: 1e-4 where the outputs
+  are fp32, 1e-2 where one is fp16 or bf16 (``atol``, ``rtol``);
+- its correctness trials: 5 input sets, each drawn after a seed that
+  ``torch.randint(0, 2**32 - 1)`` gives after ``torch.manual_seed(42)`` (``correct_trials``).
+
+kagent adds what KernelBench does not check: inputs drawn at run time, a second call on the
+same buffers overwritten, inputs left as they were, and timed calls on fresh secret inputs,
+their outputs judged against the baseline's on the same inputs. Speed is measured against the
+file's own ``Model``, eager, in a process of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import secrets
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -18,6 +34,32 @@ from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout
 from .loading import CandidateError, TaskError, load_module
 from .remote import layout_of
+
+# KernelBench's correctness trials (num_correct_trials of its evaluation scripts).
+CORRECT_TRIALS = 5
+# KernelBench's tolerance by precision (get_tolerance_for_precision), atol and rtol alike.
+FP32_TOLERANCE = 1e-4
+HALF_TOLERANCE = 1e-2
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+# Timed blocks per contestant, each paired with one of the other's. Five pairs, as before,
+# called 5 of 16 evaluations of code identical to the reference a real difference; the
+# interval of the median over ABBA units is honest only with a dozen units or more.
+TIMED_PAIRS = 40
+# The most calls one timed block makes; a block of a fast call lasts about
+# timing.MIN_REQUEST_MS.
+MAX_CALLS_PER_BLOCK = 4096
+# The most bytes of inputs and outputs one block's distinct input sets may hold: each call of
+# a block takes an input set of its own, drawn fresh and secret for the block, as far as they
+# fit; beyond it the calls take the sets in turn.
+TIMED_SETS_BYTES = 512 << 20
+# Elements compared at once: a large output compared whole in float64 took 3.7 s and twice
+# its size in memory.
+COMPARE_CHUNK = 1 << 22
+# The evaluation's calls of the reference beside the timed ones (correctness trials, drawn
+# inputs, the overwrite check, warm-ups), and the share of the job's time limit they may take
+# with the timing: past it, the evaluation stops before it starts.
+OVERHEAD_CALLS = 40
+TIME_SHARE = 0.8
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -29,21 +71,81 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     raise CandidateError(f"forward returned {type(value).__name__}, expected tensors")
 
 
-def _nbytes(value: Any) -> int:
+def _input_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
+        return [value]
     if isinstance(value, (tuple, list)):
-        return sum(_nbytes(v) for v in value)
-    return 0
+        return [t for v in value for t in _input_tensors(v)]
+    return []
+
+
+def _nbytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in _input_tensors(value))
+
+
+def trial_seeds(count: int, seed: int = building.KERNELBENCH_SEED) -> list[int]:
+    """The seeds of KernelBench's correctness trials: ``count`` draws of
+    ``torch.randint(0, 2**32 - 1)`` after ``torch.manual_seed(seed)``."""
+    generator = torch.Generator().manual_seed(seed)
+    return [int(torch.randint(0, 2**32 - 1, (1,), generator=generator).item()) for _ in range(count)]
+
+
+def tolerance_for(outputs: list[torch.Tensor]) -> float:
+    """KernelBench's atol and rtol for outputs of these dtypes: its half-precision one where
+    any output is fp16 or bf16, else its fp32 one."""
+    return HALF_TOLERANCE if any(t.dtype in HALF_DTYPES for t in outputs) else FP32_TOLERANCE
+
+
+def timed_plan(call_ms: float, set_bytes: int, min_request_ms: float = timing.MIN_REQUEST_MS) -> tuple[int, int]:
+    """(calls per timed block, distinct input sets per block) for a reference call of
+    ``call_ms``: a block of about ``min_request_ms``, one call where a call takes a quarter
+    of that or more (as timing.block_plan rules); as many distinct sets as calls where they
+    fit in TIMED_SETS_BYTES."""
+    if call_ms >= min_request_ms / 4:
+        calls = 1
+    else:
+        calls = min(MAX_CALLS_PER_BLOCK, math.ceil(min_request_ms / max(call_ms, 1e-3)))
+    return calls, max(1, min(calls, TIMED_SETS_BYTES // max(set_bytes, 1)))
+
+
+def fresh_inputs(problem: Any, seed: int, device: torch.device) -> list:
+    """A timed input set: ``get_inputs()`` after ``seed``, its tensors made on ``device``
+    itself (the factories' default device), so that a block's many fresh sets cost the
+    device's time and not the host's; the same distribution as KernelBench's draws."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        drawn = problem.get_inputs()
+    return [value.to(device) if isinstance(value, torch.Tensor) else value for value in drawn]
+
+
+def judge(got: Any, expected: list[torch.Tensor], atol: float, rtol: float) -> Optional[str]:
+    """Why ``got`` is not ``expected`` within ``atol + rtol·|expected|`` (None: it is),
+    compared in float64 a chunk at a time on the device the expected values are on."""
+    tensors = _tensors(got)
+    if len(tensors) != len(expected):
+        return f"forward returned {len(tensors)} tensors, expected {len(expected)}"
+    for i, (g, e) in enumerate(zip(tensors, expected, strict=True)):
+        if tuple(g.shape) != tuple(e.shape):
+            return f"output {i}: shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        flat_g, flat_e = g.reshape(-1), e.reshape(-1)
+        worst = 0.0
+        for start in range(0, flat_e.numel(), COMPARE_CHUNK):
+            a, b = flat_g[start : start + COMPARE_CHUNK], flat_e[start : start + COMPARE_CHUNK]
+            if not compare.is_finite(a) and compare.is_finite(b):
+                return f"output {i}: non-finite values"
+            if not compare.allclose(a, b, atol, rtol):
+                worst = max(worst, compare.max_abs_diff(a, b))
+        if worst:
+            return f"output {i}: max abs difference {worst:.3g} exceeds atol {atol:g} + rtol {rtol:g}·|expected|"
+    return None
 
 
 class KernelBenchEvaluation(EvaluationBase):
     def __init__(self, job: dict, channel, early: dict | None = None, began: float | None = None):
+        self.began_at = time.perf_counter() if began is None else began
         super().__init__(job, channel, early, began)
-        self.atol = float(job.get("atol", 1e-2))
-        self.rtol = float(job.get("rtol", 1e-2))
-        self.seeds = list(job.get("seeds") or [0, 1, 2])
-        self.timing_seed = int(job.get("timing_seed", 0))
+        self.given_atol, self.given_rtol = job.get("atol"), job.get("rtol")
+        self.seeds = trial_seeds(int(job.get("correct_trials") or CORRECT_TRIALS))
 
     def _load_problem(self) -> None:
         path = Path(self.job["task_file"])
@@ -57,13 +159,34 @@ class KernelBenchEvaluation(EvaluationBase):
             raise
         except Exception as err:
             raise TaskError(f"cannot load {path.name}: {type(err).__name__}: {err}") from err
+        self.eval_mode = bool(self.job.get("eval_mode")) or getattr(self.problem, "EVAL_MODE", False) is True
 
     def _inputs(self, seed: int) -> list:
         return building.kernelbench_inputs(self.problem, seed, self.device)
 
     def spec(self, who: str) -> building.Spec:
         solution = Path(self.job["solution"]) if self.job["mode"] != "aa" else None
-        return building.kernelbench_spec(who, Path(self.job["task_file"]), solution)
+        return building.kernelbench_spec(who, Path(self.job["task_file"]), solution, self.eval_mode)
+
+    def _reference_outputs(self, seeds: list[int]) -> float:
+        """The reference's outputs for ``seeds``, kept; whether it writes into its inputs
+        (then the problem works in place, and a solution may too); the median call's ms."""
+        self.expected: dict[int, list[torch.Tensor]] = {}
+        self.in_place = False
+        times = []
+        for seed in seeds:
+            inputs = self._inputs(seed)
+            before = [t.clone() for t in _input_tensors(inputs)]
+            started = time.perf_counter()
+            out = self.reference(*inputs)
+            timing.synchronize(self.device)
+            times.append((time.perf_counter() - started) * 1e3)
+            self.in_place |= not all(
+                compare.bitwise_equal(a, b) for a, b in zip(_input_tensors(inputs), before, strict=True)
+            )
+            self.single_output = isinstance(out, torch.Tensor)
+            self.expected[seed] = [t.clone() for t in _tensors(out)]
+        return sorted(times)[len(times) // 2]
 
     def run(self) -> None:
         self._load_problem()
@@ -72,18 +195,26 @@ class KernelBenchEvaluation(EvaluationBase):
             # The referee's reference, built as every contestant is (building.build).
             self.reference = building.build(self.spec("reference"), self.init_inputs, self.device, module=self.problem)
             self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(int(self.job.get("hidden_seeds", 2)))]
-            outputs = {
-                seed: self.reference(*self._inputs(seed))
-                for seed in [*self.seeds, *self.hidden_seeds, self.timing_seed]
-            }
-            self.single_output = isinstance(outputs[self.timing_seed], torch.Tensor)
-            self.expected = {seed: [t.clone() for t in _tensors(out)] for seed, out in outputs.items()}
+            call_ms = self._reference_outputs([*self.seeds, *self.hidden_seeds])
+            first = self.expected[self.seeds[0]]
+            self.atol = float(self.given_atol if self.given_atol is not None else tolerance_for(first))
+            self.rtol = float(self.given_rtol if self.given_rtol is not None else tolerance_for(first))
             self.phase("reference_outputs")
+            inputs = self._inputs(self.seeds[0])
+            min_request_ms = self.job.get("min_request_ms")
+            self.calls, self.sets = timed_plan(
+                call_ms,
+                _nbytes(inputs) + _nbytes(first),
+                timing.MIN_REQUEST_MS if min_request_ms is None else float(min_request_ms),
+            )
+            if self.job["mode"] != "check":
+                self._check_time_left(call_ms)
             # Before the solution's process loads anything: what it leaves in the cache can be trusted.
             self.bw = self.bandwidth() if self.job["mode"] != "check" else None
-            inputs = self._inputs(self.timing_seed)
-            outputs = layout_of(self.expected[self.timing_seed])
-            self.connect_contestants(arena_bytes_for(inputs, outputs, outputs))
+            outputs = layout_of(first)
+            self.connect_contestants(
+                arena_bytes_for(inputs, outputs, *[inputs] * self.sets, *[outputs] * self.sets, outputs)
+            )
             weights = self.weights_file(self.reference.state_dict(), None)
             self.begin_trusted(weights, self.init_inputs)
             self.finish_trusted()
@@ -104,6 +235,24 @@ class KernelBenchEvaluation(EvaluationBase):
             except CandidateError as err:
                 self.solution_failed(current, err)
 
+    def _check_time_left(self, call_ms: float) -> None:
+        """Stop before the evaluation starts where its calls cannot finish in the job's time
+        limit at this pace (on the CPU, a KernelBench problem at its real size can take
+        seconds a call), with the size that would."""
+        limit_s = self.job.get("timeout_s")
+        if not limit_s:
+            return
+        calls = OVERHEAD_CALLS + 2 * (TIMED_PAIRS + 2) * self.calls
+        needed_s = calls * call_ms / 1e3
+        room_s = float(limit_s) * TIME_SHARE - (time.perf_counter() - self.began_at)
+        if needed_s > room_s:
+            raise TaskError(
+                f"a call of the reference takes {call_ms:.0f} ms on {self.device.type}, and an evaluation makes "
+                f"about {calls} of them: {needed_s:.0f} s, past the {room_s:.0f} s its time limit leaves; on this "
+                f"device it finishes with inputs about {needed_s / max(room_s, 1e-9):.1f}x smaller (get_inputs), "
+                f"or on a GPU (--device cuda), or with a longer --timeout"
+            )
+
     def _forward(self, source: str, inputs: list, seed: int) -> dict:
         """One forward in the solution's process on ``inputs`` (fresh copies, or the previous
         call's very tensors overwritten in place), judged against the seed's expected output."""
@@ -119,31 +268,26 @@ class KernelBenchEvaluation(EvaluationBase):
                 "args": solution.put(inputs),
                 "out": out,
                 "returns": "forward's return value",
+                "check_inputs": not self.in_place,
             },
             "running forward",
         )
         if "bad_return" in reply:
             return {"passed": False, "reason": str(reply["bad_return"])[:500]}
-        return self._judge(solution.take(out), self.expected[seed])
+        if reply.get("changed_inputs"):
+            which = ", ".join(str(i) for i in reply["changed_inputs"])
+            return {
+                "passed": False,
+                "reason": f"forward wrote into its input tensor(s) {which}; the reference leaves its inputs as "
+                "they were, and a caller may use them again (work on a copy, or out of place)",
+            }
+        failure = judge(solution.take(out), self.expected[seed], self.atol, self.rtol)
+        return {"passed": failure is None, "reason": failure or "allclose"}
 
     def _returns(self, expected: list[torch.Tensor]) -> Any:
         """What forward must return: one tensor, or a tuple of them, as the reference does."""
         layouts = [Layout.of(t) for t in expected]
         return layouts[0] if self.single_output else tuple(layouts)
-
-    def _judge(self, output: Any, expected: list[torch.Tensor]) -> dict:
-        got = _tensors(output)
-        for i, (g, e) in enumerate(zip(got, expected, strict=False)):
-            if not compare.is_finite(g) and compare.is_finite(e):
-                return {"passed": False, "reason": f"output {i}: non-finite values"}
-            if not compare.allclose(g, e, self.atol, self.rtol):
-                diff = compare.max_abs_diff(g, e)
-                return {
-                    "passed": False,
-                    "reason": f"output {i}: max abs difference {diff:.3g} exceeds "
-                    f"atol {self.atol} + rtol {self.rtol}·|expected|",
-                }
-        return {"passed": True, "reason": "allclose"}
 
     def _correctness(self) -> bool:
         for group, seeds in (("fixed_seeds", self.seeds), ("hidden_seeds", self.hidden_seeds)):
@@ -152,8 +296,12 @@ class KernelBenchEvaluation(EvaluationBase):
                 if not outcome["passed"]:
                     label = f"seed {seed}" if group == "fixed_seeds" else "a seed drawn for this run"
                     return self.send_check(group, "fail", f"{label}: {outcome['reason']}")
+            mode = "eval" if self.eval_mode else "training"
             self.send_check(
-                group, "pass", f"{len(seeds)} input sets allclose (atol {self.atol}, rtol {self.rtol})", seeds=seeds
+                group,
+                "pass",
+                f"{len(seeds)} input sets allclose (atol {self.atol:g}, rtol {self.rtol:g}; {mode} mode)",
+                seeds=seeds,
             )
         # The same input tensors, overwritten in place: a cache keyed by pointer must miss.
         second_seed = self.hidden_seeds[0] if self.hidden_seeds else self.seeds[-1]
@@ -164,67 +312,121 @@ class KernelBenchEvaluation(EvaluationBase):
         return self.send_check("overwrite_in_place", "pass", "a second call on the same, overwritten buffers is right")
 
     def empty_requests(self, process: Any) -> tuple[dict, dict]:
-        expected = self.expected[self.timing_seed]
-        return CallsContestant(
-            self, process, process.who, self._timed_calls(), self._inputs(self.timing_seed), expected, judged=False
-        ).empty_requests()
-
-    def _timed_calls(self) -> int:
-        return int(self.job.get("steps") or 20)
+        # One input set: what a staging request holds does not change an empty block's cost,
+        # and calibration stages it many times.
+        draws = TimedDraws(self, self.calls, 1)
+        return CallsContestant(draws, process, process.who, judged=False).empty_requests()
 
     def _performance(self) -> None:
-        steps = self._timed_calls()
-        # A block of at least a whole chain of calls (one request per round where the calls
-        # are slow enough), as KernelBench times them.
-        settings = timing.Settings.of(self.job, rounds=5, warmup=3, block_steps=steps)
-        inputs = self._inputs(self.timing_seed)
-        expected = self.expected[self.timing_seed]
+        # Every block a whole chain of calls; TIMED_PAIRS of them per contestant; no isolated
+        # latency (a call's latency alone is the decode tasks' figure, not KernelBench's).
+        settings = dataclasses.replace(
+            timing.Settings.of(self.job, rounds=TIMED_PAIRS, warmup=2), block_steps=self.calls, isolated_steps=0
+        )
+        draws = TimedDraws(self, self.calls, self.sets)
 
         def contestants() -> tuple[CallsContestant, CallsContestant]:
             return (
-                CallsContestant(self, self.baseline_process, "baseline", steps, inputs, expected, judged=False),
-                CallsContestant(self, self.solution, "candidate", steps, inputs, expected, judged=True),
+                CallsContestant(draws, self.baseline_process, "baseline", judged=False),
+                CallsContestant(draws, self.solution, "candidate", judged=True),
             )
 
         # The least a forward can move: read every input and parameter once, write the output
         # once. No physics check here: a KernelBench problem's inputs and weights can be small
         # enough to stay in the device's cache between calls, where beating the DRAM floor is
-        # honest.
-        nbytes = _nbytes(inputs) + _nbytes(expected) + sum(_nbytes(t) for t in self.reference.state_dict().values())
-        shape = timing.Shape("timed_calls", "default", None, steps, contestants, nbytes, physics=False)
-        if timing.time_contestants(self, [shape], settings) is None:
+        # honest; a median below it is said (below).
+        expected = self.expected[self.seeds[0]]
+        inputs = self._inputs(self.seeds[0])
+        nbytes = _nbytes(inputs) + _nbytes(expected) + _nbytes(list(self.reference.state_dict().values()))
+        shape = timing.Shape("timed_calls", "default", None, self.calls, contestants, nbytes, physics=False)
+        results = timing.time_contestants(self, [shape], settings)
+        if results is None:
             return
+        self._flag_beyond_floor(results[0])
         self.count_launches("__call__", lambda: inputs)
+
+    def _flag_beyond_floor(self, result: dict) -> None:
+        """Say so where the solution's median call moves its bytes faster than the device's
+        measured copy bandwidth allows: honest only where its data stays in the device's
+        cache between calls."""
+        roofline = result.get("roofline")
+        if roofline and roofline["candidate_fraction"] > timing.PHYSICS_SLACK:
+            self.send_check(
+                "bytes_floor",
+                "pass",
+                f"flagged: {result['candidate']['median_ms']:.4g} ms a call is {roofline['candidate_fraction']:.1f}x "
+                f"faster than reading its inputs and weights and writing its output once at the measured copy "
+                f"bandwidth ({roofline['bytes_per_step'] / 1e6:.3g} MB a call): possible only where they stay in "
+                "the device's cache",
+                roofline=roofline,
+            )
+
+
+class TimedDraws:
+    """The timed calls' inputs: for the k-th timed block of each contestant, ``sets`` input
+    sets drawn fresh from seeds no one knows in advance, the same for both contestants'
+    k-th blocks (one pair); each call of a block takes the next set in turn. The baseline's
+    outputs on a pair's sets are what the candidate's are judged against."""
+
+    def __init__(self, evaluation: KernelBenchEvaluation, calls: int, sets: int):
+        self.evaluation, self.calls, self.sets = evaluation, calls, sets
+        self.drawn: dict[int, list[list]] = {}
+        self.outputs: dict[int, dict[str, list]] = {}
+        self.failure: Optional[str] = None
+        self.checked = 0
+
+    def inputs(self, block: int) -> list[list]:
+        """Block ``block``'s input sets (-1: the warm-ups'), drawn when first asked for."""
+        if block not in self.drawn:
+            e = self.evaluation
+            self.drawn[block] = [fresh_inputs(e.problem, secrets.randbits(63), e.device) for _ in range(self.sets)]
+        return self.drawn[block]
+
+    def record(self, block: int, who: str, outputs: list) -> None:
+        """One contestant's outputs of block ``block``, a set's each; once both are in, the
+        candidate's judged against the baseline's, and the block's sets let go."""
+        mine = self.outputs.setdefault(block, {})
+        mine[who] = outputs
+        if len(mine) < 2:
+            return
+        e = self.evaluation
+        for i, (got, want) in enumerate(zip(mine["candidate"], mine["baseline"], strict=True)):
+            if got is None or want is None:
+                continue
+            failure = judge(got, _tensors(want), e.atol, e.rtol)
+            self.checked += 1
+            if failure and self.failure is None:
+                self.failure = f"timed block {block + 1}, input set {i + 1} (drawn for this run): {failure}"
+        del self.outputs[block]
+        self.drawn.pop(block, None)
 
 
 class CallsContestant(timing.Contestant):
     """A KernelBench file's contestant in the timing, in its own process (the baseline's, the
-    file's own Model; or the solution's): forwards on the same inputs, a chain of ``steps``
-    of them from a fresh copy; the candidate's last output is checked after each chain."""
+    file's own Model; or the solution's): each block a chain of calls on fresh input sets
+    (TimedDraws), staged in the untimed request before it; each set's last output is
+    collected after the block, untimed, for the candidate to be judged on."""
 
-    def __init__(
-        self,
-        evaluation: KernelBenchEvaluation,
-        process: Any,
-        name: str,
-        steps: int,
-        inputs: list,
-        expected: list[torch.Tensor],
-        judged: bool,
-    ):
-        super().__init__(name, process, steps)
-        self.evaluation, self.expected, self.judged = evaluation, expected, judged
-        self.template = inputs
+    def __init__(self, draws: TimedDraws, process: Any, name: str, judged: bool):
+        super().__init__(name, process, draws.calls)
+        self.draws, self.judged = draws, judged
+        evaluation = draws.evaluation
         process.slots.reset()
-        self.inputs_node = process.put(inputs)
-        self.out = process.expect(evaluation._returns(expected))
-        self.failure: str | None = None
+        template = evaluation._inputs(evaluation.seeds[0])
+        self.input_nodes = [process.put(template) for _ in range(draws.sets)]
+        expected = evaluation.expected[evaluation.seeds[0]]
+        self.out_nodes = [process.expect(evaluation._returns(expected)) for _ in range(draws.sets)]
+        self.block = -1  # the timed block in progress (-1: warm-ups)
+        self.timed_blocks = 0
 
     def stage_request(self, copies: int) -> dict:
-        if copies:  # the inputs are the template's again, whatever the process did to the arena since
-            self.process.put_into(self.inputs_node, self.template)
-            timing.synchronize(self.evaluation.device)
-        return {"op": "stage", "begins": [self.inputs_node] if copies else []}
+        if not copies:
+            return {"op": "stage", "begins": []}
+        self.block = self.timed_blocks if self.checking else -1
+        for node, values in zip(self.input_nodes, self.draws.inputs(self.block), strict=True):
+            self.process.put_into(node, values)
+        timing.synchronize(self.draws.evaluation.device)
+        return {"op": "stage", "begins": self.input_nodes}
 
     def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
         return {
@@ -232,18 +434,28 @@ class CallsContestant(timing.Contestant):
             "method": "__call__",
             "what": "forward",
             "steps": count * chains,
-            "out": self.out,
-            "returns": "forward's return value",
+            "sets": True,
         }
 
     def chain_done(self, steps_done: int, chains: int) -> None:
-        if not self.judged:
-            return
-        outcome = self.evaluation._judge(self.process.take(self.out), self.expected)
-        if not outcome["passed"] and self.failure is None:
-            self.failure = f"output of the last timed call: {outcome['reason']}"
+        reply = self.process.request(
+            {"op": "collect", "outs": self.out_nodes, "returns": "forward's return value"},
+            "collecting the outputs of timed calls",
+            probe=False,
+        )
+        if "bad_return" in reply:
+            raise CandidateError(str(reply["bad_return"])[:500])
+        kept = reply.get("kept", [])
+        outputs = [self.process.take(node) if i in kept else None for i, node in enumerate(self.out_nodes)]
+        self.draws.record(self.block, self.name, outputs)
+        self.timed_blocks += 1
 
     def verdict(self) -> tuple[str, str]:
-        if self.failure:
-            return "fail", self.failure
-        return "pass", "output of the last timed call: allclose"
+        draws = self.draws
+        if draws.failure:
+            return "fail", draws.failure
+        repeat = f", each set {draws.calls // draws.sets}x" if draws.sets < draws.calls else ""
+        return "pass", (
+            f"{draws.checked} outputs of timed calls allclose to the baseline's on the same inputs, drawn fresh "
+            f"for each block ({draws.calls} calls on {draws.sets} input sets a block{repeat})"
+        )

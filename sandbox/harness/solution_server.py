@@ -73,6 +73,9 @@ class Session:
         self.containers: list = []  # (container, its original items) inside self.args
         self.chain: Any = None  # the (hidden, state) the next chained step starts from
         self.staged: list = []  # fresh copies of inputs for the next timed request (op_stage)
+        # Each staged set's last output of the last timed calls on sets, and which set the
+        # very last call took (op_repeat with sets, op_collect).
+        self.collected: tuple[list, int | None] = ([], None)
         # Every single call's inputs and outputs stay alive, as they would in one process
         # holding all its cases: each case has addresses of its own, so an answer cached by
         # pointer can only go stale where the referee means it to (the second call).
@@ -136,6 +139,10 @@ class Session:
         returned = solution_call(request["what"], getattr(self.model, request["method"]), *args)
         if source != "chain":
             self.kept.append((args, returned))
+        if request.get("check_inputs"):
+            changed = self._changed_inputs(request["args"], args)
+            if changed:
+                return {"changed_inputs": changed}
         try:
             fill(request["out"], returned, self.arena, request["returns"])
         except BadReturn as err:
@@ -182,7 +189,11 @@ class Session:
 
     def op_repeat(self, request: dict) -> dict:
         """``steps`` calls of the method on the same inputs (KernelBench's timed calls), from
-        the staged copy where there is one; the last output is copied to the arena."""
+        the staged copy where there is one; the last output is copied to the arena. With
+        ``sets``, the calls take the staged input sets in turn instead, and each set's last
+        output is kept for ``collect`` (untimed)."""
+        if request.get("sets"):
+            return self._repeat_on_sets(request)
         if self.staged:
             self.args = self.staged.pop(0)
         args = self.args
@@ -201,6 +212,38 @@ class Session:
         except BadReturn as err:
             return {"bad_return": str(err)}
         return {"device_ms": reported}
+
+    def _repeat_on_sets(self, request: dict) -> dict:
+        sets = self.staged
+        if not sets:
+            raise ExchangeError("timed calls on staged input sets asked for, none staged")
+        steps = int(request["steps"])
+        outputs: list = [None] * len(sets)
+        events = self._events()
+        for i in range(steps):  # none when the referee times an empty request, before any model is built
+            outputs[i % len(sets)] = solution_call(
+                request["what"], getattr(self.model, request["method"]), *sets[i % len(sets)]
+            )
+        reported = events()
+        self.collected = (outputs, (steps - 1) % len(sets) if steps else None)
+        return {"device_ms": reported}
+
+    def op_collect(self, request: dict) -> dict:
+        """The outputs the last timed calls on staged sets kept, into the arena: those of
+        every set, or where they share memory (one buffer returned every call) the last
+        call's alone, the only one still as it was returned; ``kept`` says which."""
+        outputs, last = self.collected
+        self.collected = ([], None)
+        kept = [i for i, out in enumerate(outputs) if out is not None]
+        storages = [{t.untyped_storage().data_ptr() for t in _tensors_of(outputs[i])} for i in kept]
+        if any(a & b for n, a in enumerate(storages) for b in storages[n + 1 :]):
+            kept = [last] if last is not None else []
+        try:
+            for i in kept:
+                fill(request["outs"][i], outputs[i], self.arena, request["returns"])
+        except BadReturn as err:
+            return {"bad_return": str(err)}
+        return {"kept": kept}
 
     def op_launches(self, request: dict) -> dict:
         """Kernel launches of one call on fresh inputs, as this process's profiler sees them."""
@@ -247,6 +290,20 @@ class Session:
         copy_tree(self.args, fresh)
         return self.args
 
+    def _changed_inputs(self, node: dict, args: list) -> list[int]:
+        """The positions, among the tensors of ``args``, of those a call left other than the
+        arena holds them: the call wrote into its inputs."""
+        given = _tensors_of(decode(node, self.arena.view))
+        return [
+            i
+            for i, (mine, theirs) in enumerate(zip(_tensors_of(args), given, strict=False))
+            if mine.shape != theirs.shape
+            or mine.dtype != theirs.dtype
+            or not torch.equal(
+                mine.contiguous().reshape(-1).view(torch.uint8), theirs.contiguous().reshape(-1).view(torch.uint8)
+            )
+        ]
+
     def _events(self):
         """Starts the solution process's own timer; the returned function stops it."""
         if self.device.type != "cuda":
@@ -260,6 +317,17 @@ class Session:
             return float(begin.elapsed_time(end))
 
         return stop
+
+
+def _tensors_of(value: Any) -> list[torch.Tensor]:
+    """The tensors of an argument tree, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_of(v)]
+    return []
 
 
 # Requests whose replies say when this process was ready and when the request came, on the
