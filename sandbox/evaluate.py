@@ -135,8 +135,20 @@ class EvalOptions(BaseModel):
         ge=1,
         description="Seeds drawn at run time, unknown to the solution (None: the task kind's DEFAULT_HIDDEN_SEEDS)",
     )
-    atol: float = Field(1e-2, description="KernelBench files: absolute tolerance of allclose")
-    rtol: float = Field(1e-2, description="KernelBench files: relative tolerance of allclose")
+    atol: Optional[float] = Field(
+        None,
+        description="KernelBench files: absolute tolerance of allclose (None: KernelBench's for "
+        "the output's precision, 1e-4 fp32, 1e-2 fp16 and bf16)",
+    )
+    rtol: Optional[float] = Field(None, description="KernelBench files: relative tolerance of allclose (as atol)")
+    eval_mode: bool = Field(
+        False,
+        description="KernelBench files: both models in eval mode (default: left in training mode, "
+        "as KernelBench leaves them, unless the problem file sets EVAL_MODE = True)",
+    )
+    correct_trials: Optional[int] = Field(
+        None, ge=1, description="KernelBench files: input sets drawn from seed 42 as KernelBench does (None: 5)"
+    )
     python: str = Field(default_factory=lambda: sys.executable, description="Interpreter for the child")
 
     def hidden_seeds_for(self, kind: str) -> int:
@@ -313,6 +325,9 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "hidden_seeds": options.hidden_seeds_for(task.kind),
         "atol": options.atol,
         "rtol": options.rtol,
+        "eval_mode": options.eval_mode,
+        "timeout_s": options.timeout_s,
+        "correct_trials": options.correct_trials,
     }
 
 

@@ -42,6 +42,8 @@ _MEASURED_BY = {
     "hidden_seeds",
     "atol",
     "rtol",
+    "eval_mode",
+    "correct_trials",
 }
 
 

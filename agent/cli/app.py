@@ -131,8 +131,13 @@ def eval_command(
     timeout: Optional[float] = typer.Option(
         None, min=1, help="Seconds before the run is killed (default 900 full, 300 smoke)."
     ),
-    atol: float = typer.Option(1e-2, help="KernelBench files: absolute tolerance."),
-    rtol: float = typer.Option(1e-2, help="KernelBench files: relative tolerance."),
+    atol: Optional[float] = typer.Option(
+        None, help="KernelBench files: absolute tolerance (default: 1e-4 for fp32 outputs, 1e-2 fp16/bf16)."
+    ),
+    rtol: Optional[float] = typer.Option(None, help="KernelBench files: relative tolerance (default as --atol)."),
+    eval_mode: bool = typer.Option(
+        False, "--eval-mode", help="KernelBench files: models in eval mode (default: training mode, as KernelBench)."
+    ),
     build_home: Optional[Path] = typer.Option(
         None,
         "--build-home",
@@ -179,6 +184,7 @@ def eval_command(
         cache_dir=kagent_home(),
         atol=atol,
         rtol=rtol,
+        eval_mode=eval_mode,
         home=_build_home(build_home),
     )
     if not json_output:
@@ -455,12 +461,6 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
     raise typer.Exit(ENDINGS[report.status].exit_code)
 
 
-@app.command("runs")
-def runs_command(
-    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
-    json_output: bool = typer.Option(False, "--json", help="Print the runs as a JSON list only."),
-) -> None:
-    """List the runs, newest first: state, result, time, tokens and cost of each.
 def interrupted_summary(stop) -> str:
     """What a run stopped by Ctrl-C or a signal had come to (``stop``: a RunInterrupted)."""
     from kagent.agent.settings import minutes
@@ -479,6 +479,12 @@ def interrupted_summary(stop) -> str:
     )
 
 
+@app.command("runs")
+def runs_command(
+    root: Optional[Path] = typer.Option(None, help="The runs folder (default: ./runs or KAGENT_RUNS)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the runs as a JSON list only."),
+) -> None:
+    """List the runs, newest first: state, result, time, tokens and cost of each.
 
     A run whose process died without recording its end shows as interrupted (`kagent resume` goes on with it).
     """
