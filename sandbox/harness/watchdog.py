@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from . import process_table
 from .remote import SolutionFailed, _descends, _processes
 
 HANG_AFTER_S = 60.0
@@ -176,7 +177,9 @@ class StepWatchdog:
             {
                 name
                 for pid, (state, _, _, name) in table.items()
-                if name in COMPILERS and state not in ("Z", "X") and _descends(table, pid, self.solution_pid)
+                if name in COMPILERS
+                and (state not in process_table.DEAD or process_table.alive(pid))
+                and _descends(table, pid, self.solution_pid)
             }
         )
 
