@@ -41,7 +41,7 @@ from typing import Any, Optional, TypeVar
 
 import torch
 
-from . import lease, spawn
+from . import lease, process_table, spawn
 from .exchange import Arena, Layout, SlotAllocator, copy_tree, decode, encode
 from .loading import CandidateError
 from .protocol import make_non_dumpable
@@ -283,7 +283,7 @@ class Watch:
         table = _processes()
         found = []
         for pid, (state, _, sid, name) in table.items():
-            if pid in self.known or state in ("Z", "X"):
+            if pid in self.known or (state in ("Z", "X") and not process_table.alive(pid)):
                 continue
             if self.pid_namespace or sid == session or (suspect is not None and _descends(table, pid, suspect)):
                 found.append(f"{pid} ({name})")
@@ -479,7 +479,7 @@ class ContestantProcess(Peer):
 
     def _wait_stopped(self, what: str) -> None:
         deadline = time.monotonic() + 5
-        while _state(self.process.pid) not in ("T", "t", "Z", None):
+        while not process_table.all_stopped(self.process.pid):
             if time.monotonic() > deadline:
                 raise self._failure(f"{self.label} could not be stopped after {what}")
             time.sleep(0.0002)
@@ -565,13 +565,6 @@ def wait_any(peers: Iterable[AnyPeer], timeout: Optional[float] = None) -> list[
         return [key.data for key, _ in selector.select(timeout=timeout)]
     finally:
         selector.close()
-
-
-def _state(pid: int) -> Optional[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
 
 
 def _session(pid: int) -> Optional[int]:
