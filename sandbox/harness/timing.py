@@ -42,8 +42,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from . import process_table
 from .loading import CandidateError
-from .remote import TrustedFailed
+from .remote import LeftRunning, TrustedFailed
 
 # Bound at import (the referee runs no solution code, but a later edit must not make a
 # timer depend on a name someone can rebind).
@@ -179,6 +180,9 @@ class Contestant:
         # Seconds of the referee's wall clock in each kind of work for this contestant: where
         # an evaluation's timing went (reported per shape, see time_shape).
         self.seconds = dict.fromkeys(("staging", "requests", "chain_checks"), 0.0)
+        # Checked before each of its blocks (time_contestants sets the baseline's): the
+        # scheduling of the trusted processes, unchanged since timing began.
+        self.guard: Optional[process_table.SchedulingGuard] = None
 
     def plan(self, block_steps: int, chains_per_request: int = 1) -> None:
         """How the following blocks run (block_plan); the next block starts a new chain."""
@@ -193,6 +197,9 @@ class Contestant:
         if left - count < self.block_steps:  # the chain's last block takes a shorter rest with it
             count = left
         chains = self.chains_per_request if count == self.steps else 1
+        changed = self.guard.changed() if self.guard is not None else None
+        if changed:
+            raise LeftRunning(f"before a timed block of the {self.name}: {changed}")
         started = time.perf_counter()
         self.process.request(
             self.stage_request(chains if first == 0 else 0), "staging the inputs of timed steps", probe=False
@@ -264,7 +271,7 @@ def warm_up(contestant: Contestant, steps: int, host_bound_ms: float = MIN_REQUE
     chain in the checks and the baseline's had not: with two short warm-up chains, the A/A's
     first round of pairs read the baseline about 3.5% slower than the later rounds (a ratio of
     1.034 against 0.993-0.996, the median over 42 contexts of H200 runs, 2026-12-03,
-    scripts/aa_rounds.py), its caching allocator asking the device for memory the other
+    lab/scripts/aa_rounds.py), its caching allocator asking the device for memory the other
     process already held."""
     counts, pace = [contestant.steps, max(1, steps)], 0.0
     contestant.checking = False  # a warm-up's outputs are no chain to check
@@ -429,9 +436,17 @@ def time_contestants(evaluation: Any, shapes: Iterable[Shape], settings: Setting
     freeze_heap()
     clocks_before = evaluation.clocks()
     with one_cpu_for_all(evaluation.contestant_pids()):
+        # The baseline's and the referee's scheduling as timing set it: a solution that
+        # renices, re-pins or stops either of them fails before the baseline's next block.
+        # (contestant_pids: the solution's process, then the baseline's.)
+        trusted = {"the referee": os.getpid()}
+        for pid in evaluation.contestant_pids()[1:]:
+            trusted["the baseline's process"] = pid
+        guard = process_table.SchedulingGuard(trusted, stopped=frozenset({"the baseline's process"}))
         for shape in shapes:
             try:
                 baseline, candidate = shape.contestants()
+                baseline.guard = guard
                 result = time_shape(
                     baseline,
                     candidate,
