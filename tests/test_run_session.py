@@ -331,6 +331,30 @@ def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     run_dir, report = start_run(run_options(tmp_path, tmp_path / "unused", wall_s=60), clock=clock, model=model)
     assert report.status == "stopped" and report.reason.startswith("the final slice"), report.reason
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
+    # The model call the deadline cut is in the trace, so that replay tells it.
+    (cut,) = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "interrupted"]
+    assert (cut.cause, cut.during, cut.elapsed_s) == ("deadline", "waiting for the model", 40.0)
+
+
+@pytest.mark.slow
+def test_a_reason_names_no_re_verification_when_there_is_nothing_to_re_verify(tmp_path):
+    """The final slice comes between turns with no attempt yet: the reason says that nothing
+    is re-verified (it once said "re-verifying the best attempt" there)."""
+    from kagent.agent.loop.budget import FakeClock
+
+    clock = FakeClock()
+    model = ClockedModel([call_turn("list_files"), call_turn("finish", summary="never reached")], clock, 0)
+
+    def view(update) -> None:  # the first answer takes 35 s, so the final slice (from 30 s) comes after it
+        if update.last_event == "model answered" and clock.now() < 35:
+            clock.advance(35)
+
+    settings = run_options(tmp_path, tmp_path / "unused", wall_s=60)
+    run_dir, report = start_run(settings, view=view, clock=clock, model=model)
+    assert report.status == "stopped" and report.final_verdict is None
+    assert report.reason == (
+        "the final slice of the budget has come; no attempt passed a benchmark, so there is nothing to re-verify"
+    )
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ from kagent.agent.storage.trace import (
     Compacted,
     ErrorRecorded,
     Finalized,
+    Interrupted,
     ModelRequested,
     ModelResponded,
     ModelRetried,
@@ -378,7 +379,13 @@ class Agent:
         if exhausted:
             raise Stop(f"budget spent: {exhausted}", "budget")
         if self.tracker.phase() != "explore":
-            raise Stop("the final slice of the budget has come: re-verifying the best attempt", "budget")
+            # Said as it is: with no best attempt there is nothing to re-verify in the final slice.
+            then = (
+                ": re-verifying the best attempt"
+                if self.ledger.best_attempt()
+                else "; no attempt passed a benchmark, so there is nothing to re-verify"
+            )
+            raise Stop(f"the final slice of the budget has come{then}", "budget")
 
     def _turn(self) -> None:
         self.turn += 1
@@ -449,6 +456,7 @@ class Agent:
         if worker.is_alive():
             raise Stop("the final slice came during a model call", "budget")
         if "error" in box:
+            self.trace.append(Interrupted(cause="deadline", during="waiting for the model"))
             raise box["error"]
         return box["response"]
 
