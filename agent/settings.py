@@ -25,6 +25,10 @@ REQUEST_TIMEOUT_S = 600.0
 # The final slice is never shorter than this (re-verifying takes a few benchmark rounds,
 # whatever the budget), unless the budget is so short that it would leave no exploring.
 MIN_FINAL_SLICE_S = 60.0
+# The shortest wall budget a new run takes: its final slice, and as long again to explore in,
+# time for one evaluation of the smoke task on a CPU (a budget of 10 s was taken, and its run
+# stopped before the model had done anything).
+MIN_RUN_BUDGET_S = 2 * MIN_FINAL_SLICE_S
 
 # The longest budget taken: beyond it a duration is most likely a typo (3000m for 300m), and a
 # huge one overflows the waits it times (a thread's join raised OverflowError at 1e20 s).

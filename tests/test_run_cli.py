@@ -257,10 +257,16 @@ def test_exit_codes_are_documented_in_help_and_readme():
         (["--model", "scripted:/nonexistent.yaml"], "cannot read the script"),
         (["--model", f"scripted:{DEMO}", "--max-cost", "0"], "--max-cost: input should be greater than 0"),
         (["--model", f"scripted:{DEMO}", "--device", "tpu"], "unknown device 'tpu'"),
+        # A run with such a model once retried for 1m36s and left a run folder.
+        (["--model", "openai-compatible:notaurl#m"], "'notaurl' is not an http(s) URL"),
+        (["--model", "openai-compatible:localhost:8000#m"], "is not an http(s) URL"),
+        (["--model", f"scripted:{DEMO}", "--budget", "10s"], "--budget 10s is shorter than a run can use"),
+        (["--model", f"scripted:{DEMO}", "--budget", "119s"], "give at least --budget 2m00s"),
     ],
 )
 def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):
-    """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it."""
+    """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it;
+    and nothing was started, so no run folder was made."""
     probe = (
         "import sys\nfrom kagent.agent.cli.app import main\n"
         "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n"
@@ -275,6 +281,7 @@ def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tm
     )
     assert proc.stdout.strip() == "exit 2 False", proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not Path(os.environ["KAGENT_RUNS"]).exists()
 
 
 @pytest.mark.slow

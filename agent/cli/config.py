@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from kagent.agent.loop.models.limits import output_settings
-from kagent.agent.settings import RunSettings
+from kagent.agent.settings import MIN_FINAL_SLICE_S, MIN_RUN_BUDGET_S, RunSettings, format_duration
 from kagent.core.errors import KagentError
 
 # The flags' names for the budget's settings, and for auto_revert.
@@ -60,9 +60,23 @@ def load_settings(task: str, config_file: Optional[Path], flags: dict[str, Any])
         reasoning_effort=output.reasoning_effort,
     )
     try:
-        return RunSettings.model_validate(merged)
+        settings = RunSettings.model_validate(merged)
     except ValidationError as err:
         raise _said(err, from_flags, config_file) from None
+    _check_budget_can_be_used(settings)
+    return settings
+
+
+def _check_budget_can_be_used(settings: RunSettings) -> None:
+    """A wall budget too short for a run is refused before anything starts, with the least one."""
+    wall_s = settings.budget.wall_s
+    if wall_s < MIN_RUN_BUDGET_S:
+        raise KagentError(
+            f"--budget {format_duration(wall_s)} is shorter than a run can use: its last "
+            f"{MIN_FINAL_SLICE_S:.0f} s are kept for re-verifying the best attempt, and exploring needs "
+            f"as long again for one evaluation",
+            hint=f"give at least --budget {format_duration(MIN_RUN_BUDGET_S)}",
+        )
 
 
 def known_names() -> list[str]:

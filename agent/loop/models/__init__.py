@@ -13,6 +13,7 @@ from typing import Optional
 
 from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import ModelError
+from urllib.parse import urlsplit
 from kagent.core.messages import ChatModel
 
 # provider -> (module under kagent.agent.loop.models, the pip package it needs)
@@ -111,4 +112,7 @@ def make_model(
     script = module.read_script(path)
     return module.ScriptedModel(
         script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint, loop_from=script.loop_from
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise _bad_spec(spec, f"{url!r} is not an http(s) URL, such as http://localhost:8000/v1")
     )
