@@ -454,9 +454,9 @@ class Agent:
         worker.start()
         worker.join(timeout=max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()))
         if worker.is_alive():
+            self.trace.append(Interrupted(cause="deadline", during="waiting for the model"))
             raise Stop("the final slice came during a model call", "budget")
         if "error" in box:
-            self.trace.append(Interrupted(cause="deadline", during="waiting for the model"))
             raise box["error"]
         return box["response"]
 

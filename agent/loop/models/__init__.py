@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 import os
 from typing import Optional
+from urllib.parse import urlsplit
 
 from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import ModelError
-from urllib.parse import urlsplit
 from kagent.core.messages import ChatModel
 
 # provider -> (module under kagent.agent.loop.models, the pip package it needs)
@@ -98,6 +98,9 @@ def make_model(
         url, sep, model = rest.rpartition("#")
         if not sep or not url or not model:
             raise _bad_spec(spec, "an openai-compatible spec needs <url>#<model>")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise _bad_spec(spec, f"{url!r} is not an http(s) URL, such as http://localhost:8000/v1")
         # Local servers usually ignore the key, but the SDK insists on one.
         return module.OpenAIModel(
             model,
@@ -112,7 +115,4 @@ def make_model(
     script = module.read_script(path)
     return module.ScriptedModel(
         script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint, loop_from=script.loop_from
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise _bad_spec(spec, f"{url!r} is not an http(s) URL, such as http://localhost:8000/v1")
     )
