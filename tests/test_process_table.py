@@ -78,16 +78,23 @@ def test_the_guard_sees_a_trusted_process_reniced_re_pinned_or_left_running(slee
     assert guard.changed() is None
     os.setpriority(os.PRIO_PROCESS, sleeper.pid, os.getpriority(os.PRIO_PROCESS, sleeper.pid) + 5)
     assert "nice" in (guard.changed() or "") and "the baseline's thread" in (guard.changed() or "")
-    os.setpriority(os.PRIO_PROCESS, sleeper.pid, guard.before["the baseline"][sleeper.pid].nice)
+    os.setpriority(os.PRIO_PROCESS, sleeper.pid, guard.priority[0])
     assert guard.changed() is None
     cpus = sorted(os.sched_getaffinity(sleeper.pid))
     if len(cpus) > 1:
         os.sched_setaffinity(sleeper.pid, cpus[:1])
-        assert f"CPUs {cpus[:1]}, not" in (guard.changed() or "")
+        assert f"runs on CPUs {cpus[:1]}, not {cpus}" in (guard.changed() or "")
         os.sched_setaffinity(sleeper.pid, cpus)
         assert guard.changed() is None
     os.kill(sleeper.pid, signal.SIGCONT)
     assert _wait_for(lambda: "not stopped by the referee" in (guard.changed() or ""))
+
+
+def test_the_guard_holds_trusted_processes_to_the_priority_the_referee_started_with(sleeper):
+    # Reniced before the guard was made (say, during the checks): seen all the same.
+    os.setpriority(os.PRIO_PROCESS, sleeper.pid, process_table.ORIGIN_PRIORITY[0] + 3)
+    guard = process_table.SchedulingGuard({"the baseline": sleeper.pid})
+    assert f"runs at nice {process_table.ORIGIN_PRIORITY[0] + 3}," in (guard.changed() or "")
 
 
 def test_the_guard_sees_a_stopped_thread_of_a_process_that_must_run(sleeper):

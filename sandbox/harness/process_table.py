@@ -20,6 +20,14 @@ DEAD = ("Z", "X")  # a zombie, or dying
 STOPPED = ("T", "t")  # stopped by a signal, or by a tracer
 
 
+def _stat_fields(path: str) -> Optional[list[str]]:
+    """The fields of a stat file after the process's name (which may hold spaces)."""
+    try:
+        return Path(path).read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def thread_states(pid: int) -> dict[int, str]:
     """Thread id -> state of every thread of ``pid``; empty when the process is gone."""
     states = {}
@@ -53,8 +61,11 @@ class ThreadScheduling:
     rt_priority: int
     cpus: frozenset[int]
 
-    def words(self) -> str:
-        return f"nice {self.nice}, policy {self.policy}, rt priority {self.rt_priority}, CPUs {sorted(self.cpus)}"
+    def priority(self) -> tuple[int, int, int]:
+        return self.nice, self.policy, self.rt_priority
+
+    def priority_words(self) -> str:
+        return f"nice {self.nice}, policy {self.policy}, rt priority {self.rt_priority}"
 
 
 def scheduling(pid: int) -> dict[int, ThreadScheduling]:
@@ -75,15 +86,34 @@ def scheduling(pid: int) -> dict[int, ThreadScheduling]:
     return found
 
 
+def _own_priority() -> tuple[int, int, int]:
+    """This thread's (nice, policy, rt priority)."""
+    fields = _stat_fields("/proc/thread-self/stat") or _stat_fields("/proc/self/stat") or []
+    return int(fields[16]), int(fields[38]), int(fields[37])
+
+
+# The referee's priority as it started, read when it imports this module: before any solution
+# code runs anywhere, so nothing of the solution's can have changed it. Every trusted process
+# (started by the referee, or the referee itself) runs at it.
+ORIGIN_PRIORITY = _own_priority()
+
+
 class SchedulingGuard:
-    """The scheduling of trusted processes as it was when timing began, and a check that it
-    is still so. ``stopped``: processes that must be wholly stopped whenever checked (the
-    baseline's between its requests); every other one must have no stopped thread (the
-    referee's). A thread started since takes its process's first thread's settings, as a new
+    """A check that trusted processes are scheduled as they should be: each thread at the
+    priority the referee started with (``ORIGIN_PRIORITY``: the solution may have reniced a
+    process before this guard was made), and on the CPUs it had when the guard was made
+    (timing pins them just before). ``stopped``: processes that must be wholly stopped whenever
+    checked (the baseline's between its requests); every other one must have no stopped thread
+    (the referee's). A thread started since takes its process's first thread's CPUs, as a new
     thread inherits its creator's."""
 
-    def __init__(self, processes: dict[str, int], stopped: frozenset[str] = frozenset()):
-        self.processes, self.stopped = processes, stopped
+    def __init__(
+        self,
+        processes: dict[str, int],
+        stopped: frozenset[str] = frozenset(),
+        priority: tuple[int, int, int] = ORIGIN_PRIORITY,
+    ):
+        self.processes, self.stopped, self.priority = processes, stopped, priority
         self.before = {name: scheduling(pid) for name, pid in processes.items()}
 
     def changed(self) -> Optional[str]:
@@ -102,9 +132,17 @@ class SchedulingGuard:
             before = self.before[name]
             default = next(iter(before.values()), None)
             for tid, now in scheduling(pid).items():
+                if now.priority() != self.priority:
+                    nice, policy, rt_priority = self.priority
+                    return (
+                        f"{name}'s thread {tid} runs at {now.priority_words()}, not at nice {nice}, "
+                        f"policy {policy}, rt priority {rt_priority} as the referee started"
+                    )
                 was = before.get(tid, default)
-                if was is not None and now != was:
-                    return f"{name}'s thread {tid} is scheduled with {now.words()}, not {was.words()} as timing began"
+                if was is not None and now.cpus != was.cpus:
+                    return (
+                        f"{name}'s thread {tid} runs on CPUs {sorted(now.cpus)}, not {sorted(was.cpus)} as timing set"
+                    )
         return None
 
 
@@ -112,11 +150,3 @@ def _state_words(state: str) -> str:
     return {"T": "stopped by a signal", "t": "stopped by a tracer", "R": "running", "S": "sleeping"}.get(
         state, f"in state {state}"
     )
-
-
-def _stat_fields(path: str) -> Optional[list[str]]:
-    """The fields of a stat file after the process's name (which may hold spaces)."""
-    try:
-        return Path(path).read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None

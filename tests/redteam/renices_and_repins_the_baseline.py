@@ -1,0 +1,42 @@
+"""expect: incorrect hidden_work runs at nice 19
+timed
+
+Computes honestly, but on its first step it lowers the priority of the baseline's process,
+every thread of it, to nice 19, and pins it to the first CPU, the one that takes most of
+the machine's interrupts (the baseline's process is found by its command line, as every
+process of an evaluation ran as one user). The referee checks the baseline's and its own
+scheduling before each of the baseline's timed blocks, against the priority it started
+with: the change fails the evaluation before the baseline is timed at all.
+"""
+
+import os as _os
+
+_original_step = Model.step
+_done = []
+
+
+def _baseline_threads():
+    for entry in _os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"--non-dumpable\x001" not in f.read():
+                    continue
+            for tid in _os.listdir(f"/proc/{entry}/task"):
+                yield int(tid)
+        except (OSError, ValueError):
+            continue
+
+
+def _step_that_slows_the_baseline(self, *args, **kwargs):
+    if not _done:
+        _done.append(True)
+        for tid in _baseline_threads():
+            try:
+                _os.setpriority(_os.PRIO_PROCESS, tid, 19)
+                _os.sched_setaffinity(tid, {min(_os.sched_getaffinity(0))})
+            except OSError:
+                pass
+    return _original_step(self, *args, **kwargs)
+
+
+Model.step = _step_that_slows_the_baseline
