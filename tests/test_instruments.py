@@ -384,7 +384,7 @@ NCU_CSV = "\n".join(
 
 
 def test_parse_a_report_of_the_h200():
-    # Rows of a real report (the two-stage kernel on the H200, 2026-12-01; see MEASUREMENTS.md),
+    # Rows of a real report (the two-stage kernel on the H200, 2026-12-01; see the lab notebook (lab/notebook/)),
     # with a line break inside a quoted field, and ncu's own lines around the CSV.
     text = (Path(__file__).parent / "ncu_details_h200.csv").read_text()
     (launch,) = parse_ncu_details("==PROF== Connected to process 26\n" + text + "==PROF== Disconnected\n")
@@ -431,7 +431,7 @@ def test_parse_ncu_details_and_the_text():
 
 
 def test_a_megakernel_s_report_keeps_its_stalls_and_spills_within_the_tool_s_cap():
-    # Rows of kagent's megakernel's report on the H200 (2026-12-04, MEASUREMENTS.md): 12 KB of
+    # Rows of kagent's megakernel's report on the H200 (2026-12-04, the lab notebook (lab/notebook/)): 12 KB of
     # text, in which Nsight Compute prints occupancy charts as series of up to 2 KB. Within the
     # 8000 characters a tool may return, the warp stalls and the spills must survive the cut.
     text = (Path(__file__).parent / "ncu_details_megakernel_h200.csv").read_text()

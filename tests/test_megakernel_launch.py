@@ -1,6 +1,6 @@
 """The megakernel's direct launch (examples/02_kimi_linear_decode/solution.py, KIMI_LAUNCH=direct)
 on the CPU: its bookkeeping against the real kernel's signature, with Triton's dispatch and the
-compiled kernel replaced by recorders (launching needs a GPU; MEASUREMENTS.md has the GPU's runs).
+compiled kernel replaced by recorders (launching needs a GPU; the lab notebook (lab/notebook/) has the GPU's runs).
 
 A step that changes only what steps change (a fresh output, a cache view) launches the compiled
 kernel directly, with every argument and constant in the signature's place; a step whose

@@ -1,7 +1,7 @@
 """Where a kernel's warps wait, by source line (the ncu_kernel tool's source view), on the CPU: a
 real Triton kernel compiled for sm_90 into a build home's Triton cache, its real line table
 (nvdisasm -g), and a source page in Nsight Compute's CSV layout made from its instructions
-with known samples. The GPU run of the tool is in scripts/stage_tools_run.py (megakernel-ncu)."""
+with known samples. The GPU run of the tool is in lab/scripts/stage_tools_run.py (megakernel-ncu)."""
 
 from __future__ import annotations
 

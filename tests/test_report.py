@@ -8,7 +8,6 @@ cases are run folders written through kagent's own trace writer.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from kagent.agent.storage.trace import RunStarted, ToolStarted, TraceWriter
 from kagent.core.errors import KagentError
 
 from conftest import WAIT_S
+from long_run import build_run
 
 pytest.importorskip("matplotlib", reason="kagent report needs its extra: pip install 'kagent[report]'")
 
@@ -300,17 +300,10 @@ def test_a_trace_that_is_not_one_is_a_clear_error(tmp_path):
 # -- a long run, and the charts' marks ---------------------------------------------------------
 
 
-def _long_run_script():
-    spec = importlib.util.spec_from_file_location("report_300_turns", REPO / "scripts" / "report_300_turns.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_long_run_folds_and_links_what_is_long(tmp_path):
-    """scripts/report_300_turns.py's run at 60 turns: outputs kept as blobs are linked, a
+    """tests/long_run.py's run at 60 turns: outputs kept as blobs are linked, a
     compaction, a retry and a resume are told, launches drawn, files kept to the budget."""
-    run = _long_run_script().build_run(tmp_path / "runs" / "long", turns=60)
+    run = build_run(tmp_path / "runs" / "long", turns=60)
     out = tmp_path / "elsewhere" / "page.html"
     page = write_run_page(run, out).read_text()
     text = "".join(Elements(page).text)
@@ -326,7 +319,7 @@ def test_a_long_run_folds_and_links_what_is_long(tmp_path):
 def test_the_long_run_files_budget_shows_the_best_and_the_latest_first(tmp_path, monkeypatch):
     from kagent.agent.cli.report import page as page_module
 
-    run = _long_run_script().build_run(tmp_path / "long", turns=60)
+    run = build_run(tmp_path / "long", turns=60)
     story = read_story(run)
     monkeypatch.setattr(page_module, "FILES_BUDGET_CHARS", 3 * 20_000)
     text = "".join(Elements(render_run(story, run / "report.html")).text)
@@ -387,7 +380,7 @@ def test_without_the_extra_kagent_report_says_how_to_get_it(session_run, tmp_pat
 def test_the_board_across_runs(session_run, tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(session_run, runs / session_run.name, symlinks=True)
-    _long_run_script().build_run(runs / "long", turns=30)
+    build_run(runs / "long", turns=30)
     status = json.loads((runs / session_run.name / "status.json").read_text())
     (runs / "long" / "status.json").write_text(
         json.dumps({**status, "run_id": "long", "model": "anthropic:claude-sonnet-4-5"})

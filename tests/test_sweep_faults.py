@@ -255,15 +255,4 @@ def test_a_sweep_without_ray_goes_on_when_a_member_and_then_the_driver_are_kille
     cut = [e["run_id"] for e in record if e["type"] == "member_ended" and e["outcome"] == "cut"]
     summary = _check_every_member_complete(sweep_dir, killed={first.name, second.name}, cut=set(cut))
     assert summary["resumes"] == 1
-    # What scripts/gpu_sweep.sh reports from a sweep reads this one too.
-    figures = subprocess.run(
-        [sys.executable, str(Path(__file__).parents[1] / "scripts" / "sweep_figures.py"), str(sweep_dir)],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-    )
-    assert figures.returncode == 0, figures.stderr
-    report = json.loads(figures.stdout)
-    assert report["checks"] == {"no_timed_hold_overlaps_another": True}
-    assert report["sweeps"][0]["members"] == 6 and report["sweeps"][0]["gpus"][0]["timed_holds"] >= 12
     assert next(m for m in summary["members"] if m["run_id"] == first.name)["figures"]["resumes"] >= 1

@@ -13,13 +13,26 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
-from bench import TASK, clone_state, cosine  # noqa: F401  (bench puts the task on the import path)
 
-import reference  # noqa: E402, I001  (after bench, which puts it on the path)
+HERE = Path(__file__).resolve().parent
+TASK = HERE.parents[1] / "tasks" / "02_kimi_linear_decode"
+sys.path[:0] = [str(HERE), str(TASK)]
+
+import reference  # noqa: E402  (the task's, for its Config, init_state and init_token)
 import shapes  # noqa: E402
 import solution  # noqa: E402
+
+
+def clone_state(state):
+    return [{k: v.clone() for k, v in layer.items()} for layer in state]
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().flatten(), b.detach().double().flatten()
+    return float(a @ b / (a.norm() * b.norm()).clamp_min(1e-300))
 
 
 def compare(ref_model, model, cfg, context: int, seed: int, salient: bool, device, steps: int = 2) -> dict:

@@ -242,7 +242,7 @@ class Layout:
             raise ValueError(f"KIMI_SPLIT_SH={split_sh}: the {g_h} groups of the hidden do not split in as many pieces")
         # Rows of the attention's blocks, 64 on the GPU as well since 2026-12-06: 3-4% faster a
         # step than 32 on an H100 at every context, the same output bit for bit on tune.py's
-        # chains (MEASUREMENTS.md); 32 left half of each pass to the CTA barriers.
+        # chains (the lab notebook (lab/notebook/)); 32 left half of each pass to the CTA barriers.
         bl = _switch("KIMI_BL", 64)
         if bl < 16 or not _is_pow2(bl):
             raise ValueError(f"KIMI_BL={bl}: the attention's rows a block must be a power of two, at least 16")

@@ -64,7 +64,7 @@ def alike_python() -> list[str]:
     ABBA order on one CPU, read one 0.96-1.05 times as fast as the other (9 of 37 pairs more
     than 2% apart, with each pair's own interval about ±0.5%), with the same device time per
     step within 0.4% (the 16 pairs that measured it); started with one hash seed and no address
-    randomization, 0.99-1.01 (8 pairs; H200, 2026-12-03, MEASUREMENTS.md, scripts/pair_bias.py).
+    randomization, 0.99-1.01 (8 pairs; H200, 2026-12-03, MEASUREMENTS.md, lab/scripts/pair_bias.py).
     Such a bias, held by a process for its whole life, is the likeliest cause of the A/A
     evaluations that read 3-5% off at every context. So both contestants start from one
     layout: a fixed hash seed (``-I`` would ignore ``PYTHONHASHSEED``, so the environment is

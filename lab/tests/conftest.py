@@ -1,0 +1,13 @@
+"""The lab's tests, like the product's, keep kagent's home and runs in their own temporary
+folders, so that no test reads or writes a user's."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGENT_HOME", str(tmp_path / "kagent-home"))
+    monkeypatch.setenv("KAGENT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("KAGENT_DEBUG", raising=False)
