@@ -117,3 +117,48 @@ def test_an_import_from_a_higher_layer_is_caught():
         "from kagent_harness import launches\nimport torch\n", REPO / "sandbox" / "harness" / "example.py"
     )
     assert not violations("from kagent import prompts\n", REPO / "agent" / "lifecycle" / "example.py")
+
+
+# The lab (lab/: the notebook, raw measurements, measurement scripts and research tools) sits
+# above everything: it may use the product, and nothing of the product, its tests or its example
+# kernel reaches into it, by import or by a path.
+LAB_FREE = ["core", "prompts", "tasks", "sandbox", "tools", "agent", "tests", "examples", "scripts"]
+
+
+def lab_references(source: str) -> list[int]:
+    """Lines of ``source`` whose code (docstrings left aside) names the lab: a string that is
+    `lab` or holds `lab/`, through which a path into it is built or a module of it found."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and (node.value == "lab" or "lab/" in node.value)
+    ]
+
+
+def test_nothing_of_the_product_reaches_into_the_lab():
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for folder in LAB_FREE
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if "redteam" not in path.parts and path != Path(__file__).resolve()  # its own examples
+        for line in lab_references(path.read_text())
+    ]
+    assert not found, "these name lab/ in code: " + ", ".join(found)
+
+
+def test_a_path_into_the_lab_is_caught():
+    assert lab_references('import sys\nsys.path.insert(0, "lab/scripts")\n') == [2]
+    assert lab_references('from pathlib import Path\nNOTES = Path("x") / "lab" / "notebook"\n') == [2]
+    assert lab_references('"""A module of the product; the lab/ folder has its figures."""\nx = "label"\n') == []
