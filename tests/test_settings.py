@@ -103,7 +103,7 @@ def test_a_run_keeps_its_settings_made_concrete():
 
 
 def settings_table() -> str:
-    """The README's table of settings, as the models say them."""
+    """docs/settings.md's table of settings, as the models say them."""
 
     def shown(value: object) -> str:
         return (
@@ -130,10 +130,11 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-def test_every_setting_says_what_it_is_and_the_readme_lists_them_as_the_code_does():
+def test_every_setting_says_what_it_is_and_the_docs_list_them_as_the_code_does():
     for model in (RunSettings, Budget):
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
     table = settings_table()
-    assert table in (REPO / "README.md").read_text(), f"the README's table of settings should read:\n{table}"
+    page = REPO / "docs" / "settings.md"
+    assert table in page.read_text(), f"docs/settings.md's table of settings should read:\n{table}"
     assert "runs_root" in known_names() and "task" not in known_names()
