@@ -283,3 +283,18 @@ def test_eval_shows_progress_on_a_terminal_and_keeps_json_clean(kimi, tmp_path):
     # The line is redrawn as events come; the last phase (its final drawing) is certain to be seen.
     assert "evaluating for 0m" in shown and re.search(r"evaluating for 0m\d\ds · [a-z ]+ done \(\d+\.\d s\)", shown)
     assert json.loads((tmp_path / "stdout.json").read_text())["mode"] == "aa"
+
+
+def test_a_solution_that_does_not_compile_is_reported_before_the_harness_starts(tmp_path):
+    """A syntax error took 7.7 s to report: the harness imports the solution only after torch,
+    the reference's outputs and the secret cases. It is said at once now, in the words the
+    harness's load check uses, and the harness never runs."""
+    solution = tmp_path / "solution.py"
+    solution.write_text("import torch\n\ndef step(:\n    pass\n")
+    proc = kagent("eval", "02_kimi_linear_decode", "--solution", str(solution), "--device", "cpu", "--json")
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["verdict"] == "error" and result["phases"] == {} and result["exit_code"] is None
+    assert result["reason"] == "load: importing the solution raised SyntaxError: invalid syntax (solution.py, line 3)"
+    (load,) = result["checks"]
+    assert load["name"] == "load" and "def step(:" in load["details"]
