@@ -23,10 +23,12 @@ def kagent(*args: str, timeout: float = WAIT_S):
     return subprocess.run([KAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["tasks", "--help"], ["eval", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["tasks", "--help"], ["eval", "--help"], ["run", "--help"]])
 def test_help_reads_well(args):
     proc = kagent(*args)
     assert proc.returncode == 0 and "Usage: kagent" in proc.stdout
+    # A flag takes no value: the help once read `--version <bool>` and `--json <bool>`.
+    assert "<bool>" not in proc.stdout, proc.stdout
     if args[0] == "eval":
         for option in ("--solution", "--aa", "--check-only", "--device", "--scale", "--contexts", "--json"):
             assert option in proc.stdout

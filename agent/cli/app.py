@@ -27,6 +27,25 @@ from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 if TYPE_CHECKING:  # imported where used: a mistake in the options is said before torch is imported
     from kagent.sandbox.results import Verdict
 
+
+def _flags_take_no_value() -> None:
+    """The help's type column says nothing for a flag. Recent typer (0.29 with click 8.5) labels
+    every flag ``<bool>`` there (``--version <bool>``, ``--help <bool>``), as though it took a
+    value; a flag's presence is its value. Older typer has no such column to mend."""
+    option = getattr(typer.core, "TyperOption", None)
+    labelled = getattr(option, "display_type_rich", None)
+    if option is None or labelled is None or getattr(labelled, "mended", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and not self.count else labelled(self, ctx)
+
+    display_type_rich.mended = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
+
 app = typer.Typer(
     name="kagent",
     no_args_is_help=True,
