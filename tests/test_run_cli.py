@@ -237,12 +237,12 @@ def test_a_session_written_for_a_gpu_is_refused_on_the_cpu_saying_what_to_run_in
     assert not Path(os.environ["KAGENT_RUNS"]).exists()  # refused before a run folder was made
 
 
-def test_exit_codes_are_documented_in_help_and_readme():
+def test_exit_codes_are_documented_in_help_and_docs():
     help_text = kagent("run", "--help", cwd=REPO).stdout
-    readme = (REPO / "README.md").read_text()
+    page = (REPO / "docs" / "runs.md").read_text()
     for state, ending in ENDINGS.items():
         assert f"{ending.exit_code} {state}:" in help_text
-        assert f"| `{state}` | {ending.exit_code} | {ending.meaning} |" in readme, state
+        assert f"| `{state}` | {ending.exit_code} | {ending.meaning} |" in page, state
     assert len({ending.exit_code for ending in ENDINGS.values()}) == len(ENDINGS)
     assert exit_codes_text().count("\n") == len(ENDINGS) + 1  # and usage, and Ctrl-C
 
