@@ -263,7 +263,8 @@ import a_module_that_does_not_exist
 
 
 # Every part of the step's math, and the variants above broken in that part alone: each must
-# fail (README, Correctness, has this table with the checks that catch them).
+# fail (docs/evaluation.md, "Cases that cover all of the math", has this table with the checks
+# that catch them).
 PARTS = {
     "KDA short conv": ["skips_the_conv", "conv_window_not_shifted"],
     "KDA state update": ["skips_the_delta_rule_write", "skips_the_decay", "hands_on_the_old_kda_state"],
