@@ -105,3 +105,15 @@ def test_readme_and_docs_link_only_to_files_that_exist():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert not broken, f"links to files that do not exist: {broken}"
     assert "docs/evaluation.md" in README.read_text()  # the README is a door into docs/
+
+
+def test_the_broken_variants_table_names_each_part_as_the_tests_break_it():
+    from test_eval_kimi import PARTS
+
+    page = (DOCS / "evaluation.md").read_text()
+    missing = [
+        part for part, names in PARTS.items() if f"| {part} | {', '.join(f'`{n}`' for n in names)} |" not in page
+    ]
+    assert not missing, (
+        f"parts of the math whose row in docs/evaluation.md does not name its broken variants: {missing}"
+    )
