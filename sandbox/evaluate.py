@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
+from kagent.sandbox.harness.loading import read_regular
 from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
 from kagent.sandbox.lease import LeaseRecord, lease_folder, open_lease
 from kagent.sandbox.results import (
@@ -552,7 +553,10 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
     solution's process is gone (``cache_staged``: the baseline's launch count). Only those
     files, unchanged, are kept: whatever the solution wrote into the staging folder (a
     poisoned weight file, a bandwidth that would switch the physics check off) never reaches a
-    later evaluation.
+    later evaluation. Each is read as bytes, from a regular file reached through no link (a
+    link, or a folder replaced by one, would lead to a file the solution can rewrite later),
+    hashed as read, and those very bytes written into a new file of the cache: nothing of the
+    staging folder, no inode and no link, becomes part of the cache.
     """
     sealed: dict = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
     # Entries staged after the seal, once no solution code could run any more (the baseline's
@@ -562,13 +566,15 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
             sealed = {**sealed, **event.get("files", {})}
     promoted = []
     for name, digest in sealed.items():
-        source, target = staging / name, cache_dir / name
-        if ".." in Path(name).parts or not source.is_file() or _sha256(source.read_bytes()) != digest:
+        data = read_regular(staging, name)  # None for a link, a non-regular file, or none at all
+        if data is None or _sha256(data) != digest:
             continue
+        target = cache_dir / name
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.move(source, partial)  # across file systems a copy: then one atomic rename
-        os.replace(partial, target)
+        with open(partial, "wb") as f:
+            f.write(data)
+        os.replace(partial, target)  # one atomic rename: a reader sees the old entry or the new
         promoted.append(name)
     return promoted
 

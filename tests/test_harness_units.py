@@ -522,6 +522,57 @@ def test_an_entry_staged_after_the_seal_reaches_the_cache_only_as_written(tmp_pa
     assert DiskCache(root).load("launches", "t", torch.device("cpu")) is None
 
 
+def test_promotion_refuses_links_and_copies_the_bytes_it_hashed(tmp_path):
+    # A solution may replace staged files with links to byte-identical copies in its HOME, or a
+    # staged folder with a link: nothing reached through a link is promoted, and what is promoted
+    # is a new file of the cache, which no later write to the staging folder changes.
+    staging, cache, home = tmp_path / "staging", tmp_path / "cache", tmp_path / "home"
+    for folder in (staging / "weights", staging / "outputs", home / "linked"):
+        folder.mkdir(parents=True)
+    (staging / "weights" / "good.pt").write_bytes(b"the referee's bytes")
+    (home / "copy.pt").write_bytes(b"the referee's bytes")
+    (staging / "weights" / "linked.pt").symlink_to(home / "copy.pt")
+    (home / "linked" / "x.pt").write_bytes(b"the referee's bytes")
+    (staging / "linked_folder").symlink_to(home / "linked", target_is_directory=True)
+    os.mkfifo(staging / "outputs" / "fifo.pt")
+    digest = hashlib.sha256(b"the referee's bytes").hexdigest()
+    sealed = {
+        name: digest for name in ("weights/good.pt", "weights/linked.pt", "linked_folder/x.pt", "outputs/fifo.pt")
+    }
+    assert promote_cache(staging, cache, [{"event": "cache_sealed", "files": sealed}]) == ["weights/good.pt"]
+    promoted = cache / "weights" / "good.pt"
+    assert not promoted.is_symlink() and promoted.read_bytes() == b"the referee's bytes"
+    assert os.stat(promoted).st_ino != os.stat(staging / "weights" / "good.pt").st_ino
+    (staging / "weights" / "good.pt").write_bytes(b"rewritten later")
+    assert promoted.read_bytes() == b"the referee's bytes"
+
+
+def test_the_cache_reads_no_link_and_keeps_no_mapping_of_its_files(tmp_path):
+    root = tmp_path / "cache"
+    DiskCache(root).store("outputs", "k", {"expected": torch.arange(1000, dtype=torch.float32)})
+    loaded = DiskCache(root).load("outputs", "k", torch.device("cpu"))
+    # Cut short and rewritten after the load, as a file reached through a link could be: the
+    # referee's values are its own memory, neither killed (SIGBUS) nor changed.
+    payload = root / "outputs" / "k.pt"
+    size = payload.stat().st_size
+    payload.write_bytes(b"")
+    assert torch.equal(loaded["expected"], torch.arange(1000, dtype=torch.float32))
+    # An entry that is a link to byte-identical copies (payload and record) is a miss.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    DiskCache(elsewhere).store("outputs", "k", {"expected": torch.arange(1000, dtype=torch.float32)})
+    payload.unlink()
+    payload.symlink_to(elsewhere / "outputs" / "k.pt")
+    assert (elsewhere / "outputs" / "k.pt").stat().st_size == size
+    cache = DiskCache(root)
+    assert cache.find("outputs/k.pt") is None and cache.load("outputs", "k", torch.device("cpu")) is None
+    (root / "outputs" / "k.pt.json").unlink()
+    (root / "outputs" / "k.pt.json").symlink_to(elsewhere / "outputs" / "k.pt.json")
+    payload.unlink()
+    payload.write_bytes((elsewhere / "outputs" / "k.pt").read_bytes())
+    assert DiskCache(root).load("outputs", "k", torch.device("cpu")) is None  # the record through a link
+
+
 def test_a_wrong_row_appended_to_a_long_cache_fails_on_its_own():
     # One row of 2049 barely moves the whole cache's cosine; the appended rows are compared alone.
     g = torch.Generator().manual_seed(0)

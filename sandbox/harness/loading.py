@@ -9,6 +9,7 @@ import io
 import json
 import mmap
 import os
+import stat
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -102,6 +103,45 @@ def file_piece_sha256s(path: Path, piece_bytes: int) -> list[str]:
             return piece_sha256s(mapped, piece_bytes)
 
 
+def regular_file(root: Path, name: str) -> Path | None:
+    """``root / name`` where it is a regular file reached through no symbolic link below
+    ``root`` (``name`` relative, without ``..``), else None.
+
+    What a cache folder holds is trusted only as bytes its own writer put there: a link, or
+    a folder replaced by one, leads to a file someone else can rewrite later (the staging
+    folder is writable from the jail), and a fifo or a device is no file to hash."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        return None
+    path = root
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return None
+        last = i == len(parts) - 1
+        if not (stat.S_ISREG(mode) if last else stat.S_ISDIR(mode)):
+            return None  # a link (lstat does not follow it), or not the kind of entry it must be
+    return path
+
+
+def read_regular(root: Path, name: str) -> bytes | None:
+    """The bytes of ``regular_file(root, name)``, read through a descriptor opened without
+    following a link and checked to be that same regular file; None where it is not one."""
+    path = regular_file(root, name)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read()
+
+
 class DiskCache:
     """Tensors saved under ``root/kind/key.pt`` with atomic writes; root None disables it.
 
@@ -125,10 +165,12 @@ class DiskCache:
         self.misses = 0
 
     def find(self, name: str) -> Path | None:
-        """The file ``name`` (relative to the cache), staged or cached, or None."""
+        """The file ``name`` (relative to the cache), staged or cached, or None: a regular file
+        reached through no link (regular_file), nothing else."""
         for folder in (self.staging, self.root):
-            if folder is not None and (folder / name).exists():
-                return folder / name
+            path = regular_file(folder, name) if folder is not None else None
+            if path is not None:
+                return path
         return None
 
     def writable(self, name: str) -> Path | None:
@@ -144,27 +186,33 @@ class DiskCache:
         self.sealed = True
         if self.staging is None or not self.staging.is_dir():
             return {}
-        return {
-            str(p.relative_to(self.staging)): file_sha256(p) for p in sorted(self.staging.rglob("*")) if p.is_file()
-        }
+        staged = [str(p.relative_to(self.staging)) for p in sorted(self.staging.rglob("*"))]
+        return {name: file_sha256(self.staging / name) for name in staged if regular_file(self.staging, name)}
 
     def verified(self, path: Path, name: str) -> bool:
         """Whether the record beside ``path`` vouches for it: same format, entry and identity,
         and the payload's size and sha256 as recorded."""
+        record = self._record(path, name)
+        if record is None or record["bytes"] != path.stat().st_size:  # the size first: it spares a hash
+            return False
+        return record["piece_sha256"] == file_piece_sha256s(path, record["piece_bytes"])
+
+    def _record(self, path: Path, name: str) -> dict | None:
+        """The record beside ``path`` (a regular file, read through no link) where it is one of
+        this format, for entry ``name`` and this identity; else None."""
+        data = read_regular(path.parent, _record_path(path).name)
         try:
-            record = json.loads(_record_path(path).read_text())
-            size = path.stat().st_size
-        except (OSError, ValueError):
-            return False
+            record = json.loads(data) if data is not None else None
+        except ValueError:
+            return None
         if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("entry") != name:
-            return False
+            return None
         if self.identity is not None and record.get("identity") != self.identity:
-            return False
-        # The size first: a cheap check that spares hashing a file that was cut short.
+            return None
         piece_bytes = record.get("piece_bytes")
-        if record.get("bytes") != size or not isinstance(piece_bytes, int) or piece_bytes <= 0:
-            return False
-        return record.get("piece_sha256") == file_piece_sha256s(path, piece_bytes)
+        if not isinstance(record.get("bytes"), int) or not isinstance(piece_bytes, int) or piece_bytes <= 0:
+            return None
+        return record
 
     def entry(self, kind: str, key: str) -> Path | None:
         """The file of an entry its record vouches for (hashed now), or None."""
@@ -175,17 +223,24 @@ class DiskCache:
     def load(self, kind: str, key: str, device: torch.device, path: Path | None = None) -> Any | None:
         """An entry's value on ``device``, or None (a miss); ``path``: the entry, verified
         already (``entry``)."""
-        # Hashed before torch.load, so that a file the record does not vouch for is never
-        # unpickled. It is opened again by name to be mapped: the cache is read-only to the
-        # jail and entries land there only by atomic rename (promote_cache), so what may
-        # come in between is another evaluation's entry landing, not a candidate's file.
-        path = path or self.entry(kind, key)
-        if path is None:
+        # Read once into this process's own memory, hashed there, and unpickled from those very
+        # bytes: nothing the record does not vouch for is unpickled, and no value of the
+        # referee's is a mapping of a file that anyone could rewrite or cut short later (the
+        # staging folder is writable from the jail; a mapped file cut short kills its reader).
+        name = f"{kind}/{key}.pt"
+        path = path or self.find(name)
+        record = self._record(path, name) if path is not None else None
+        data = read_regular(path.parent, path.name) if path is not None and record is not None else None
+        if (
+            record is None
+            or data is None
+            or len(data) != record["bytes"]
+            or piece_sha256s(data, record["piece_bytes"]) != record["piece_sha256"]
+        ):
             self.misses += 1
             return None
         try:
-            # Memory-mapped: pages come straight from the page cache, then one copy each.
-            value = to_device(torch.load(path, map_location="cpu", weights_only=True, mmap=True), device)
+            value = to_device(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), device)
         except Exception:  # a payload that hashes right but does not load: rebuild it
             self.misses += 1
             return None
