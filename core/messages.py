@@ -22,12 +22,22 @@ class TextBlock(_Block):
 
 
 class ThinkingBlock(_Block):
-    """Extended thinking. Sent back to the provider exactly as received (signature included)."""
+    """The model's thinking, sent back to its provider exactly as received.
+
+    Anthropic's carries its ``signature`` (or, redacted, only ``redacted_data``); an OpenAI
+    Responses reasoning item carries its ``item_id`` and ``encrypted_content`` (its text is the
+    item's summary). A block from one provider is never sent to another: its opaque fields mean
+    nothing there. Traces written before the OpenAI fields existed read with them unset.
+    """
 
     type: Literal["thinking"] = "thinking"
     thinking: str = ""
     signature: Optional[str] = None
     redacted_data: Optional[str] = Field(None, description="Set for a redacted thinking block instead of text")
+    item_id: Optional[str] = Field(None, description="The id of an OpenAI Responses reasoning item")
+    encrypted_content: Optional[str] = Field(
+        None, description="An OpenAI reasoning item's encrypted reasoning, passed back every turn (store: false)"
+    )
 
 
 class ToolCall(_Block):

@@ -25,7 +25,8 @@ TOOLS = [
     ToolSpec(name="read", description="Read a file", parameters={"type": "object"}),
 ]
 USAGE = {"input": 100, "output": 40, "cache_read": 30, "cache_write": 20, "reasoning": 7}
-PROVIDERS = ["anthropic", "openai"]
+# openai: the Responses API; openai-chat: an OpenAI model through chat.completions.
+PROVIDERS = ["anthropic", "openai", "openai-chat"]
 
 
 @pytest.fixture(autouse=True)
@@ -62,11 +63,15 @@ def test_text_turn(provider):
     assert response.stop_reason == "end_turn"
     assert response.model == "test-model"
     assert response.request_id == "req_fake"
-    assert response.raw["id"] in ("msg_0", "chatcmpl-0")
+    assert response.raw["id"] in ("msg_0", "chatcmpl-0", "resp_0")
     body = server.requests[0]
     assert body["stream"] is True
     if provider == "anthropic":
         assert body["max_tokens"] == 1000 and body["messages"][0]["role"] == "user"
+    elif provider == "openai":
+        assert body["max_output_tokens"] == 1000 and body["instructions"] == "You optimize kernels."
+        assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+        assert body["input"] == [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
     else:
         assert body["max_completion_tokens"] == 1000
         assert body["messages"][0] == {"role": "system", "content": "You optimize kernels."}
@@ -97,6 +102,19 @@ def test_tool_call_turn_and_result_round_trip(provider):
         second = model.complete("sys", [user("go"), first.message, results], TOOLS, 500)
     assert second.message.text() == "done"
     assert server.violations == []
+    if provider == "openai":
+        items = server.requests[1]["input"]
+        assert [i.get("type", i.get("role")) for i in items] == [
+            "user",
+            "message",
+            "function_call",
+            "function_call",
+            "function_call_output",
+            "function_call_output",
+        ]
+        assert json.loads(items[2]["arguments"]) == calls[0]["arguments"] and items[2]["call_id"] == "tu_1"
+        assert items[5] == {"type": "function_call_output", "call_id": "tu_2", "output": "Error: bad args"}
+        return
     sent = server.requests[1]["messages"]
     if provider == "anthropic":
         assert [b["type"] for b in sent[1]["content"]] == ["text", "tool_use", "tool_use"]
@@ -138,9 +156,9 @@ def test_anthropic_thinking_is_sent_back_exactly():
     assert server.violations == []
 
 
-def test_openai_drops_thinking_and_reads_reasoning_content():
+def test_openai_chat_drops_thinking_and_reads_reasoning_content():
     with FakeLLMServer([{"thinking": "step by step", "text": "a"}, {"text": "b"}]) as server:
-        model = model_for("openai", server)
+        model = model_for("openai-chat", server)
         first = model.complete("", [user("go")], [], 100)
         assert first.message.content == [ThinkingBlock(thinking="step by step"), TextBlock(text="a")]
         model.complete("", [user("go"), first.message, user("more")], [], 100)
@@ -193,9 +211,10 @@ def test_anthropic_usage():
     assert usage == Usage(input_tokens=100, output_tokens=40, cache_read_tokens=30, cache_write_tokens=20)
 
 
-def test_openai_usage_subtracts_cached_and_keeps_reasoning():
+@pytest.mark.parametrize("provider", ["openai", "openai-chat"])
+def test_openai_usage_subtracts_cached_and_keeps_reasoning(provider):
     with FakeLLMServer([{"text": "x", "usage": USAGE}]) as server:
-        usage = model_for("openai", server).complete("", [user("q")], [], 100).usage
+        usage = model_for(provider, server).complete("", [user("q")], [], 100).usage
     assert usage == Usage(input_tokens=100, output_tokens=40, cache_read_tokens=30, reasoning_tokens=7)
 
 
@@ -215,7 +234,7 @@ def test_openai_stream_without_usage_is_cut():
     """Only compatible servers may omit usage; from the OpenAI API that means a cut stream."""
     with FakeLLMServer([{"text": "x"}], send_usage=False) as server:
         with pytest.raises(TransientModelError, match="before its usage"):
-            model_for("openai", server).complete("", [user("q")], [], 10)
+            model_for("openai-chat", server).complete("", [user("q")], [], 10)
 
 
 # --- faults and retries ---------------------------------------------------------------------
@@ -488,7 +507,7 @@ def test_the_megakernel_session_plays_kagent_s_own_kernel_and_its_edits_apply():
     makes finds the text it replaces, once, in the file as the session left it."""
     examples = Path(__file__).resolve().parents[1] / "examples"
     script = read_script(examples / "megakernel_session.yaml")
-    assert script.needs == "cuda" and "examples/demo_session.yaml" in (script.hint or "")
+    assert script.needs == "cuda" and "--model scripted:demo" in (script.hint or "")
     files: dict[str, str] = {"solution.py": "(the port)"}
     edits = 0
     for turn in script.turns:

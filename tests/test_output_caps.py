@@ -21,6 +21,7 @@ from kagent.agent.loop.models.limits import (
     ModelLimits,
     OutputSettings,
     limits_of,
+    limits_warning,
     load_limits,
     output_settings,
 )
@@ -50,43 +51,66 @@ def url_of(provider: str, server: FakeLLMServer) -> str:
 
 
 # -- the table -------------------------------------------------------------------------------
+M = 1_000_000
+W = DEFAULT_LIMITS.context_window
+
+
 @pytest.mark.parametrize(
-    "spec, cap, thinking",
+    "spec, cap, thinking, window",
     [
-        ("anthropic:claude-sonnet-4-5-20250929", 64_000, "budget"),
-        ("anthropic:claude-opus-4-1-20250805", 32_000, "budget"),
-        ("anthropic:claude-opus-4-5-20251101", 64_000, "budget"),
-        ("anthropic:claude-haiku-4-5", 64_000, "budget"),
-        ("anthropic:claude-opus-4-6", 128_000, "adaptive"),
-        ("anthropic:claude-sonnet-5", 128_000, "adaptive"),
-        ("anthropic:claude-3-5-haiku-latest", 8_192, "none"),
-        ("openai:gpt-5.2", 128_000, "effort"),
-        ("openai:gpt-5-mini", 128_000, "effort"),
-        ("openai:gpt-5-chat-latest", 16_384, "none"),
-        ("openai:gpt-4o-mini", 16_384, "none"),
-        ("openai:o1-mini", 65_536, "effort"),
-        ("openai:o3", 100_000, "effort"),
+        ("anthropic:claude-sonnet-4-5-20250929", 64_000, "budget", 200_000),
+        ("anthropic:claude-opus-4-1-20250805", 32_000, "budget", 200_000),
+        ("anthropic:claude-opus-4-5-20251101", 64_000, "budget", 200_000),
+        ("anthropic:claude-haiku-4-5", 64_000, "budget", 200_000),
+        ("anthropic:claude-opus-4-6", 128_000, "adaptive", M),
+        ("anthropic:claude-sonnet-4-6", 128_000, "adaptive", M),
+        ("anthropic:claude-sonnet-5", 128_000, "adaptive", M),
+        ("anthropic:claude-opus-5-5", 128_000, "adaptive", M),
+        ("anthropic:claude-3-5-haiku-latest", 8_192, "none", 200_000),
+        ("openai:gpt-5.2", 128_000, "effort", 400_000),
+        ("openai:gpt-5-mini", 128_000, "effort", 400_000),
+        ("openai:gpt-5.4-mini", 128_000, "effort", 1_050_000),
+        ("openai:gpt-5.6-terra", 128_000, "effort", 1_050_000),
+        ("openai:gpt-5.6-luna", 128_000, "effort", 400_000),
+        ("openai-chat:gpt-6", 128_000, "effort", 1_050_000),
+        ("openai:gpt-5-chat-latest", 16_384, "none", 128_000),
+        ("openai:gpt-4o-mini", 16_384, "none", 128_000),
+        ("openai:o1-mini", 65_536, "effort", 128_000),
+        ("openai:o3", 100_000, "effort", 200_000),
         # The table speaks for the hosted APIs only: a local server serving "gpt-5" is not one.
-        ("openai-compatible:http://localhost:8000/v1#gpt-5", DEFAULT_LIMITS.max_output_tokens, "none"),
-        ("scripted:session.yaml", DEFAULT_LIMITS.max_output_tokens, "none"),
-        ("anthropic:claude-next", DEFAULT_LIMITS.max_output_tokens, "none"),
+        ("openai-compatible:http://localhost:8000/v1#gpt-5", DEFAULT_LIMITS.max_output_tokens, "none", W),
+        ("scripted:session.yaml", DEFAULT_LIMITS.max_output_tokens, "none", W),
+        ("anthropic:claude-next", DEFAULT_LIMITS.max_output_tokens, "none", W),
     ],
 )
-def test_each_model_gets_its_own_cap(spec, cap, thinking):
-    assert limits_of(spec, user={}) == ModelLimits(cap, thinking)
+def test_each_model_gets_its_own_cap_and_window(spec, cap, thinking, window):
+    assert limits_of(spec, user={}) == ModelLimits(cap, thinking, window)
+
+
+def test_a_model_the_table_does_not_know_is_told_what_was_assumed():
+    warning = limits_warning("anthropic:claude-next", user={})
+    assert warning is not None and warning.startswith("kagent does not know anthropic:claude-next: it assumes")
+    assert "an output cap of 16,000 tokens, a context window of 200,000 tokens and no thinking" in warning
+    assert limits_warning("openai:gpt-5.6-sol", user={}) is None
+    # A local server or a script has no table to miss.
+    assert limits_warning("openai-compatible:http://box/v1#qwen3", user={}) is None
+    assert limits_warning("scripted:s.yaml", user={}) is None
 
 
 def test_a_user_file_extends_and_overrides_the_table(kagent_home):
     (kagent_home / "models.yaml").write_text(
-        "claude-sonnet-4-5: {max_output_tokens: 20000}\nqwen3-coder: {max_output_tokens: 32768, thinking: effort}\n"
+        "claude-sonnet-4-5: {max_output_tokens: 20000}\n"
+        "qwen3-coder: {max_output_tokens: 32768, thinking: effort, context_window: 262144}\n"
     )
     try:
         user = load_limits()
         assert limits_of("anthropic:claude-sonnet-4-5", user) == ModelLimits(20_000, "budget")
         assert limits_of("anthropic:claude-sonnet-4-0", user) == ModelLimits(64_000, "budget")
-        assert limits_of("openai-compatible:http://box:8000/v1#qwen3-coder-30b", user) == ModelLimits(32_768, "effort")
+        qwen = limits_of("openai-compatible:http://box:8000/v1#qwen3-coder-30b", user)
+        assert qwen == ModelLimits(32_768, "effort", 262_144)
         for bad in (
             "gpt-5: {max_output_tokens: -1}\n",
+            "gpt-5: {context_window: 0}\n",
             "gpt-5: {thinking: loud}\n",
             "gpt-5: {colour: red}\n",
             "- a list\n",
@@ -159,17 +183,23 @@ def test_anthropic_adaptive_thinking_and_budget_clamped_to_the_cap():
 
 
 def test_openai_reasoning_effort_is_sent():
-    with FakeLLMServer([{"text": "a"}, {"text": "b"}]) as server:
-        make_model("openai:test-model", base_url=server.openai_url, reasoning_effort="high").complete(
-            "sys", [user("go")], TOOLS, 128_000
-        )
-        make_model("openai:test-model", base_url=server.openai_url).complete("sys", [user("go")], TOOLS, 100)
-    assert server.requests[0]["reasoning_effort"] == "high"
-    assert server.requests[0]["max_completion_tokens"] == 128_000
-    assert "reasoning_effort" not in server.requests[1]
+    with FakeLLMServer([{"text": "a"}, {"text": "b"}, {"text": "c"}, {"text": "d"}]) as server:
+        for provider in ("openai", "openai-chat"):
+            make_model(f"{provider}:test-model", base_url=server.openai_url, reasoning_effort="high").complete(
+                "sys", [user("go")], TOOLS, 128_000
+            )
+            make_model(f"{provider}:test-model", base_url=server.openai_url).complete("sys", [user("go")], TOOLS, 100)
+    responses, responses_plain, chat, chat_plain = server.requests
+    assert responses["reasoning"] == {"effort": "high"} and responses["max_output_tokens"] == 128_000
+    assert "reasoning" not in responses_plain
+    assert chat["reasoning_effort"] == "high"
+    assert chat["max_completion_tokens"] == 128_000
+    assert "reasoning_effort" not in chat_plain
 
 
-@pytest.mark.parametrize("provider, stop", [("anthropic", "max_tokens"), ("openai", "length")])
+@pytest.mark.parametrize(
+    "provider, stop", [("anthropic", "max_tokens"), ("openai", "length"), ("openai-chat", "length")]
+)
 def test_a_call_the_cap_cuts_is_raw_even_without_any_json(provider, stop):
     turns = [
         {"tool_calls": [{"id": "c1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
@@ -200,7 +230,9 @@ def _options(tmp_path: Path, provider: str, **update) -> RunSettings:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("provider, stop", [("anthropic", "max_tokens"), ("openai", "length")])
+@pytest.mark.parametrize(
+    "provider, stop", [("anthropic", "max_tokens"), ("openai", "length"), ("openai-chat", "length")]
+)
 def test_a_cut_write_is_answered_with_how_to_write_in_parts(provider, stop, tmp_path):
     turns = [
         {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": CUT_JSON}], "stop_reason": stop},
@@ -226,7 +258,7 @@ def test_a_cut_write_is_answered_with_how_to_write_in_parts(provider, stop, tmp_
             options, model=make_model(options.model, base_url=url_of(provider, server), thinking_budget=4_000)
         )
     assert server.violations == []
-    answered = json.dumps(server.requests[1]["messages"])
+    answered = json.dumps(server.requests[1].get("messages") or server.requests[1]["input"])
     assert "reached the output cap (16,000 tokens per answer, thinking included)" in answered
     assert "cut off after" in answered and "append=true" in answered and "not valid JSON" not in answered
     assert "parts of at most about 18 KB" in answered  # (16000 - 4000) tokens of room, 3 characters each, half

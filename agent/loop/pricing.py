@@ -5,7 +5,7 @@ cache writes for Anthropic; OpenAI does not charge for writing its cache). Local
 scripted models are free. A user file, ``$KAGENT_HOME/prices.yaml`` or a path given to
 :func:`load_prices`, adds or overrides entries::
 
-    claude-opus-4: {input: 15, output: 75, cache_read: 1.5, cache_write: 18.75}
+    claude-opus-5: {input: 5, output: 25, cache_read: 0.5, cache_write: 6.25}
 """
 
 from __future__ import annotations
@@ -31,11 +31,26 @@ class Price:
     cache_write: float = 0.0
 
 
+# Sources, read 2026-12-07: Anthropic's model pages (platform.claude.com/docs/en/models/<model>/
+# overview, "Pricing": input, output, 5-minute cache write, cache read); where a page gives no
+# cache rates, Anthropic's usual 1.25x (write) and 0.1x (read) of input. OpenAI's pricing page
+# as quoted by morphllm.com/openai-api-pricing (2026-06) for 5.4/5.5, OpenAI's GPT-5.6 preview
+# (laxima.tech, finout.io: Sol, Terra, Luna; cache reads at 0.1x) and BerriAI/litellm#39633
+# (GPT-6 Astra). Prices that rise past 272K input tokens (GPT-5.6, GPT-6) are the base rate here.
 BUILTIN_PRICES: dict[str, Price] = {
     # Anthropic
-    "claude-opus-4-5": Price(5.0, 25.0, 0.50, 6.25),
     "claude-opus-4": Price(15.0, 75.0, 1.50, 18.75),  # 4 and 4.1
-    "claude-sonnet-4": Price(3.0, 15.0, 0.30, 3.75),  # 4 and 4.5
+    "claude-opus-4-5": Price(5.0, 25.0, 0.50, 6.25),
+    "claude-opus-4-6": Price(5.0, 25.0, 0.50, 6.25),  # models/opus-4-6
+    "claude-opus-4-7": Price(5.0, 25.0, 0.50, 6.25),  # models overview
+    "claude-opus-4-8": Price(5.0, 25.0, 0.50, 6.25),  # benchr.org/pricing/gpt-5-6 quotes it at $5/$25
+    "claude-opus-5": Price(5.0, 25.0, 0.50, 6.25),  # models/opus-5
+    "claude-opus-5-5": Price(4.0, 20.0, 0.20, 5.0),  # models/opus-5-5
+    "claude-sonnet-4": Price(3.0, 15.0, 0.30, 3.75),  # 4, 4.5 and 4.6 (models/sonnet-4-6)
+    "claude-sonnet-5": Price(2.0, 10.0, 0.20, 2.50),  # 5 and 5.5 (models/sonnet-5)
+    "claude-fable-5": Price(10.0, 50.0, 1.0, 12.50),  # Fable 5 and 5.1 (models/opus-5-5 lineup)
+    "claude-fable-5-2": Price(8.0, 40.0, 0.80, 10.0),  # models/sonnet-5 lineup
+    "claude-haiku-5": Price(0.10, 0.50, 0.01, 0.125),  # Haiku 5.5, "from" its lowest rate
     "claude-3-7-sonnet": Price(3.0, 15.0, 0.30, 3.75),
     "claude-haiku-4": Price(1.0, 5.0, 0.10, 1.25),
     "claude-3-5-haiku": Price(0.80, 4.0, 0.08, 1.0),
@@ -44,6 +59,17 @@ BUILTIN_PRICES: dict[str, Price] = {
     "gpt-5-mini": Price(0.25, 2.0, 0.025),
     "gpt-5-nano": Price(0.05, 0.40, 0.005),
     "gpt-5-pro": Price(15.0, 120.0),
+    "gpt-5.4": Price(2.50, 15.0, 0.25),
+    "gpt-5.4-mini": Price(0.75, 4.50, 0.075),
+    "gpt-5.4-nano": Price(0.20, 1.25, 0.02),
+    "gpt-5.4-pro": Price(30.0, 180.0),
+    "gpt-5.5": Price(5.0, 30.0, 0.50),
+    "gpt-5.5-pro": Price(30.0, 180.0),
+    "gpt-5.6": Price(5.0, 30.0, 0.50),  # the alias is Sol
+    "gpt-5.6-terra": Price(2.50, 15.0, 0.25),
+    "gpt-5.6-luna": Price(1.0, 6.0, 0.10),
+    "gpt-6": Price(10.0, 50.0, 1.0),  # GPT-6 Astra
+    "gpt-6.1-sol": Price(2.0, 10.0, 0.10),  # premk134/codex-token-watch v0.3.3
     "gpt-4.1": Price(2.0, 8.0, 0.50),
     "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
     "gpt-4.1-nano": Price(0.10, 0.40, 0.025),

@@ -1,7 +1,10 @@
 """Chat models behind kagent's provider-neutral ChatModel protocol, chosen by a spec string.
 
-Specs: ``anthropic:<model>``, ``openai:<model>``, ``openai-compatible:<url>#<model>`` (a local
-vLLM, SGLang, llama.cpp or Ollama server) and ``scripted:<path>`` (a replayed script).
+Specs: ``anthropic:<model>`` (the Messages API), ``openai:<model>`` (OpenAI's Responses API,
+the one its reasoning models take function tools with), ``openai-chat:<model>`` (an OpenAI
+model through chat.completions, where a user asks for it), ``openai-compatible:<url>#<model>``
+(a local vLLM, SGLang, llama.cpp or Ollama server, through chat.completions) and
+``scripted:<path>`` (a replayed script).
 Provider modules are imported only when used, so a missing SDK only matters to its users.
 """
 
@@ -19,15 +22,18 @@ from kagent.core.messages import ChatModel
 # provider -> (module under kagent.agent.loop.models, the pip package it needs)
 PROVIDERS: dict[str, tuple[str, str]] = {
     "anthropic": ("kagent.agent.loop.models.anthropic", "anthropic"),
-    "openai": ("kagent.agent.loop.models.openai", "openai"),
+    "openai": ("kagent.agent.loop.models.responses", "openai"),
+    "openai-chat": ("kagent.agent.loop.models.openai", "openai"),
     "openai-compatible": ("kagent.agent.loop.models.openai", "openai"),
     "scripted": ("kagent.agent.loop.models.scripted", "pyyaml"),
 }
 SPEC_FORMS = (
     "anthropic:<model>",
     "openai:<model>",
+    "openai-chat:<model>",
     "openai-compatible:<url>#<model>",
     "scripted:<path>",
+    "scripted:<name> (a session kagent ships: demo, sweep, megakernel)",
     "scripted:<path>?delay=<seconds>",
 )
 
@@ -86,6 +92,15 @@ def make_model(
             reasoning_effort=reasoning_effort,
         )
     if provider == "openai":
+        return module.ResponsesModel(
+            rest,
+            api_key=_key("OPENAI_API_KEY"),
+            name=spec,
+            timeout_s=timeout_s,
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            reasoning_effort=reasoning_effort,
+        )
+    if provider == "openai-chat":
         return module.OpenAIModel(
             rest,
             api_key=_key("OPENAI_API_KEY"),
@@ -112,7 +127,7 @@ def make_model(
             reasoning_effort=reasoning_effort,
         )
     path, delay_s = module.parse_spec(rest)
-    script = module.read_script(path)
+    script = module.read_script(module.script_path(path))
     return module.ScriptedModel(
         script.turns, name=spec, delay_s=delay_s, needs=script.needs, hint=script.hint, loop_from=script.loop_from
     )

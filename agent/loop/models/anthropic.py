@@ -27,6 +27,10 @@ from kagent.core.messages import (
 _SERVICE = "the Anthropic API"
 _KEY_ENV = "ANTHROPIC_API_KEY"
 _CACHE = {"type": "ephemeral"}
+# Budget-thinking models think between tool calls only with this beta (adaptive thinking, from
+# the 4.6 models on, interleaves by itself): without it a model thinks at its first turn and
+# hardly again ("Interleaved thinking", Anthropic's extended thinking guide).
+INTERLEAVED_THINKING = {"anthropic-beta": "interleaved-thinking-2025-05-14"}
 _STOP_REASONS: dict[str, StopReason] = {
     "end_turn": "end_turn",
     "tool_use": "tool_use",
@@ -38,8 +42,9 @@ _STOP_REASONS: dict[str, StopReason] = {
 def _block_param(block) -> Optional[dict[str, Any]]:
     """One kagent block as an Anthropic content block, or None when it cannot be sent."""
     if isinstance(block, TextBlock):
-        # The API rejects empty text blocks.
-        return {"type": "text", "text": block.text} if block.text else None
+        # The API refuses a text block that is empty or only whitespace ("text content blocks
+        # must contain non-whitespace text").
+        return {"type": "text", "text": block.text} if block.text.strip() else None
     if isinstance(block, ThinkingBlock):
         if block.redacted_data is not None:
             return {"type": "redacted_thinking", "data": block.redacted_data}
@@ -70,6 +75,11 @@ def to_anthropic_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     merged: list[dict[str, Any]] = []
     for message in messages:
         blocks = [p for p in map(_block_param, message.content) if p is not None]
+        if not blocks:
+            # Nothing sendable (an answer the cap cut inside its thinking, before the block's
+            # signature came): the API refuses an empty message ("all messages must have
+            # non-empty content"), and the turns around it merge instead.
+            continue
         if merged and merged[-1]["role"] == message.role:
             merged[-1]["content"].extend(blocks)
         else:
@@ -223,10 +233,11 @@ class AnthropicModel:
 
     def complete(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> ModelResponse:
         params = self.request_params(system, messages, tools, max_tokens)
+        headers = INTERLEAVED_THINKING if params.get("thinking", {}).get("type") == "enabled" else {}
         assembler = _Assembler()
         request_id = None
         try:
-            with self._client.messages.create(**params, stream=True) as stream:
+            with self._client.messages.create(**params, stream=True, extra_headers=headers) as stream:
                 request_id = stream.response.headers.get("request-id")
                 for event in stream:
                     assembler.feed(event.model_dump(mode="json"))

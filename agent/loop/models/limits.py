@@ -7,8 +7,8 @@ model's name, for the Anthropic and OpenAI APIs only (an OpenAI-compatible serve
 are its own: it gets the default unless told). A user file, ``$KAGENT_HOME/models.yaml``,
 adds or overrides entries, for any provider::
 
-    claude-sonnet-4-5: {max_output_tokens: 32000}
-    qwen3-coder: {max_output_tokens: 32768, thinking: none}
+    claude-opus-4-6: {max_output_tokens: 32000}
+    qwen3-coder: {max_output_tokens: 32768, context_window: 262144, thinking: none}
 
 How a model is asked to think (``thinking``):
 
@@ -48,45 +48,56 @@ MIN_ANSWER_TOKENS = 1024
 class ModelLimits:
     max_output_tokens: int
     thinking: ThinkingForm = "none"
+    # Prompt and answer together: a request whose prompt plus max_tokens passes it is refused.
+    context_window: int = 200_000
 
 
 # A model the table does not know, and every OpenAI-compatible server's: what kagent asked
-# for before there was a table.
+# for before there was a table, within the smallest window of a current hosted model.
 DEFAULT_LIMITS = ModelLimits(16_000)
 
+# Sources, read 2026-12-07: Anthropic's model pages (platform.claude.com/docs/en/models/<model>/
+# overview: "Context window", "Max output", "Thinking"); OpenAI's model pages and pricing page as
+# quoted by morphllm.com/openai-api-pricing (2026-06), runware.ai/docs/models/openai-gpt-5-6-sol
+# and BerriAI/litellm#39633 (GPT-6). From the 4.6 models on, Claude's thinking is adaptive (the
+# budget form is deprecated there and refused from Claude 5 on).
+_M = 1_000_000
 BUILTIN_LIMITS: dict[str, ModelLimits] = {
-    # Anthropic (the models overview's "max output"); from the 4.6 models on, thinking is
-    # adaptive (the budget form is deprecated there and refused from Claude 5 on).
-    "claude-3-haiku": ModelLimits(4_096),
-    "claude-3-opus": ModelLimits(4_096),
-    "claude-3-5-haiku": ModelLimits(8_192),
-    "claude-3-5-sonnet": ModelLimits(8_192),
-    "claude-3-7-sonnet": ModelLimits(64_000, "budget"),
-    "claude-sonnet-4": ModelLimits(64_000, "budget"),  # 4 and 4.5
-    "claude-opus-4": ModelLimits(32_000, "budget"),  # 4 and 4.1
-    "claude-opus-4-5": ModelLimits(64_000, "budget"),
-    "claude-haiku-4": ModelLimits(64_000, "budget"),  # 4.5
-    "claude-sonnet-4-6": ModelLimits(128_000, "adaptive"),
-    "claude-opus-4-6": ModelLimits(128_000, "adaptive"),
-    "claude-opus-4-7": ModelLimits(128_000, "adaptive"),
-    "claude-opus-4-8": ModelLimits(128_000, "adaptive"),
-    "claude-sonnet-5": ModelLimits(128_000, "adaptive"),  # 5 and 5.5
-    "claude-opus-5": ModelLimits(128_000, "adaptive"),  # 5 and 5.5
-    "claude-haiku-5": ModelLimits(128_000, "adaptive"),
-    "claude-fable-5": ModelLimits(128_000, "adaptive"),
-    "claude-mythos": ModelLimits(128_000, "adaptive"),
-    # OpenAI (max output tokens of chat.completions; reasoning tokens count in it)
-    "gpt-5": ModelLimits(128_000, "effort"),  # 5, 5.x, -mini, -nano, -pro
-    "gpt-5-chat": ModelLimits(16_384),
-    "gpt-4.1": ModelLimits(32_768),
-    "gpt-4o": ModelLimits(16_384),
+    "claude-3-haiku": ModelLimits(4_096),  # retired; 200K
+    "claude-3-opus": ModelLimits(4_096),  # retired; 200K
+    "claude-3-5-haiku": ModelLimits(8_192),  # retired; 200K
+    "claude-3-5-sonnet": ModelLimits(8_192),  # retired; 200K
+    "claude-3-7-sonnet": ModelLimits(64_000, "budget"),  # retired; 200K
+    "claude-sonnet-4": ModelLimits(64_000, "budget"),  # 4 and 4.5 (4.5 retired 2026-11-30); 200K
+    "claude-opus-4": ModelLimits(32_000, "budget"),  # 4 and 4.1; 200K
+    "claude-opus-4-5": ModelLimits(64_000, "budget"),  # models/opus-4-5: 200K, 64K
+    "claude-haiku-4": ModelLimits(64_000, "budget"),  # models/haiku-4-5: 200K, 64K, extended thinking
+    "claude-sonnet-4-6": ModelLimits(128_000, "adaptive", _M),  # models/sonnet-4-6: 1M, 128K
+    "claude-opus-4-6": ModelLimits(128_000, "adaptive", _M),  # models/opus-4-6: 1M, 128K
+    "claude-opus-4-7": ModelLimits(128_000, "adaptive", _M),  # models overview: 1M
+    "claude-opus-4-8": ModelLimits(128_000, "adaptive", _M),  # models/opus-5 compares it: 1M
+    "claude-sonnet-5": ModelLimits(128_000, "adaptive", _M),  # models/sonnet-5, sonnet-5-5: 1M, 128K
+    "claude-opus-5": ModelLimits(128_000, "adaptive", _M),  # models/opus-5, opus-5-5: 1M, 128K
+    "claude-haiku-5": ModelLimits(128_000, "adaptive", _M),  # models/opus-5 lineup (Haiku 5.5): 1M, 128K
+    "claude-fable-5": ModelLimits(128_000, "adaptive", _M),  # models/opus-5-5 lineup (Fable 5.1): 1M, 128K
+    "claude-mythos": ModelLimits(128_000, "adaptive", _M),  # no page read: assumed as the Claude 5 models
+    # OpenAI (max output tokens; reasoning tokens count in it)
+    "gpt-5": ModelLimits(128_000, "effort", 400_000),  # 5, 5.1, 5.2, -mini, -nano, -pro: 400K, 128K
+    "gpt-5-chat": ModelLimits(16_384, "none", 128_000),
+    "gpt-5.4": ModelLimits(128_000, "effort", 1_050_000),  # 5.4 and -mini, -nano, -pro: 1M
+    "gpt-5.5": ModelLimits(128_000, "effort", 1_050_000),  # 5.5 and -pro: 1M
+    "gpt-5.6": ModelLimits(128_000, "effort", 1_050_000),  # Sol, Terra: 1.05M, 128K
+    "gpt-5.6-luna": ModelLimits(128_000, "effort", 400_000),  # 400K
+    "gpt-6": ModelLimits(128_000, "effort", 1_050_000),  # GPT-6 Astra: 1.05M, 128K
+    "gpt-4.1": ModelLimits(32_768, "none", 1_047_576),
+    "gpt-4o": ModelLimits(16_384, "none", 128_000),
     "o1": ModelLimits(100_000, "effort"),
-    "o1-mini": ModelLimits(65_536, "effort"),
+    "o1-mini": ModelLimits(65_536, "effort", 128_000),
     "o3": ModelLimits(100_000, "effort"),
     "o4-mini": ModelLimits(100_000, "effort"),
 }
 # The providers the built-in table speaks for.
-TABLE_PROVIDERS = {"anthropic", "openai"}
+TABLE_PROVIDERS = {"anthropic", "openai", "openai-chat"}
 
 
 def _user_file(path: Path) -> dict[str, dict]:
@@ -96,11 +107,10 @@ def _user_file(path: Path) -> dict[str, dict]:
         raise KagentError(f"cannot read the model limits file {path}: {exc}") from exc
     ok = isinstance(data, dict) and all(
         isinstance(entry, dict)
-        and set(entry) <= {"max_output_tokens", "thinking"}
-        and (
-            not isinstance(entry.get("max_output_tokens"), bool)
-            and isinstance(entry.get("max_output_tokens", 1), int)
-            and entry.get("max_output_tokens", 1) > 0
+        and set(entry) <= {"max_output_tokens", "thinking", "context_window"}
+        and all(
+            not isinstance(entry.get(key), bool) and isinstance(entry.get(key, 1), int) and entry.get(key, 1) > 0
+            for key in ("max_output_tokens", "context_window")
         )
         and entry.get("thinking", "none") in THINKING_FORMS
         for entry in data.values()
@@ -108,7 +118,8 @@ def _user_file(path: Path) -> dict[str, dict]:
     if not ok:
         raise KagentError(
             f"the model limits file {path} is malformed",
-            hint=f"expected {{model_prefix: {{max_output_tokens: N, thinking: {'|'.join(THINKING_FORMS)}}}",
+            hint=f"expected {{model_prefix: {{max_output_tokens: N, context_window: N, "
+            f"thinking: {'|'.join(THINKING_FORMS)}}}}}",
         )
     return {str(prefix): entry for prefix, entry in data.items()}
 
@@ -131,16 +142,34 @@ def _longest_prefix(model: str, table: dict[str, ModelLimits]) -> Optional[Model
     return table[max(matches, key=len)] if matches else None
 
 
-def limits_of(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> ModelLimits:
-    """The limits of the model a spec names: the user's entry, else the built-in one (Anthropic
-    and OpenAI only), else the default."""
+def _known(spec: str, user: Optional[dict[str, ModelLimits]]) -> Optional[ModelLimits]:
+    """The user's entry for the model a spec names, else the built-in one (Anthropic and OpenAI
+    only), else None."""
     provider, _, rest = spec.partition(":")
     model = rest.rpartition("#")[2] if provider == "openai-compatible" else rest
     user = load_limits() if user is None else user
     found = _longest_prefix(model, user)
     if found is None and provider in TABLE_PROVIDERS:
         found = _longest_prefix(model, BUILTIN_LIMITS)
-    return found or DEFAULT_LIMITS
+    return found
+
+
+def limits_of(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> ModelLimits:
+    """The limits of the model a spec names: the user's entry, else the built-in one (Anthropic
+    and OpenAI only), else the default."""
+    return _known(spec, user) or DEFAULT_LIMITS
+
+
+def limits_warning(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> Optional[str]:
+    """What to tell the user of a hosted model neither table knows: what kagent assumes of it
+    (a wrong cap or window is refused by the service, or wastes the model); None when known."""
+    if spec.partition(":")[0] not in TABLE_PROVIDERS or _known(spec, user) is not None:
+        return None
+    d = DEFAULT_LIMITS
+    return (
+        f"kagent does not know {spec}: it assumes an output cap of {d.max_output_tokens:,} tokens, a context "
+        f"window of {d.context_window:,} tokens and no thinking (give its limits in {kagent_home() / 'models.yaml'})"
+    )
 
 
 @dataclass(frozen=True)

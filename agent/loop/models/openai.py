@@ -1,4 +1,6 @@
-"""OpenAI chat.completions (and servers that speak it: vLLM, SGLang, llama.cpp, Ollama), streamed."""
+"""OpenAI chat.completions, streamed: for servers that speak it (vLLM, SGLang, llama.cpp,
+Ollama), and for OpenAI's models where the user asks for it (``openai-chat:<model>``; plain
+``openai:`` goes through the Responses API, kagent.agent.loop.models.responses)."""
 
 from __future__ import annotations
 
@@ -43,12 +45,17 @@ def to_openai_messages(system: str, messages: Iterable[Message]) -> list[dict[st
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for message in messages:
         text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        text = text if text.strip() else ""
         if message.role == "assistant":
             calls = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                 for c in message.content
                 if isinstance(c, ToolCall)
             ]
+            if not text and not calls:
+                # An answer of thinking alone (cut by the output cap): an assistant message
+                # without content or tool calls is refused, and it tells the model nothing.
+                continue
             entry: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
                 entry["tool_calls"] = calls
@@ -69,7 +76,7 @@ def to_openai_tools(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _parse_arguments(text: str, cut: bool = False) -> dict[str, Any]:
+def parse_arguments(text: str, cut: bool = False) -> dict[str, Any]:
     """Tool-call arguments; invalid JSON is kept raw so the loop can tell the model. A call the
     output cap cut (``cut``) before any of its JSON came is raw too, not a call without
     arguments."""
@@ -80,6 +87,20 @@ def _parse_arguments(text: str, cut: bool = False) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"_raw": text}
     return value if isinstance(value, dict) else {"_raw": text}
+
+
+def status_error_of(exc: openai.APIStatusError, service: str, model: str, key_env: str) -> Exception:
+    """The kagent error for an error status of the OpenAI SDK (both of its APIs)."""
+    # The error object's own message, without the SDK's "Error code: ..." prefix.
+    detail = exc.body.get("message") if isinstance(exc.body, dict) else None
+    return status_error(
+        service,
+        exc.status_code,
+        detail or exc.message,
+        model=model,
+        key_env=key_env,
+        retry_after=parse_retry_after(exc.response.headers.get("retry-after")),
+    )
 
 
 def _usage(usage: Optional[dict[str, Any]]) -> Usage:
@@ -198,17 +219,7 @@ class OpenAIModel:
                 for chunk in stream:
                     assembler.feed(chunk.model_dump(mode="json"))
         except openai.APIStatusError as exc:
-            # The error object's own message, without the SDK's "Error code: ..." prefix.
-            detail = exc.body.get("message") if isinstance(exc.body, dict) else None
-            retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
-            raise status_error(
-                self._service,
-                exc.status_code,
-                detail or exc.message,
-                model=self.model,
-                key_env=self._key_env,
-                retry_after=retry_after,
-            ) from exc
+            raise status_error_of(exc, self._service, self.model, self._key_env) from exc
         except (openai.APIConnectionError, httpx2.TransportError) as exc:
             raise TransientModelError(f"{self._service}: connection failed or timed out ({exc})") from exc
         except openai.APIError as exc:
@@ -236,7 +247,7 @@ class OpenAIModel:
             ToolCall(
                 id=c["id"] or f"call_{i}",
                 name=c["function"]["name"],
-                arguments=_parse_arguments(c["function"]["arguments"], cut and i == len(raw_calls) - 1),
+                arguments=parse_arguments(c["function"]["arguments"], cut and i == len(raw_calls) - 1),
             )
             for i, c in enumerate(raw_calls)
         ]

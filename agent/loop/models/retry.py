@@ -49,7 +49,7 @@ def status_error(
             f"{service} denied access (403): {detail}",
             hint=f"check the permissions of the key in {key_env}" if key_env else "",
         )
-    if status == 404:
+    if status == 404 and "model" in detail.lower():
         return ModelError(
             f"unknown model {model!r} at {service} (404): {detail}", hint="check the model name in the model spec"
         )
