@@ -233,7 +233,7 @@ def test_a_session_written_for_a_gpu_is_refused_on_the_cpu_saying_what_to_run_in
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "plays a session written for a CUDA device, and this run's device is cpu" in proc.stderr
-    assert "examples/demo_session.yaml plays the demo" in proc.stderr
+    assert "the demo session plays: kagent run 02_kimi_linear_decode --model scripted:demo" in proc.stderr
     assert not Path(os.environ["KAGENT_RUNS"]).exists()  # refused before a run folder was made
 
 
@@ -255,6 +255,10 @@ def test_exit_codes_are_documented_in_help_and_docs():
         (["--budget", "200h", "--model", f"scripted:{DEMO}"], "--budget is at most 168h00m (7 days)"),
         (["--model", "nosuch:thing"], "unknown provider"),
         (["--model", "scripted:/nonexistent.yaml"], "cannot read the script"),
+        (
+            ["--model", "scripted:nosuch"],
+            "nor a session kagent ships by that name (those are: demo, megakernel, sweep)",
+        ),
         (["--model", f"scripted:{DEMO}", "--max-cost", "0"], "--max-cost: input should be greater than 0"),
         (["--model", f"scripted:{DEMO}", "--device", "tpu"], "unknown device 'tpu'"),
         # A run with such a model once retried for 1m36s and left a run folder.

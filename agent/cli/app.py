@@ -293,7 +293,8 @@ def run_command(
         None,
         "--model",
         "-m",
-        help="anthropic:<model>, openai:<model>, openai-compatible:<url>#<model> or scripted:<file>.",
+        help="anthropic:<model>, openai:<model>, openai-compatible:<url>#<model>, scripted:<file>, or "
+        "scripted:demo (a session kagent ships: no key needed).",
     ),
     budget: Optional[str] = typer.Option(None, help="Wall-clock budget: 3h, 90m, 2h30m (default 3h)."),
     max_cost: Optional[float] = typer.Option(None, help="Stop exploring once the model calls cost this many USD."),

@@ -44,7 +44,7 @@ def load_settings(task: str, config_file: Optional[Path], flags: dict[str, Any])
     if not merged.get("model"):
         raise KagentError(
             "give --model (or model: in a --config file)",
-            hint="e.g. --model anthropic:claude-sonnet-4-5 or --model scripted:session.yaml",
+            hint="e.g. --model anthropic:claude-sonnet-4-5, or --model scripted:demo to play the demo without a key",
         )
     if "thinking" in merged and "thinking_budget" in merged:
         raise KagentError("thinking and thinking_budget are the same setting: give one of them")

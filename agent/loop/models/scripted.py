@@ -1,7 +1,8 @@
 """A model that replays a script: for tests, demos and reproducing a run without a provider.
 
-Its spec is ``scripted:<file>``, or ``scripted:<file>?delay=<seconds>`` for a model that
-thinks that long before each answer (a sweep's measurements stand in for a real model so).
+Its spec is ``scripted:<file>``, ``scripted:<name>`` for a session kagent ships (``demo``,
+``sweep``, ``megakernel``), or either with ``?delay=<seconds>`` for a model that thinks that
+long before each answer (a sweep's measurements stand in for a real model so).
 
 A script is a list of turns, or a mapping ``{needs: cuda, hint: ..., loop_from: K, turns:
 [...]}``: ``needs`` for a session whose steps only a GPU can run (a run on a CPU refuses it at
@@ -137,6 +138,32 @@ def read_script(path: Union[str, Path]) -> Script:
 def load_script(path: Union[str, Path]) -> list[ModelResponse]:
     """The turns of a script file."""
     return read_script(path).turns
+
+
+# The sessions kagent ships, found by name (``scripted:demo`` plays examples/demo_session.yaml):
+# examples/ beside agent/, in a checkout and in an installed kagent alike (kagent.examples), so
+# that the demo runs wherever kagent is installed, from any folder.
+SESSIONS_DIR = Path(__file__).resolve().parents[3] / "examples"
+SESSION_SUFFIX = "_session.yaml"
+
+
+def session_names() -> list[str]:
+    return sorted(p.name[: -len(SESSION_SUFFIX)] for p in SESSIONS_DIR.glob(f"*{SESSION_SUFFIX}"))
+
+
+def script_path(given: str) -> Path:
+    """The script a spec names: a file's path, or the name of a session kagent ships (a word
+    with no folder and no suffix, which is no file here)."""
+    path = Path(given)
+    if path.exists() or "/" in given or path.suffix:
+        return path
+    shipped = SESSIONS_DIR / f"{given}{SESSION_SUFFIX}"
+    if shipped.is_file():
+        return shipped
+    raise ModelError(
+        f"scripted:{given}: no such script file, nor a session kagent ships by that name "
+        f"(those are: {', '.join(session_names()) or 'none in this installation'})"
+    )
 
 
 def parse_spec(rest: str) -> tuple[str, float]:
