@@ -365,3 +365,45 @@ def test_a_stopping_signal_ends_the_run_as_ctrl_c_does(sig, cause, code, tmp_pat
     _, report = resume_run(run_id)
     resumed = next(e for e in trace_events(runs) if e["type"] == "run_resumed")
     assert resumed["spent_before_s"] == last["elapsed_s"] and report.status == "no_result"
+
+
+@pytest.mark.slow
+def test_without_a_terminal_progress_comes_as_lines_as_it_goes_and_paths_stay_whole(tmp_path):
+    """Piped (a CI log), `kagent run` said nothing until the end, and its run folder's path
+    wrapped at 80 columns. Now a line comes for each thing that happened, while the run goes,
+    and no line is wrapped."""
+    runs = tmp_path / ("a-runs-folder-with-a-long-name-" * 3)
+    spec = script(tmp_path, tool("list_files"), tool("list_files"), tool("finish", summary="nothing to do"))
+    proc = subprocess.Popen(
+        [KAGENT, "run", "02_kimi_linear_decode", "--model", f"{spec}?delay=3", "--device", "cpu", "--budget", "10m"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "80", "KAGENT_RUNS": str(runs)},
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    alive_then = proc.poll() is None  # the model thinks 3 s a turn: two more turns to go
+    rest, err = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == ENDINGS["no_result"].exit_code, err
+    assert re.fullmatch(r"0m0\ds turn 1: model answered\n", first) and alive_then, first
+    lines = (first + rest).splitlines()
+    assert re.fullmatch(r"0m0\ds turn 1: tool list_files", lines[1]), lines  # before the next turn
+    assert re.fullmatch(r"0m\d\ds turn 3: model answered", lines[4]), lines
+    (run_dir,) = runs.iterdir()
+    assert f"run folder: {run_dir}" in lines and len(f"run folder: {run_dir}") > 80
+
+
+def test_the_sessions_kagent_ships_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    """`--model scripted:demo` plays examples/demo_session.yaml wherever kagent runs from (an
+    installed kagent has no checkout around it: test_packaging runs the demo so), and a path
+    given names that file as before."""
+    from kagent.agent.loop.models import make_model
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("demo", "sweep", "megakernel"):
+        by_name = make_model(f"scripted:{name}")
+        by_path = make_model(f"scripted:{REPO / 'examples' / f'{name}_session.yaml'}")
+        assert by_name.name == f"scripted:{name}" and by_name._turns == by_path._turns, name
+    assert make_model("scripted:demo?delay=2").delay_s == 2

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from kagent.agent.cli.views import LiveRunView, result_view
+from kagent.agent.cli.views import LiveRunView, result_view, run_panel
 from kagent.agent.loop.agent import ViewUpdate
 from kagent.agent.loop.budget import FakeClock
+from kagent.agent.loop.ledger import Attempt
 from kagent.sandbox.results import CheckResult, EvalResult, ShapeTiming, Stats, Verdict
 
 
@@ -206,3 +207,62 @@ def test_what_sharing_the_device_cost_is_shown_beside_the_result():
         "evaluations' work were read again (1 of them with the device alone)"
     ) in text
     assert "device lease" not in rendered(result_view(aa_result(timing("ctx 2048", 1.0, 0.99, 1.01), score=1.0)))
+
+
+def test_a_host_overhead_below_zero_is_said_as_noise_not_printed_negative():
+    """One benchmark printed "host overhead -14.9 ms over the steady time": a step alone can
+    read faster than the steady pace only by the measurements' noise."""
+    slower_alone = timing("ctx 16", 1.0, 0.9, 1.1).model_copy(update={"candidate_isolated_ms": 1.25})
+    faster_alone = timing("ctx 16", 1.0, 0.9, 1.1).model_copy(update={"candidate_isolated_ms": 0.8})
+    assert slower_alone.candidate.median_ms == 1.0
+    text = rendered(result_view(aa_result(slower_alone, score=1.0)), width=200)
+    assert "one step on its own takes 1.25 ms (host overhead 0.25 ms over the steady time)" in text
+    text = rendered(result_view(aa_result(faster_alone, score=1.0)), width=200)
+    assert "host overhead -" not in text
+    assert (
+        "one step on its own takes 0.800 ms (no host overhead to see: it read 0.2 ms under the steady time "
+        "1.00 ms, within the two measurements' noise)"
+    ) in text
+
+
+def test_a_cut_note_ends_at_a_word_with_an_ellipsis():
+    """A ledger note in the live view's 60 characters read "... worst: seed 1 c"."""
+    from kagent.agent.cli.trace_reading import shorten
+
+    note = "incorrect: max abs error 0.31 at ctx 16 (tolerance 0.01); worst: seed 1 case 3 of 4"
+    assert shorten(note, 60) == "incorrect: max abs error 0.31 at ctx 16 (tolerance 0.01)…"
+    assert shorten("a" * 80, 60) == "a" * 59 + "…"  # no word boundary to cut at: cut where it must
+    assert shorten(note, 200) == note
+    attempt = Attempt(number=1, kind="check", verdict="incorrect", reason=note, commit="c" * 40, kept=False)
+    text = rendered(run_panel(update(attempts=[attempt])))
+    assert "(tolerance 0.01)…" in text and "seed 1 c" not in text
+
+
+def test_runs_shows_the_result_with_its_interval_and_says_when_it_holds_one(tmp_path):
+    """`kagent runs` said 0.830x where the page said 0.830x [0.744–1.086]: the same code scored
+    0.830x to 1.071x over seven demo runs."""
+    from kagent.agent.cli.run_list import RunSummary, runs_table
+
+    noisy = RunSummary(
+        run_id="r1", state="finished", result_score=0.83, result_interval=(0.744, 1.086), best_attempt=2, path=tmp_path
+    )
+    faster = RunSummary(
+        run_id="r2", state="finished", result_score=1.5, result_interval=(1.4, 1.6), best_attempt=3, path=tmp_path
+    )
+    older = RunSummary(run_id="r3", state="finished", result_score=1.2, best_attempt=1, path=tmp_path)
+    text = rendered(runs_table([noisy, faster, older], "Runs"), width=250)
+    assert "0.830x [0.744–1.086], within noise #2" in text
+    assert "1.500x [1.400–1.600] #3" in text and "1.200x #1" in text  # a run from before intervals: none
+
+
+def test_a_result_cut_in_replay_counts_its_lines_in_good_english():
+    from kagent.agent.cli.replay import MAX_RESULT_LINES, TraceRenderer
+    from kagent.agent.storage.trace import ToolFinished
+
+    def shown(lines: int) -> str:
+        content = "\n".join(f"line {n}" for n in range(lines))
+        event = ToolFinished(turn=1, call_id="c", name="shell", content=content, is_error=False, seconds=0.0)
+        return rendered(TraceRenderer._result_view(event))
+
+    assert "… 1 more line\n" in shown(MAX_RESULT_LINES + 1)  # it said "1 more lines"
+    assert "… 2 more lines" in shown(MAX_RESULT_LINES + 2)

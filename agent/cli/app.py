@@ -454,12 +454,14 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
     """Drive a run (new or resumed) with or without the live view, then show its report."""
     from rich.live import Live
 
-    from kagent.agent.cli.views import LiveRunView
+    from kagent.agent.cli.views import LiveRunView, ProgressLines
     from kagent.agent.lifecycle.runs import RunInterrupted
 
     try:
         if quiet:
             run_dir, report = drive(None)
+        elif not console.is_terminal:  # a CI log or a pipe: a live view would print only at the end
+            run_dir, report = drive(ProgressLines(console).update)
         else:
             view = LiveRunView()
             with _keys_not_echoed(), Live(view, console=console, refresh_per_second=4, transient=False):
@@ -476,8 +478,8 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     else:
         console.print()
-        console.print((run_dir / "report.md").read_text())
-        console.print(f"run folder: {run_dir}")
+        console.print((run_dir / "report.md").read_text(), soft_wrap=True, highlight=False, markup=False)
+        console.print(f"run folder: {run_dir}", soft_wrap=True, highlight=False)
     raise typer.Exit(ENDINGS[report.status].exit_code)
 
 

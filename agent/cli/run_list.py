@@ -25,6 +25,7 @@ from kagent.agent.cli.trace_reading import minutes
 from kagent.agent.outcome import ENDINGS, RunState
 from kagent.agent.storage.folders import RUN_FILES
 from kagent.agent.storage.lock import LOCK_NAME, lock_holder, process_alive
+from kagent.sandbox.noise import score_text
 
 STATUS_NAME = RUN_FILES["status"]
 UNBOUNDED_WIDTH = 1 << 20
@@ -52,6 +53,9 @@ class RunSummary(BaseModel):
         None,
         description="The run's verified result: the re-verified score once "
         "the run has ended, the best attempt's before",
+    )
+    result_interval: Optional[tuple[float, float]] = Field(
+        None, description="The 95% interval of result_score's measurement; None in older runs"
     )
     elapsed_s: float = 0.0
     tokens: int = 0
@@ -152,7 +156,9 @@ def _tokens(count: int) -> str:
 def _figures(s: RunSummary) -> dict[str, str]:
     """The right-hand columns of one run, as both layouts show them."""
     return {
-        "result": f"{s.result_score:.3f}x #{s.best_attempt}" if s.result_score is not None else "–",
+        "result": f"{score_text(s.result_score, s.result_interval)} #{s.best_attempt}"
+        if s.result_score is not None
+        else "–",
         "elapsed": minutes(s.elapsed_s),
         "tokens": _tokens(s.tokens),
         "cost": f"${s.cost_usd:.2f}",

@@ -26,7 +26,15 @@ from kagent.tools.base import UNTOUCHED, FileEffect, Restore, Rewrite, Tool, Unk
 
 
 def shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` in at most ``limit`` characters: cut at the last word boundary that keeps most
+    of it (a note cut mid-word read "worst: seed 1 c"), with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 2 // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:·—-") + "…"
 
 
 def thinking_line(block: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.cli.trace_reading import minutes
+from kagent.agent.cli.trace_reading import minutes, shorten
 from kagent.sandbox import progress
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import Determinism, EvalResult, Verdict
@@ -154,10 +154,7 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
         lines.append(f"device time: {device_time}")
     for t in result.timings:
         if t.candidate_host_overhead_ms is not None and t.candidate_isolated_ms is not None:
-            lines.append(
-                f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms (host overhead "
-                f"{t.candidate_host_overhead_ms:.3g} ms over the steady time)"
-            )
+            lines.append(f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms ({_overhead(t)})")
     if result.bandwidth:
         source = "cached" if result.bandwidth.cached else "measured now"
         lines.append(f"copy bandwidth: {result.bandwidth.bytes_per_s / 1e12:.3f} TB/s ({source})")
@@ -178,6 +175,19 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
     if result_path:
         lines.append(f"result written to {result_path}")
     return lines
+
+
+def _overhead(t) -> str:
+    """The host's time a step on its own adds over the steady time (``t``: a ShapeTiming). It
+    cannot be below zero: a step alone measured faster than the steady pace is the two
+    measurements' noise, and is said so rather than as a negative overhead."""
+    overhead = t.candidate_host_overhead_ms
+    if overhead >= 0:
+        return f"host overhead {overhead:.3g} ms over the steady time"
+    return (
+        f"no host overhead to see: it read {-overhead:.3g} ms under the steady time "
+        f"{_ms(t.candidate.median_ms)} ms, within the two measurements' noise"
+    )
 
 
 def _lease_line(result: EvalResult) -> str:
@@ -237,7 +247,7 @@ def run_panel(update, since_s: float = 0.0) -> Panel:
             a.kind,
             a.verdict,
             f"{a.score:.3f}x" if a.score is not None else "–",
-            (a.note or a.reason)[:60],
+            shorten(a.note or a.reason, 60),
         )
     return Panel(Group(head, now, attempts, Text(update.last_event, style="dim")), title="kagent run")
 
@@ -267,6 +277,35 @@ class LiveRunView:
             return Text("")
         update, received = latest
         return run_panel(update, since_s=self._clock() - received)
+
+
+class ProgressLines:
+    """What `kagent run` prints where its output is no terminal (a CI log, a pipe, `tee`): a line
+    for each thing that happened, as it happens; a live view there prints once, at the end.
+    ``update`` takes the loop's ViewUpdates; the lines are never wrapped, so a path stays whole."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self._event: Optional[tuple[int, str]] = None
+        self._activity = ""
+
+    def update(self, update) -> None:
+        """A line for a new event (the model answered, an attempt recorded), and one for each
+        activity as it begins (a tool, the re-verification); an evaluation's progress within
+        an activity adds none."""
+        event = (update.turn, update.last_event)
+        if update.last_event and event != self._event:
+            self._event = event
+            best = f" · best {update.best_score:.3f}x (attempt {update.best_attempt})" if update.best_score else ""
+            self._say(update, f"{update.last_event}{best}")
+        if update.activity and update.activity != self._activity and update.activity != "waiting for the model":
+            self._say(update, update.activity)
+        self._activity = update.activity
+
+    def _say(self, update, text: str) -> None:
+        self.console.print(
+            f"{minutes(update.elapsed_s)} turn {update.turn}: {text}", soft_wrap=True, highlight=False, markup=False
+        )
 
 
 class EvalProgressView:
