@@ -477,6 +477,7 @@ def _show_run(drive, quiet: bool, json_output: bool) -> None:
     if json_output:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     else:
+        # Unwrapped: a path cut at 80 columns (a pipe's width) cannot be copied whole.
         console.print()
         console.print((run_dir / "report.md").read_text(), soft_wrap=True, highlight=False, markup=False)
         console.print(f"run folder: {run_dir}", soft_wrap=True, highlight=False)
