@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -562,15 +563,34 @@ def _fail_reason(
 ) -> str:
     if result["nonfinite"]:
         return f"{label}: non-finite values in {', '.join(result['nonfinite'][:5])}"
-    names = ", ".join(f"{n} {result['cosines'][n]:.4f}" for n in result["below_threshold"][:6])
+    below = result["below_threshold"]
+    names = ", ".join(f"{n} {result['cosines'][n]:.4f}" for n in below[:6])
     reason = f"{label}: cosine below {threshold} for {names}"
-    if margin is not None and margin < explained_margin:
+    first = _first_to_differ(below)
+    if first is not None:
         reason += (
-            f" (note: the reference's routing is {margin:.2%} from a tie here, so rounding alone can "
-            "swap an expert, but the step does not match the reference that took the runner-up either: "
-            "keep the router input and logits accurate)"
+            f"; the earliest layer whose state differs: {first} (look first at what the step computes "
+            "before it, in that layer or the one before)"
+        )
+    elif any(re.fullmatch(r"L\d+\..+", name) for name in result["cosines"]):
+        reason += (
+            f"; every layer's state agrees with the reference (cosine >= {threshold}): only the step's output differs"
+        )
+    if margin is not None and margin < explained_margin:
+        # Said only to rule a tie out: the reference that took the runner-up was tried and does
+        # not match either, so rounding at the tie does not explain this (where it does, the case
+        # is excused and passes). A hint towards the router here sent a dropped multiply astray.
+        reason += (
+            f" (the reference's routing is {margin:.2%} from a tie here, but the step does not match the "
+            "reference that took the runner-up either: a routing tie does not explain this mismatch)"
         )
     return reason
+
+
+def _first_to_differ(names: list[str]) -> str | None:
+    """Of the outputs below the threshold, the state of the earliest layer (named L<i>.<name>)."""
+    layered = [(int(n[1 : n.index(".")]), n) for n in names if re.fullmatch(r"L\d+\..+", n)]
+    return min(layered)[1] if layered else None
 
 
 def _near_tie_note(results: list[dict], min_margin: float) -> str:
