@@ -62,7 +62,12 @@ REFEREE_BOOTSTRAP = (
 )
 # A solution folder is copied whole (its kernels, headers, helpers); past this it is refused.
 MAX_SOLUTION_BYTES = 64 << 20
-SKIPPED_NAMES = {"__pycache__", ".git", "build", ".ipynb_checkpoints"}
+# Never copied: history, caches, build outputs and the model's scratch area (scratch scripts,
+# dumps), none of which a solution runs from.
+SKIPPED_NAMES = {"__pycache__", ".git", "build", "scratch", ".ipynb_checkpoints"}
+# A single file larger than this is not copied either: a debug dump, not a kernel's source (an
+# 84 MB dump at the top of a workspace blocked every evaluation of one run).
+MAX_COPIED_FILE_BYTES = 16 << 20
 OUTPUT_TAIL_CHARS = 4000
 # After the child exits, how long to wait for stragglers holding the pipe.
 DRAIN_GRACE_S = 2.0
@@ -218,6 +223,7 @@ def pristine_task(task: TaskRef) -> Pristine:
 
 def _copy_solution(solution: Path, dest: Path) -> None:
     total = 0
+    sizes: dict[Path, int] = {}
 
     def ignore(folder: str, names: list[str]) -> list[str]:
         nonlocal total
@@ -227,11 +233,20 @@ def _copy_solution(solution: Path, dest: Path) -> None:
             if name in SKIPPED_NAMES or name.startswith(".") or path.is_symlink():
                 skipped.append(name)
             elif path.is_file():
-                total += path.stat().st_size
+                size = path.stat().st_size
+                if size > MAX_COPIED_FILE_BYTES:
+                    skipped.append(name)
+                else:
+                    total += size
+                    sizes[path] = size
         if total > MAX_SOLUTION_BYTES:
+            largest = sorted(sizes, key=lambda p: -sizes[p])[:5]
             raise KagentError(
-                f"the solution's folder {solution.parent} holds more than {MAX_SOLUTION_BYTES >> 20} MiB",
-                hint="put the solution in a folder of its own",
+                f"the solution's folder {solution.parent} holds more than {MAX_SOLUTION_BYTES >> 20} MiB of files "
+                f"an evaluation copies; the largest: "
+                + ", ".join(f"{p.relative_to(solution.parent)} ({sizes[p] / 2**20:.1f} MiB)" for p in largest),
+                hint="move data files under scratch/ or build/ (an evaluation copies neither, nor any file over "
+                f"{MAX_COPIED_FILE_BYTES >> 20} MiB), or delete them",
             )
         return skipped
 
