@@ -910,3 +910,19 @@ def test_a_run_waits_for_another_s_baseline_only_until_its_deadline(
         os.close(held)
     assert outcome.is_error and "while another run on this device measured the baseline" in outcome.content
     assert time.monotonic() - began < 5 and counted_evaluations == []
+
+
+def test_a_wait_returns_when_the_job_ends_or_at_its_timeout(ctx: ToolContext):
+    jobs = Jobs()
+    jobs.run(dict(action="start", command="sleep 1; echo built"), ctx)
+    started = time.monotonic()
+    ended = jobs.run(dict(action="wait", job=1, timeout_s=120), ctx)
+    assert time.monotonic() - started < 60 and not ended.data["running"]
+    assert ended.content.startswith("waited ") and "for job 1 to end" in ended.content
+    assert "job 1: exited with code 0" in ended.content and ended.content.endswith("built")
+    jobs.run(dict(action="start", command="sleep 300"), ctx)
+    started = time.monotonic()
+    still = jobs.run(dict(action="wait", job=2, timeout_s=1), ctx)
+    assert 0.9 < time.monotonic() - started < 30 and still.data["running"]
+    assert still.content.startswith("waited 1 s; job 2 is still running.")
+    jobs.close()

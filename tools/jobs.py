@@ -34,6 +34,9 @@ from kagent.tools.base import (
 
 LOG_DIR = Path("build") / "jobs"  # in the workspace; build/ is ignored by its git
 DEFAULT_LIMIT_S = 1800.0
+# A wait ends by this time unless told otherwise: long enough for a build, short enough that the
+# budget line comes back to the model now and then.
+DEFAULT_WAIT_S = 600.0
 MAX_RUNNING = 4
 TAIL_BYTES = 64 << 10  # of a log, only its end is read
 
@@ -79,13 +82,21 @@ class Job:
 
 
 class JobsArgs(Args):
-    action: Literal["start", "status", "stop", "list"] = Field(
+    action: Literal["start", "status", "wait", "stop", "list"] = Field(
         description="start: run `command` in the background; status: how job `job` is doing and the end of its "
-        "log; stop: kill job `job` and every process it started; list: every job of this run"
+        "log; wait: block until job `job` ends or timeout_s passes (default "
+        f"{DEFAULT_WAIT_S:.0f} s), then as status; stop: kill job `job` and every process it started; list: every "
+        "job of this run"
     )
     command: Optional[str] = Field(None, min_length=1, description="start: a bash command line, run in the workspace")
     job: Optional[int] = Field(None, ge=1, description="status, stop: the job's number")
-    timeout_s: float = Field(DEFAULT_LIMIT_S, gt=0, le=6 * 3600, description="start: seconds before it is killed")
+    timeout_s: Optional[float] = Field(
+        None,
+        gt=0,
+        le=6 * 3600,
+        description=f"start: seconds before it is killed (default {DEFAULT_LIMIT_S:.0f}); wait: the most seconds "
+        f"to wait (default {DEFAULT_WAIT_S:.0f})",
+    )
     tail_lines: int = Field(40, ge=0, le=400, description="status, stop: lines of the log's end to show")
 
 
@@ -95,7 +106,8 @@ class Jobs(BaseTool):
         f"Run a long command in the background and look at it later. start: run `command` (bash, in "
         f"the workspace, sandboxed as the shell is) and return its job number at once; its stdout and "
         f"stderr go to {LOG_DIR}/<job>.log in the workspace. status: running or how it ended, and the "
-        f"end of its log. stop: kill it and every process it started. list: all jobs. A job is killed "
+        f"end of its log. wait: block until it ends (or timeout_s passes), then as status: one call "
+        f"instead of a turn per poll. stop: kill it and every process it started. list: all jobs. A job is killed "
         f"at its timeout_s (default {DEFAULT_LIMIT_S:.0f} s), when you stop it, and when the run's "
         f"exploration ends; at most {MAX_RUNNING} run at once. A running job shares the CPU and GPU "
         f"with check and benchmark: stop it before you time anything."
@@ -129,8 +141,11 @@ class Jobs(BaseTool):
         job = self._job(args.job)
         if args.action == "stop":
             job.settle("stopped")
+        waited = ""
+        if args.action == "wait":
+            waited = self._wait(job, ctx.timeout(args.timeout_s or DEFAULT_WAIT_S))
         tail = _tail(ctx.workspace / job.log, args.tail_lines, ctx.max_output_chars)
-        content = f"{job.line()}\nlog {job.log}" + (f", its last lines:\n{tail}" if tail else ": nothing yet")
+        content = f"{waited}{job.line()}\nlog {job.log}" + (f", its last lines:\n{tail}" if tail else ": nothing yet")
         return ToolOutcome(
             content=content,
             data={
@@ -140,6 +155,17 @@ class Jobs(BaseTool):
                 "how": job.how,
             },
         )
+
+    @staticmethod
+    def _wait(job: Job, seconds: float) -> str:
+        """Block until ``job`` ends or ``seconds`` pass; what the wait came to, as a line."""
+        started = time.monotonic()
+        while job.is_running() and time.monotonic() - started < seconds:
+            time.sleep(min(0.2, seconds))
+        waited = time.monotonic() - started
+        if job.is_running():
+            return f"waited {waited:.0f} s; job {job.number} is still running.\n"
+        return f"waited {waited:.1f} s for job {job.number} to end.\n"
 
     def _job(self, number: Optional[int]) -> Job:
         if number is None:
@@ -159,7 +185,7 @@ class Jobs(BaseTool):
             raise ToolError(
                 f"{MAX_RUNNING} jobs are running already ({', '.join(running)}): stop one or wait for one to end"
             )
-        limit = ctx.timeout(args.timeout_s)
+        limit = ctx.timeout(args.timeout_s or DEFAULT_LIMIT_S)
         number = max(self.jobs, default=0) + 1
         log = LOG_DIR / f"{number}.log"
         (ctx.workspace / LOG_DIR).mkdir(parents=True, exist_ok=True)
