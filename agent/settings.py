@@ -19,6 +19,9 @@ DEFAULT_WALL_S = 3 * 3600.0
 # Answers without a tool call in a row that end a run (a plan, thinking aloud or waiting for a
 # job comes alone now and then; several in a row mean the model has stopped working).
 TEXT_ANSWER_LIMIT = 3
+# What one tool result may hold: a 70 KB kernel reads in 3 pages, not 9, and a build log's
+# errors fit whole.
+TOOL_OUTPUT_CHARS = 30_000
 # How long one model request may take, unless the settings say otherwise.
 REQUEST_TIMEOUT_S = 600.0
 
@@ -185,6 +188,12 @@ class RunSettings(BaseModel):
         ge=1,
         description="The run ends when the model answers this many times in a row without calling "
         "a tool; each such answer before is answered with a reminder that says how many remain",
+    )
+    tool_output_chars: int = Field(
+        TOOL_OUTPUT_CHARS,
+        ge=1000,
+        description="Characters of one tool result the model sees; a longer one keeps its head and tail "
+        "(read_file pages within it)",
     )
     solution_name: str = Field("solution.py", description="The solution's file in the workspace")
     runs_root: Optional[Path] = Field(

@@ -7,10 +7,22 @@ The evaluations are made up, as in test_long_runs (the loop is under test, not t
 
 from __future__ import annotations
 
-import test_long_runs
-from test_long_runs import call, calls, outcome, run
+import json
 
+import git
+import pytest
+import test_long_runs
+from test_eval_kimi import BROKEN
+from test_long_runs import attempts, call, calls, outcome, run
+
+from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.storage.trace import read_trace
+from kagent.core.errors import KagentError
+from kagent.sandbox.evaluate import _copy_solution
+from kagent.sandbox.harness.mega import _fail_reason
+from kagent.sandbox.results import Verdict
+
+from conftest import reference_solution, run_eval
 
 made_up = test_long_runs.made_up  # the fixture of made-up evaluations
 
@@ -63,3 +75,188 @@ def test_an_answer_that_waits_for_a_job_is_answered_with_the_job_s_state(tmp_pat
     assert "You seem to be waiting" in said[0] and "job 1: running for" in said[0] and "sleep 30" in said[0]
     assert "action=wait" in said[0]
     assert "job 1: stopped after" in said[1]
+
+
+def test_a_failed_check_reverts_the_solution_s_files_only_and_says_how_to_get_them_back(tmp_path, made_up):
+    queue, seen = made_up
+    queue += [outcome("pass", 1.0), outcome("incorrect"), outcome("pass")]
+    turns = [
+        calls(
+            ("write_file", {"path": "helper.py", "content": "V = 1\n"}),
+            ("write_file", {"path": "solution.py", "content": "import helper\n"}),
+            ("write_file", {"path": "probe.py", "content": "print('probe v1')\n"}),
+            ("benchmark", {}),
+        ),
+        calls(
+            ("write_file", {"path": "scratch/compare.py", "content": "from task.reference import Model\n"}),
+            ("write_file", {"path": "probe.py", "content": "print('probe v2')\n"}),
+            ("write_file", {"path": "dump.txt", "content": "layer 0 differs\n"}),
+            ("write_file", {"path": "helper.py", "content": "V = 2\n"}),
+            ("write_file", {"path": "kernel_v2.py", "content": "K = 2\n"}),
+            ("write_file", {"path": "solution.py", "content": "import helper\nimport kernel_v2\nbroken\n"}),
+            ("check", {}),
+        ),
+        call("check"),
+        call("revert", attempt=2),
+        call("finish", summary="-"),
+    ]
+    run_dir, _ = run(tmp_path, turns)
+    events = read_trace(run_dir / "trace.jsonl").events
+    recorded = [e for e in events if e.type == "attempt_recorded"]
+    # The solution and the module it imports came back; the scratch script, the edited probe,
+    # the dump and the new module stayed as the model left them.
+    assert seen[2] == "import helper\n"
+    told = recorded[1].message
+    assert "back at attempt 1: helper.py, solution.py restored" in told, told
+    assert "Left as they are: dump.txt, kernel_v2.py, probe.py. " in told
+    assert "revert(attempt=2) brings it back" in told and "refs/kagent/attempts/2" in told
+    workspace = run_dir / "workspace"
+    at_the_second_check = git_show(run_dir, "refs/kagent/attempts/3", ["probe.py", "helper.py", "scratch/compare.py"])
+    assert at_the_second_check == ["print('probe v2')\n", "V = 1\n", "from task.reference import Model\n"]
+    # revert(attempt=2) brings the failed version back, the replaced one kept on a commit.
+    reverted = [e for e in events if e.type == "tool_finished" and e.name == "revert"][0]
+    assert "back at attempt 2: helper.py, solution.py restored" in reverted.content, reverted.content
+    assert "What you had is commit" in reverted.content and "git show" in reverted.content
+    # The final solution is the best attempt's tree, exactly; the tree the model left is the commit before it.
+    assert (workspace / "solution.py").read_text() == "import helper\n"
+    left = git_show(run_dir, "main~1", ["scratch/compare.py", "dump.txt", "solution.py"])
+    assert left == [
+        "from task.reference import Model\n",
+        "layer 0 differs\n",
+        "import helper\nimport kernel_v2\nbroken\n",
+    ]
+
+
+def git_show(run_dir, ref: str, paths: list[str]) -> list[str]:
+    repo = git.Repo(run_dir / "workspace")
+    return [repo.git.show(f"{ref}:{path}", strip_newline_in_stdout=False) for path in paths]
+
+
+def test_an_over_long_why_last_is_cut_and_the_draft_in_the_same_answer_stays(tmp_path, made_up):
+    queue, seen = made_up
+    queue += [outcome("pass", 1.0), outcome("incorrect")]
+    why = "slower than predicted: " + "the gate and up loads no longer overlap, " * 10 + "why?"  # 437 characters
+    kernel = "".join(f"# line {i} of the megakernel\n" for i in range(1463))
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "the port\n"}), ("benchmark", {})),
+        calls(
+            ("design", {"hypothesis": "one kernel", "predicted": "3x", "draft": True, "why_last": why}),
+            ("write_file", {"path": "solution.py", "content": kernel}),
+            ("check", {}),
+        ),
+        call("finish", summary="-"),
+    ]
+    assert len(why) == 437
+    run_dir, _ = run(tmp_path, turns)
+    events = read_trace(run_dir / "trace.jsonl").events
+    design = next(e for e in events if e.type == "tool_finished" and e.name == "design")
+    assert not design.is_error and "why_last was 437 characters, over its limit of 400" in design.content
+    second = attempts(run_dir)[1]
+    assert second["draft"] and second["kept"] and "kept in place as a draft" in second["note"]
+    assert second["hypothesis"] == "one kernel"
+    assert git_show(run_dir, "main~1", ["solution.py"]) == [kernel]  # in place until the end of exploring
+
+
+def test_a_refused_design_leaves_a_failing_attempt_undecided_and_in_place(tmp_path, made_up):
+    queue, seen = made_up
+    queue += [outcome("pass", 1.0), outcome("incorrect"), outcome("incorrect")]
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "the port\n"}), ("benchmark", {})),
+        calls(
+            ("design", {"hypothesis": "one kernel", "draft": True}),  # no prediction: refused
+            ("write_file", {"path": "solution.py", "content": "part 1\n"}),
+            ("check", {}),
+        ),
+        calls(("design", {"hypothesis": "a fix", "predicted": "1x"}), ("check", {})),
+        call("finish", summary="-"),
+    ]
+    run_dir, _ = run(tmp_path, turns)
+    events = read_trace(run_dir / "trace.jsonl").events
+    refused = next(e for e in events if e.type == "tool_finished" and e.name == "design")
+    assert refused.is_error and "undecided" in refused.content and refused.data["design_refused"]
+    second, third = attempts(run_dir)[1:]
+    assert second["kept"] and "whether this is a draft is undecided" in second["note"]
+    assert seen[2] == "part 1\n"  # the next check saw the kept draft
+    # Once a design (not a draft) is recorded, a failure is reverted again.
+    assert not third["kept"] and "reverted to attempt 1" in third["note"]
+    state = rebuild(events[: events.index(refused) + 1], run_dir)
+    assert state.undecided
+
+
+def test_other_harnesses_argument_names_are_taken_and_named(tmp_path, made_up):
+    turns = [
+        call("write_file", file_path="notes.md", content="# plan\n"),
+        call("edit_file", file_path="notes.md", old_string="plan", new_string="the plan"),
+        call("shell", cmd="cat notes.md", timeout=120000, description="Show the notes"),
+        call("read_file", file_path="notes.md", offset=1, limit=5),
+        call("finish", summary="-"),
+    ]
+    run_dir, report = run(tmp_path, turns)
+    results = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished"]
+    assert not any(r.is_error for r in results), [r.content for r in results if r.is_error]
+    assert "[kagent] took file_path as path." in results[0].content
+    assert "took file_path as path; took old_string as old; took new_string as new" in results[1].content
+    shell = results[2].content
+    assert "# the plan" in shell and "took cmd as command; took timeout=120000 as milliseconds: timeout_s=120" in shell
+    assert "ignored description" in shell
+    assert "took offset as offset_line; took limit as max_lines" in results[3].content
+    assert (run_dir / "workspace" / "notes.md").read_text() == "# the plan\n"
+
+
+def test_an_argument_object_sent_as_a_json_string_is_decoded(tmp_path, made_up):
+    arguments = json.dumps(json.dumps({"path": "notes.md", "content": "# notes\n"}))
+    turns = [
+        {"tool_calls": [{"name": "write_file", "arguments": {"_raw": arguments}}]},
+        {"tool_calls": [{"name": "write_file", "arguments": {"_raw": '{"path": "x.md", "content": '}}]},
+        call("finish", summary="-"),
+    ]
+    run_dir, _ = run(tmp_path, turns)
+    results = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished"]
+    assert not results[0].is_error and "decoded them" in results[0].content
+    assert (run_dir / "workspace" / "notes.md").read_text() == "# notes\n"
+    assert results[1].is_error and "were not valid JSON" in results[1].content
+
+
+def test_a_failing_step_names_the_earliest_layer_that_differs_and_blames_no_tie_the_runner_up_refutes():
+    result = {
+        "nonfinite": [],
+        "below_threshold": ["L1.kv", "L10.kv", "L2.conv", "hidden"],
+        "cosines": {"L1.kv": 0.91, "L10.kv": 0.5, "L2.conv": 0.7, "hidden": 0.6},
+    }
+    reason = _fail_reason("fixed seed 0 ctx 16", result, 0.98, margin=0.01, explained_margin=0.05)
+    assert "the earliest layer whose state differs: L1.kv" in reason
+    assert "a routing tie does not explain this mismatch" in reason and "router" not in reason
+    far = _fail_reason("fixed seed 0 ctx 16", result, 0.98, margin=0.2, explained_margin=0.05)
+    assert "tie" not in far
+    only_hidden = {**result, "below_threshold": ["hidden"]}
+    assert "earliest layer" not in _fail_reason("x", only_hidden, 0.98)
+    assert "every layer's state agrees with the reference" in _fail_reason("x", only_hidden, 0.98)
+
+
+def test_a_dropped_routed_scaling_multiply_is_not_blamed_on_the_router(kimi, kagent_home, tmp_path):
+    patch = BROKEN["forgets_routed_scaling"][0]
+    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    assert result.verdict is Verdict.INCORRECT, result.reason
+    # At the smoke scale the states stay within the threshold and only the step's output differs;
+    # the reason says so, and that the near-tie of the routing does not explain it.
+    assert "router" not in result.reason and "only the step's output differs" in result.reason, result.reason
+    assert "a routing tie does not explain" in result.reason or "from a tie" not in result.reason
+
+
+def test_an_evaluation_copy_leaves_out_dumps_and_scratch_and_names_the_largest_files(tmp_path):
+    work = tmp_path / "workspace"
+    (work / "scratch").mkdir(parents=True)
+    (work / "solution.py").write_text("x = 1\n")
+    (work / "kernel.cu").write_text("// kernel\n")
+    (work / "scratch" / "compare.py").write_text("import task.reference\n")
+    with open(work / "debug_dump.pt", "wb") as dump:  # 84 MB, sparse: no disk is spent
+        dump.truncate(84 * 10**6)
+    _copy_solution(work / "solution.py", tmp_path / "copy")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["kernel.cu", "solution.py"]
+    for i in range(5):  # 75 MiB in files small enough to be copied one by one
+        with open(work / f"table_{i}.bin", "wb") as table:
+            table.truncate(15 << 20)
+    with pytest.raises(KagentError) as refused:
+        _copy_solution(work / "solution.py", tmp_path / "again")
+    assert "the largest: table_" in refused.value.message and "table_0.bin (15.0 MiB)" in refused.value.message
+    assert "move data files under scratch/ or build/" in (refused.value.hint or "")

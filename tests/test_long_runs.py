@@ -225,7 +225,7 @@ def test_without_a_draft_a_failed_attempt_is_reverted(tmp_path, made_up):
     ]
     run_dir, _ = run(tmp_path, turns)
     assert seen[:3] == ["the port\n", "broken\n", "the port\n"]
-    assert attempts(run_dir)[1]["note"].endswith("the workspace was reverted to attempt 1")
+    assert attempts(run_dir)[1]["note"].endswith("the solution was reverted to attempt 1")
 
 
 def test_the_reason_for_an_outcome_joins_its_attempt_and_survives_a_resume(tmp_path, made_up):

@@ -188,7 +188,7 @@ def test_the_page_of_a_finished_run(session_run, session_page):
     assert {"#attempt-1-diff", "#attempt-2-file", "#attempt-3-diff"} <= links
     assert all(link[1:] in ids for link in links if link and link.startswith("#")), "a link to nothing"
     assert "a straight port" in text and "about 1x" in text and "drop the routed scaling" in text
-    assert "reverted" in text and "the workspace was reverted to attempt 2" in text
+    assert "reverted" in text and "the solution was reverted to attempt 2" in text
     assert "score [95% interval]" in text and re.search(r"\d\.\d{3}x \[\d\.\d{3}–\d\.\d{3}\]", text)
     assert "kernel launches are counted on CUDA devices only" in session_page  # the CPU's launches, said why
     # The diff of attempt 3 from attempt 2 is the broken line; attempt 2's file is attempt 1's, shown once.
@@ -200,7 +200,7 @@ def test_the_page_of_a_finished_run(session_run, session_page):
         r"<details class='thinking'><summary>thinking \(\d+ chars\): Port the reference first\.", session_page
     )
     assert "▶ write_file solution.py" in text and "— diff against the previous version" in text
-    assert "▶ revert" in text and "The workspace is back at attempt 2" in text
+    assert "▶ revert" in text and "The solution's files are back at attempt 2" in text
     assert "budget: phase explore · elapsed" in text
     assert "final: attempt 2, re-verified" in text and "run ended:" in text
 

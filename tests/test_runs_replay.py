@@ -118,7 +118,7 @@ def test_replay_tells_the_session_turn_by_turn(session_run):
     # Attempts: number, verdict, kept or reverted, the note.
     assert "■ attempt 1 check PASS  score –  kept" in text
     assert "■ attempt 2 check INCORRECT  score –  reverted" in text
-    assert "the workspace was reverted to attempt 1" in text
+    assert "the solution was reverted to attempt 1" in text
     assert "error: `old` does not occur in solution.py" in text
     assert "budget: phase explore · elapsed" in text
     assert "final: no attempt passed a benchmark" in text

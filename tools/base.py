@@ -9,6 +9,7 @@ ToolError turned into an ``is_error`` outcome it can act on. Bugs in kagent stil
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -48,9 +49,14 @@ class LoopControl(Protocol):
         fail stay in place); ``why``, the model's reason for the last attempt's outcome, joins
         that attempt, whose number is returned (None: there is none yet)."""
 
-    def revert_to(self, attempt: Optional[int]) -> tuple[int, list[str]]:
-        """Put the workspace back to ``attempt`` (None: the best) and commit that; returns the
-        attempt's number and the files that changed. ToolError when there is no such attempt."""
+    def revert_to(self, attempt: Optional[int]) -> tuple[int, str]:
+        """Put the solution's files back to ``attempt`` (None: the best) and commit that;
+        returns the attempt's number and what the model is told (what changed, what stayed,
+        where the replaced version is). ToolError when there is no such attempt."""
+
+    def design_refused(self) -> None:
+        """A design call was refused for its arguments: until a design is recorded, an attempt
+        that fails or regresses stays in place, as whether it is a draft is undecided."""
 
     def finish(self, summary: str) -> Optional[str]:
         """End exploring once this turn's calls are answered; or, once, while the task's goal is
@@ -66,7 +72,7 @@ class ToolContext:
     eval_options: EvalOptions
     solution_name: str = "solution.py"
     deadline: Optional[float] = None  # time.monotonic() value nothing may run past
-    max_output_chars: int = 8000
+    max_output_chars: int = 8000  # in a run, its settings' tool_output_chars
     env: Optional[dict[str, str]] = None  # None: os.environ, scrubbed of credentials
     progress: Optional[Callable[[dict], None]] = None  # an evaluation's harness events as they arrive (live view)
     loop: Optional[LoopControl] = None  # the loop running the tool; only loop-control tools use it
@@ -195,6 +201,75 @@ class Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The argument names of the harnesses frontier models were trained on (Claude Code, SWE-agent,
+# Codex), taken as ours where a tool has the field and the call does not give it already. Each
+# refusal of one cost a turn; the result names what was taken for what.
+ALIASES = {
+    "file_path": "path",
+    "filepath": "path",
+    "filename": "path",
+    "old_string": "old",
+    "old_str": "old",
+    "new_string": "new",
+    "new_str": "new",
+    "cmd": "command",
+    "offset": "offset_line",
+    "limit": "max_lines",
+}
+# Arguments other harnesses send that change nothing here (Claude Code's Bash takes a description).
+IGNORED = ("description",)
+# A ``timeout`` at least this large is taken as milliseconds, Claude Code's unit; below, as seconds.
+TIMEOUT_MS_FROM = 1000
+
+
+def understood(model: type[Args], args: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The arguments as ``model`` names them, and a note for each thing taken otherwise than
+    given: another harness's name, a timeout in milliseconds, a free text over its limit (cut,
+    not refused: a refusal drops the rest of the model's intent with it)."""
+    fields = model.model_fields
+    given, notes = dict(args), []
+    for alias, name in ALIASES.items():
+        if alias in given and alias not in fields and name in fields and name not in given:
+            given[name] = given.pop(alias)
+            notes.append(f"took {alias} as {name}")
+    if "timeout" in given and "timeout" not in fields and "timeout_s" in fields and "timeout_s" not in given:
+        value = given.pop("timeout")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            seconds = value / 1000 if value >= TIMEOUT_MS_FROM else value
+            unit = "milliseconds" if value >= TIMEOUT_MS_FROM else "seconds"
+            given["timeout_s"] = seconds
+            notes.append(f"took timeout={value} as {unit}: timeout_s={seconds:g}")
+        else:
+            given["timeout_s"] = value
+    for name in IGNORED:
+        if name in given and name not in fields:
+            given.pop(name)
+            notes.append(f"ignored {name} (no such argument here)")
+    for name, field in fields.items():
+        limit = next((m.max_length for m in field.metadata if getattr(m, "max_length", None)), None)
+        value = given.get(name)
+        if limit is not None and isinstance(value, str) and len(value) > limit:
+            given[name] = value[: limit - 1] + "…"
+            notes.append(f"{name} was {len(value)} characters, over its limit of {limit}: kept its first {limit - 1}")
+    return given, notes
+
+
+def decoded_arguments(raw: str) -> Optional[dict[str, Any]]:
+    """Arguments the provider could not take as an object because the model sent the object
+    as a JSON string (once or twice encoded): the object, or None when it is not one."""
+    value: Any = raw
+    for _ in range(3):
+        if isinstance(value, dict):
+            return value
+        if not isinstance(value, str):
+            return None
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
 class BaseTool(ABC):
     """A tool whose arguments are a pydantic model; subclasses implement ``execute``."""
 
@@ -208,19 +283,26 @@ class BaseTool(ABC):
         self.spec = ToolSpec(name=self.name, description=self.description, parameters=schema)
 
     def run(self, args: dict, ctx: ToolContext) -> ToolOutcome:
+        given, notes = understood(self.Arguments, args)
+        said = f"\n[kagent] {'; '.join(notes)}." if notes else ""
         try:
-            parsed = self.Arguments.model_validate(args)
+            parsed = self.Arguments.model_validate(given)
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors())
-            return ToolOutcome(
-                content=f"invalid arguments for {self.name}: {problems}", is_error=True, data={"invalid_args": args}
-            )
+            return self.refused(f"invalid arguments for {self.name}: {problems}{said}", args, ctx)
         try:
             outcome = self.execute(parsed, ctx)
         except ToolError as err:
-            return ToolOutcome(content=cap(str(err), ctx.max_output_chars), is_error=True)
-        outcome.content = cap(outcome.content, ctx.max_output_chars)
+            return ToolOutcome(content=cap(str(err), ctx.max_output_chars - len(said)) + said, is_error=True)
+        outcome.content = cap(outcome.content, ctx.max_output_chars - len(said)) + said
+        if notes:
+            outcome.data = {**outcome.data, "arguments_understood": notes}
         return outcome
+
+    def refused(self, message: str, args: dict, ctx: ToolContext) -> ToolOutcome:
+        """The answer to a call whose arguments do not validate; a tool whose refusal leaves
+        something undecided in the loop says so here."""
+        return ToolOutcome(content=message, is_error=True, data={"invalid_args": args})
 
     @abstractmethod
     def execute(self, args: Any, ctx: ToolContext) -> ToolOutcome:

@@ -8,7 +8,17 @@ from typing import Optional
 
 from pydantic import Field, ValidationError
 
-from kagent.tools.base import UNTOUCHED, Args, BaseTool, FileEffect, Restore, ToolContext, ToolFacts, ToolOutcome
+from kagent.tools.base import (
+    UNTOUCHED,
+    Args,
+    BaseTool,
+    FileEffect,
+    Restore,
+    ToolContext,
+    ToolFacts,
+    ToolOutcome,
+    understood,
+)
 
 
 class DesignArgs(Args):
@@ -41,6 +51,17 @@ class Design(BaseTool):
     Arguments = DesignArgs
     facts = ToolFacts(needs_loop=True)
 
+    def refused(self, message: str, args: dict, ctx: ToolContext) -> ToolOutcome:
+        """A design refused for its arguments leaves the next attempt undecided, not a non-draft:
+        the model may be building a draft in the same answer, and a revert would take it away."""
+        ctx.control().design_refused()
+        return ToolOutcome(
+            content=f"{message}\nNothing was recorded. Until a design is recorded, an attempt that fails or "
+            f"regresses stays in place (undecided: maybe a draft); call design again.",
+            is_error=True,
+            data={"invalid_args": args, "design_refused": True},
+        )
+
     def execute(self, args: DesignArgs, ctx: ToolContext) -> ToolOutcome:
         explained = ctx.control().record_design(args.hypothesis, args.predicted, args.draft, args.why_last)
         content = "Recorded. The next check or benchmark attempt carries this design in the ledger."
@@ -64,22 +85,23 @@ class RevertArgs(Args):
 
 class Revert(BaseTool):
     name = "revert"
-    description = "Put the workspace back to an earlier attempt (default: the best)."
+    description = (
+        "Put the solution's files (the solution and the files it names) back as an earlier attempt had "
+        "them (default: the best). Files made since, scratch/ and notes.md stay as they are; the result "
+        "says what changed and where the replaced version stays."
+    )
     Arguments = RevertArgs
     facts = ToolFacts(changes_files=True, needs_loop=True)
 
     def file_change(self, args: dict) -> FileEffect:
         try:
-            return Restore(RevertArgs.model_validate(args).attempt)
+            return Restore(RevertArgs.model_validate(understood(RevertArgs, args)[0]).attempt)
         except ValidationError:
             return UNTOUCHED
 
     def execute(self, args: RevertArgs, ctx: ToolContext) -> ToolOutcome:
-        number, changed = ctx.control().revert_to(args.attempt)
-        return ToolOutcome(
-            content=f"The workspace is back at attempt {number}; changed: {', '.join(changed) or 'nothing'}.",
-            data={"attempt": number},
-        )
+        number, told = ctx.control().revert_to(args.attempt)
+        return ToolOutcome(content=told, data={"attempt": number})
 
 
 class FinishArgs(Args):

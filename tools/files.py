@@ -19,6 +19,7 @@ from kagent.tools.base import (
     ToolOutcome,
     relative_name,
     resolve_in_workspace,
+    understood,
 )
 
 # Folders a listing skips: history, caches and build products are noise to the model.
@@ -210,7 +211,7 @@ class WriteFile(BaseTool):
 
     def file_change(self, args: dict) -> FileEffect:
         try:
-            given = WriteFileArgs.model_validate(args)
+            given = WriteFileArgs.model_validate(understood(WriteFileArgs, args)[0])
         except ValidationError:
             return UNTOUCHED  # such a call fails, changing nothing
         if given.append:  # the rest of the file is as it was: known only if it was known before
@@ -262,7 +263,7 @@ class EditFile(BaseTool):
 
     def file_change(self, args: dict) -> FileEffect:
         try:
-            given = EditFileArgs.model_validate(args)
+            given = EditFileArgs.model_validate(understood(EditFileArgs, args)[0])
         except ValidationError:
             return UNTOUCHED
 

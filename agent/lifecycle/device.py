@@ -127,3 +127,136 @@ def machine_fingerprint() -> Optional[str]:
         *(f"{name}={os.environ.get(name)}" for name in _VISIBILITY),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+# What the run's first message says of the machine, found by the evaluating interpreter (the
+# one the solution runs in): the GPU, a copy's bandwidth timed as the harness times it, the
+# bytes floor of the task's shapes at that bandwidth, the libraries' versions. Every winning
+# public run spent its first calls probing for these.
+_FACTS_SCRIPT = r"""
+import importlib.util, json, os, shutil, sys
+device, task_dir = sys.argv[1], sys.argv[2]
+import torch
+out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+try:
+    import triton
+    out["triton"] = triton.__version__
+except Exception:
+    out["triton"] = None
+out["ncu"] = shutil.which("ncu")
+try:
+    params = open("/proc/driver/nvidia/params").read()
+    out["counters_admin_only"] = "RmProfilingAdminOnly: 1" in params
+except OSError:
+    out["counters_admin_only"] = None
+out["root"] = os.geteuid() == 0
+if device.startswith("cuda") and torch.cuda.is_available():
+    d = torch.device(device)
+    p = torch.cuda.get_device_properties(d)
+    out.update(gpu=p.name, sms=p.multi_processor_count, l2_bytes=getattr(p, "L2_cache_size", None),
+               memory_bytes=p.total_memory, capability=f"{p.major}.{p.minor}")
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device=d)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(13):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record(); dst.copy_(src); end.record(); torch.cuda.synchronize(d)
+        if i >= 3:
+            times.append(begin.elapsed_time(end) / 1e3)
+    times.sort()
+    out["bytes_per_s"] = 2 * n / times[len(times) // 2]
+    if all(os.path.exists(os.path.join(task_dir, f)) for f in ("roofline.py", "shapes.py")):
+        sys.path.insert(0, task_dir)
+        try:
+            import roofline, shapes
+            out["floor_us"] = {
+                str(s["context_len"]): roofline.bytes_per_step(shapes.build_config(s), s["context_len"])
+                / out["bytes_per_s"] * 1e6
+                for s in shapes.SHAPES
+            }
+        except Exception as err:
+            out["floor_error"] = f"{type(err).__name__}: {err}"
+print(json.dumps(out))
+"""
+FACTS_TIMEOUT_S = 120.0
+
+
+class MachineFacts(BaseModel):
+    """What the evaluating interpreter saw of the machine (None where it could not tell)."""
+
+    torch: Optional[str] = None
+    cuda: Optional[str] = None
+    triton: Optional[str] = None
+    gpu: Optional[str] = None
+    sms: Optional[int] = None
+    l2_bytes: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    capability: Optional[str] = None
+    bytes_per_s: Optional[float] = None
+    floor_us: dict[str, float] = {}
+    floor_error: Optional[str] = None
+    ncu: Optional[str] = None
+    counters_admin_only: Optional[bool] = None
+    root: bool = False
+    error: Optional[str] = None
+
+
+def machine_facts(device: str, python: str, task_dir: Path) -> MachineFacts:
+    """The facts, from a child process of ``python`` (a GPU's take seconds: a 1 GiB copy, timed)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [python, "-c", _FACTS_SCRIPT, device, str(task_dir)],
+            capture_output=True,
+            text=True,
+            timeout=FACTS_TIMEOUT_S,
+        )
+        last = done.stdout.strip().splitlines()[-1:] or [""]
+        return MachineFacts.model_validate_json(last[0])
+    except (OSError, subprocess.TimeoutExpired, ValidationError, ValueError) as err:
+        return MachineFacts(error=f"the machine could not be probed: {type(err).__name__}: {str(err)[:200]}")
+
+
+def describe_machine(facts: MachineFacts, device: str) -> str:
+    """The facts as the model reads them in its first message."""
+    if facts.error:
+        return facts.error
+    versions = f"torch {facts.torch} (CUDA {facts.cuda or 'none'}), Triton {facts.triton or 'not installed'}"
+    if facts.gpu is None:
+        return f"The machine: {device}, no GPU. {versions}."
+    l2 = f"{facts.l2_bytes / 2**20:.0f} MiB L2" if facts.l2_bytes else "L2 unknown"
+    memory = f"{facts.memory_bytes / 2**30:.0f} GiB" if facts.memory_bytes else "memory unknown"
+    lines = [
+        f"The machine: {facts.gpu} (compute capability {facts.capability}), {facts.sms} SMs, {l2}, {memory}; "
+        f"{versions}."
+    ]
+    if facts.bytes_per_s:
+        floor = ""
+        if facts.floor_us:
+            floor = (
+                "; the bytes floor of a step on this device (the task's bytes at that bandwidth): "
+                + " / ".join(f"{us:.1f}" for us in facts.floor_us.values())
+                + f" µs at contexts {' / '.join(facts.floor_us)}. Any other floor you read (in the task's text, "
+                "the playbook) was worked out for another device: this one is the one to go by"
+            )
+        lines.append(f"A device copy measured {facts.bytes_per_s / 1e9:.0f} GB/s (bytes read + written){floor}.")
+    if facts.ncu is None:
+        lines.append("Nsight Compute (ncu) is not installed: no hardware counters (`profile` still times kernels).")
+    elif facts.counters_admin_only and not facts.root:
+        lines.append("ncu is installed, but the driver opens its counters to admins only: ncu cannot profile here.")
+    else:
+        lines.append("ncu is installed and may profile (`ncu_kernel`, `profile`).")
+    return "\n".join(lines)
+
+
+def machine_text(device: str, python: str, task_dir: Path) -> str:
+    """The first message's paragraph on the machine. On a CPU it says so without a probe: the
+    run is a smoke run there, and importing torch once more would cost every such run seconds."""
+    if not device.startswith("cuda"):
+        return (
+            f"The machine: {device}, no GPU. Evaluations run at smoke scale; kernel launches are not counted "
+            f"and no bytes floor is known here."
+        )
+    return describe_machine(machine_facts(device, python, task_dir), device)

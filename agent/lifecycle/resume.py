@@ -59,7 +59,9 @@ def _tool_finished(state: Rebuilt, event: ToolFinished, run_dir: Path) -> None:
     # What a loop-control tool changed in the loop's books, as its result says (tools/control.py).
     if "design" in event.data:
         state.pending_design = Design.model_validate(event.data["design"])
-        state.drafting = state.pending_design.draft
+        state.drafting, state.undecided = state.pending_design.draft, False
+    if "design_refused" in event.data:
+        state.undecided = True
     if "why" in event.data:  # the model's reason for an attempt's outcome, given with the next design
         number, why = event.data["why"]["attempt"], str(event.data["why"]["text"])
         for attempt in state.ledger.attempts:

@@ -18,7 +18,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field
 
 from kagent import prompts
-from kagent.agent.lifecycle.device import resolve_device
+from kagent.agent.lifecycle.device import machine_text, resolve_device
 from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.loop.agent import Agent, RunReport, ViewUpdate
 from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
@@ -252,6 +252,7 @@ def _drive(
         view=on_update,
         system_prompt=prompts.system_prompt(task),
         versions=versions(),
+        machine=machine_text(config.device, eval_options.python, task.path),
     )
     agent_box.append(agent)
     for text in agent.warnings:

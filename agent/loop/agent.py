@@ -18,9 +18,10 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, Field
 
 from kagent.agent.loop import pricing
+from kagent.agent.loop.briefing import goal_text, rules_text
 from kagent.agent.loop.budget import BudgetTracker
 from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
-from kagent.agent.loop.ledger import Attempt, Design, Ledger, single_launch
+from kagent.agent.loop.ledger import GOAL_FLOOR_FRACTION, Attempt, Design, Ledger, floor_fraction, single_launch
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.loop.text_answers import TextAnswers
 from kagent.agent.outcome import Cause, EndState, end_state, reverification_inconclusive, reverification_note
@@ -43,7 +44,7 @@ from kagent.agent.storage.trace import (
     TraceWriter,
     UserNotice,
 )
-from kagent.agent.storage.workspace import Workspace
+from kagent.agent.storage.workspace import ATTEMPTS_REF, SCRATCH_DIR, Reverted, Workspace
 from kagent.core.errors import KagentError, TransientModelError
 from kagent.core.messages import ChatModel, Message, ModelResponse, TextBlock, ToolCall, ToolResult, ToolSpec, Usage
 from kagent.sandbox import progress
@@ -51,7 +52,7 @@ from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.noise import score_interval
 from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef
-from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap
+from kagent.tools.base import Tool, ToolContext, ToolError, ToolOutcome, cap, decoded_arguments
 from kagent.tools.evaluation import summarize
 
 # The final re-verification, the verdict a run ends on, draws this many times the secret
@@ -215,6 +216,7 @@ class Agent:
         view: Optional[Callable[[ViewUpdate], None]] = None,
         system_prompt: str = "",
         versions: Optional[dict[str, Optional[str]]] = None,
+        machine: str = "",
     ):
         self.config, self.task, self.model = config, task, model
         self.workspace, self.trace, self.tracker = workspace, trace, tracker
@@ -222,6 +224,7 @@ class Agent:
         self.view = view or (lambda update: None)
         self.system = system_prompt
         self.versions = versions or {}
+        self.machine = machine  # what the first message says of the machine (kagent.agent.lifecycle.device)
         self.tools: dict[str, Tool] = {t.spec.name: t for t in tools}
         self.ledger = Ledger()
         self.messages: list[Message] = []
@@ -230,6 +233,7 @@ class Agent:
         self.cost = 0.0
         self.pending_design: Optional[Design] = None
         self.drafting = False  # the last design was a draft: failed attempts stay in place
+        self.undecided = False  # the last design call was refused: failed attempts stay in place too
         self.finish_answered = False  # an early finish was answered once; the next one ends the run
         self.ledger_shown: Optional[str] = None  # the ledger as last shown in full
         self.compaction_warned = False  # told to update its notes before the coming compaction
@@ -256,6 +260,8 @@ class Agent:
             f"Your workspace holds the task's files under task/ (read-only) and your solution goes in "
             f"{self.config.solution_name}. Evaluation runs on device {self.config.device} at {self.config.scale} "
             f"scale.\n\n"
+            + (f"{self.machine}\n\n" if self.machine else "")
+            + f"{goal_text(self.task)}\n\n{rules_text(self.config, self.task)}\n\n"
             + (f"Your direction in this run: {self.config.direction}\n\n" if self.config.direction else "")
             + self._status_text()
         )
@@ -290,6 +296,7 @@ class Agent:
         self.finished_summary = state.finished_summary
         self.pending_design, self.usage, self.cost = state.pending_design, state.usage, state.cost
         self.drafting, self.finish_answered = state.drafting, state.finish_answered
+        self.undecided = state.undecided
         self.turn = state.turn
         plan = [(call, self._settlement(call, state)) for call in state.pending_calls if call.id not in state.results]
         resumed.settled_calls = [{"call_id": c.id, "name": c.name, "action": action} for c, action in plan]
@@ -475,6 +482,7 @@ class Agent:
             eval_options=self.eval_options,
             solution_name=self.config.solution_name,
             deadline=monotonic_deadline,
+            max_output_chars=self.config.tool_output_chars,
             progress=self._on_progress,
             loop=self,
         )
@@ -524,35 +532,59 @@ class Agent:
         )
 
     def _dispatch(self, call: ToolCall, tool: Optional[Tool]) -> ToolOutcome:
-        if "_raw" in call.arguments:
-            return ToolOutcome(content=cut_call_result(call, self.cut_cap, self.cut_answers.room_tokens), is_error=True)
+        arguments, note = call.arguments, ""
+        if "_raw" in arguments:
+            decoded = decoded_arguments(str(arguments["_raw"])) if self.cut_cap is None else None
+            if decoded is None:
+                content = cut_call_result(call, self.cut_cap, self.cut_answers.room_tokens)
+                return ToolOutcome(content=content, is_error=True)
+            arguments, note = decoded, "\n[kagent] The arguments came as a JSON string, not an object: decoded them."
         if tool is None:
             names = ", ".join(sorted(self.tools))
             return ToolOutcome(content=f"there is no tool named {call.name!r}; the tools are: {names}", is_error=True)
-        return tool.run(call.arguments, self.tool_context(self.tracker.final_slice_starts()))
+        outcome = tool.run(arguments, self.tool_context(self.tracker.final_slice_starts()))
+        return outcome.model_copy(update={"content": outcome.content + note}) if note else outcome
 
     # -- what the loop-control tools do (LoopControl) -----------------------------------------
     def record_design(
         self, hypothesis: str, predicted: str, draft: bool = False, why: Optional[str] = None
     ) -> Optional[int]:
         self.pending_design = Design(hypothesis=hypothesis, predicted=predicted, draft=draft)
-        self.drafting = draft
+        self.drafting, self.undecided = draft, False
         last = self.ledger.attempts[-1] if self.ledger.attempts else None
         if why is None or last is None:
             return None
         last.why = why
         return last.number
 
-    def revert_to(self, attempt: Optional[int]) -> tuple[int, list[str]]:
+    def design_refused(self) -> None:
+        self.undecided = True
+
+    def revert_to(self, attempt: Optional[int]) -> tuple[int, str]:
         number = attempt if attempt is not None else self.ledger.best
         if number is None:
             raise ToolError("there is no best attempt yet; give the attempt number to go back to")
         target = self.workspace.attempts().get(number)
         if target is None:
             raise ToolError(f"there is no attempt {number}; attempts: {sorted(self.workspace.attempts())}")
-        changed = self.workspace.restore(target, keep=[NOTES_FILE])
+        before = self.workspace.commit(f"the workspace before the revert to attempt {number}")
+        reverted = self.workspace.revert_solution(target, keep=[NOTES_FILE])
         self.workspace.commit(f"revert to attempt {number} (asked by the model)")
-        return number, changed
+        back = f"commit {before[:10]} (`git show {before[:10]}:{self.config.solution_name}` reads it)"
+        return number, self._reverted_text(number, reverted, back)
+
+    def _reverted_text(self, number: int, reverted: Reverted, back: str) -> str:
+        """What a revert changed and kept, and where the version it replaced stays."""
+        shown = ", ".join(reverted.kept[:12]) + (
+            f" and {len(reverted.kept) - 12} more" if len(reverted.kept) > 12 else ""
+        )
+        return (
+            f"The solution's files are back at attempt {number}: "
+            f"{', '.join(reverted.restored) or 'none differed'} restored. "
+            + (f"Left as they are: {shown}. " if reverted.kept else "")
+            + f"A revert puts back only the solution's files (the solution and the files it names); files "
+            f"made since, {SCRATCH_DIR}/ and {NOTES_FILE} are never reverted. What you had is {back}."
+        )
 
     def finish(self, summary: str) -> Optional[str]:
         unmet = None if self.finish_answered else self._goal_unmet()
@@ -564,33 +596,45 @@ class Agent:
 
     def _goal_unmet(self) -> Optional[str]:
         """What remains of the task's goal while much of the budget does, or None. The goal of a
-        megakernel task is an attempt that passes as one launch per step; it can be judged only
-        where launches are counted (on a GPU)."""
+        megakernel task is an attempt that passes as one launch per step, at GOAL_FLOOR_FRACTION
+        of the bytes floor's speed or better where the floor is known; launches can be counted
+        only on a GPU."""
         budget = self.config.budget.wall_s
         remaining = self.tracker.deadline() - self.tracker.clock.now()
         counted = self.config.device.startswith("cuda") or any(
             a.single_launch is not None for a in self.ledger.attempts
         )
         best = self.ledger.best_attempt()
-        if (
-            not self.task.wants_single_launch
-            or not counted
-            or remaining <= EARLY_FINISH_SHARE * budget
-            or (best is not None and best.single_launch)
-        ):
+        if not self.task.wants_single_launch or not counted or remaining <= EARLY_FINISH_SHARE * budget:
             return None
-        where = (
-            f"the best is attempt {best.number}, {best.score:.3f}x, in more than one launch per step"
-            if best is not None and best.score is not None
-            else "no attempt has passed a benchmark yet"
-        )
+        slow = best is not None and best.floor_fraction is not None and best.floor_fraction < GOAL_FLOOR_FRACTION
+        if best is not None and best.single_launch and not slow:
+            return None
+        if best is not None and best.single_launch and best.floor_fraction is not None:
+            where = (
+                f"the best, attempt {best.number}, is one launch per step but at {best.floor_fraction:.0%} of the "
+                f"bytes floor's speed at its slowest shape, short of the goal's {GOAL_FLOOR_FRACTION:.0%}"
+            )
+            todo = (
+                "time it with `stages` and `profile`, close the largest gap to each stage's floor first (the "
+                "playbook's workflow), and keep the barrier count low"
+            )
+        else:
+            where = (
+                f"the goal, one kernel launch per step, is unmet (the best is attempt {best.number}, "
+                f"{best.score:.3f}x, in more than one launch per step)"
+                if best is not None and best.score is not None
+                else "the goal, one kernel launch per step, is unmet (no attempt has passed a benchmark yet)"
+            )
+            todo = (
+                "fuse what is left into one persistent kernel (the playbook's stage plan and grid barrier), keep "
+                "it correct stage by stage (design with draft=true keeps failing attempts in place while you "
+                "build), then time it with `stages` and `profile`"
+            )
         return (
-            f"Not finished yet: {remaining / 60:.0f} of {budget / 60:.0f} min remain, and the task's goal, one "
-            f"kernel launch per step, is unmet ({where}). What remains to try: fuse what is left into one "
-            f"persistent kernel (the playbook's stage plan and grid barrier), keep it correct stage by stage "
-            f"(design with draft=true keeps failing attempts in place while you build), then time it with "
-            f"`stages` and `profile`. The run delivers the best single-launch attempt once one passes. Call "
-            f"finish again to end the run now anyway."
+            f"Not finished yet: {remaining / 60:.0f} of {budget / 60:.0f} min remain, and {where}. What remains "
+            f"to try: {todo}. The run delivers the best attempt as it stands whenever it ends. Call finish again "
+            f"to end the run now anyway."
         )
 
     # -- attempts ----------------------------------------------------------------------------
@@ -617,15 +661,20 @@ class Agent:
             trailers,
         )
         self.workspace.mark_attempt(number, sha)
-        kept, reverted_to, draft = True, None, False
+        kept, reverted_to, draft, revert_text = True, None, False, ""
         note, lost, new_best = self.ledger.judge(result, score, single_launch_goal=self.task.wants_single_launch)
         if new_best:
             self.ledger.best = number
             self.workspace.tag_best(sha)
-        if lost and self.drafting:
+        if lost and (self.drafting or self.undecided):
             draft = True
             best = self.ledger.best_attempt()
-            note += " — kept in place as a draft: " + (
+            note += (
+                " — kept in place as a draft: "
+                if self.drafting
+                else " — kept in place (your last design call was refused, so whether this is a draft is "
+                "undecided; call design again): "
+            ) + (
                 f"the best, attempt {best.number}, is safe and is what the run delivers"
                 if best
                 else "there is no best yet"
@@ -634,10 +683,15 @@ class Agent:
             target = self._revert_target()
             if target is not None:
                 reverted_to = self.workspace.attempts()[target]
-                self.workspace.restore(reverted_to, keep=[NOTES_FILE])
+                reverted = self.workspace.revert_solution(reverted_to, keep=[NOTES_FILE])
                 self.workspace.commit(f"revert to attempt {target} after attempt {number} ({note[:60]})")
                 kept = False
-                note += f" — the workspace was reverted to attempt {target}"
+                note += f" — the solution was reverted to attempt {target}"
+                back = (
+                    f"attempt {number} (ref {ATTEMPTS_REF}{number}): revert(attempt={number}) brings it back, and "
+                    f"`git show {ATTEMPTS_REF}{number}:PATH` in the shell reads one of its files"
+                )
+                revert_text = self._reverted_text(target, reverted, back)
             else:
                 note += " — nothing better to revert to yet: fix it in place"
         attempt = Attempt(
@@ -655,6 +709,7 @@ class Agent:
             kept=kept,
             draft=draft,
             single_launch=single_launch(result),
+            floor_fraction=floor_fraction(result) if score is not None else None,
             candidate_ms={t.label: t.candidate.median_ms for t in result.timings} if score is not None else {},
             device_bound=result.device_bound if score is not None else None,
             note=note,
@@ -662,7 +717,9 @@ class Agent:
             tokens=self.usage.total_tokens,
         )
         self.ledger.attempts.append(attempt)
-        message = f"Attempt {number} recorded (commit {sha[:10]}): {note}."
+        message = f"Attempt {number} recorded (commit {sha[:10]}): {note}." + (
+            f"\n{revert_text}" if revert_text else ""
+        )
         self.trace.append(
             AttemptRecorded(
                 attempt=attempt.model_dump(),
@@ -766,6 +823,8 @@ class Agent:
                 )
             )
             return
+        # The tree as the model left it stays in history; the final one is the best's, exactly.
+        self.workspace.commit("the workspace at the end of exploring")
         self.workspace.restore(best.commit, keep=[NOTES_FILE])
         commit = self.workspace.commit(f"final: attempt {best.number} ({best.score:.3f}x)")
         remaining = self.tracker.deadline() - self.tracker.clock.now()

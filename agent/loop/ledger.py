@@ -14,6 +14,9 @@ from kagent.sandbox.results import EvalResult, Verdict
 
 # A benchmark this much slower than the best counts as a regression (beyond timing noise).
 REGRESSION_TOLERANCE = 0.02
+# Under a single-launch goal, the speed a run is held to while much budget remains: this share of
+# the bytes floor's (a single launch at 8% of the floor, 72 minutes into a public run, is not done).
+GOAL_FLOOR_FRACTION = 0.5
 # Two attempts that both run at their device time are compared by their own steady times per
 # step, not by their speedups: the host-bound baseline's pace moves every speedup with the
 # host's. On the H200 one megakernel scored 34.7, 27.0, 26.4 and 20.5 in four evaluations
@@ -62,6 +65,11 @@ class Attempt(BaseModel):
     )
     why: Optional[str] = Field(
         None, description="The model's one line on why it came out as it did, given with the next design"
+    )
+    floor_fraction: Optional[float] = Field(
+        None,
+        description="The bytes floor over its time, at its slowest shape (1.0: at the floor); benchmarks that "
+        "passed on a device with a floor only; None in older traces",
     )
     note: str = ""
     elapsed_s: float = 0.0
@@ -188,6 +196,12 @@ def _by_own_times(best: Attempt, score: float, best_ms: float, ms: float) -> Jud
         lost=False,
         new_best=False,
     )
+
+
+def floor_fraction(result: EvalResult) -> Optional[float]:
+    """The bytes floor over the solution's time at its slowest shape, where the harness knew the floor."""
+    fractions = [t.roofline.candidate_fraction for t in result.timings if t.roofline is not None]
+    return min(fractions) if fractions else None
 
 
 def single_launch(result: EvalResult) -> Optional[bool]:

@@ -23,6 +23,7 @@ class Rebuilt:
     ledger: Ledger = field(default_factory=Ledger)
     pending_design: Optional[Design] = None
     drafting: bool = False  # the last design was a draft
+    undecided: bool = False  # the last design call was refused for its arguments
     finish_answered: bool = False  # an early finish was answered with what remains
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0

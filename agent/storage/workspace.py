@@ -6,7 +6,11 @@ Layout::
       task/            the task's files, read-only, hashed at creation
       solution.py      what the model edits (name configurable)
       .gitignore       build outputs and .kagent/ stay out of history
+      scratch/         the model's scratch scripts, dumps and notes: committed, never reverted
       .kagent/         kagent's private state (task_hashes.json), never committed
+
+A revert puts back the solution's files only (revert_solution): the solution file and the
+files it names. Everything else the model made stays as it is: scratch scripts, dumps, notes.
 
 History on ``main`` stays linear: going back to an earlier attempt restores its tree and
 commits that as a new attempt, so nothing is rewritten. Every attempt also gets a ref
@@ -27,6 +31,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
@@ -35,6 +40,7 @@ import git
 from kagent.core.errors import KagentError
 
 TASK_DIR = "task"
+SCRATCH_DIR = "scratch"
 STATE_DIR = ".kagent"
 TASK_HASHES = f"{STATE_DIR}/task_hashes.json"
 ATTEMPTS_REF = "refs/kagent/attempts/"
@@ -60,6 +66,14 @@ _CONFIG = {
 _SOLUTION_KEY = "kagent.solution"
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Reverted:
+    """What a revert of the solution's files did (paths relative to the workspace)."""
+
+    restored: list[str]  # the solution's files, put back as the attempt had them
+    kept: list[str]  # the other files that differ from the attempt, left as they are
 
 
 class Workspace:
@@ -346,6 +360,32 @@ class Workspace:
         self._protect_task_files()
         return [path for path in changed if path not in kept]
 
+    def revert_solution(self, sha: str, keep: Sequence[str] = ()) -> Reverted:
+        """Puts the solution's files back as the commit ``sha`` has them, and nothing else.
+
+        The solution's files are the solution file and the files of ``sha`` that it names, in
+        its version there or the current one (a path, a file name, or a module it imports).
+        Files made since stay, and so does everything under scratch/ and in ``keep``: scratch
+        scripts, dumps and notes are work a failed attempt must not take away. HEAD does not
+        move: the caller commits the result.
+        """
+        target = self._resolve(sha)
+        in_target = set(self._git("ls-tree", "-r", "--name-only", "-z", target).split("\0")) - {""}
+        differ = [
+            p
+            for p in self.changed_files(target)
+            if PurePosixPath(p).parts[0] not in (TASK_DIR, SCRATCH_DIR) and p not in keep
+        ]
+        solution = self._solution_name
+        texts = [(self._root / solution).read_text(errors="replace") if (self._root / solution).is_file() else ""]
+        old = self.files([(target, solution)])[0]
+        texts.append(old.decode(errors="replace") if old is not None else "")
+        restored = sorted(p for p in differ if p in in_target and (p == solution or _named_in(p, texts)))
+        for path in restored:
+            self._git("checkout", target, "--", path)
+        self._protect_task_files()
+        return Reverted(restored=restored, kept=sorted(set(differ) - set(restored)))
+
     def stash_uncommitted(self, name: str) -> str | None:
         """Sets work not yet committed aside on refs/kagent/uncommitted/<name> and cleans the tree.
 
@@ -465,6 +505,19 @@ def _git_call(run: Callable[[], T]) -> T:
     except git.GitCommandError as error:
         detail = (error.stderr or "").strip().removeprefix("stderr:").strip().strip("'")
         raise KagentError(f"git {' '.join(map(str, error.command[1:2]))} failed: {detail}") from error
+
+
+def _named_in(path: str, texts: Sequence[str]) -> bool:
+    """Whether a solution's text names the file ``path``: its path or file name, or, for a
+    Python module, an import of it."""
+    pure = PurePosixPath(path)
+    if any(path in text or pure.name in text for text in texts):
+        return True
+    if pure.suffix != ".py":
+        return False
+    module = ".".join(pure.with_suffix("").parts)
+    imports = re.compile(rf"^\s*(from|import)\s+[\w., ]*\b({re.escape(module)}|{re.escape(pure.stem)})\b", re.MULTILINE)
+    return any(imports.search(text) for text in texts)
 
 
 def _check_solution_name(name: str) -> None:
