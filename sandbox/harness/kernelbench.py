@@ -242,7 +242,8 @@ class KernelBenchEvaluation(EvaluationBase):
         limit_s = self.job.get("timeout_s")
         if not limit_s:
             return
-        calls = OVERHEAD_CALLS + 2 * (TIMED_PAIRS + 2) * self.calls
+        pairs = int(self.job.get("rounds") or TIMED_PAIRS)
+        calls = OVERHEAD_CALLS + 2 * (pairs + int(self.job.get("warmup") or 2)) * self.calls
         needed_s = calls * call_ms / 1e3
         room_s = float(limit_s) * TIME_SHARE - (time.perf_counter() - self.began_at)
         if needed_s > room_s:
@@ -416,13 +417,20 @@ class CallsContestant(timing.Contestant):
         self.input_nodes = [process.put(template) for _ in range(draws.sets)]
         expected = evaluation.expected[evaluation.seeds[0]]
         self.out_nodes = [process.expect(evaluation._returns(expected)) for _ in range(draws.sets)]
-        self.block = -1  # the timed block in progress (-1: warm-ups)
+        self.block = -1  # the timed block in progress (-1: a warm-up)
         self.timed_blocks = 0
+
+    def plan(self, block_steps: int, chains_per_request: int = 1) -> None:
+        """As timing plans it, but one chain a request: a block's calls never outnumber its
+        fresh input sets, so that none can be answered from an earlier call."""
+        super().plan(block_steps, 1)
 
     def stage_request(self, copies: int) -> dict:
         if not copies:
             return {"op": "stage", "begins": []}
         self.block = self.timed_blocks if self.checking else -1
+        if self.block == -1:  # every warm-up on sets of its own too: its pace sizes the blocks
+            self.draws.drawn.pop(-1, None)
         for node, values in zip(self.input_nodes, self.draws.inputs(self.block), strict=True):
             self.process.put_into(node, values)
         timing.synchronize(self.draws.evaluation.device)
