@@ -28,10 +28,11 @@ REQUEST_TIMEOUT_S = 600.0
 # The final slice is never shorter than this (re-verifying takes a few benchmark rounds,
 # whatever the budget), unless the budget is so short that it would leave no exploring.
 MIN_FINAL_SLICE_S = 60.0
-# The shortest wall budget a new run takes: its final slice, and as long again to explore in,
-# time for one evaluation of the smoke task on a CPU (a budget of 10 s was taken, and its run
-# stopped before the model had done anything).
-MIN_RUN_BUDGET_S = 2 * MIN_FINAL_SLICE_S
+# The shortest wall budget a new run takes. Under a minute the final slice is half the budget,
+# under the 30 s the final re-verification needs to start (Agent._finalize), and exploring has
+# less than an evaluation of the smoke task on a CPU takes (a budget of 10 s was taken, and its
+# run stopped before the model had done anything). A sweep starts no member with less.
+MIN_RUN_BUDGET_S = 60.0
 
 # The longest budget taken: beyond it a duration is most likely a typo (3000m for 300m), and a
 # huge one overflows the waits it times (a thread's join raised OverflowError at 1e20 s).

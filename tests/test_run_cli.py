@@ -265,7 +265,7 @@ def test_exit_codes_are_documented_in_help_and_docs():
         (["--model", "openai-compatible:notaurl#m"], "'notaurl' is not an http(s) URL"),
         (["--model", "openai-compatible:localhost:8000#m"], "is not an http(s) URL"),
         (["--model", f"scripted:{DEMO}", "--budget", "10s"], "--budget 10s is shorter than a run can use"),
-        (["--model", f"scripted:{DEMO}", "--budget", "119s"], "give at least --budget 2m00s"),
+        (["--model", f"scripted:{DEMO}", "--budget", "59s"], "give at least --budget 1m00s"),
     ],
 )
 def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):

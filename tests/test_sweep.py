@@ -314,8 +314,9 @@ def _lock_pid(run_dir: Path, driver: threading.Thread) -> int:
 
 def test_a_member_that_hangs_is_ended_at_its_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(member_module, "STOP_GRACE_S", 1.0)
-    # The deadline counts from the process's start: 20 s leave room for a slow start (imports).
-    job = _job(tmp_path, budget_s=20, grace_s=2)
+    # The deadline counts from the process's start: a minute (the least `kagent run` takes)
+    # leaves room for a slow start (imports).
+    job = _job(tmp_path, budget_s=60, grace_s=2)
     outcome = {}
     driver = threading.Thread(target=lambda: outcome.update(result=drive_member(job)))
     driver.start()
@@ -325,7 +326,7 @@ def test_a_member_that_hangs_is_ended_at_its_deadline(tmp_path, monkeypatch):
     result = outcome["result"]
     assert result.outcome == "hung" and "past its budget" in result.detail
     assert result.segments[-1].hung and result.segments[-1].exit_code == -signal.SIGKILL
-    assert result.segments[-1].ended_at - result.segments[0].started_at < 20 + 2 + 1 + 10  # budget, grace, slack
+    assert result.segments[-1].ended_at - result.segments[0].started_at < 60 + 2 + 1 + 10  # budget, grace, slack
     beat = json.loads(heartbeat_path(job.sweep_dir, job.member.run_id).read_text())
     assert beat["pid"] == pid and beat["host"] == socket.gethostname()
 

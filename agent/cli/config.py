@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from kagent.agent.loop.models.limits import output_settings
-from kagent.agent.settings import MIN_FINAL_SLICE_S, MIN_RUN_BUDGET_S, RunSettings, format_duration
+from kagent.agent.settings import MIN_RUN_BUDGET_S, RunSettings, format_duration
 from kagent.core.errors import KagentError
 
 # The flags' names for the budget's settings, and for auto_revert.
@@ -72,9 +72,9 @@ def _check_budget_can_be_used(settings: RunSettings) -> None:
     wall_s = settings.budget.wall_s
     if wall_s < MIN_RUN_BUDGET_S:
         raise KagentError(
-            f"--budget {format_duration(wall_s)} is shorter than a run can use: its last "
-            f"{MIN_FINAL_SLICE_S:.0f} s are kept for re-verifying the best attempt, and exploring needs "
-            f"as long again for one evaluation",
+            f"--budget {format_duration(wall_s)} is shorter than a run can use: half of it is kept for "
+            f"re-verifying the best attempt, too little for the re-verification to run, and the other "
+            f"half is less than one evaluation takes",
             hint=f"give at least --budget {format_duration(MIN_RUN_BUDGET_S)}",
         )
 

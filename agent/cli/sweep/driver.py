@@ -33,11 +33,13 @@ from kagent.agent.cli.sweep.record import (
     this_host,
 )
 from kagent.agent.cli.sweep.usage import SAMPLES_NAME, GpuSampler
+from kagent.agent.settings import MIN_RUN_BUDGET_S
 from kagent.agent.storage.lock import RunLock
 from kagent.core.errors import KagentError
 
-# The least wall budget a member is started with, out of what the sweep's total leaves.
-MIN_MEMBER_S = 60.0
+# The least wall budget a member is started with, out of what the sweep's total leaves: the
+# least its `kagent run` takes.
+MIN_MEMBER_S = MIN_RUN_BUDGET_S
 POLL_S = 2.0
 # A share of the cost cap below this buys nothing: the member is skipped instead.
 MIN_MEMBER_COST_USD = 0.01
