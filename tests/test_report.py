@@ -512,3 +512,34 @@ def test_tick_labels_are_plain_numbers():
         "15k",
         "2.5M",
     ]
+
+
+def test_report_md_gives_the_result_with_its_interval_and_the_time_as_every_view_does():
+    """report.md said `result: 0.830x` where the page said `0.830x [0.744–1.086]`, and its time
+    in minutes with a decimal where every other view says 0m20s."""
+    from kagent.agent.lifecycle.runs import _report_markdown
+    from kagent.agent.loop.agent import RunReport
+    from kagent.core.messages import Usage
+
+    report = RunReport(
+        run_id="r",
+        task="02_kimi_linear_decode",
+        model="scripted:demo",
+        status="finished",
+        reason="the model finished",
+        best_attempt=2,
+        best_score=0.9,
+        final_verdict="pass",
+        final_score=0.83,
+        result_score=0.83,
+        result_from="final re-verification",
+        result_interval=(0.744, 1.086),
+        attempts=3,
+        turns=9,
+        usage=Usage(),
+        cost_usd=0.0,
+        elapsed_s=20.7,
+    )
+    text = _report_markdown(report)
+    assert "- result: 0.830x [0.744–1.086], within noise, attempt 2 as the final re-verification measured it" in text
+    assert "- elapsed: 0m20s\n" in text
