@@ -317,6 +317,7 @@ def test_a_stopping_signal_ends_the_run_as_ctrl_c_does(sig, cause, code, tmp_pat
     """`kill`, `timeout`, `docker stop` or a CI's cancel (SIGTERM), or a closed terminal
     (SIGHUP), during a long tool: the run ends interrupted with its figures, says so and how to
     go on, records the interruption in its trace, and one elapsed time is in every view of it."""
+    from kagent.agent.cli.report.page import write_run_page
     from kagent.agent.cli.report.story import read_story
     from kagent.agent.lifecycle.runs import resume_run
     from kagent.agent.settings import minutes
@@ -362,6 +363,8 @@ def test_a_stopping_signal_ends_the_run_as_ctrl_c_does(sig, cause, code, tmp_pat
     assert f"interrupted by {cause} at {elapsed}, during tool shell" in replayed
     run_dir = runs / run_id
     assert read_story(run_dir).elapsed_s == last["elapsed_s"]
+    page = write_run_page(run_dir).read_text()
+    assert f"interrupted</span> by {cause}" in page and f"interrupted</b> by {cause} at {elapsed}" in page
     _, report = resume_run(run_id)
     resumed = next(e for e in trace_events(runs) if e["type"] == "run_resumed")
     assert resumed["spent_before_s"] == last["elapsed_s"] and report.status == "no_result"
