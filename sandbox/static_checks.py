@@ -8,7 +8,9 @@ code, so that a model or a person sees exactly what to change.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,12 +69,44 @@ def _top(module: str | None) -> str:
     return (module or "").split(".")[0]
 
 
+# What an import that may fail is guarded by (an optional dependency, as triton on a CPU).
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
+
+
+def _installed(top: str) -> bool:
+    """Whether the interpreter finds a top-level module of this name (without importing it)."""
+    if top in sys.builtin_module_names or top == "__future__":
+        return True
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _guarded_imports(tree: ast.AST) -> set[int]:
+    """The ids of import statements inside a ``try`` that catches their failure."""
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        names = set()
+        for handler in node.handlers:
+            kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            names |= {k.id if isinstance(k, ast.Name) else "Exception" if k is None else "" for k in kinds}
+        if names & set(_IMPORT_ERRORS) or any(h.type is None for h in node.handlers):
+            guarded |= {
+                id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))
+            }
+    return guarded
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self, path: Path, root: Path, source: str, tree: ast.AST, forbidden: set[str]):
         self.path, self.root, self.forbidden = path, root, forbidden
         self.lines = source.splitlines()
         self.findings: list[Finding] = []
         self.local_imports: list[Path] = []
+        self.guarded = _guarded_imports(tree)
         # Every name the sensitive modules are bound to in this file (``import sys as s``).
         self.sensitive_names = {
             alias.asname or alias.name
@@ -156,6 +190,18 @@ class _Visitor(ast.NodeVisitor):
         local = self._local(name.split("."))
         if local:
             self.local_imports.append(local)
+        elif (
+            top
+            and top not in self.forbidden
+            and id(node) not in self.guarded
+            and not any(self.root.glob(f"{top}.*"))
+            and not (self.root / top).exists()
+            and not _installed(top)
+        ):
+            # Nothing of that name in the solution's folder (source, bytecode, a built
+            # extension) and nothing installed: a module the solution writes at run time before
+            # it imports it (a copy of the task's file, beyond every rule here).
+            self._add(node, "module_made_at_run_time")
 
     def _local(self, parts: list[str]) -> Path | None:
         base = self.root.joinpath(*parts)

@@ -9,6 +9,7 @@ published: settings kagent keeps under its own keys (``correctness``, ``forbidde
 the board keeps elsewhere (``tolerance.cos_sim``, a ``forbidden`` list of source strings,
 ``GRADING_SEEDS`` in shapes.py); the harness (sandbox/harness/mega.py) reads both.
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,9 +30,11 @@ MEGA_REQUIRED_FILES = ("reference.py", "shapes.py")
 # step(hidden, state) is the task; its shapes.py lists the shapes.
 MEGA_REFERENCE_NAMES = ("build_config", "init_state", "init_token", "Model")
 MEGA_SHAPES_NAMES = ("SHAPES",)
-MEGA_LAYOUT = ("reference.py defining build_config(shape), init_state(cfg, context_len, seed), "
-               "init_token(cfg, seed) and Model(cfg) with step(hidden, state); shapes.py defining SHAPES "
-               "(dicts with context_len and steps)")
+MEGA_LAYOUT = (
+    "reference.py defining build_config(shape), init_state(cfg, context_len, seed), "
+    "init_token(cfg, seed) and Model(cfg) with step(hidden, state); shapes.py defining SHAPES "
+    "(dicts with context_len and steps)"
+)
 # An entry of the public board's `forbidden` list that is an import ("import gym").
 _IMPORT_STATEMENT = re.compile(r"^(?:import|from)\s+([A-Za-z_][\w.]*)$")
 # One that is a package's name ("vllm", "auto_gptq").
@@ -50,10 +53,13 @@ class TaskRef(BaseModel):
 
     @property
     def forbidden_imports(self) -> list[str]:
-        """kagent's own list, and the modules the public board's `forbidden` list names."""
+        """kagent's own list, and the modules the public board's `forbidden` list names; for a
+        KernelBench file, its own module (the solution's folder lies beside the task's, and
+        the file is the grader's reference: never the solution's code at run time)."""
         board = self.problem.get("forbidden")
         named = [m for entry in board if (m := forbidden_module(entry))] if isinstance(board, list) else []
-        return list(dict.fromkeys([*self.problem.get("forbidden_imports", []), *named]))
+        own = [self.path.stem] if self.kind == "kernelbench" and self.path.stem.isidentifier() else []
+        return list(dict.fromkeys([*self.problem.get("forbidden_imports", []), *named, *own]))
 
     @property
     def wants_single_launch(self) -> bool:
@@ -141,9 +147,11 @@ def _check_mega_layout(folder: Path) -> None:
             # What it does define says what kind of task it is (train(): a training loop).
             own = [n for n, defined in names.items() if defined and not n.startswith("_")]
             what = f" (its functions and classes: {', '.join(own)})" if own else ""
-            raise KagentError(f"{folder} is a problem folder of a kind kagent does not grade: its {file} defines "
-                              f"no {', '.join(missing)}{what}",
-                              hint=f"kagent grades a stateful decode step: {MEGA_LAYOUT}")
+            raise KagentError(
+                f"{folder} is a problem folder of a kind kagent does not grade: its {file} defines "
+                f"no {', '.join(missing)}{what}",
+                hint=f"kagent grades a stateful decode step: {MEGA_LAYOUT}",
+            )
 
 
 def _mega(folder: Path, builtin: bool) -> TaskRef:
@@ -154,8 +162,14 @@ def _mega(folder: Path, builtin: bool) -> TaskRef:
     problem = _read_problem(folder)
     # The public board describes a problem by its display_name.
     description = problem.get("description") or problem.get("display_name") or ""
-    return TaskRef(name=problem.get("name") or folder.name, kind="mega", path=folder.resolve(), builtin=builtin,
-                   description=str(description).strip(), problem=problem)
+    return TaskRef(
+        name=problem.get("name") or folder.name,
+        kind="mega",
+        path=folder.resolve(),
+        builtin=builtin,
+        description=str(description).strip(),
+        problem=problem,
+    )
 
 
 def _kernelbench(file: Path) -> TaskRef:
@@ -169,13 +183,18 @@ def _kernelbench(file: Path) -> TaskRef:
         raise KagentError(f"{file} is not a KernelBench problem file: it defines no {', '.join(missing)}")
     model = next(n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == "Model")
     doc = ast.get_docstring(tree) or ast.get_docstring(model)
-    return TaskRef(name=file.stem, kind="kernelbench", path=file.resolve(),
-                   description=(doc or "KernelBench problem").strip().splitlines()[0])
+    return TaskRef(
+        name=file.stem,
+        kind="kernelbench",
+        path=file.resolve(),
+        description=(doc or "KernelBench problem").strip().splitlines()[0],
+    )
 
 
 def builtin_tasks() -> list[TaskRef]:
-    return [_mega(d, builtin=True) for d in sorted(BUILTIN_DIR.iterdir())
-            if d.is_dir() and (d / "reference.py").is_file()]
+    return [
+        _mega(d, builtin=True) for d in sorted(BUILTIN_DIR.iterdir()) if d.is_dir() and (d / "reference.py").is_file()
+    ]
 
 
 def resolve_task(arg: str) -> TaskRef:
@@ -190,5 +209,8 @@ def resolve_task(arg: str) -> TaskRef:
         if path.suffix != ".py":
             raise KagentError(f"{path} is neither a problem folder nor a Python problem file")
         return _kernelbench(path)
-    raise KagentError(f"no task named {arg!r}", hint=f"built-in tasks: {', '.join(sorted(names))}; "
-                      "or give the path of a problem folder or of a KernelBench .py file")
+    raise KagentError(
+        f"no task named {arg!r}",
+        hint=f"built-in tasks: {', '.join(sorted(names))}; "
+        "or give the path of a problem folder or of a KernelBench .py file",
+    )

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from kagent.core.errors import KagentError
+from kagent.sandbox import static_checks
 from kagent.sandbox.harness import kernelbench
 from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
@@ -320,3 +321,55 @@ def test_a_problem_too_slow_for_its_time_limit_says_so_before_it_starts(tmp_path
     solution = write_solution(tmp_path / "s", SLOW.replace("class Model", "class ModelNew"))
     with pytest.raises(KagentError, match=r"a call of the reference takes \d+ ms on cpu.*inputs about [\d.]+x smaller"):
         run_eval(task, solution, kagent_home, timeout_s=20)
+
+
+# Copies the task's file beside itself at run time and builds on it: the file is the grader's.
+COPIES_THE_TASK = """
+import glob
+import os
+import shutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+for found in glob.glob(os.path.join(HERE, "..", "task", "*.py")):
+    shutil.copy(found, os.path.join(HERE, "task_copy.py"))
+
+import task_copy
+
+
+class ModelNew(task_copy.Model):
+    pass
+"""
+
+# Puts the task's folder on the path and imports the task by its own name.
+IMPORTS_THE_TASK = """
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "task"))
+
+import sigmoid
+
+
+class ModelNew(sigmoid.Model):
+    pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "source, rule", [(COPIES_THE_TASK, "module_made_at_run_time"), (IMPORTS_THE_TASK, "forbidden_import")]
+)
+def test_the_tasks_own_file_is_off_limits_at_run_time(tmp_path, kagent_home, source, rule):
+    task = problem(tmp_path, "sigmoid", SIGMOID.replace("{reference}", "torch.sigmoid(x)"))
+    result = run_eval(task, write_solution(tmp_path / "s", source), kagent_home, mode="check")
+    assert result.verdict is Verdict.FORBIDDEN, result.reason
+    assert [f.rule for f in result.static_findings] == [rule]
+
+
+def test_an_import_guarded_as_optional_or_installed_is_no_module_made_at_run_time(tmp_path):
+    solution = write_solution(
+        tmp_path,
+        "import torch\ntry:\n    import surely_not_installed_here\nexcept ImportError:\n    pass\n"
+        "import made_later_by_the_solution\n",
+    )
+    assert [(f.rule, f.line) for f in static_checks.scan(solution)] == [("module_made_at_run_time", 6)]
