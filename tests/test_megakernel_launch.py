@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+pytestmark = [
+    pytest.mark.example_kernel,
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed"),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,10 @@ import pytest
 
 from kagent.tools.stages import resolve_bytes, stamp_times
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+pytestmark = [
+    pytest.mark.example_kernel,
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed"),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 

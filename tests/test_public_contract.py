@@ -180,6 +180,7 @@ print("cosine", _step_under_public_config(reference, shapes, solution, 0.98))
 
 
 @pytest.mark.slow
+@pytest.mark.example_kernel
 def test_the_example_megakernel_runs_under_the_public_config():
     """The example kernel, built and stepped once (Triton's interpreter on the CPU)."""
     pytest.importorskip("triton")
