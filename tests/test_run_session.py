@@ -205,7 +205,7 @@ FAULTS = {1: "429", 3: "529", 5: "500", 7: "cut", 9: "error_event", 11: "slow"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "openai-chat"])
 def test_session_through_a_faulty_provider(provider, tmp_path, reference_text, monkeypatch):
     """The real SDK against a loopback server that fails every other request: the session
     completes, no tool runs twice, no orphaned tool call reaches the server, usage counted once."""

@@ -20,8 +20,10 @@ from pydantic import BaseModel, Field
 from kagent.agent.loop import pricing
 from kagent.agent.loop.briefing import goal_text, rules_text
 from kagent.agent.loop.budget import BudgetTracker
+from kagent.agent.loop.context import ContextMeter, user_limit
 from kagent.agent.loop.cut_answers import CutAnswers, cut_call_result
 from kagent.agent.loop.ledger import GOAL_FLOOR_FRACTION, Attempt, Design, Ledger, floor_fraction, single_launch
+from kagent.agent.loop.models.limits import limits_of, limits_warning
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.loop.text_answers import TextAnswers
 from kagent.agent.outcome import Cause, EndState, end_state, reverification_inconclusive, reverification_note
@@ -248,7 +250,10 @@ class Agent:
         self.activity: Optional[Activity] = None
         self.last_event = ""
         # What the user should beware of in this run's figures, said at its start and in its report.
-        self.warnings = [text for text in [pricing.price_warning(model.name)] if text]
+        self.warnings = [text for text in [pricing.price_warning(model.name), limits_warning(model.name)] if text]
+        # The window the conversation must fit, prompt and answer together.
+        window = limits_of(model.name).context_window
+        self.context = ContextMeter(window, config.max_output_tokens, user_limit(config))
 
     # -- set-up ------------------------------------------------------------------------------
     def tool_specs(self) -> list[ToolSpec]:
@@ -405,6 +410,7 @@ class Agent:
         self.cost += cost
         self.tracker.charge(response.usage.total_tokens, cost)
         self.trace.append(ModelResponded(turn=self.turn, response=response.model_dump(mode="json"), cost_usd=cost))
+        self.context.counted(response.usage, len(self.messages))
         self.messages.append(response.message)
         self._show("model answered")
         calls = response.message.tool_calls()
@@ -448,12 +454,11 @@ class Agent:
     def _call_model(self) -> ModelResponse:
         """One model turn, abandoned (not awaited) if it runs into the final slice."""
         box: dict[str, Any] = {}
+        max_tokens = self.context.answer_cap(self._estimate_tokens())
 
         def call() -> None:
             try:
-                box["response"] = self.model.complete(
-                    self.system, self.messages, self.tool_specs(), self.config.max_output_tokens
-                )
+                box["response"] = self.model.complete(self.system, self.messages, self.tool_specs(), max_tokens)
             except BaseException as err:  # handed to the loop's thread below
                 box["error"] = err
 
@@ -766,7 +771,7 @@ class Agent:
     def _compaction_warning(self) -> str:
         """Once per compaction, as the context nears its limit: the model's cue to bring its
         notes up to date while it still sees what they should say."""
-        near = self._estimate_tokens() > COMPACTION_WARNING_SHARE * self.config.context_limit_tokens
+        near = self._estimate_tokens() > COMPACTION_WARNING_SHARE * self.context.compact_above
         if self.compaction_warned or not near:
             return ""
         self.compaction_warned = True
@@ -778,10 +783,11 @@ class Agent:
         )
 
     def _estimate_tokens(self) -> int:
-        return sum(len(m.model_dump_json()) for m in self.messages) // 4 + len(self.system) // 4
+        """The next request's prompt (kagent.agent.loop.context: the service's count where it gave one)."""
+        return self.context.size(self.messages, self.system, self.tool_specs())
 
     def _maybe_compact(self) -> None:
-        if self._estimate_tokens() <= self.config.context_limit_tokens:
+        if not self.context.over(self._estimate_tokens()):
             return
         keep = self.config.keep_recent_messages
         cut = len(self.messages) - keep
@@ -807,6 +813,7 @@ class Agent:
             f"{self.config.solution_name}:\n```\n{cap(current, 12_000)}\n```"
         )
         self.messages = [with_summary(self.messages[0], summary), *self.messages[cut:]]
+        self.context.forget()
         self.trace.append(Compacted(turn=self.turn, dropped_messages=len(dropped), summary=summary))
         self._show("compacted the conversation")
 
