@@ -283,6 +283,17 @@ class EvalResult(Model):
         "run that followed, holding it alone",
     )
 
+    @property
+    def step_name(self) -> str:
+        """What one timed step is called: a KernelBench file's forward is a call, a decode
+        task's step a token."""
+        return "call" if self.task_kind == "kernelbench" else "token"
+
+    @property
+    def rate_unit(self) -> str:
+        """The unit of steps per second: calls/s for a KernelBench file, tok/s for a decode task."""
+        return "calls/s" if self.task_kind == "kernelbench" else "tok/s"
+
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)
 

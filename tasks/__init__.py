@@ -35,6 +35,8 @@ MEGA_LAYOUT = (
     "init_token(cfg, seed) and Model(cfg) with step(hidden, state); shapes.py defining SHAPES "
     "(dicts with context_len and steps)"
 )
+# What a KernelBench problem file defines.
+KERNELBENCH_NAMES = ("Model", "get_inputs", "get_init_inputs")
 # An entry of the public board's `forbidden` list that is an import ("import gym").
 _IMPORT_STATEMENT = re.compile(r"^(?:import|from)\s+([A-Za-z_][\w.]*)$")
 # One that is a package's name ("vllm", "auto_gptq").
@@ -154,9 +156,30 @@ def _check_mega_layout(folder: Path) -> None:
             )
 
 
+def _kernelbench_files(folder: Path) -> list[Path]:
+    """The KernelBench problem files a folder holds (Model, get_inputs and get_init_inputs)."""
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        try:
+            names = _top_level_names(path)
+        except KagentError:
+            continue
+        if all(names.get(n) for n in KERNELBENCH_NAMES):
+            found.append(path)
+    return found
+
+
 def _mega(folder: Path, builtin: bool) -> TaskRef:
     missing = [f for f in MEGA_REQUIRED_FILES if not (folder / f).is_file()]
     if missing:
+        problems = _kernelbench_files(folder)
+        if problems:
+            raise KagentError(
+                f"{folder} is a folder of {len(problems)} KernelBench problem files ({problems[0].name}, ...), "
+                "not one problem",
+                hint=f"grade one with `kagent eval {problems[0]} SOLUTION`, or run an agent on each with "
+                f"`kagent sweep {folder}`",
+            )
         raise KagentError(f"{folder} is not a KernelBench-Mega problem folder: it has no {', '.join(missing)}")
     _check_mega_layout(folder)
     problem = _read_problem(folder)
@@ -178,7 +201,7 @@ def _kernelbench(file: Path) -> TaskRef:
     except (OSError, SyntaxError, UnicodeDecodeError) as err:
         raise KagentError(f"cannot read {file} as Python: {err}") from err
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in defined]
+    missing = [n for n in KERNELBENCH_NAMES if n not in defined]
     if missing:
         raise KagentError(f"{file} is not a KernelBench problem file: it defines no {', '.join(missing)}")
     model = next(n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == "Model")

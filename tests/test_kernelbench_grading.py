@@ -17,7 +17,7 @@ import torch
 from kagent.core.errors import KagentError
 from kagent.sandbox import static_checks
 from kagent.sandbox.harness import kernelbench
-from kagent.sandbox.results import Verdict
+from kagent.sandbox.results import EvalResult, Verdict
 from kagent.tasks import TaskRef, resolve_task
 
 from conftest import check_named, run_eval, write_solution
@@ -373,3 +373,27 @@ def test_an_import_guarded_as_optional_or_installed_is_no_module_made_at_run_tim
         "import made_later_by_the_solution\n",
     )
     assert [(f.rule, f.line) for f in static_checks.scan(solution)] == [("module_made_at_run_time", 6)]
+
+
+def test_a_folder_of_problem_files_points_to_sweep(tmp_path):
+    problem(tmp_path, "sigmoid", SIGMOID.replace("{reference}", "torch.sigmoid(x)"))
+    problem(tmp_path, "matmul", MATMUL)
+    with pytest.raises(KagentError, match="a folder of 2 KernelBench problem files") as raised:
+        resolve_task(str(tmp_path / "task"))
+    assert "kagent sweep" in raised.value.hint and "kagent eval" in raised.value.hint
+
+
+def test_kernelbench_results_speak_of_calls(tmp_path):
+    result = EvalResult(
+        task="t",
+        task_kind="kernelbench",
+        mode="eval",
+        scale="smoke",
+        device="cpu",
+        verdict=Verdict.PASS,
+        reason="r",
+        started_at="2026-12-07T00:00:00Z",
+        wall_seconds=1.0,
+    )
+    assert (result.step_name, result.rate_unit) == ("call", "calls/s")
+    assert (result.model_copy(update={"task_kind": "mega"}).rate_unit) == "tok/s"

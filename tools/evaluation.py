@@ -80,10 +80,11 @@ def summarize(result: EvalResult) -> str:
         noise = ", within noise" if t.within_noise else ""
         precision = t.candidate.median_half_width
         measured = f" (±{precision:.1%})" if precision is not None else ""
+        per = f"ms/{result.step_name}"
         lines.append(
-            f"{t.label}: baseline {t.baseline.median_ms:.4g} ms/token, solution {t.candidate.median_ms:.4g} "
-            f"ms/token{measured} → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
-            f"{t.tokens_per_s:.0f} tok/s{fraction}"
+            f"{t.label}: baseline {t.baseline.median_ms:.4g} {per}, solution {t.candidate.median_ms:.4g} "
+            f"{per}{measured} → speedup {t.speedup:.3f}x (95% CI {t.ci_low:.3f}–{t.ci_high:.3f}{noise}) · "
+            f"{t.tokens_per_s:.0f} {result.rate_unit}{fraction}"
         )
         if t.candidate_host_overhead_ms is not None:
             lines.append(

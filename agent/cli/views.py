@@ -54,12 +54,13 @@ def _ms(value: float) -> str:
 
 def timing_table(result: EvalResult) -> Table:
     contestant = "the baseline again (A/A)" if result.mode == "aa" else "the solution"
+    step = "call" if result.step_name == "call" else "step"
     table = Table(
-        title=f"Baseline vs {contestant}, in alternating blocks of steps",
-        caption="ms: median per step (p10–p90); CI: 95% bootstrap interval of the speedup, "
+        title=f"Baseline vs {contestant}, in alternating blocks of {step}s",
+        caption=f"ms: median per {step} (p10–p90); CI: 95% bootstrap interval of the speedup, "
         "≈ when it holds 1.0 (within noise); floor: the bytes floor over the solution's time",
     )
-    for name in ("shape", "base ms", "sol ms", "tok/s", "speedup", "CI", "floor"):
+    for name in ("shape", "base ms", "sol ms", result.rate_unit, "speedup", "CI", "floor"):
         table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
     for t in result.timings:
         roofline = f"{t.roofline.candidate_fraction:.1%}" if t.roofline else "–"

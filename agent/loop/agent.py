@@ -129,9 +129,6 @@ class RunReport(BaseModel):
     result_interval: Optional[tuple[float, float]] = Field(
         None, description="The 95% interval of that measurement's score (kagent.sandbox.noise.score_interval)"
     )
-    best_interval: Optional[tuple[float, float]] = Field(
-        None, description="The 95% interval of best_score's benchmark (kagent.sandbox.noise.score_interval)"
-    )
     attempts: int
     turns: int
     usage: Usage
