@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import math
 import re
 import secrets
@@ -104,8 +105,13 @@ def _number(key: str, value: Any) -> float:
 
 def _takes_device(function: Any) -> bool:
     """Whether ``function`` has a ``device`` parameter that can be passed by name."""
+    return _takes(function, "device")
+
+
+def _takes(function: Any, name: str) -> bool:
+    """Whether ``function`` has a parameter ``name`` that can be passed by name."""
     try:
-        parameter = inspect.signature(function).parameters.get("device")
+        parameter = inspect.signature(function).parameters.get(name)
     except (TypeError, ValueError):  # no signature to read: called as the public board calls it
         return False
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
@@ -179,6 +185,9 @@ class Task:
         key = "smoke_contexts" if scale == "smoke" else "contexts"
         # Without a list, the first two shapes' contexts: those the public board checks.
         self.check_contexts = list(correctness.get(key) or [s["context_len"] for s in self.shapes[:2]])
+        # The public timing seed: what tools that profile a step outside an evaluation start
+        # from. An evaluation never times from it: a solution that knows the inputs of its timed
+        # steps can answer them from a memo (MegaEvaluation.timing_inputs).
         self.timing_seed = int(self.problem.get("timing_seed", 0))
         # Optional: how close a reference step's discrete choices came to a tie, and the
         # least margin at which a mismatch counts against a solution.
@@ -197,9 +206,16 @@ class Task:
         # where that explains it (StepChecker.judge).
         self.decision_margins = getattr(self.reference, "decision_margins", None)
         self.runner_up = getattr(self.reference, "runner_up", None)
-        # Optional: salient_state(model, hidden, state) -> a state from which every part of
-        # the step shows in its output or state; cases from it join those from init_state.
+        # Optional: salient_state(model, hidden, state[, seed]) -> a state from which every part
+        # of the step shows in its output or state; cases from it join those from init_state.
+        # With a ``seed`` parameter it is given the case's seed, from which it draws where it
+        # plants what the step must read (a secret case's are then as secret as its seed).
         self.salient_state = getattr(self.reference, "salient_state", None)
+        self.salient_takes_seed = self.salient_state is not None and _takes(self.salient_state, "seed")
+        # Optional: decision_rounding(model) -> for each of decision_margins, the margin below
+        # which rounding the step's inputs to that decision (the router's logits) to bf16 can
+        # swap it; the runner-up excuse holds only below it (and below max_explained_margin).
+        self.decision_rounding = getattr(self.reference, "decision_rounding", None)
         # Optional, together: screening(model, min_margin), within which a step raises the
         # reference's NearTie at the first routing choice below min_margin; a secret seed on a
         # near-tie is then drawn again without paying for the rest of its steps.
@@ -325,7 +341,11 @@ def case_inputs(task: Task, reference: torch.nn.Module, context_len: int, seed: 
         if task.salient_state is None:
             raise TaskError("a salient case was asked of a task whose reference defines no salient_state")
         try:
-            drawn, state = state, task.salient_state(reference, hidden, state)
+            drawn = state
+            if task.salient_takes_seed:
+                state = task.salient_state(reference, hidden, state, seed=seed)
+            else:
+                state = task.salient_state(reference, hidden, state)
         except task.near_tie_error:
             raise  # a screened draw stopped at a near-tie (draw_secret_case)
         except Exception as err:
@@ -342,6 +362,12 @@ MAX_DRAWS_PER_CASE = 50
 # Where a task names no max_explained_margin: how far past its min_decision_margin a
 # mismatch that the runner-up explains is still excused.
 EXPLAINED_MARGIN_OVER_MIN_MARGIN = 3.0
+
+
+def secret_seed() -> int:
+    """A seed drawn now, from the system's randomness: no candidate can know it in advance,
+    and none collides with the small public seeds."""
+    return 1000 + secrets.randbelow(1 << 30)
 
 
 @dataclass
@@ -364,7 +390,7 @@ def draw_secret_case(task: Task, reference: torch.nn.Module, context_len: int, s
     the referee or by a reference worker (workers.py), the same way."""
     screen = task.screening if task.min_margin > 0 else None
     for redrawn in range(MAX_DRAWS_PER_CASE):
-        seed = 1000 + secrets.randbelow(1 << 30)
+        seed = secret_seed()
         try:
             with screen(reference, task.min_margin) if screen is not None else contextlib.nullcontext():
                 inputs = case_inputs(task, reference, context_len, seed, salient)
@@ -517,26 +543,60 @@ class StepChecker:
         result = self.compare(hidden_in, state_in, hidden, state, expected_hidden, expected_state)
         if result["passed"] or result["nonfinite"] or not self.explainable(margin):
             return result
-        return self._runner_up_match(hidden_in, state_in, hidden, state) or result
+        matched = self._runner_up_match(hidden_in, state_in, hidden, state)
+        return matched[0] if matched is not None else result
 
-    def _runner_up_match(self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State) -> dict | None:
+    def judge_timed(self, hidden_in: Hidden, state_in: State, hidden: Hidden) -> tuple[dict, State]:
+        """One step of a timed chain, of which only the hidden was recorded: judged as
+        ``judge`` judges a step, against the reference run from ``hidden_in`` (the chain's own
+        previous output) and ``state_in``; and the state the chain's next step is judged from:
+        the reference's after this step, or where the runner-up explains the step, that
+        reference's. So every step is judged from the very hiddens the chain fed itself, with
+        the state those hiddens make, and a tie that rounding tipped is followed down the
+        branch the chain took: nothing after it is waived."""
+        expected_hidden, expected_state, margin = reference_case(self.task, self.reference, hidden_in, state_in)
+        result = self.compare(hidden_in, state_in, hidden, [], expected_hidden, [])
+        if not (result["passed"] or result["nonfinite"]) and self.explainable(margin):
+            matched = self._runner_up_match(hidden_in, state_in, hidden, [])
+            if matched is not None:
+                result, expected_state = matched
+        return {**result, "decision_margin": margin}, expected_state
+
+    def _runner_up_match(
+        self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State
+    ) -> tuple[dict, State] | None:
         """The comparison with the reference run from the same inputs but with the runner-up
-        taken at one of its decisions close to a tie (the closest first), for the first
-        such decision where the step matches it; None where none does, or the task has no
-        way to ask."""
+        taken at decisions close enough to a tie that rounding explains a swap, and that
+        reference's state: each such decision alone (the closest first), then each two of
+        them (two layers on near-ties in one step, which the bf16 baseline swapped both of at
+        smoke scale), for the first where the step matches; None where none does, or the task
+        has no way to ask.
+
+        Close enough: below the task's max_explained_margin, and where the task says what
+        rounding its decision's inputs to bf16 can move (decision_rounding), below that too."""
         task, model = self.task, self.reference
         if task.decision_margins is None or task.runner_up is None:
             return None
         reference_step(model, hidden_in, state_in)  # the margins of this very step, decision by decision
-        margins = list(enumerate(task.decision_margins(model)))
-        for decision, margin in sorted(margins, key=lambda pair: pair[1]):
-            if not self.explainable(margin):
-                break
-            with task.runner_up(model, decision):
+        margins = [float(m) for m in task.decision_margins(model)]
+        bounds = [float(b) for b in task.decision_rounding(model)] if task.decision_rounding else None
+        close = sorted(
+            (d for d, m in enumerate(margins) if self.explainable(m) and (bounds is None or m < bounds[d])),
+            key=lambda d: margins[d],
+        )
+        for taken in [*((d,) for d in close), *itertools.combinations(close, 2)]:
+            with contextlib.ExitStack() as stack:
+                for decision in taken:
+                    stack.enter_context(task.runner_up(model, decision))
                 expected_hidden, expected_state = reference_step(model, hidden_in, state_in)
             result = self.compare(hidden_in, state_in, hidden, state, expected_hidden, expected_state)
             if result["passed"]:
-                return {**result, "excused": {"decision": decision, "margin": float(margin)}}
+                excused: dict[str, Any] = {"decision": taken[0], "margin": margins[taken[0]]}
+                if len(taken) > 1:
+                    excused["decisions"] = [{"decision": d, "margin": margins[d]} for d in taken]
+                if bounds is not None:
+                    excused["rounding_bound"] = bounds[taken[0]]
+                return {**result, "excused": excused}, expected_state
         return None
 
 
@@ -627,6 +687,9 @@ class MegaEvaluation(EvaluationBase):
         if not self.timing_shapes:
             known = [s["context_len"] for s in task.shapes]
             raise TaskError(f"no shape with context in {wanted}; this scale has contexts {known}")
+        # Where the validated chains start: a seed of this evaluation's own, as secret as the
+        # hidden seeds (each timed chain draws one of its own, ChainContestant).
+        self.timing_seed = secret_seed()
         self.phase("load_task")
         if self.device.type == "cuda":
             # This process's device context, timed apart from the weights: it is made while
@@ -741,7 +804,7 @@ class MegaEvaluation(EvaluationBase):
 
     def state_layout(self, context_len: int, steps: int) -> Layout:
         """The state layout after ``steps`` steps from a fresh state of ``context_len``."""
-        start = layout_of(self.task.init_state(context_len, self.task.timing_seed))
+        start = layout_of(self.task.init_state(context_len, self.timing_seed))
         return grown(start, self.growth, steps)
 
     def _arena_bytes(self) -> int:
@@ -754,9 +817,9 @@ class MegaEvaluation(EvaluationBase):
         record = TensorLayout(
             (steps * timing.MAX_CHAINS_PER_REQUEST, *self.hidden_layout.shape), self.hidden_layout.dtype
         )
-        return arena_bytes_for(
-            [self.hidden_layout, self.state_layout(ctx, 0)], [self.hidden_layout, self.state_layout(ctx, steps)], record
-        )
+        # A timed request's chains each start from inputs of their own (ChainContestant).
+        begins = [[self.hidden_layout, self.state_layout(ctx, 0)]] * timing.MAX_CHAINS_PER_REQUEST
+        return arena_bytes_for(begins, [self.hidden_layout, self.state_layout(ctx, steps)], record)
 
     def _worker_arena_bytes(self) -> int:
         """Room for the largest exchange with a reference worker: a secret case's expected
@@ -858,12 +921,10 @@ class MegaEvaluation(EvaluationBase):
                 if self.job["mode"] != "check"
                 else [min(self.timing_shapes, key=lambda s: s["context_len"])]
             )
-            self.first_chains = {}
             for shape in shapes:
                 chain = ValidatedChain(self, shape["context_len"], shape["steps"])
                 if not self.send_check(current, *chain.run()):
                     return False
-                self.first_chains[shape["context_len"]] = chain
             self.phase("check_chained")
             return True
         except CandidateError as err:
@@ -975,7 +1036,7 @@ class MegaEvaluation(EvaluationBase):
                 f"ctx {s['context_len']}",
                 s["context_len"],
                 s["steps"],
-                self._contestants_at(s["context_len"], s["steps"]),
+                self._contestants_at(s["context_len"], s["steps"], settings.judged_chains),
                 int(roofline.bytes_per_step(self.task.cfg, s["context_len"])) if roofline else None,
             )
             for s in self.timing_shapes
@@ -989,35 +1050,32 @@ class MegaEvaluation(EvaluationBase):
         shape = self.timing_shapes[0]
         return ChainContestant(self, process, process.who, shape["context_len"], shape["steps"]).empty_requests()
 
-    def _contestants_at(self, context_len: int, steps: int):
+    def _contestants_at(self, context_len: int, steps: int, judged_chains: int):
         def make() -> tuple[ChainContestant, ChainContestant]:
             return (
                 ChainContestant(self, self.baseline_process, "baseline", context_len, steps),
-                ChainContestant(self, self.solution, "candidate", context_len, steps, self.first_chains[context_len]),
+                ChainContestant(self, self.solution, "candidate", context_len, steps, judged_chains),
             )
 
         return make
 
-    def timing_inputs(self, context_len: int) -> list:
-        """The timing seed's (hidden, state) at ``context_len``: where every timed chain starts."""
-        seed = self.task.timing_seed
+    def timing_inputs(self, context_len: int, seed: int | None = None) -> list:
+        """The (hidden, state) at ``context_len`` that the reference draws from ``seed``, by
+        default this evaluation's secret timing seed (where the validated chains start)."""
+        seed = self.timing_seed if seed is None else seed
         return [self.task.init_token(seed), self.task.init_state(context_len, seed)]
 
 
 class ValidatedChain:
-    """One untimed chain of the solution from the timing seed's state, each output fed back
-    in within its process, every step judged against the reference run from the solution's
-    own input and state of that step: one step from an identical fed state, as in the fresh
-    checks, so a near-tie in expert routing cannot make honest drift look like an error,
-    while work skipped on chained steps shows. Its per-step outputs are what every timed
-    chain must repeat; its per-step decision margins say where a timed chain may depart."""
+    """One untimed chain of the solution from the secret timing seed's state, each output fed
+    back in within its process, every step judged against the reference run from the
+    solution's own input and state of that step: one step from an identical fed state, as in
+    the fresh checks, so a near-tie in expert routing cannot make honest drift look like an
+    error, while work skipped on chained steps shows. (The timed chains start from inputs of
+    their own and are judged on their own, ChainContestant.)"""
 
     def __init__(self, evaluation: MegaEvaluation, context_len: int, steps: int):
         self.evaluation, self.context_len, self.steps = evaluation, context_len, steps
-        self.outputs: list[Hidden] = []
-        self._stacked: torch.Tensor | None = None
-        # The reference's decision margin at each step, from the state the solution fed it.
-        self.margins: list[float | None] = []
         # The steps (from 0) that matched only the reference that took a runner-up.
         self.tipped: list[int] = []
 
@@ -1039,16 +1097,15 @@ class ValidatedChain:
                 keep=True,
             )
             steps.append((hidden_in, state_in, hidden, state))
-            self.outputs.append(hidden)
             hidden_in, state_in = hidden, state
         judged = [evaluation.judge_step(*step) for step in steps]
         worst = 1.0
         for i, pending in enumerate(judged):
             result, margin = pending()
-            self.margins.append(margin)
             if "excused" in result:
                 # A near-tie in the reference's own routing at this state, and the step is the
                 # reference's with the runner-up taken there: rounding decided which expert won.
+                # The next step is judged from the state this one fed it, as every step is.
                 self.tipped.append(i)
                 continue
             worst = min(worst, result["min_cosine"])
@@ -1064,7 +1121,7 @@ class ValidatedChain:
                 )
         note = (
             f"; steps {[i + 1 for i in self.tipped]} differ at a near-tie of the reference's routing, where they "
-            "match the reference that took the runner-up, and are not counted"
+            "match the reference that took the runner-up"
             if self.tipped
             else ""
         )
@@ -1073,31 +1130,27 @@ class ValidatedChain:
             f"from the same state (min cosine {worst:.5f}){note}"
         )
 
-    def stacked(self) -> torch.Tensor:
-        """The chain's outputs as one tensor, a row per step (made once: every timed chain is
-        compared with it)."""
-        if self._stacked is None or len(self._stacked) != len(self.outputs):
-            self._stacked = torch.stack(self.outputs)
-        return self._stacked
 
-    def first_near_tie(self) -> int | None:
-        """The index of the first step whose routing sat on a near-tie of the reference's, or
-        that matched only the reference that took a runner-up (a tie that rounding tipped,
-        further from one), if any: a timed chain may depart from there, where a kernel whose
-        rounding varies from run to run may tip it the other way."""
-        min_margin = self.evaluation.task.min_margin
-        near = [i for i, m in enumerate(self.margins) if m is not None and m < min_margin]
-        return min(near + self.tipped, default=None)
+@dataclass
+class TimedChain:
+    """One chain a contestant ran while timed: the secret seed of its inputs, and the hidden
+    it recorded at each step (copied into the referee's memory)."""
+
+    seed: int
+    hiddens: torch.Tensor
 
 
 class ChainContestant(timing.Contestant):
     """A contestant of a decode task's timing, in its own process (the baseline's or the
-    solution's, served alike): chains of steps from the timing seed's state, each output fed
-    back in there, each step's hidden recorded into the arena. The candidate's chains are
-    checked: every timed chain must repeat the validated chain step for step, up to a
-    near-tie of the reference's routing: there an honest kernel whose rounding varies from
-    run to run may pick the other expert, and every later step follows from that state, so
-    from there on the timed chain may depart (its values must stay finite)."""
+    solution's, served alike): chains of steps, each output fed back in there, each step's
+    hidden recorded into the arena.
+
+    Every chain starts from inputs of its own, drawn by the reference from a seed drawn for
+    that chain when its request is staged: no chain's inputs were ever shown to the solution
+    before, so no answer to them can have been kept from an earlier call. A candidate's
+    chains are judged: every step's values must be finite, and once the shape is timed
+    ``judged_chains`` of its chains, chosen at random, are judged step by step against the
+    reference (StepChecker.judge_timed), so that a chain cannot know whether it is one."""
 
     def __init__(
         self,
@@ -1106,35 +1159,38 @@ class ChainContestant(timing.Contestant):
         name: str,
         context_len: int,
         steps: int,
-        validated: ValidatedChain | None = None,
+        judged_chains: int = 0,
     ):
         super().__init__(name, process, steps)
+        self.evaluation = evaluation
         self.device = evaluation.device
         self.context_len = context_len
-        self.validated = validated
-        self.near_tie = validated.first_near_tie() if validated is not None else None
-        self.threshold = evaluation.task.threshold
-        self.template = evaluation.timing_inputs(context_len)
+        self.judged_chains = judged_chains
         process.slots.reset()
-        self.begin_node = process.put(self.template)
+        template = evaluation.timing_inputs(context_len)
+        self.begin_nodes = [process.put(template) for _ in range(timing.MAX_CHAINS_PER_REQUEST)]
         hidden = evaluation.hidden_layout
         self.record_slot = process.slots.slot((steps * timing.MAX_CHAINS_PER_REQUEST, *hidden.shape), hidden.dtype)
         self.record = process.arena.view(self.record_slot)
+        self.staged_seeds: list[int] = []  # the seeds of the chains the next timed request starts
+        self.running_seeds: list[int] = []  # of the chains the last request that started any started
+        self.chains: list[TimedChain] = []
         self.failures: list[str] = []
-        self.validated_chains = 0
-        self.departures: list[int] = []  # the first step departing, of each chain that departed after a near-tie
-        self.worst = 1.0
 
     def stage_request(self, copies: int) -> dict:
         if copies:
-            # A new chain: nothing of an earlier chain can pass for this one's, and the inputs
-            # are the template's again, whatever the process did to the arena since.
+            # New chains: nothing of an earlier chain can pass for these ones', and each one's
+            # inputs are drawn now, whatever the process did to the arena since.
             self.record.fill_(float("nan"))
-            self.process.put_into(self.begin_node, self.template)
+            self.staged_seeds = [secret_seed() for _ in range(copies)]
+            for node, seed in zip(self.begin_nodes, self.staged_seeds, strict=False):
+                self.process.put_into(node, self.evaluation.timing_inputs(self.context_len, seed))
             timing.synchronize(self.device)
-        return {"op": "stage", "begins": [self.begin_node] * copies}
+        return {"op": "stage", "begins": self.begin_nodes[:copies]}
 
     def block_request(self, first: int, count: int, chains: int, fresh: bool) -> dict:
+        if fresh and count:
+            self.running_seeds = self.staged_seeds[:chains]
         return {
             "op": "chain",
             "steps": count,
@@ -1145,44 +1201,53 @@ class ChainContestant(timing.Contestant):
         }
 
     def chain_done(self, steps_done: int, chains: int) -> None:
-        """Every run of the chain since it began must repeat the validated chain."""
-        validated = self.validated
-        if validated is None:
+        """Every run of the chain since it began: its values finite at every step, and kept
+        (its seed and hiddens) for the judging after the shape (``verdict``)."""
+        if not self.judged_chains:
             return
         recorded = self.record[: self.steps * chains].clone()
-        for run in range(chains):
-            self._judge_run(recorded[run * self.steps : run * self.steps + steps_done], validated)
-
-    def _judge_run(self, outputs: torch.Tensor, validated: ValidatedChain) -> None:
-        departed = False
-        steps = min(len(outputs), len(validated.outputs))
-        finites, cosines = compare.rows_finite_and_cosines(outputs[:steps], validated.stacked()[:steps])
-        for i, (finite, cos) in enumerate(zip(finites, cosines, strict=True)):
-            if finite and departed:
-                continue  # on its own path since the near-tie: nothing to repeat
-            if finite and cos >= self.threshold:
-                self.worst = min(self.worst, cos)
-            elif finite and self.near_tie is not None and i >= self.near_tie:
-                departed = True
-                self.departures.append(i + 1)
-            elif not self.failures:
+        for run, seed in enumerate(self.running_seeds[:chains]):
+            hiddens = recorded[run * self.steps : run * self.steps + steps_done]
+            finite = compare.rows_finite(hiddens)
+            if not all(finite) and not self.failures:
                 self.failures.append(
-                    f"ctx {self.context_len} step {i + 1}: a timed chain gave another answer than "
-                    f"the validated chain (cosine {cos:.4f}) from the same inputs"
+                    f"ctx {self.context_len} step {finite.index(False) + 1} of a timed chain: non-finite values"
                 )
-        self.validated_chains += 1
+            self.chains.append(TimedChain(seed, hiddens))
 
     def verdict(self) -> tuple[str, str]:
-        """(status, reason) for the timed chains."""
+        """(status, reason) for the timed chains: ``judged_chains`` of them, chosen at random
+        now, judged step by step against the reference from the hiddens each fed itself."""
         if self.failures:
             return "fail", self.failures[0]
-        note = ""
-        if self.departures and self.near_tie is not None:  # a chain departs only after a near-tie
-            note = (
-                f"; {len(self.departures)} of them depart from it at step {min(self.departures)} or later, after "
-                f"a near-tie of the reference's routing at step {self.near_tie + 1}: not counted from there"
-            )
+        if not self.judged_chains:
+            return "pass", "not checked"
+        evaluation, task = self.evaluation, self.evaluation.task
+        chosen = secrets.SystemRandom().sample(self.chains, min(self.judged_chains, len(self.chains)))
+        worst, steps, excused = 1.0, 0, 0
+        with torch.no_grad():
+            for chain in chosen:
+                hidden_in, state_in = evaluation.timing_inputs(self.context_len, chain.seed)
+                for i, hidden in enumerate(chain.hiddens):
+                    result, state_in = evaluation.checker.judge_timed(hidden_in, state_in, hidden)
+                    steps += 1
+                    if "excused" in result:
+                        excused += 1
+                    elif not result["passed"]:
+                        return "fail", _fail_reason(
+                            f"ctx {self.context_len} step {i + 1} of a timed chain (judged against the "
+                            "reference from the hiddens the chain fed itself)",
+                            result,
+                            task.threshold,
+                            result["decision_margin"],
+                            task.explained_margin,
+                        )
+                    else:
+                        worst = min(worst, result["min_cosine"])
+                    hidden_in = hidden
+        note = f"; {excused} of them match the reference that took the runner-up at a near-tie" if excused else ""
         return "pass", (
-            f"{self.validated_chains} timed chain(s) of {self.steps} steps at ctx {self.context_len} "
-            f"repeat the validated chain (min cosine {self.worst:.5f}){note}"
+            f"{len(self.chains)} timed chain(s) of {self.steps} steps at ctx {self.context_len}, each from inputs "
+            f"of its own; {len(chosen)} chosen at random afterwards, {steps} steps judged against the reference "
+            f"(min cosine {worst:.5f}){note}"
         )

@@ -475,7 +475,7 @@ def init_token(cfg: Config, seed: int, device=None) -> torch.Tensor:
 # a state whose every part matters (an optional hook of the harness)
 # --------------------------------------------------------------------------- #
 def salient_state(model: Model, hidden: torch.Tensor, state: list, rows: int = 4,
-                  attention_share: float = 1.0) -> list:
+                  attention_share: float = 1.0, seed: int | None = None) -> list:
     """A copy of ``state`` from which the next step from ``hidden`` shows every part of
     its math in its output or its state.
 
@@ -494,7 +494,12 @@ def salient_state(model: Model, hidden: torch.Tensor, state: list, rows: int = 4
     (``attention_share`` times its norm): sized by the hidden itself, the attention would
     drown the MoEs' part at full scale or vanish beside the token at smoke scale; this way
     both show at both scales (measured on the CPU: skipping the attention reads cosine
-    0.64 at full scale, ctx 2048, a wrong routing 0.2-0.6, the bf16 baseline 0.9997)."""
+    0.64 at full scale, ctx 2048, a wrong routing 0.2-0.6, the bf16 baseline 0.9997).
+
+    Where the rows go: with ``seed`` (the harness passes the case's), drawn from it, one
+    at random in each of ``rows`` equal stretches of the cache, so that a secret case's rows
+    sit where no solution can know, and attention that reads only some rows misses one;
+    without, evenly from the oldest to the newest."""
     state = [{name: t.clone() for name, t in layer.items()} for layer in state]
     x = hidden
     for i, (blk, st) in enumerate(zip(model.blocks, state)):
@@ -503,7 +508,7 @@ def salient_state(model: Model, hidden: torch.Tensor, state: list, rows: int = 4
             balanced_kda_state(blk.attn, normed, st)
         else:
             added = x - hidden if i else x  # a first layer has only the token to go by
-            planted_cache_rows(blk.attn, added, normed, st, rows, attention_share)
+            planted_cache_rows(blk.attn, added, normed, st, rows, attention_share, seed)
         if i + 1 < len(state):
             # The next layer sees what this one hands on from its new state; a copy keeps it.
             x = blk.step(x, {name: t.clone() for name, t in st.items()})
@@ -529,8 +534,8 @@ def balanced_kda_state(kda: KDA, x: torch.Tensor, st: dict) -> None:
 
 
 def planted_cache_rows(mla: MLA, added: torch.Tensor, x: torch.Tensor, st: dict, rows: int,
-                       attention_share: float) -> None:
-    """Replace ``rows`` rows of st's cache, spread from the oldest to the newest, with rows
+                       attention_share: float, seed: int | None = None) -> None:
+    """Replace ``rows`` rows of st's cache, spread over it (planted_positions), with rows
     that every head of the query from ``x`` (the normed input) attends to: together they
     take 3/4 of each head's attention, and what they add to the layer's output is about
     ``attention_share`` times the norm of ``added``.
@@ -544,7 +549,7 @@ def planted_cache_rows(mla: MLA, added: torch.Tensor, x: torch.Tensor, st: dict,
     length = st["c_kv"].shape[0]
     if length == 0:
         return  # an empty cache: the step attends to its own row only
-    positions = torch.linspace(0, length - 1, min(rows, length), device=x.device).round().long().unique()
+    positions = planted_positions(length, rows, seed).to(x.device)
     n = len(positions)
     # The query exactly as MLA.step forms it at this position.
     q = mla.q_proj(x).view(H, nope + rope)
@@ -564,3 +569,15 @@ def planted_cache_rows(mla: MLA, added: torch.Tensor, x: torch.Tensor, st: dict,
     keys = torch.linalg.pinv(q_rope.double()) @ need.double()                   # (rope, n)
     st["c_kv"][positions] = latents
     st["k_rope"][positions] = keys.t().to(torch.bfloat16)
+
+
+def planted_positions(length: int, rows: int, seed: int | None = None) -> torch.Tensor:
+    """Where planted_cache_rows plants its rows in a cache of ``length``: without ``seed``,
+    evenly from the oldest to the newest; with one, a row drawn from ``seed`` in each of
+    ``rows`` equal stretches (sorted, distinct)."""
+    n = min(rows, length)
+    if seed is None:
+        return torch.linspace(0, length - 1, n).round().long().unique()
+    g = torch.Generator().manual_seed(seed)
+    bounds = [length * k // n for k in range(n + 1)]
+    return torch.tensor([lo + int(torch.randint(hi - lo, (1,), generator=g)) for lo, hi in zip(bounds, bounds[1:])])
