@@ -167,6 +167,12 @@ class LaunchReport(Model):
         "its own: the candidate's count comes from code it "
         "controls, so it decides nothing",
     )
+    counted_outside: bool = Field(
+        False,
+        description="Counted outside the solution's process (the baseline's count; a solution's "
+        "only from a profiler the referee runs): only such a count, and its device time, may "
+        "rank attempts, pass a single-launch goal or open finish (older results: False)",
+    )
 
 
 class Environment(Model):
@@ -339,8 +345,11 @@ class EvalResult(Model):
     def device_bound(self) -> Optional[bool]:
         """Whether the solution's steady time per step is its device time (within
         DEVICE_TIME_TOLERANCE): then its own time does not follow the host's pace, as a
-        host-bound baseline's does. None where either was not measured (on a CPU)."""
-        found = self._steady_beside_device_time()
+        host-bound baseline's does. None where either was not measured (on a CPU), or where
+        the device time came from the solution's own process, which can write any figure:
+        this decides how attempts are ranked (agent/loop/ledger.own_times)."""
+        report = self.launches_of("candidate")
+        found = self._steady_beside_device_time() if report is not None and report.counted_outside else None
         if found is None:
             return None
         timing, device_ms = found

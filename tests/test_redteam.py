@@ -12,6 +12,10 @@ patch's docstring says what the harness must conclude: ``expect: <verdict> [<che
   only aim is a fake speedup, so it must pass with an honest score). ``timed`` alone: timed,
   for a verdict that has no score.
 - ``requires: cuda``: run on the GPU; skipped where torch sees none.
+- ``cache: own, no links``: evaluate with a cache of its own, which must hold no link afterwards.
+- ``launches: decide nothing``: whatever the solution's process reports of its launches and
+  device time ranks no attempt (ledger.single_launch, EvalResult.device_bound), and on a CPU
+  nothing is counted.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from kagent.agent.loop.ledger import Attempt, Ledger, single_launch
 from kagent.sandbox import containment, static_checks
 from kagent.sandbox.harness import timing
-from kagent.sandbox.results import CheckResult, Verdict, check_verdict
+from kagent.sandbox.results import CheckResult, EvalResult, LaunchReport, Verdict, check_verdict
 from kagent.tasks import TaskRef, resolve_task
 
 from conftest import WAIT_S, check_named, reference_solution, run_eval
@@ -53,6 +58,8 @@ class Expectation:
     timed: bool = False  # evaluated with timing rather than checks only
     score_below: float | None = None  # a pass must score below this
     requires_cuda: bool = False
+    cache_of_its_own: bool = False  # evaluated with a cache of its own, which must hold no link after
+    launches_decide_nothing: bool = False
 
 
 def expectation(path: Path) -> Expectation:
@@ -71,6 +78,10 @@ def expectation(path: Path) -> Expectation:
             options.update(timed=True, score_below=float(line.removeprefix("timed: score below ")))
         elif line == "requires: cuda":
             options["requires_cuda"] = True
+        elif line == "cache: own, no links":
+            options["cache_of_its_own"] = True
+        elif line == "launches: decide nothing":
+            options["launches_decide_nothing"] = True
         else:
             raise AssertionError(f"{path}: unknown header line {line!r}")
     return Expectation(
@@ -142,7 +153,7 @@ def eval_options(case: Case, want: Expectation, scratch: Path) -> dict:
         options.update(mode="eval", contexts=[16], rounds=TIMED_ROUNDS, timeout_s=TIMED_LIMIT_S)
     if want.requires_cuda:
         options["device"] = "cuda"
-    if case.siblings:
+    if case.siblings or want.cache_of_its_own:
         # Files beside the solution can be imported by the harness itself before the cache
         # is sealed: whatever such a case poisons must stay in a cache of its own.
         options["cache_dir"] = scratch / "cache"
@@ -193,6 +204,7 @@ def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeyp
         assert result.score is None
     if want.mentions:
         assert want.mentions in result.reason, result.reason
+    _check_what_is_left(want, result, tmp_path)
     if hangs:
         assert result.wall_seconds < HANG_LIMIT_S + 15
         assert "killed" in result.reason
@@ -201,6 +213,19 @@ def test_corpus_file_gets_its_verdict(case, kimi, kagent_home, tmp_path, monkeyp
         while _live_fork_bomb_children() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _live_fork_bomb_children()
+
+
+def _check_what_is_left(want: Expectation, result: EvalResult, scratch: Path) -> None:
+    """What a case's header asks of the cache it ran with and of the launches it reported."""
+    if want.cache_of_its_own:
+        cache = scratch / "cache"
+        assert cache.is_dir() and not [p for p in cache.rglob("*") if p.is_symlink()]
+    if want.launches_decide_nothing:
+        report = result.launches_of("candidate")
+        assert report is not None and not report.counted_outside
+        assert single_launch(result) is None and result.device_bound is None
+        if result.device == "cpu":
+            assert report.launches is None and report.single_launch is None and report.device_ms is None
 
 
 # -- checks that map to their own verdicts -------------------------------------------------
@@ -317,3 +342,49 @@ def _write(tmp_path: Path, source: str, extra: dict[str, str]) -> Path:
     for name, text in extra.items():
         (tmp_path / name).write_text(text)
     return tmp_path / "solution.py"
+
+
+# -- what a solution's process says of its launches ranks nothing ---------------------------
+
+
+def test_a_single_launch_counted_by_the_solution_s_own_process_ranks_no_attempt():
+    """A megakernel task ranks a single-launch attempt above every faster one, and two attempts
+    at their device time by their own times: only where the count and the device time were
+    taken outside the solution's process, which can write any figure into its report."""
+    from test_long_runs import _timed
+
+    best = Attempt(number=1, kind="benchmark", verdict="pass", reason="", score=2.0, commit="a", kept=True)
+    ledger = Ledger(attempts=[best], best=1)
+
+    def result(counted_outside: bool) -> EvalResult:
+        report = LaunchReport(
+            who="candidate",
+            context_len=16,
+            launches=1,
+            single_launch=True,
+            device_ms=0.5,
+            counted_outside=counted_outside,
+        )
+        return EvalResult(
+            task="02_kimi_linear_decode",
+            task_kind="mega",
+            mode="eval",
+            scale="smoke",
+            device="cuda",
+            verdict=Verdict.PASS,
+            reason="passed",
+            started_at="2026-12-07T00:00:00+00:00",
+            wall_seconds=1.0,
+            score=1.5,
+            launches=[report],
+            timings=[_timed(1.5, 0.5)],
+        )
+
+    forged = result(counted_outside=False)
+    assert single_launch(forged) is None and forged.device_bound is None
+    note, lost, new_best = ledger.judge(forged, 1.5, single_launch_goal=True)
+    assert lost and not new_best and note.startswith("regression"), note
+    counted = result(counted_outside=True)
+    assert single_launch(counted) is True and counted.device_bound is True
+    note, lost, new_best = ledger.judge(counted, 1.5, single_launch_goal=True)
+    assert new_best and "the first single launch" in note, note

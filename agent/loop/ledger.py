@@ -205,7 +205,10 @@ def floor_fraction(result: EvalResult) -> Optional[float]:
 
 
 def single_launch(result: EvalResult) -> Optional[bool]:
-    """Whether the solution ran as one launch per step, as its own process counted it (None
-    where launches were not counted, as on a CPU)."""
+    """Whether the solution ran as one launch per step, where that was counted outside its own
+    process (results.LaunchReport.counted_outside); None where launches were not counted so
+    (on a CPU, or by the solution's own process, which can rewrite its count to one). This is
+    what ranks a single-launch attempt first and passes the megakernel goal, so a count the
+    solution could forge must not reach it: the model still reads that count in its result."""
     report = result.launches_of("candidate")
-    return report.single_launch if report is not None else None
+    return report.single_launch if report is not None and report.counted_outside else None

@@ -167,7 +167,9 @@ class EvaluationBase:
     def connect_contestants(self, arena_bytes: int) -> None:
         """Connect each contestant's process through an arena of ``arena_bytes`` of its own."""
         for process in self.contestants():
-            folder = Path(tempfile.mkdtemp(prefix=f"{process.who}-", dir=self.exchange_dir))
+            # A boxed process's arena goes in the one folder of /dev/shm its box shows it.
+            exchange = process.started.exchange if process.started is not None else None
+            folder = exchange or Path(tempfile.mkdtemp(prefix=f"{process.who}-", dir=self.exchange_dir))
             arena = Arena.create(self.device, arena_bytes, folder)
             process.connect(arena)
             arena.unlink_file()  # mapped by both now; no other process can open it by name
@@ -322,11 +324,18 @@ class EvaluationBase:
     def count_launches(self, method: str, inputs: Callable[[], list], **context: Any) -> None:
         """Launches of one warmed call of each contestant, each profiled in its own process,
         after the timing (the profiler can leave the process that ran it slower for a while).
-        The solution's count comes from code the solution controls, so it informs and decides
-        nothing; its process is ended after it. The baseline's is cached by what decides it
-        (the baseline's file, the device, torch), in a cache entry staged now that no solution
+        The solution's count comes from code the solution controls (it can rewrite the report
+        to one launch), so it informs the model and decides nothing: it is sent as not
+        ``counted_outside``, and nothing that ranks attempts or opens a goal reads such a
+        count (results.LaunchReport). On a CPU nothing is counted, and the solution is not
+        asked. Its process is ended after it. The baseline's is cached by what decides it (the
+        baseline's file, the device, torch), in a cache entry staged now that no solution
         code can run."""
-        self._report(self._profiled(self.solution, method, inputs()), "candidate", "the solution's process", context)
+        if self.device.type == "cuda":
+            report = self._profiled(self.solution, method, inputs())
+        else:
+            report = {"launches": None, "note": "kernel launches are counted on CUDA devices only"}
+        self._report(report, "candidate", "the solution's process", context, counted_outside=False)
         self.phase("launches")
         self.solution.close()
         self.phase("solution_closed")
@@ -363,7 +372,7 @@ class EvaluationBase:
         except (CandidateError, TrustedFailed) as err:
             return {"launches": None, "note": getattr(err, "message", str(err))}
 
-    def _report(self, report: dict, who: str, by: str, context: dict) -> None:
+    def _report(self, report: dict, who: str, by: str, context: dict, counted_outside: bool = True) -> None:
         allowed = (
             "launches",
             "kernels",
@@ -376,7 +385,12 @@ class EvaluationBase:
             "cached",
         )
         self.channel.send(
-            "launches", who=who, **context, **{k: v for k, v in report.items() if k in allowed}, reported_by=by
+            "launches",
+            who=who,
+            **context,
+            **{k: v for k, v in report.items() if k in allowed},
+            reported_by=by,
+            counted_outside=counted_outside,
         )
 
 
