@@ -15,12 +15,21 @@ import test_long_runs
 from test_eval_kimi import BROKEN
 from test_long_runs import attempts, call, calls, outcome, run
 
+import kagent.agent.loop.agent as loop_module
+from kagent import prompts
+from kagent.agent.lifecycle.device import MachineFacts, describe_machine
 from kagent.agent.lifecycle.resume import rebuild
+from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.loop.memory import solution_text, summary_in
+from kagent.agent.loop.models.scripted import ScriptedModel, parse_script
+from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.core.errors import KagentError
+from kagent.core.messages import TextBlock
 from kagent.sandbox.evaluate import _copy_solution
 from kagent.sandbox.harness.mega import _fail_reason
 from kagent.sandbox.results import Verdict
+from kagent.tasks import resolve_task
 
 from conftest import reference_solution, run_eval
 
@@ -260,3 +269,152 @@ def test_an_evaluation_copy_leaves_out_dumps_and_scratch_and_names_the_largest_f
         _copy_solution(work / "solution.py", tmp_path / "again")
     assert "the largest: table_" in refused.value.message and "table_0.bin (15.0 MiB)" in refused.value.message
     assert "move data files under scratch/ or build/" in (refused.value.hint or "")
+
+
+SUMMARY = (
+    "## Goal\none launch per step at half the bytes floor\n## Design\npersistent kernel, 26 barriers\n"
+    "## Stage timings\nKDA_IN 31 us, MOE_DOWN 40 us\n## Bugs and causes\nlayer 3 cache off by one row: pos = L\n"
+    "## Tried and rejected\nsplit-K on o_proj (nondeterministic)\n## Next steps\nfuse gate and up"
+)
+
+
+class Summarizing(ScriptedModel):
+    """Plays its script, and where kagent asks for a summary before a compaction, answers with
+    one beside the scripted call (as a model that follows the request does). Records the size
+    of every request, as the loop estimates a context."""
+
+    def __init__(self, turns):
+        super().__init__(turns, name="scripted:long")
+        self.request_tokens: list[int] = []
+        self.summaries = 0
+
+    def complete(self, system, messages, tools, max_tokens):
+        self.request_tokens.append(sum(len(m.model_dump_json()) for m in messages) // 4 + len(system) // 4)
+        turn = super().complete(system, messages, tools, max_tokens)
+        last = " ".join(b.text for b in messages[-1].content if isinstance(b, TextBlock))
+        if "will soon be compacted" in last:
+            self.summaries += 1
+            turn.message.content.insert(
+                0, TextBlock(text=f"Summary for the compaction:\n{SUMMARY}\n(#{self.summaries})")
+            )
+        return turn
+
+
+def test_a_300_turn_run_carries_the_model_s_own_summary_and_the_whole_solution(tmp_path, made_up):
+    queue, _ = made_up
+    queue += [outcome("pass")]
+    kernel = "".join(f"# kernel line {i}\n" for i in range(60))
+    reads = [
+        call("read_file", path="task/reference.py", offset_line=1 + 40 * (i % 12), max_lines=40) for i in range(297)
+    ]
+    turns = [calls(("write_file", {"path": "solution.py", "content": kernel}), ("check", {})), *reads]
+    turns.append(call("finish", summary="-"))
+    model = Summarizing(parse_script(turns))
+    limit = 20_000  # the system prompt, the tools and the first message alone are about 10,000
+    options = RunSettings(
+        task="02_kimi_linear_decode",
+        model="scripted:long",
+        budget=Budget(wall_s=3600),
+        device="cpu",
+        scale="smoke",
+        runs_root=tmp_path / "runs",
+        context_limit_tokens=limit,
+        keep_recent_messages=6,
+    )
+    run_dir, report = start_run(options, model=model)
+    assert report.turns == 299 and report.status != "failed", report.reason
+    assert max(model.request_tokens) < 1.5 * limit, max(model.request_tokens)
+    compactions = [e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "compacted"]
+    assert len(compactions) >= 5 and model.summaries >= len(compactions)
+    for compaction in compactions:
+        assert compaction.memory is not None and compaction.memory.startswith(SUMMARY)
+        assert "Your own summary, as you wrote it before a compaction:\n## Goal" in compaction.summary
+        assert f"The current solution.py (61 lines), whole:\n```\n{kernel}" in compaction.summary
+    # The newest summary replaces the older: each compaction carries the latest, one copy of it.
+    numbers = [int(c.memory.rsplit("(#", 1)[1].rstrip(")")) for c in compactions]
+    assert numbers == sorted(set(numbers)), numbers
+    first = json.dumps(model.calls[-1][0].model_dump())
+    assert first.count("## Stage timings") == 1 and f"(#{numbers[-1]})" in first
+    state = rebuild(read_trace(run_dir / "trace.jsonl").events, run_dir)
+    assert state.memory is not None and state.memory.startswith(SUMMARY)
+
+
+def test_a_solution_too_long_to_carry_is_named_with_a_pointer():
+    text = "x = 1\n" * 5000
+    assert "whole" in solution_text("solution.py", "x = 1\n", 1000)
+    pointer = solution_text("solution.py", text, 1000)
+    assert "too long to carry here: read it again with read_file" in pointer and "x = 1" not in pointer
+    assert summary_in("thinking aloud, ## Goal only") is None and summary_in(SUMMARY) == SUMMARY
+
+
+def test_the_first_message_says_the_machine_the_goal_and_the_rules_in_numbers(tmp_path, made_up):
+    run_dir, _ = run(tmp_path, [call("finish", summary="-")], tool_output_chars=30_000)
+    started = next(e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "run_started")
+    first = started.first_message["content"][0]["text"]
+    assert "The machine: cpu, no GPU." in first
+    assert "The goal in numbers: every timed step in ONE kernel launch" in first and "at least 50%" in first
+    for rule in (
+        "a tool result shows at most 30,000 characters",
+        "an answer holds at most 16,000 tokens",
+        "3 in a row end the run",
+        "Only a benchmark that passes becomes a result",
+        "An attempt in several launches per step still passes and scores",
+        "Files made since, scratch/ and notes.md are never reverted",
+        "revert(attempt=N) brings it back",
+        "from an empty working directory",
+        "over 64 MiB in all it is refused",
+        'sys.path.insert(0, "task"); import reference',
+    ):
+        assert rule in first, rule
+
+
+def test_the_machine_is_described_with_one_floor_for_its_own_device():
+    facts = MachineFacts(
+        torch="2.9.0",
+        cuda="12.8",
+        triton="3.5.0",
+        gpu="NVIDIA H100 80GB HBM3",
+        sms=132,
+        l2_bytes=50 << 20,
+        memory_bytes=80 << 30,
+        capability="9.0",
+        bytes_per_s=3.0e12,
+        floor_us={"2048": 81.0, "8192": 83.3, "16384": 86.7},
+        ncu="/usr/local/cuda/bin/ncu",
+        counters_admin_only=True,
+        root=False,
+    )
+    text = describe_machine(facts, "cuda")
+    assert "NVIDIA H100 80GB HBM3 (compute capability 9.0), 132 SMs, 50 MiB L2, 80 GiB" in text
+    assert "torch 2.9.0 (CUDA 12.8), Triton 3.5.0" in text and "3000 GB/s" in text
+    assert "81.0 / 83.3 / 86.7 µs at contexts 2048 / 8192 / 16384" in text
+    assert "ncu cannot profile here" in text
+    # The prompts state no floor of their own for this run: the first message's is the one.
+    system = prompts.system_prompt(resolve_task("02_kimi_linear_decode"))
+    assert "60 / 62 / 64" not in system and "the first message" in system
+
+
+def test_an_early_finish_at_a_single_launch_far_from_the_floor_is_answered(tmp_path, made_up, monkeypatch):
+    queue, _ = made_up
+    queue += [outcome("pass", 2.0, single_launch=True, ms=0.4)]
+    monkeypatch.setattr(loop_module, "floor_fraction", lambda result: 0.08)  # 8% of the floor, as a public run
+    turns = [
+        calls(("write_file", {"path": "solution.py", "content": "one launch\n"}), ("benchmark", {})),
+        call("finish", summary="one launch: done"),
+        call("finish", summary="done anyway"),
+    ]
+    run_dir, report = run(tmp_path, turns)
+    finishes = [
+        e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished" and e.name == "finish"
+    ]
+    assert "is one launch per step but at 8% of the bytes floor's speed" in finishes[0].content
+    assert "short of the goal's 50%" in finishes[0].content
+    assert finishes[1].data == {"finished": "done anyway"} and "re-verifies the best attempt, 1 (2.000x)" in (
+        finishes[1].content
+    )
+
+
+def test_a_finish_without_a_passing_benchmark_says_there_is_nothing_to_re_verify(tmp_path, made_up):
+    run_dir, _ = run(tmp_path, [call("finish", summary="-")])
+    finish = next(e for e in read_trace(run_dir / "trace.jsonl").events if e.type == "tool_finished")
+    assert "nothing to re-verify" in finish.content and "re-verifies the best" not in finish.content

@@ -54,6 +54,10 @@ class LoopControl(Protocol):
         returns the attempt's number and what the model is told (what changed, what stayed,
         where the replaced version is). ToolError when there is no such attempt."""
 
+    def ending(self) -> str:
+        """What happens once the run stops exploring, as a finish is answered: the best attempt
+        re-verified, or, where there is none, that there is nothing to re-verify."""
+
     def design_refused(self) -> None:
         """A design call was refused for its arguments: until a design is recorded, an attempt
         that fails or regresses stays in place, as whether it is a draft is undecided."""

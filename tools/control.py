@@ -118,7 +118,4 @@ class Finish(BaseTool):
         remains = ctx.control().finish(args.summary)
         if remains is not None:
             return ToolOutcome(content=remains, data={"finish_answered": args.summary})
-        return ToolOutcome(
-            content="Finishing: kagent re-verifies the best attempt and makes it the final solution.",
-            data={"finished": args.summary},
-        )
+        return ToolOutcome(content=ctx.control().ending(), data={"finished": args.summary})

@@ -96,6 +96,7 @@ def _user_notice(state: Rebuilt, event: UserNotice, run_dir: Path) -> None:
 
 def _compacted(state: Rebuilt, event: Compacted, run_dir: Path) -> None:
     state.messages = [with_summary(state.messages[0], event.summary), *state.messages[1 + event.dropped_messages :]]
+    state.memory = event.memory or state.memory
 
 
 def _run_resumed(state: Rebuilt, event: RunResumed, run_dir: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from kagent.agent.loop import pricing
+from kagent.agent.loop import memory, pricing
 from kagent.agent.loop.briefing import goal_text, rules_text
 from kagent.agent.loop.budget import BudgetTracker
 from kagent.agent.loop.context import ContextMeter, user_limit
@@ -129,6 +129,9 @@ class RunReport(BaseModel):
     result_interval: Optional[tuple[float, float]] = Field(
         None, description="The 95% interval of that measurement's score (kagent.sandbox.noise.score_interval)"
     )
+    best_interval: Optional[tuple[float, float]] = Field(
+        None, description="The 95% interval of best_score's benchmark (kagent.sandbox.noise.score_interval)"
+    )
     attempts: int
     turns: int
     usage: Usage
@@ -238,7 +241,8 @@ class Agent:
         self.undecided = False  # the last design call was refused: failed attempts stay in place too
         self.finish_answered = False  # an early finish was answered once; the next one ends the run
         self.ledger_shown: Optional[str] = None  # the ledger as last shown in full
-        self.compaction_warned = False  # told to update its notes before the coming compaction
+        self.compaction_warned = False  # asked for a summary before the coming compaction
+        self.memory: Optional[str] = None  # the newest summary the model wrote for a compaction
         self.finished_summary: Optional[str] = None
         self.text_answers = TextAnswers(config.max_text_answers)
         self.final_evaluation: Optional[EvalResult] = None
@@ -299,6 +303,7 @@ class Agent:
         """Go on from a rebuilt state: settle the cut turn, tell the model, then drive."""
         self.messages, self.ledger = state.messages, state.ledger
         self.finished_summary = state.finished_summary
+        self.memory = state.memory
         self.pending_design, self.usage, self.cost = state.pending_design, state.usage, state.cost
         self.drafting, self.finish_answered = state.drafting, state.finish_answered
         self.undecided = state.undecided
@@ -414,9 +419,13 @@ class Agent:
         self.messages.append(response.message)
         self._show("model answered")
         calls = response.message.tool_calls()
+        said = " ".join(b.text for b in response.message.content if isinstance(b, TextBlock))
+        written = memory.summary_in(said) if self.compaction_warned else None
+        if written is not None:
+            self.memory = written
         self.cut_cap = self.config.max_output_tokens if response.stop_reason == "max_tokens" else None
         if not calls:
-            self._no_tool_calls(response)
+            self._no_tool_calls(response, summary_kept=written is not None)
             return
         self.cut_answers.watch(response)
         self.text_answers.answered_with_calls()
@@ -433,13 +442,15 @@ class Agent:
                 "stuck",
             )
 
-    def _no_tool_calls(self, response: ModelResponse) -> None:
+    def _no_tool_calls(self, response: ModelResponse, summary_kept: bool = False) -> None:
         cut = self.cut_answers.watch(response)
         if self.cut_answers.exhausted:
             raise Stop(self.cut_answers.reason(), "model")
         if cut is None and response.stop_reason == "refusal":
             raise Stop("the model refused to go on", "model")
-        if cut is None:
+        if cut is None and summary_kept:  # the answer asked for: no reminder, and it does not count
+            cut = "Your summary is kept for the compaction. Go on with the tools."
+        elif cut is None:
             said = " ".join(b.text for b in response.message.content if isinstance(b, TextBlock))
             under_way = "\n".join(filter(None, (tool.under_way() for tool in self.tools.values())))
             cut = self.text_answers.reminder(said, under_way)
@@ -564,6 +575,18 @@ class Agent:
 
     def design_refused(self) -> None:
         self.undecided = True
+
+    def ending(self) -> str:
+        best = self.ledger.best_attempt()
+        if best is None or best.score is None:
+            return (
+                "Finishing. No attempt has passed a benchmark, so there is nothing to re-verify: the run ends "
+                "without a result, the workspace left as it is."
+            )
+        return (
+            f"Finishing: kagent re-verifies the best attempt, {best.number} ({best.score:.3f}x), with fresh secret "
+            f"inputs and makes it the final solution."
+        )
 
     def revert_to(self, attempt: Optional[int]) -> tuple[int, str]:
         number = attempt if attempt is not None else self.ledger.best
@@ -775,12 +798,7 @@ class Agent:
         if self.compaction_warned or not near:
             return ""
         self.compaction_warned = True
-        return (
-            f"\n[kagent] The conversation will soon be compacted: older turns will be dropped, keeping the "
-            f"task, the ledger, {self.config.solution_name} and {NOTES_FILE}. Bring {NOTES_FILE} up to date now: "
-            f"the goal, the design, stage timings, bugs and their root causes, what was tried and rejected, the "
-            f"next steps."
-        )
+        return memory.request(NOTES_FILE, self.config.solution_name)
 
     def _estimate_tokens(self) -> int:
         """The next request's prompt (kagent.agent.loop.context: the service's count where it gave one)."""
@@ -796,9 +814,8 @@ class Agent:
         if cut <= 1 or cut >= len(self.messages):
             return
         dropped = self.messages[1:cut]
-        calls = [c.name for m in dropped for c in m.tool_calls()]
         solution = self.workspace.root / self.config.solution_name
-        current = solution.read_text() if solution.exists() else "(no solution file yet)"
+        current = solution.read_text(errors="replace") if solution.is_file() else None
         notes = self.workspace.root / NOTES_FILE
         notes_text = (
             f"Your notes ({NOTES_FILE}), as they are now:\n```\n"
@@ -807,14 +824,19 @@ class Agent:
             else f"You keep no {NOTES_FILE} yet: write one, and it will be shown here."
         )
         self.ledger_shown, self.compaction_warned = self.ledger.render(), False
+        own = (
+            f"Your own summary, as you wrote it before a compaction:\n{self.memory}"
+            if self.memory
+            else "You gave no summary before this compaction (asked for one under fixed headings)."
+        )
         summary = (
-            f"{COMPACTED_MARK} {len(dropped)} earlier messages were summarized to save context. Tools called in "
-            f"them: {', '.join(calls) or 'none'}.\n{self.ledger_shown}\n{notes_text}\nThe current "
-            f"{self.config.solution_name}:\n```\n{cap(current, 12_000)}\n```"
+            f"{COMPACTED_MARK} {len(dropped)} earlier messages were dropped to save context.\n{own}\n\n"
+            f"{self.ledger_shown}\n{notes_text}\n"
+            + memory.solution_text(self.config.solution_name, current, self.context.compact_above)
         )
         self.messages = [with_summary(self.messages[0], summary), *self.messages[cut:]]
         self.context.forget()
-        self.trace.append(Compacted(turn=self.turn, dropped_messages=len(dropped), summary=summary))
+        self.trace.append(Compacted(turn=self.turn, dropped_messages=len(dropped), summary=summary, memory=self.memory))
         self._show("compacted the conversation")
 
     def _finalize(self) -> None:

@@ -24,6 +24,7 @@ class Rebuilt:
     pending_design: Optional[Design] = None
     drafting: bool = False  # the last design was a draft
     undecided: bool = False  # the last design call was refused for its arguments
+    memory: Optional[str] = None  # the newest summary the model wrote for a compaction
     finish_answered: bool = False  # an early finish was answered with what remains
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0

@@ -150,6 +150,9 @@ class Compacted(_Event):
     turn: int
     dropped_messages: int
     summary: str
+    memory: Optional[str] = Field(
+        None, description="The model's own summary the compaction carried (None: it gave none; older traces)"
+    )
 
 
 class Finalized(_Event):
