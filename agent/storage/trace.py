@@ -24,9 +24,11 @@ from kagent.core.errors import KagentError
 # The format of the events written now. 2: a loop-control tool's result says in its data what
 # it changed (design, finish); format 1 said it in the call's arguments only. 3: an interruption
 # (Ctrl-C, SIGTERM, SIGHUP, the deadline during a model call) is an event of its own; a trace of
-# format 2 or 1 simply holds none. Older events are read in today's terms (_upgrade), so a trace
+# format 2 or 1 simply holds none. 4: a model response's thinking block may carry an OpenAI
+# Responses reasoning item (item_id, encrypted_content), passed back to the model on resume; an
+# older trace's blocks hold none. Older events are read in today's terms (_upgrade), so a trace
 # written before stays readable and resumable.
-TRACE_VERSION: Final = 3
+TRACE_VERSION: Final = 4
 # Tool outputs longer than this go to a blob; the event keeps a capped copy and the blob's name.
 INLINE_LIMIT = 16_000
 # A segment's start says what the user was told there to beware of in the run's figures.
@@ -35,7 +37,7 @@ WARNINGS = "What the user was told to beware of, such as a model without a price
 
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    v: Literal[1, 2, 3] = TRACE_VERSION
+    v: Literal[1, 2, 3, 4] = TRACE_VERSION
     seq: int = Field(0, description="Position in the trace, from 0; set by the writer")
     at: float = Field(0.0, description="Unix time when the event was written; set by the writer")
     elapsed_s: float = Field(0.0, description="Budgeted run time when the event happened")
