@@ -14,7 +14,7 @@ from kagent.agent.loop.models import make_model
 from kagent.agent.loop.models.anthropic import to_anthropic_messages
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.loop.models.scripted import ScriptedModel, load_script, read_script
-from kagent.agent.loop.pricing import cost, load_prices, price_known
+from kagent.agent.loop.pricing import BUILTIN_PRICES, cost, load_prices, price_known
 from kagent.core.errors import ModelError, TransientModelError
 from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, ToolResult, ToolSpec, Usage
 
@@ -552,6 +552,25 @@ def test_cost_of_hosted_models_by_longest_prefix():
     assert cost("openai:gpt-5-mini", usage) == pytest.approx(0.25 + 2 + 0.025)
     assert cost("gpt-5", usage) == pytest.approx(1.25 + 10 + 0.125)
     assert price_known("openai:o4-mini") and price_known("anthropic:claude-haiku-4-5")
+
+
+@pytest.mark.parametrize(
+    "spec, dollars",
+    [
+        # claude-opus-4-6 and later cost a third of claude-opus-4 (models/opus-4-6: $5 / $25).
+        ("anthropic:claude-opus-4-6", 5 + 25 + 0.5 + 6.25),
+        ("anthropic:claude-opus-4-8", 5 + 25 + 0.5 + 6.25),
+        ("anthropic:claude-opus-5", 5 + 25 + 0.5 + 6.25),
+        ("anthropic:claude-opus-5-5", 4 + 20 + 0.2 + 5),
+        ("anthropic:claude-sonnet-5-5", 2 + 10 + 0.2 + 2.5),
+        ("anthropic:claude-sonnet-4-6", 3 + 15 + 0.3 + 3.75),
+        ("openai:gpt-5.6-terra", 2.5 + 15 + 0.25),
+        ("openai-chat:gpt-5.5", 5 + 30 + 0.5),
+    ],
+)
+def test_current_models_cost_their_list_price(spec, dollars):
+    million = Usage(input_tokens=10**6, output_tokens=10**6, cache_read_tokens=10**6, cache_write_tokens=10**6)
+    assert cost(spec, million, BUILTIN_PRICES) == pytest.approx(dollars)
 
 
 def test_local_scripted_and_unknown_models():

@@ -227,3 +227,26 @@ def test_budget_thinking_asks_for_interleaved_thinking(spec, kwargs, beta):
     with FakeLLMServer([{"text": "ok"}]) as server:
         make_model(spec, base_url=server.url, **kwargs).complete("sys", [user("go")], TOOLS, 16_000)
     assert server.headers[0].get("anthropic-beta") == beta
+
+
+@pytest.mark.slow
+def test_a_model_the_service_does_not_know_ends_the_run_at_its_first_request(tmp_path):
+    from kagent.agent.lifecycle.runs import start_run
+    from kagent.agent.settings import Budget, RunSettings
+
+    from fake_llm_server import UNKNOWN_MODEL
+
+    with FakeLLMServer([{"text": "never"}]) as server:
+        spec = f"anthropic:{UNKNOWN_MODEL}"
+        options = RunSettings(
+            task="02_kimi_linear_decode",
+            model=spec,
+            budget=Budget(wall_s=600),
+            device="cpu",
+            scale="smoke",
+            runs_root=tmp_path / "runs",
+        )
+        _, report = start_run(options, model=make_model(spec, base_url=server.url))
+    assert len(server.requests) == 1  # a 404 is not retried
+    assert report.status == "failed" and report.turns <= 1
+    assert report.reason == f"unknown model '{UNKNOWN_MODEL}' at the Anthropic API (404): model: {UNKNOWN_MODEL}"
