@@ -100,7 +100,9 @@ def test_every_folder_of_the_package_is_in_a_layer():
     import tomllib
 
     package_dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    assert {folder.split("/")[0] for folder in package_dirs.values()} == {layer.split(".")[0] for layer in LAYERS}
+    # examples/ ships as data (the scripted sessions kagent finds by name), with no module of its own.
+    code = {folder.split("/")[0] for folder in package_dirs.values()} - {"examples"}
+    assert code == {layer.split(".")[0] for layer in LAYERS}
 
 
 def test_an_import_from_a_higher_layer_is_caught():
