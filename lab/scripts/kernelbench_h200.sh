@@ -6,7 +6,7 @@
 #
 #   KB_DIR=/path/to/KernelBench/KernelBench \
 #   KB_TIMING=/path/to/KernelBench/results/timing/H100_modal/baseline_time_torch.json \
-#   bash examples/kernelbench_h200.sh
+#   bash lab/scripts/kernelbench_h200.sh
 #
 # KB_DIR holds level1/ and level2/ (KernelBench's problem files); KB_TIMING is optional. About
 # 30-60 s a problem on an H200. Exit 1 when a port fails or reads outside noise.

@@ -2,7 +2,7 @@
 reference, with the harness's own timing defaults (40 pairs of blocks of about 10 ms), each
 read within noise or not. The issue's bar: at least 19 of 20.
 
-    python examples/kernelbench_within_noise.py [RUNS] [--device cuda]
+    python lab/scripts/kernelbench_within_noise.py [RUNS] [--device cuda]
 
 About 20 s an evaluation on a quiet CPU; prints each reading and the count, and exits 1 below
 RUNS - 1. The problem is a 256x256 matmul written in KernelBench's convention (on a GPU it is
