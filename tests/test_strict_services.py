@@ -250,3 +250,10 @@ def test_a_model_the_service_does_not_know_ends_the_run_at_its_first_request(tmp
     assert len(server.requests) == 1  # a 404 is not retried
     assert report.status == "failed" and report.turns <= 1
     assert report.reason == f"unknown model '{UNKNOWN_MODEL}' at the Anthropic API (404): model: {UNKNOWN_MODEL}"
+
+
+@pytest.mark.parametrize("model, asked", [("gpt-5.6-sol", True), ("gpt-4.1", False), ("gpt-next", True)])
+def test_responses_ask_for_reasoning_items_unless_the_model_is_known_not_to_reason(model, asked):
+    with FakeLLMServer([{"text": "ok"}]) as server:
+        make_model(f"openai:{model}", base_url=server.openai_url).complete("sys", [user("go")], TOOLS, 100)
+    assert ("include" in server.requests[0]) is asked

@@ -15,6 +15,7 @@ import os
 from typing import Optional
 from urllib.parse import urlsplit
 
+from kagent.agent.loop.models.limits import known_limits
 from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import ModelError
 from kagent.core.messages import ChatModel
@@ -92,6 +93,8 @@ def make_model(
             reasoning_effort=reasoning_effort,
         )
     if provider == "openai":
+        # A model known not to reason (gpt-4.1, gpt-4o) is not asked for reasoning items.
+        known = known_limits(spec)
         return module.ResponsesModel(
             rest,
             api_key=_key("OPENAI_API_KEY"),
@@ -99,6 +102,7 @@ def make_model(
             timeout_s=timeout_s,
             base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
             reasoning_effort=reasoning_effort,
+            reasons=bool(reasoning_effort) or known is None or known.thinking != "none",
         )
     if provider == "openai-chat":
         return module.OpenAIModel(

@@ -142,7 +142,7 @@ def _longest_prefix(model: str, table: dict[str, ModelLimits]) -> Optional[Model
     return table[max(matches, key=len)] if matches else None
 
 
-def _known(spec: str, user: Optional[dict[str, ModelLimits]]) -> Optional[ModelLimits]:
+def known_limits(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> Optional[ModelLimits]:
     """The user's entry for the model a spec names, else the built-in one (Anthropic and OpenAI
     only), else None."""
     provider, _, rest = spec.partition(":")
@@ -157,13 +157,13 @@ def _known(spec: str, user: Optional[dict[str, ModelLimits]]) -> Optional[ModelL
 def limits_of(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> ModelLimits:
     """The limits of the model a spec names: the user's entry, else the built-in one (Anthropic
     and OpenAI only), else the default."""
-    return _known(spec, user) or DEFAULT_LIMITS
+    return known_limits(spec, user) or DEFAULT_LIMITS
 
 
 def limits_warning(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> Optional[str]:
     """What to tell the user of a hosted model neither table knows: what kagent assumes of it
     (a wrong cap or window is refused by the service, or wastes the model); None when known."""
-    if spec.partition(":")[0] not in TABLE_PROVIDERS or _known(spec, user) is not None:
+    if spec.partition(":")[0] not in TABLE_PROVIDERS or known_limits(spec, user) is not None:
         return None
     d = DEFAULT_LIMITS
     return (

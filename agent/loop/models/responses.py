@@ -183,7 +183,7 @@ class ResponsesModel:
 
     ``max_tokens`` is the turn's ``max_output_tokens``, reasoning included; ``reasoning_effort``
     is sent as ``reasoning: {effort}``. Reasoning items are asked for encrypted and passed back
-    as received.
+    as received, except of a model known not to reason (``reasons``).
     """
 
     def __init__(
@@ -195,10 +195,12 @@ class ResponsesModel:
         base_url: Optional[str] = None,
         timeout_s: float = 600,
         reasoning_effort: Optional[str] = None,
+        reasons: bool = True,
     ):
         self.model = model
         self.name = name or f"openai:{model}"
         self.reasoning_effort = reasoning_effort
+        self.reasons = reasons  # False: a model without reasoning items, which is not asked for them
         # max_retries=0: RetryingModel owns retries, so that waits are traced and budgeted.
         self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
@@ -211,8 +213,9 @@ class ResponsesModel:
             "input": to_responses_input(messages),
             "max_output_tokens": max_tokens,
             "store": False,
-            "include": ["reasoning.encrypted_content"],
         }
+        if self.reasons:
+            params["include"] = ["reasoning.encrypted_content"]
         if system:
             params["instructions"] = system
         if tools:
