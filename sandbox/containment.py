@@ -236,6 +236,43 @@ def file_plan(
     )
 
 
+# What the solution's box makes private: an empty /tmp and /var/tmp of its own, and a /dev/shm
+# with nothing but the exchange folder the referee brings back (not the baseline's arena).
+BOX_PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+# Set to 1, the box is made on CUDA too (see ``solution_box``).
+BOX_ON_CUDA_VARIABLE = "KAGENT_SOLUTION_BOX_ON_CUDA"
+
+
+def solution_box_plan(
+    writable: Sequence[Path], show: Sequence[Path] = (), hide: Sequence[Path] = (), python: Optional[str] = None
+) -> FilePlan:
+    """What the solution's own process sees inside an evaluation's jail: its box, which the
+    referee makes for it (jail.enter_box, spawn.start_solution).
+
+    Every top-level folder but the system's is covered, and so are kagent's home, the runs
+    folder, the user's project and ``hide`` (the cache, wherever it is): so no other run, no
+    cache, and none of the evaluation's own files (its job, the cache being staged, the
+    referee's output) but those brought back. Brought back read-only: the interpreter, its
+    import path and ``show`` (the harness, the task); writable: ``writable`` (the solution's
+    folder, its build HOME) and the devices. The referee adds the box's working and exchange
+    folders."""
+    tops = [p for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and str(p) not in SYSTEM_DIRS]
+    plan = file_plan(writable=writable, show=show, hide=[*tops, *hide], python=python)
+    return plan.model_copy(update={"private": list(BOX_PRIVATE_DIRS), "links": {}})
+
+
+def solution_box(
+    device: str, writable: Sequence[Path], show: Sequence[Path], hide: Sequence[Path], python: Optional[str]
+) -> Optional[dict]:
+    """The job's ``solution_box`` for an evaluation on ``device`` (the jail's path and the
+    box's plan, for spawn.start), or None where the box is not made: where this machine cannot
+    make it (``probe().solution_box``), and on CUDA unless KAGENT_SOLUTION_BOX_ON_CUDA is 1
+    (the exchange arena there is shared by CUDA IPC, not yet proven across pid namespaces)."""
+    if not probe().solution_box or (device != "cpu" and os.environ.get(BOX_ON_CUDA_VARIABLE) != "1"):
+        return None
+    return {"jail": str(JAIL), "plan": solution_box_plan(writable, show, hide, python).model_dump()}
+
+
 # Where build tools keep their caches, when the user's shell points them somewhere. Inside the
 # jail such a folder may be read-only, hidden or private (/tmp is empty there), and Triton then
 # fails its first compile with EROFS (seen with TRITON_CACHE_DIR under /opt).
@@ -446,6 +483,7 @@ class Capabilities:
     files: bool  # the jail's file arrangement and capability drop
     cgroups: Optional[CgroupSupport]
     rlimits: bool
+    solution_box: bool = False  # the referee can box the solution's process (jail.enter_box)
 
     @property
     def process_cap(self) -> bool:
@@ -465,6 +503,7 @@ class Capabilities:
             and self.process_cap
             and self.memory_cap
             and self.rlimits
+            and self.solution_box
         )
 
 
@@ -523,6 +562,26 @@ def _probe_files(unshare: str) -> bool:
         return _runs(argv, cwd=scratch) and (root / "work" / "ok").exists()
 
 
+def _probe_box(unshare: str) -> bool:
+    """Whether the referee, jailed and without capabilities, can box a process here, proven
+    as the referee does it: inside a jailed command, the box must hide a file the jail shows,
+    keep a folder brought back writable, and show no process of the jail's but its own."""
+    with tempfile.TemporaryDirectory(prefix="kagent-probe-") as scratch:
+        root = Path(scratch)
+        for folder in ("hidden", "work", "skeleton"):
+            (root / folder).mkdir()
+        (root / "hidden" / "marker").write_text("secret")
+        box = solution_box_plan(writable=[root / "work"], hide=[root / "hidden"]).model_dump()
+        box.update(box=True, arrange_files=True, drop_capabilities=True, cover_with=str(root / "skeleton"))
+        test = (
+            f"test ! -e {root}/hidden/marker && test ! -e {root}/skeleton && test $$ = 2 "
+            f"&& test ! -e /proc/3 && touch {root}/work/ok"
+        )
+        jailed = [sys.executable, "-E", "-S", str(JAIL), json.dumps(box), "--", "sh", "-c", test]
+        argv = [unshare, *_user_flags(), *_PID_FLAGS, "--", *_jail_argv(jailed, file_plan(writable=[root]), True)]
+        return _runs(argv, cwd=str(root / "work")) and (root / "work" / "ok").exists()
+
+
 @functools.lru_cache(maxsize=1)
 def probe() -> Capabilities:
     """Find out, once per process, which mechanisms work here by running ``true`` under each."""
@@ -545,6 +604,7 @@ def probe() -> Capabilities:
                 cgroups = None
             trial.remove()
     rlimits = _runs(["true"], preexec_fn=_rlimit_setter(Limits()))
+    box = files and unshare is not None and _probe_box(unshare)
     caps = Capabilities(
         unshare=unshare,
         network_namespace=network,
@@ -553,6 +613,7 @@ def probe() -> Capabilities:
         files=files,
         cgroups=cgroups,
         rlimits=rlimits,
+        solution_box=box,
     )
     log.debug("containment probe: %s", caps)
     return caps
@@ -715,6 +776,13 @@ def describe() -> str:
         "core dumps off, file size and open files capped (rlimits)"
         if caps.rlimits
         else "resource limits: none (rlimits could not be set)",
+        "an evaluated solution: in a box of its own (user, pid, mount and IPC namespaces) on the CPU, "
+        "where it reaches no other process and sees only its folder, its build home, the harness, the "
+        "task and the interpreter"
+        if caps.solution_box
+        else "an evaluated solution: NOT boxed (no user namespace for the referee here): it sees the "
+        "referee's files and processes; a stray scan of every thread and a check of the baseline's "
+        "and referee's scheduling before each timed block stand in",
     ]
     return "Executed code: " + "; ".join(parts) + "."
 

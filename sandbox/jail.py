@@ -1,6 +1,8 @@
 """The first process of a contained command: pid 1 of its pid namespace, in a mount namespace
-of its own. Run as ``python -E -S jail.py PLAN -- COMMAND...`` by ``unshare``; standard
-library only (it runs before, and outside, anything the command may import).
+of its own. Run as ``python -E -S jail.py PLAN -- COMMAND...`` by ``unshare``, or, for the
+solution's box inside an evaluation, by the referee itself with ``"box": true`` in the plan
+(see ``enter_box``); standard library only (it runs before, and outside, anything the command
+may import).
 
 It arranges the files the command sees, as the plan (JSON, see ``containment.FilePlan``)
 says, drops every capability for what it executes, then starts the command and reaps
@@ -26,6 +28,7 @@ import ctypes
 import json
 import os
 import re
+import signal
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -41,7 +44,9 @@ KEPT_OPTIONS = {
     "relatime": MS_RELATIME,
     "strictatime": MS_STRICTATIME,
 }
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x20000, 0x8000000, 0x10000000, 0x20000000
+SIGKILL = 9
 # Mounts the read-only pass leaves alone: the namespace's own /proc (unshare --mount-proc).
 UNTOUCHED = ("/proc",)
 
@@ -105,15 +110,25 @@ def arrange(plan):
             if os.path.lexists(path) and path not in kept:
                 kept[path] = (kind, os.open(path, os.O_PATH | os.O_CLOEXEC))
     covers = [(p, False) for p in plan.get("hide", [])] + [(p, True) for p in plan.get("private", [])]
+    # In the box, covers are fresh folders of ``cover_with`` (a folder the referee made): a
+    # tmpfs mounted there would belong to the box's user namespace, in which the box's user
+    # has no id, and nothing could be made in it (EOVERFLOW).
+    cover_with = os.open(plan["cover_with"], os.O_PATH | os.O_CLOEXEC) if plan.get("cover_with") else None
     writable_mounts, shown = [], []
     # Shallow covers first; a deeper one exists only if it is private (made here) or sits
     # inside something brought back.
-    for cover, is_private in sorted(covers, key=lambda c: (c[0].count("/"), c[0])):
+    for number, (cover, is_private) in enumerate(sorted(covers, key=lambda c: (c[0].count("/"), c[0]))):
         if not os.path.isdir(cover):
             if not is_private:
                 continue
             os.makedirs(cover, exist_ok=True)
-        _mount("tmpfs", cover, "tmpfs", MS_NOSUID, "mode=1777" if is_private else "mode=0755")
+        if cover_with is None:
+            _mount("tmpfs", cover, "tmpfs", MS_NOSUID, "mode=1777" if is_private else "mode=0755")
+        else:
+            name = f"cover-{number}"
+            os.mkdir(name, dir_fd=cover_with)
+            os.chmod(name, 0o1777 if is_private else 0o755, dir_fd=cover_with)
+            _mount(f"/proc/self/fd/{cover_with}/{name}", cover, None, MS_BIND)
         if is_private:
             writable_mounts.append(cover)
         for path, (kind, fd) in sorted(kept.items()):
@@ -128,8 +143,13 @@ def arrange(plan):
         if os.path.exists(path) and not any(_inside(path, w) for w in writable_mounts):
             _mount(path, path, None, MS_BIND | MS_REC)
             writable_mounts.append(path)
+    # A mount inside a cover and not brought back lies under it, out of reach (its path now
+    # names a folder of the cover): nothing to make read-only there.
+    shadowed = [c for c, _ in covers]
     for point, _ in _mountinfo():
         if any(_inside(point, u) for u in UNTOUCHED) or any(_inside(point, w) for w in writable_mounts):
+            continue
+        if any(point != c and _inside(point, c) for c in shadowed) and not any(_inside(point, s) for s in shown):
             continue
         options = _options_of(point)  # of the mount on top, which the remount acts on
         if "ro" not in options:
@@ -153,6 +173,54 @@ def _remount_read_only(point, options):
         if os.path.exists(point):
             raise
         # A mount shadowed by a cover has no reachable mount point left: nothing to do.
+
+
+def enter_box():
+    """Namespaces of the box's own, entered by a process without capabilities: a user
+    namespace (in which it may make the others; no id is mapped, so the box's processes keep
+    the referee's user on every file but have no capability outside), a mount namespace, an
+    IPC namespace and a pid namespace, whose pid 1 is the child forked here; this function
+    returns in that child. So the box's processes can address no process outside it: no
+    signal, renice, re-pin or trace reaches the referee, the baseline or anything else.
+
+    The process that called it stays outside, waits for the box's pid 1 and ends as it ended
+    (a death by signal N, reported by pid 1 as 128+N, by the same signal); when it is killed,
+    the box's pid 1 gets SIGKILL, and with it every process of the box."""
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID) != 0:
+        raise JailError(f"unshare: {os.strerror(ctypes.get_errno())}")
+    alive_read, alive_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(alive_write)
+        if _libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0:
+            raise JailError(f"prctl(PDEATHSIG): {os.strerror(ctypes.get_errno())}")
+        # The parent may have died before the prctl (its pid is 0 from in here): its end of
+        # the pipe is then closed, and the box must not start.
+        os.set_blocking(alive_read, False)
+        try:
+            if os.read(alive_read, 1) == b"":
+                os._exit(1)
+        except BlockingIOError:
+            pass
+        os.close(alive_read)
+        return
+    os.close(alive_read)
+    while True:
+        pid, status = os.waitpid(child, 0)
+        if pid == child:
+            break
+    code = os.waitstatus_to_exitcode(status)
+    signum = -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0
+    if signum:
+        if signum != SIGKILL:  # (SIGKILL's action cannot be set, nor needs to be)
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(code if code >= 0 else 1)
+
+
+def mount_own_proc():
+    """A /proc of the box's pid namespace: the box's processes only."""
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def drop_privileges():
@@ -187,9 +255,13 @@ def main(argv):
     if plan:
         cwd = os.getcwd()  # as a path: the old directory may now lie under a cover
         try:
+            if plan.get("box"):
+                enter_box()
             if plan.get("arrange_files"):
                 arrange(plan)
                 os.chdir(cwd)
+            if plan.get("box"):
+                mount_own_proc()
             if plan.get("drop_capabilities"):
                 drop_privileges()
         except (JailError, OSError) as exc:

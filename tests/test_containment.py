@@ -62,6 +62,7 @@ EVERYTHING = Capabilities(
     files=True,
     rlimits=True,
     cgroups=CgroupSupport(2, Path("/nonexistent/cgroup"), Path("/nonexistent/cgroup")),
+    solution_box=True,
 )
 
 
@@ -284,11 +285,13 @@ def test_describe_names_each_mechanism(monkeypatch):
         "pids cgroup",
         "memory cgroup",
         "rlimits",
+        "box of its own (user, pid, mount and IPC namespaces)",
     ):
         assert words in text
     assert "NOT" not in text
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     missing = containment.describe()
+    assert "solution: NOT boxed" in missing and "scheduling before each timed block stand in" in missing
     assert "network: NOT isolated" in missing and "setsid can survive" in missing and "no IPC namespace" in missing
     assert "not capped for root" in missing and "files: NOT isolated" in missing and "memory: NOT capped" in missing
 
@@ -660,11 +663,14 @@ def test_solution_that_exhausts_memory_is_a_crash_that_says_so(kimi, kagent_home
 def test_a_solution_cannot_poison_the_cache(kimi, tmp_path: Path):
     # It finds the cache and the staging folder in the job file named on its parent's (the
     # referee's) command line and overwrites all it can, and adds a file of its own: a cold
-    # run, then a warm one.
+    # run, then a warm one. (In a box of its own it sees neither its parent nor the job.)
     patch = """
 import json as _json, os as _os, pathlib as _pathlib
-_argv = _pathlib.Path(f"/proc/{_os.getppid()}/cmdline").read_bytes().decode().split("\\0")
-_job = _json.loads(_pathlib.Path(_argv[_argv.index("--job") + 1]).read_text())
+try:
+    _argv = _pathlib.Path(f"/proc/{_os.getppid()}/cmdline").read_bytes().decode().split("\\0")
+    _job = _json.loads(_pathlib.Path(_argv[_argv.index("--job") + 1]).read_text())
+except (OSError, ValueError):
+    _job = {"cache_dir": "/nonexistent", "cache_staging": "/nonexistent"}
 for _folder in map(_pathlib.Path, (_job["cache_dir"], _job["cache_staging"])):
     for _path in [*_folder.rglob("*"), _folder / "weights" / "extra.pt"]:
         if _path.is_file() or _path.name == "extra.pt":
@@ -818,3 +824,26 @@ def test_a_folder_shown_inside_a_writable_one_stays_read_only(tmp_path: Path):
         )
     assert done.stdout.split() == ["sealed", "ro", "home-writable"], (done.stdout, done.stderr)
     assert (home / "cache" / "entry").read_text() == "sealed\n"
+
+
+def test_the_solutions_box_covers_all_but_the_system_and_hides_the_cache_but_its_weights(tmp_path, monkeypatch):
+    cache, work, task = tmp_path / "cache", tmp_path / "run" / "solution", tmp_path / "run" / "task"
+    for folder in (cache / "weights", cache / "outputs", work, task):
+        folder.mkdir(parents=True)
+    plan = containment.solution_box_plan(
+        writable=[work], show=[task, cache / "weights"], hide=[tmp_path / "run", cache]
+    )
+    tops = {str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()}
+    assert tops - set(containment.SYSTEM_DIRS) - {"/tmp"} <= set(plan.hide)
+    assert not set(containment.SYSTEM_DIRS) & set(plan.hide)
+    assert str(tmp_path / "run") in plan.hide and str(cache) in plan.hide
+    assert str(cache / "weights") in plan.show and str(task) in plan.show and str(work) in plan.writable
+    assert plan.private == ["/tmp", "/var/tmp", "/dev/shm"] and plan.links == {}
+    monkeypatch.setattr(containment, "probe", lambda: EVERYTHING)
+    box = containment.solution_box("cpu", [work], [task], [cache], None)
+    assert box is not None and box["jail"] == str(containment.JAIL) and str(cache) in box["plan"]["hide"]
+    assert containment.solution_box("cuda", [work], [task], [cache], None) is None
+    monkeypatch.setenv(containment.BOX_ON_CUDA_VARIABLE, "1")
+    assert containment.solution_box("cuda", [work], [task], [cache], None) is not None
+    monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
+    assert containment.solution_box("cpu", [work], [task], [cache], None) is None

@@ -3,11 +3,13 @@ by the evaluation; whatever it did not adopt ends with it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
+from kagent.sandbox import containment
 from kagent.sandbox.harness import spawn
 
 
@@ -98,10 +100,10 @@ def test_a_start_that_fails_part_way_leaves_nothing_running(monkeypatch):
     started = []
     real_start = spawn.start
 
-    def start_then_fail(argv, scratch, env):
+    def start_then_fail(argv, scratch, env, box=None):
         if len(started) == 2:
             raise OSError("no more processes")
-        started.append(real_start(argv, scratch, env))
+        started.append(real_start(argv, scratch, env, box))
         return started[-1]
 
     monkeypatch.setattr(spawn, "start", start_then_fail)
@@ -119,3 +121,34 @@ def test_a_start_up_reply_that_is_missing_or_made_up_is_left_out():
     evaluation.note_start_up("solution", {"ready_at": float("inf"), "received_at": 104.0, "handled_ms": 1.0})
     evaluation.note_start_up("reference worker 1", {"handled_ms": 1.0})
     assert evaluation.start_up == {"baseline": {"ready": 3.0, "asked": 4.0, "loaded": 6.5}}
+
+
+@pytest.mark.skipif(not containment.probe().solution_box, reason="no box for the solution on this machine")
+def test_a_boxed_server_sees_only_its_own_processes_and_folders(tmp_path):
+    """The box a solution gets: pid 2 of a pid namespace of its own below the box's pid 1, no
+    process of ours in sight, a hidden file gone, its folder writable, nothing else."""
+    work, hidden = tmp_path / "work", tmp_path / "hidden"
+    for folder in (work, hidden):
+        folder.mkdir()
+    (hidden / "job.json").write_text("{}")
+    box = {"jail": str(containment.JAIL), "plan": containment.solution_box_plan([work], hide=[hidden]).model_dump()}
+    probe = (
+        "import os, signal, sys\n"
+        f"seen = dict(pid=os.getpid(), procs=sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),"
+        f" hidden=os.path.exists({str(hidden / 'job.json')!r}))\n"
+        f"try:\n    os.kill({os.getpid()}, 0)\n    seen['reached'] = True\n"
+        "except OSError:\n    seen['reached'] = False\n"
+        f"open({str(work / 'seen')!r}, 'w').write(repr(seen))\n"
+    )
+    started = spawn.start([sys.executable, "-c", probe], work, dict(os.environ), box)
+    try:
+        assert started.boxed and started.exchange is not None and started.exchange.is_dir()
+        server = started.server_pid()
+        assert len(started.box_pids()) == 2 and server not in started.box_pids()
+        assert started.proc.wait(timeout=60) == 0
+    finally:
+        spawn.close_unadopted({"solution": started})
+    seen = eval((work / "seen").read_text())
+    assert seen["pid"] == 2 and seen["procs"] == [1, 2] and not seen["hidden"]
+    # Our pid, as a number, names a process of the box's own or none: never this one.
+    assert not seen["reached"] or os.getpid() in (1, 2)

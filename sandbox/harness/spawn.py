@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Optional
 
 from .protocol import make_non_dumpable
 
@@ -32,12 +35,57 @@ DEFAULT_REFERENCE_WORKERS = {"cuda": 4, "cpu": 0}
 
 @dataclasses.dataclass
 class Started:
-    """A started server: its process, the referee's ends of its two pipes, its working folder."""
+    """A started server: its process, the referee's ends of its two pipes, its working folder.
+    A server in a box (``start`` with a box) runs two processes below ``proc``: the box's pid 1
+    and then the server; ``exchange`` is the folder for its arena, the one of /dev/shm that the
+    box shows it."""
 
     proc: subprocess.Popen
     requests_fd: int
     replies_fd: int
     scratch: Path
+    exchange: Optional[Path] = None
+    boxed: bool = False
+    _chain: list[int] = dataclasses.field(default_factory=list)
+
+    def server_pid(self) -> int:
+        """The server's pid (as this process sees it): ``proc``'s, or in a box the third of
+        the chain that starts at ``proc``, once the box has started it."""
+        return self._box_chain()[-1]
+
+    def box_pids(self) -> list[int]:
+        """The processes of the box that are the harness's, not the server: ``proc`` (which
+        waits outside the box) and the box's pid 1; none without a box."""
+        return self._box_chain()[:-1]
+
+    def _box_chain(self) -> list[int]:
+        if not self.boxed:
+            return [self.proc.pid]
+        deadline = time.monotonic() + BOX_START_S
+        self._chain = self._chain or [self.proc.pid]
+        while len(self._chain) < 3:
+            child = _first_child(self._chain[-1])
+            if child is not None:
+                self._chain.append(child)
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
+                # Dead or stuck before the server ran: what the referee then asks of "the
+                # server" reaches the box's last process, and finds it gone or not answering.
+                return self._chain
+            else:
+                time.sleep(0.001)
+        return self._chain
+
+
+# How long a box may take to start its server (a few tens of milliseconds here).
+BOX_START_S = 30.0
+
+
+def _first_child(pid: int) -> Optional[int]:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
 
 
 # A fresh, trusted interpreter: no PYTHON* variable, user site or script folder is heeded.
@@ -75,13 +123,20 @@ def alike_python() -> list[str]:
     return [sys.executable, "-I", "-c", _EXEC_WITHOUT_ASLR, sys.executable, "-P", "-s", "-B", "-u"]
 
 
-def start(argv: list[str], scratch: Path, env: dict[str, str]) -> Started:
+def start(argv: list[str], scratch: Path, env: dict[str, str], box: Optional[dict] = None) -> Started:
     """Start ``ARGV`` (an interpreter's command line: ``TRUSTED_PYTHON`` or ``alike_python()``
-    and a server) in ``scratch``: a server of one JSON request per line on a pipe of its own."""
+    and a server) in ``scratch``: a server of one JSON request per line on a pipe of its own.
+    ``box`` (the job's ``solution_box``: the jail's path and the box's file plan): in a box of
+    its own (``boxed``)."""
     requests_read, requests_write = os.pipe()
     replies_read, replies_write = os.pipe()
+    command = [*argv, "--requests-fd", str(requests_read), "--replies-fd", str(replies_write)]
+    exchange = None
+    if box is not None:
+        exchange = Path(tempfile.mkdtemp(prefix="kagent-box-exchange-", dir=shared_memory_dir()))
+        command = boxed(command, box, [scratch, exchange])
     proc = subprocess.Popen(
-        [*argv, "--requests-fd", str(requests_read), "--replies-fd", str(replies_write)],
+        command,
         cwd=scratch,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -90,7 +145,29 @@ def start(argv: list[str], scratch: Path, env: dict[str, str]) -> Started:
     )
     os.close(requests_read)
     os.close(replies_write)
-    return Started(proc, requests_write, replies_read, scratch)
+    return Started(proc, requests_write, replies_read, scratch, exchange, boxed=box is not None)
+
+
+def boxed(command: list[str], box: dict, folders: list[Path]) -> list[str]:
+    """``command`` run by the jail in a box of its own (jail.enter_box), seeing the files of
+    the box's plan, and ``folders`` (its working and exchange folders) writable. The box's
+    covers are folders of a fresh one of this process's (see jail.arrange)."""
+    plan = dict(box["plan"])
+    plan["writable"] = [*plan.get("writable", []), *map(str, folders)]
+    plan.update(
+        box=True,
+        arrange_files=True,
+        drop_capabilities=True,
+        cover_with=tempfile.mkdtemp(prefix="kagent-box-covers-"),
+    )
+    # -E -S: the jail heeds no PYTHON* variable and skips site (as containment runs it).
+    return [sys.executable, "-E", "-S", box["jail"], json.dumps(plan), "--", *command]
+
+
+def shared_memory_dir() -> Optional[str]:
+    """/dev/shm where it can be written (the jail gives each evaluation its own), else the
+    system's temporary folder."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def device_name(device: str) -> str:
@@ -158,7 +235,8 @@ def start_early(job: dict) -> dict[str, Started]:
     early: dict[str, Started] = {}
     try:
         for who in ["solution", *(["baseline"] if job["mode"] != "check" else [])]:
-            early[who] = start(contestant_argv(who, device), scratch(who), contestant_env(who, job))
+            box = job.get("solution_box") if who == "solution" else None
+            early[who] = start(contestant_argv(who, device), scratch(who), contestant_env(who, job), box)
         count = reference_workers(job)
         if count:
             folder, env = scratch("worker"), dict(os.environ)

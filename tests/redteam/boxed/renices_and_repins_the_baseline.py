@@ -1,12 +1,15 @@
-"""expect: incorrect hidden_work runs at nice 19
-timed
+"""expect: pass
+timed: score below 1.5
+
+Without a box: expect: incorrect hidden_work runs at nice 19
 
 Computes honestly, but on its first step it lowers the priority of the baseline's process,
 every thread of it, to nice 19, and pins it to the first CPU, the one that takes most of
-the machine's interrupts (the baseline's process is found by its command line, as every
-process of an evaluation ran as one user). The referee checks the baseline's and its own
-scheduling before each of the baseline's timed blocks, against the priority it started
-with: the change fails the evaluation before the baseline is timed at all.
+the machine's interrupts (it finds the baseline's process by its command line). In a box of
+its own it finds no process but its own, and scores its honest speed. Where no box can be
+made, every process of an evaluation runs as one user, the change is made, and the referee's
+check of the baseline's and its own scheduling before each of the baseline's timed blocks,
+against the priority the referee started with, fails the evaluation.
 """
 
 import os as _os
