@@ -137,6 +137,7 @@ class Peer:
     def __init__(self, argv: list[str], scratch: Path, env: dict[str, str]):
         self.argv, self.scratch, self.env = argv, scratch, env
         self.proc: Optional[subprocess.Popen] = None
+        self.started: Optional[spawn.Started] = None
         self._buffer = b""
 
     @property
@@ -148,7 +149,8 @@ class Peer:
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        """The server's own process (in a box, not ``process``: see spawn.Started)."""
+        return self.started.server_pid() if self.started is not None else self.process.pid
 
     def launch(self, started: Optional[spawn.Started] = None) -> None:
         """Start the process, or adopt ``started``, the same server started earlier
@@ -157,6 +159,7 @@ class Peer:
         if started is None:
             started = spawn.start(self.argv, self.scratch, self.env)
         self.proc, self._requests, self._replies = started.proc, started.requests_fd, started.replies_fd
+        self.started = started
 
     @property
     def replies_fd(self) -> int:
@@ -233,7 +236,7 @@ class Peer:
 
     def signal(self, sig: int) -> None:
         try:
-            os.kill(self.process.pid, sig)
+            os.kill(self.pid, sig)
         except ProcessLookupError:
             pass  # dead: the next read says so
 
@@ -413,6 +416,7 @@ class ContestantProcess(Peer):
     def launch(self, started: Optional[spawn.Started] = None) -> None:
         super().launch(started)
         self.watch.known.add(self.pid)
+        self.watch.known.update(self.started.box_pids() if self.started is not None else [])
         if not self.trusted:
             self.watch.suspect = self
 
@@ -479,7 +483,7 @@ class ContestantProcess(Peer):
 
     def _wait_stopped(self, what: str) -> None:
         deadline = time.monotonic() + 5
-        while not process_table.all_stopped(self.process.pid):
+        while not process_table.all_stopped(self.pid):
             if time.monotonic() > deadline:
                 raise self._failure(f"{self.label} could not be stopped after {what}")
             time.sleep(0.0002)
