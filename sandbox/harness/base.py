@@ -293,7 +293,9 @@ class EvaluationBase:
         solution code runs, the solution's process excepted (its own weights are its own)."""
         if cached is not None:
             return str(cached)
-        path = self.exchange_dir / "weights.pt"
+        # Where the solution's box shows it (its exchange folder), if it has one.
+        boxed = self.solution.started.exchange if self.solution.started is not None else None
+        path = (boxed or self.exchange_dir) / "weights.pt"
         torch.save({k: v.detach().cpu() for k, v in weights.items()}, path)
         return str(path)
 
