@@ -387,6 +387,14 @@ def run_child(
     private = bundle.root / "private"
     private.mkdir()
     home = options.home or bundle.root / "home"
+    # The solution's own box (spawn.start): its folder and HOME, the harness, the task, and of
+    # the cache only the weights it is handed; None where no box is made.
+    cache = [options.cache_dir, bundle.cache_staging] if options.cache_dir is not None else []
+    weights = [folder / "weights" for folder in cache]
+    for folder in (home, *weights):
+        folder.mkdir(parents=True, exist_ok=True)
+    shown = [bundle.harness.parent, bundle.task_dir, *weights]
+    box = containment.solution_box(options.device, [bundle.work, home], shown, [bundle.root, *cache], options.python)
     lease = open_lease(options.device)  # a sweep's device lease, as descriptors (kagent.sandbox.lease)
     lease_field = lease.job_field
     if lease_field is not None and alone:
@@ -397,6 +405,7 @@ def run_child(
         "pid_namespace": containment.probe().pid_namespace,
         "import_paths": _import_paths(),
         "gpu_lease": lease_field,
+        "solution_box": box,  # the solution's own box (spawn.start), None where none is made
     }
     job_file = private / "job.json"
     job_file.write_text(json.dumps(job))
