@@ -534,6 +534,7 @@ def test_report_md_gives_the_result_with_its_interval_and_the_time_as_every_view
         result_score=0.83,
         result_from="final re-verification",
         result_interval=(0.744, 1.086),
+        best_interval=(0.85, 0.95),
         attempts=3,
         turns=9,
         usage=Usage(),
@@ -543,3 +544,5 @@ def test_report_md_gives_the_result_with_its_interval_and_the_time_as_every_view
     text = _report_markdown(report)
     assert "- result: 0.830x [0.744–1.086], within noise, attempt 2 as the final re-verification measured it" in text
     assert "- elapsed: 0m20s\n" in text
+    assert "- best attempt while exploring: 2, 0.900x [0.850–0.950]\n" in text
+    assert "- final re-verification: pass, 0.830x [0.744–1.086], within noise\n" in text

@@ -540,7 +540,7 @@ def test_compile_python_reports_the_device_code_of_the_libraries_it_loads(ctx: T
 
 def test_triton_kernels_are_reported_from_their_compiled_metadata():
     # Metadata that Triton 3.6 compiled for sm_90, with the registers and local memory the
-    # driver reports for those cubins (recorded by scripts/record_triton_fixture.py).
+    # driver reports for those cubins (recorded by lab/scripts/record_triton_fixture.py).
     recorded = json.loads((Path(__file__).parent / "fixtures" / "triton_kernels.json").read_text())["kernels"]
     records = []
     for entry in recorded:

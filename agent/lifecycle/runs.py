@@ -158,9 +158,9 @@ def _report_markdown(report: RunReport) -> str:
         f"- status: {report.status} ({report.reason})",
         f"- result: {_result_line(report)}",
         f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
-        + (f", {report.best_score:.3f}x" if report.best_score is not None else ""),
+        + (f", {score_text(report.best_score, report.best_interval)}" if report.best_score is not None else ""),
         f"- final re-verification: {report.final_verdict or 'not run'}"
-        + (f", {report.final_score:.3f}x" if report.final_score is not None else ""),
+        + (f", {score_text(report.final_score, report.result_interval)}" if report.final_score is not None else ""),
         f"- attempts: {report.attempts}, turns: {report.turns}",
         f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
         f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
@@ -271,7 +271,14 @@ def _drive(
     finally:
         trace.close()
     # The run's time is its trace's, to the event it ended with: the same figure in every view.
-    report = report.model_copy(update={"elapsed_s": trace.elapsed_s, "result_interval": result_interval(agent)})
+    best = agent.ledger.best_attempt()
+    report = report.model_copy(
+        update={
+            "elapsed_s": trace.elapsed_s,
+            "result_interval": result_interval(agent),
+            "best_interval": best.interval if best else None,
+        }
+    )
     write_json_atomically(run_dir / RUN_FILES["report"], report.model_dump_json(indent=1))
     (run_dir / "report.md").write_text(_report_markdown(report))
     solution = workspace.root / config.solution_name
