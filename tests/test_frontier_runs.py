@@ -126,6 +126,9 @@ def test_a_failed_check_reverts_the_solution_s_files_only_and_says_how_to_get_th
     reverted = [e for e in events if e.type == "tool_finished" and e.name == "revert"][0]
     assert "back at attempt 2: helper.py, solution.py restored" in reverted.content, reverted.content
     assert "What you had is commit" in reverted.content and "git show" in reverted.content
+    # The trace says which files each revert put back, for a replay to follow.
+    assert recorded[1].restored == ["helper.py", "solution.py"] and recorded[0].restored is None
+    assert reverted.data["restored"] == ["helper.py", "solution.py"]
     # The final solution is the best attempt's tree, exactly; the tree the model left is the commit before it.
     assert (workspace / "solution.py").read_text() == "import helper\n"
     left = git_show(run_dir, "main~1", ["scratch/compare.py", "dump.txt", "solution.py"])

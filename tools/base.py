@@ -49,10 +49,10 @@ class LoopControl(Protocol):
         fail stay in place); ``why``, the model's reason for the last attempt's outcome, joins
         that attempt, whose number is returned (None: there is none yet)."""
 
-    def revert_to(self, attempt: Optional[int]) -> tuple[int, str]:
+    def revert_to(self, attempt: Optional[int]) -> tuple[int, str, list[str]]:
         """Put the solution's files back to ``attempt`` (None: the best) and commit that;
-        returns the attempt's number and what the model is told (what changed, what stayed,
-        where the replaced version is). ToolError when there is no such attempt."""
+        returns the attempt's number, what the model is told (what changed, what stayed, where
+        the replaced version is) and the files put back. ToolError when there is no such attempt."""
 
     def ending(self) -> str:
         """What happens once the run stops exploring, as a finish is answered: the best attempt

@@ -100,8 +100,9 @@ class Revert(BaseTool):
             return UNTOUCHED
 
     def execute(self, args: RevertArgs, ctx: ToolContext) -> ToolOutcome:
-        number, told = ctx.control().revert_to(args.attempt)
-        return ToolOutcome(content=told, data={"attempt": number})
+        number, told, restored = ctx.control().revert_to(args.attempt)
+        # The files put back, for a replay to follow (the others stayed as they were).
+        return ToolOutcome(content=told, data={"attempt": number, "restored": restored})
 
 
 class FinishArgs(Args):

@@ -588,7 +588,7 @@ class Agent:
             f"inputs and makes it the final solution."
         )
 
-    def revert_to(self, attempt: Optional[int]) -> tuple[int, str]:
+    def revert_to(self, attempt: Optional[int]) -> tuple[int, str, list[str]]:
         number = attempt if attempt is not None else self.ledger.best
         if number is None:
             raise ToolError("there is no best attempt yet; give the attempt number to go back to")
@@ -599,7 +599,7 @@ class Agent:
         reverted = self.workspace.revert_solution(target, keep=[NOTES_FILE])
         self.workspace.commit(f"revert to attempt {number} (asked by the model)")
         back = f"commit {before[:10]} (`git show {before[:10]}:{self.config.solution_name}` reads it)"
-        return number, self._reverted_text(number, reverted, back)
+        return number, self._reverted_text(number, reverted, back), reverted.restored
 
     def _reverted_text(self, number: int, reverted: Reverted, back: str) -> str:
         """What a revert changed and kept, and where the version it replaced stays."""
@@ -689,7 +689,7 @@ class Agent:
             trailers,
         )
         self.workspace.mark_attempt(number, sha)
-        kept, reverted_to, draft, revert_text = True, None, False, ""
+        kept, reverted_to, draft, revert_text, restored = True, None, False, "", None
         note, lost, new_best = self.ledger.judge(result, score, single_launch_goal=self.task.wants_single_launch)
         if new_best:
             self.ledger.best = number
@@ -719,7 +719,7 @@ class Agent:
                     f"attempt {number} (ref {ATTEMPTS_REF}{number}): revert(attempt={number}) brings it back, and "
                     f"`git show {ATTEMPTS_REF}{number}:PATH` in the shell reads one of its files"
                 )
-                revert_text = self._reverted_text(target, reverted, back)
+                revert_text, restored = self._reverted_text(target, reverted, back), reverted.restored
             else:
                 note += " — nothing better to revert to yet: fix it in place"
         attempt = Attempt(
@@ -754,6 +754,7 @@ class Agent:
                 evaluation=result.model_dump(mode="json"),
                 commit=sha,
                 reverted_to=reverted_to,
+                restored=restored,
                 call_id=call_id,
                 message=message,
             )

@@ -103,6 +103,11 @@ class AttemptRecorded(_Event):
     evaluation: dict[str, Any] = Field(description="The measurement: the whole EvalResult")
     commit: str
     reverted_to: Optional[str] = Field(None, description="Commit the workspace was reverted to, if it was")
+    restored: Optional[list[str]] = Field(
+        None,
+        description="The files the revert put back as reverted_to has them (the solution's files); every "
+        "other file stayed. None with reverted_to: an older trace, whose revert restored the whole tree",
+    )
     call_id: str = Field(description="The check or benchmark call that measured it")
     message: str = Field(description="What the model was told about the attempt")
 
