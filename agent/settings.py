@@ -147,7 +147,7 @@ class RunSettings(BaseModel):
         "message (a sweep's branches of one task are told apart so)",
     )
     model: str = Field(
-        description="provider:model (anthropic:<model>, openai:<model>, "
+        description="provider:model (anthropic:<model>, openai:<model>, openai-chat:<model>, "
         "openai-compatible:<url>#<model>, scripted:<file>)"
     )
     budget: Budget = Field(default_factory=Budget, description="What the run may spend: wall time, money, tokens")
@@ -170,10 +170,11 @@ class RunSettings(BaseModel):
         description="Tokens one model call may answer with, thinking "
         "included (kagent run: the model's own cap, kagent.agent.loop.models.limits)",
     )
-    context_limit_tokens: int = Field(
-        150_000,
+    context_limit_tokens: Optional[int] = Field(
+        None,
         gt=0,
-        description="Compact older turns once the conversation is estimated to hold more tokens than this",
+        description="Compact older turns once the conversation holds more tokens than this (none: before "
+        "the prompt and the answer's cap would pass the model's context window)",
     )
     keep_recent_messages: int = Field(12, ge=1, description="Messages kept verbatim when compacting")
     eval_timeout_s: float = Field(900.0, gt=0, description="Seconds one check or benchmark may take")

@@ -295,7 +295,8 @@ def run_command(
         None,
         "--model",
         "-m",
-        help="anthropic:<model>, openai:<model>, openai-compatible:<url>#<model>, scripted:<file>, or "
+        help="anthropic:<model>, openai:<model> (the Responses API), openai-chat:<model> (Chat Completions), "
+        "openai-compatible:<url>#<model>, scripted:<file>, or "
         "scripted:demo (a session kagent ships: no key needed).",
     ),
     budget: Optional[str] = typer.Option(None, help="Wall-clock budget: 3h, 90m, 2h30m (default 3h)."),

@@ -94,8 +94,5 @@ class ContextMeter:
 
 
 def user_limit(config: RunConfig) -> Optional[int]:
-    """The user's compaction point, or None where the settings keep their default: that default
-    (150K, from before kagent knew each model's window) would compact a 1M-window model at a
-    seventh of its window."""
-    default = type(config).model_fields["context_limit_tokens"].default
-    return None if config.context_limit_tokens == default else config.context_limit_tokens
+    """The user's compaction point, or None where none was set: then the model's window decides."""
+    return config.context_limit_tokens
