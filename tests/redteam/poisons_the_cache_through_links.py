@@ -7,6 +7,7 @@ place. Promotion used to hash through the link and then move the link itself int
 cache, so the copies, which the solution can rewrite whenever it runs again, became the
 cache of every later evaluation (a model without its MoEs, a referee killed by SIGBUS).
 Now nothing reached through a link is promoted: those entries are simply built again.
+(Where the jail keeps the staging folder read-only, the attack fails to start: a pass too.)
 """
 
 import os as _os
@@ -19,7 +20,10 @@ if _staging.is_dir():
     for _path in sorted(_staging.rglob("*")):
         if _path.is_file() and not _path.is_symlink():
             _copy = _copies / _path.relative_to(_staging)
-            _copy.parent.mkdir(parents=True, exist_ok=True)
-            _shutil.copyfile(_path, _copy)
-            _path.unlink()
-            _path.symlink_to(_copy)
+            try:
+                _copy.parent.mkdir(parents=True, exist_ok=True)
+                _shutil.copyfile(_path, _copy)
+                _path.unlink()
+                _path.symlink_to(_copy)
+            except OSError:  # a jail that keeps the staging folder read-only refuses it outright
+                break
