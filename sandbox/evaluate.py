@@ -605,7 +605,7 @@ def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[st
 
 # What the referee's own errors say when the device's memory ran out: torch's allocator, and
 # the math libraries, which allocate a handle's workspace as they create it (on an 80 GB H100
-# shared by 4 evaluations, 2026-12-06: `cusolverDnCreate(handle)` answered
+# shared by 4 evaluations: `cusolverDnCreate(handle)` answered
 # CUSOLVER_STATUS_INTERNAL_ERROR in the task's reference with 76 of 80 GB in use).
 DEVICE_MEMORY_SIGNS = (
     "out of memory",
@@ -623,7 +623,7 @@ def device_memory_ran_out(child: ChildRun, aa: bool = False) -> Optional[str]:
     run (``aa``) both contestants run the task's baseline, nobody's solution: a contestant that
     failed or died with the device's memory named, in its report or in the stderr every
     process of the evaluation writes to, is the task's code failing too (a sweep member's
-    baseline died loading on a shared GPU, 2026-12-07)."""
+    baseline died loading on a shared GPU)."""
 
     def names_memory(text: str) -> bool:
         return any(sign in text for sign in DEVICE_MEMORY_SIGNS)

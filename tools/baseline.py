@@ -3,7 +3,7 @@
 Runs that share a lease folder (a sweep's members, or runs started by hand with
 $KAGENT_GPU_LEASE) measure each task's baseline once per device: the first to ask measures it
 while the others wait, and they read that measurement. Four members of a sweep on one H200
-(2026-12-07) otherwise measured it four times over, each A/A timing holding the GPU alone, and
+otherwise measured it four times over, each A/A timing holding the GPU alone, and
 spent 46-98 s where one alone spent 24 s. The figures are for the model's orientation only:
 every score comes from an evaluation's own paired timing of baseline and candidate.
 """
@@ -90,7 +90,7 @@ class Baseline(BaseTool):
             raise ToolError(err.message) from err
         if result.verdict.value != "pass":
             # The whole evaluation stays in the trace: a crash's stderr is the only account of
-            # why (a sweep member's baseline died loading on a shared GPU, 2026-12-07, and the
+            # why (a sweep member's baseline died loading on a shared GPU, and the
             # trace said no more than its exit code). Nothing is shared: the next run measures.
             return ToolOutcome(
                 content=f"the baseline could not be measured.\n{summarize(result)}",

@@ -3,7 +3,7 @@ instruction (its source page), joined to the lines of the kernel's source throug
 table of the very binary that ran (``nvdisasm -g``).
 
 Why not Nsight Compute's own CUDA source view: on a Triton kernel it printed the file's lines
-without their metrics (H200, 2026-12-04), and a kernel built elsewhere has no source file it
+without their metrics (H200), and a kernel built elsewhere has no source file it
 could open. The SASS page always has the samples, and the binary always has the line table
 (Triton compiles with line info; the tool builds .cu files with -lineinfo).
 

@@ -8,7 +8,7 @@ two runs on one machine drift by a few percent (A/A on an H200: 0.988–1.006 be
 A claimed speedup that is not real is off by far more than that. An attempt that ran at its
 device time both then and now is held to its own steady time per step instead, the same way:
 its speedup carries the host-bound baseline's pace, which moved one megakernel's from 34.7x
-to 20.5x within minutes on an H200 (its own time within 3.5%; MEASUREMENTS.md, 2026-12-03).
+to 20.5x within minutes on an H200 (its own time within 3.5%; the lab notebook).
 """
 
 from __future__ import annotations

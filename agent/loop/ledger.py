@@ -20,8 +20,8 @@ GOAL_FLOOR_FRACTION = 0.5
 # Two attempts that both run at their device time are compared by their own steady times per
 # step, not by their speedups: the host-bound baseline's pace moves every speedup with the
 # host's. On the H200 one megakernel scored 34.7, 27.0, 26.4 and 20.5 in four evaluations
-# within three minutes while its own steady time stayed within 3.5% (MEASUREMENTS.md,
-# 2026-12-03, "Scores of one kernel drift with the baseline's host").
+# within three minutes while its own steady time stayed within 3.5% (the lab notebook,
+# "Scores of one kernel drift with the baseline's host").
 
 
 class Design(BaseModel):

@@ -48,7 +48,7 @@ def profiled_events(device: torch.device, step: Callable[[], None]) -> list:
     CPU) among them. Through ``torch.autograd.profiler.profile``, the profiler that
     ``torch.profiler.profile`` wraps, with the same events: the wrapper's start asks
     ``hasattr(torch, "_inductor")``, which imports Inductor, and that import was the whole of
-    an evaluation's launches phase (1.7-6.3 s on H200 machines, 2026-12-03, MEASUREMENTS.md)."""
+    an evaluation's launches phase (1.7-6.3 s on H200 machines; the lab notebook)."""
     use_device = None if device.type == "cpu" else device.type
     with torch.autograd.profiler.profile(use_device=use_device, use_kineto=True) as prof:
         step()

@@ -19,7 +19,7 @@ closed until it has it, so the shared holders drain and no new one starts.
 A shared holder drains at its next step, not at the end of its checks: before the solution
 runs each step (remote.py), ``step_aside`` sees the gate closed and gives its hold back, then
 shares again once the exclusive holder is done. Without it the one who times waited for the
-whole check phase of every other evaluation: on an H100 with 4 members (2026-12-06), a
+whole check phase of every other evaluation: on an H100 with 4 members, a
 calibration of 0.3 s waited 12-38 s and the members waited 287 s in a 426-s window.
 
 The lease shares the device's time, not its memory: an evaluation whose referee (in an A/A
@@ -153,7 +153,7 @@ def begin_device_work(what: str) -> None:
     """Before the evaluation's first work on the device (its device context, its probe's first
     kernel): hold the lease shared from here on (exclusive for an evaluation run alone), waiting
     while another evaluation holds it alone. Until then the evaluation only started its
-    interpreter and imported (2.9-5.6 s of every evaluation on the H100 hosts of 2026-12-06) and
+    interpreter and imported (2.9-5.6 s of every evaluation on the H100 hosts) and
     held nothing that others' timing waited for. Outside a lease, or once held, nothing happens."""
     lease = _current
     if lease is not None and lease.hold is None:

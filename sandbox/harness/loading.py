@@ -66,7 +66,7 @@ def digest(*parts: Any) -> str:
 # The layout of an entry's record; a record of another format is not trusted. Format 2 holds a
 # sha256 per RECORD_CHUNK_BYTES piece of the payload (format 1, one sha256 of the whole, took
 # 1.25 s of every warm evaluation on an H200 machine for the flagship's 1.07 GB of weights,
-# 2026-12-03: one running hash cannot be shared out; pieces can).
+# one running hash cannot be shared out; pieces can).
 RECORD_FORMAT = 2
 RECORD_CHUNK_BYTES = 64 << 20
 HASH_CHUNK = 8 << 20

@@ -196,7 +196,7 @@ class Task:
         # Up to this margin a mismatch may still be a tie that rounding tipped (where the
         # runner-up explains it, StepChecker.judge): drawing clear of min_margin does not
         # make a flip impossible, only rare. On the H200 the task's own bf16 baseline swapped
-        # an expert at 2.12% from a salient state (1 secret case of 480, 2026-12-03).
+        # an expert at 2.12% from a salient state (1 secret case of 480).
         self.explained_margin = _number(
             "correctness.max_explained_margin",
             correctness.get("max_explained_margin", EXPLAINED_MARGIN_OVER_MIN_MARGIN * self.min_margin),
@@ -489,7 +489,7 @@ class StepChecker:
         stored in bf16 carries an error of up to half its precision, and where the step adds
         little to a large residual (a salient state can make it so) that error alone takes the
         delta's cosine below any threshold, for the reference's own baseline too (H200,
-        2026-12-01: the baseline at 0.9799 on one secret case of 48)."""
+        the baseline at 0.9799 on one secret case of 48)."""
         metrics: dict[str, float] = {}
         nonfinite = []
         tensors = [("hidden", hidden, expected_hidden)]

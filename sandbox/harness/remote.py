@@ -272,7 +272,7 @@ class Watch:
         # workers' requests), as words; empty when none. The probe after an answer reads any
         # other context's work as work the solution left running: a probed answer with trusted
         # work in flight is a bug of the harness (on an H200 every evaluation failed hidden_work
-        # that way, 2026-12-03), checked on every device so that CPU tests catch it.
+        # that way), checked on every device so that CPU tests catch it.
         self.trusted_in_flight: Callable[[], str] = lambda: ""
 
     def strays(self) -> list[str]:
@@ -353,9 +353,9 @@ class Watch:
         holds the device for a time slice, about 2 ms on an H200, before the probe's context
         gets it: 1.98 ms against 0.54 allowed, which fails at once), while the host's and the
         device's own hiccups come and go: an honest baseline failed once at 0.515 ms against
-        0.510 allowed (H200, 2026-12-03), and a fast kernel on an H100 read 0.726 ms then 0.685
+        0.510 allowed (H200), and a fast kernel on an H100 read 0.726 ms then 0.685
         against 0.511 allowed, once in 9 first readings over the limit, the other 8 settled by
-        the second (2026-12-05). The first reading is what stands: whatever delayed it, work that
+        the second. The first reading is what stands: whatever delayed it, work that
         ended meanwhile included, is charged to the block it follows. A reading further over
         fails at once."""
         assert self.probe is not None
@@ -446,7 +446,7 @@ class ContestantProcess(Peer):
         delays that block, which counts against the solution, and what is still running
         after the block delays the block's probe. (A probe there read a context switch after
         the staging's copies, which calibration never sees: on an H200 it failed an honest
-        kernel once in five evaluations, 0.527 ms against 0.496 allowed, 2026-12-03.)"""
+        kernel once in five evaluations, 0.527 ms against 0.496 allowed.)"""
         self.begin(message)
         return self.finish(what, probe)
 

@@ -4,7 +4,7 @@ Every process of an evaluation (the solution's, the baseline's, each reference w
 spends seconds on its own start: an interpreter, torch, the device's context. On an H200
 machine they were ready only 3.3-5.3 s after the referee began, started after the referee's
 own start (2.8-4.0 s: its interpreter and torch), and nothing could load before then although
-the weights file was known good 0.4 s in (2026-12-03, MEASUREMENTS.md). So the referee starts
+the weights file was known good 0.4 s in (the lab notebook). So the referee starts
 them before it imports anything heavy (``start_early``), and the evaluation adopts them
 (``remote.Peer.launch``). Until a process is asked to load something it runs only the
 harness's own server code. This module imports no torch.
@@ -112,7 +112,7 @@ def alike_python() -> list[str]:
     ABBA order on one CPU, read one 0.96-1.05 times as fast as the other (9 of 37 pairs more
     than 2% apart, with each pair's own interval about ±0.5%), with the same device time per
     step within 0.4% (the 16 pairs that measured it); started with one hash seed and no address
-    randomization, 0.99-1.01 (8 pairs; H200, 2026-12-03, MEASUREMENTS.md, lab/scripts/pair_bias.py).
+    randomization, 0.99-1.01 (8 pairs; H200, the lab notebook, lab/scripts/pair_bias.py).
     Such a bias, held by a process for its whole life, is the likeliest cause of the A/A
     evaluations that read 3-5% off at every context. So both contestants start from one
     layout: a fixed hash seed (``-I`` would ignore ``PYTHONHASHSEED``, so the environment is

@@ -72,7 +72,7 @@ def one_cpu_for_all(pids: Iterable[int]) -> Iterator[None]:
     the other runs, and this one sleeps in a read while either runs. A host-bound step's
     time depends on the core it runs on, its clock and how warm its caches are: on one core
     every contestant sees the same. (Each on a core of its own, an H200 machine's A/A read
-    one process 10-40% slower than the other for seconds at a time, 2026-12-01.) Where the
+    one process 10-40% slower than the other for seconds at a time.) Where the
     CPUs cannot be set, nothing changes."""
     allowed = sorted(os.sched_getaffinity(0))
     pids = list(pids)
@@ -115,8 +115,8 @@ DEFAULT_BLOCK_STEPS = 1
 # launch that no earlier step hides) that is taken off as its calibrated median, and its
 # rest, about 0.1 ms either way on an H200, must stay small beside the request (10 ms, with
 # the even blocks of block_plan: a 0.3 ms kernel's steady time within +0.4 to +1.6% of its own
-# plain loop on an H100, 2026-12-06, where 20 ms read +0.4 to +0.8% and took about 1.3 s more
-# of each shape's timing; MEASUREMENTS.md). A contestant
+# plain loop on an H100, where 20 ms read +0.4 to +0.8% and took about 1.3 s more
+# of each shape's timing; the lab notebook). A contestant
 # runs as many steps per block as that takes, and one whose whole chain is shorter runs the
 # whole chain several times per request, each from fresh inputs. A host-bound one, whose
 # single step takes a quarter of that or more, runs blocks of ``block_steps`` (single steps
@@ -142,7 +142,7 @@ def block_plan(
 
     Blocks within a chain are as even as its length allows, none shorter than the rule asks
     (a chain of 32 steps at 0.34 ms a step and 10 ms a request: one block of 32, not 30 and a
-    2-step rest: on an H200, 2026-12-06, the 2-step blocks of three evaluations read a median
+    2-step rest: on an H200, the 2-step blocks of three evaluations read a median
     0.37-0.52 ms a step against the 30-step blocks' 0.32, and the mixture's median up to 7%
     above the same process's plain loop); Contestant.next_block gives a short rest to the
     block before it."""
@@ -270,7 +270,7 @@ def warm_up(contestant: Contestant, steps: int, host_bound_ms: float = MIN_REQUE
     step) is made before the timing, in both processes. The solution's process had run this
     chain in the checks and the baseline's had not: with two short warm-up chains, the A/A's
     first round of pairs read the baseline about 3.5% slower than the later rounds (a ratio of
-    1.034 against 0.993-0.996, the median over 42 contexts of H200 runs, 2026-12-03,
+    1.034 against 0.993-0.996, the median over 42 contexts of H200 runs,
     lab/scripts/aa_rounds.py), its caching allocator asking the device for memory the other
     process already held."""
     counts, pace = [contestant.steps, max(1, steps)], 0.0

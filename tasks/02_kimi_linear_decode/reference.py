@@ -154,7 +154,7 @@ def plain_linear(in_f: int, out_f: int, dtype: torch.dtype) -> nn.Linear:
     reset_parameters or load_state_dict overwrite anyway. Built on the meta device and
     given a plain empty weight (on the current default device): torch.nn.utils.skip_init
     does the same through Module.to_empty, whose first call imports sympy (0.4-0.7 s on a
-    2-core CPU, 2.2 s of an H200 evaluation's start: MEASUREMENTS.md)."""
+    2-core CPU, 2.2 s of an H200 evaluation's start: the lab notebook)."""
     with torch.device("meta"):
         layer = nn.Linear(in_f, out_f, bias=False, dtype=dtype)
     layer.weight = nn.Parameter(torch.empty(out_f, in_f, dtype=dtype))
@@ -296,7 +296,7 @@ class MoE(nn.Module):
         All of them at once: a step of the reference is what the harness pays for every
         secret case and every judged step of a chain, and expert by expert (a dequant and
         three products each, and the chosen index read back to the host) it cost about 80%
-        of a 32 ms step on an H200, in launches and waits (MEASUREMENTS.md)."""
+        of a 32 ms step on an H200, in launches and waits (the lab notebook)."""
         xf = x.float()
         h = F.silu(xf @ gate.weight(experts)) * (xf @ up.weight(experts))  # (n, inter)
         return (h.unsqueeze(-2) @ down.weight(experts)).squeeze(-2)  # (n, out)
@@ -410,7 +410,7 @@ def screening(model: Model, min_margin: float):
     ``min_margin``, raising NearTie (an optional hook, with NearTie, for the harness's
     secret seeds). A seed whose routing sits on a near-tie is drawn again anyway: most of
     the reference steps of an evaluation's secret cases were such seeds (26 draws again for
-    12 cases, a 32 ms step each, on an H200, 2026-12-03), and a stop at the tie saves what
+    12 cases, a 32 ms step each, on an H200), and a stop at the tie saves what
     the later layers would cost. A step that does not stop returns what it would without."""
     for blk in model.blocks:
         blk.moe.stop_below_margin = min_margin
