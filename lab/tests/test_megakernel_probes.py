@@ -24,6 +24,8 @@ import megakernel_probes as probes  # noqa: E402
 import solution as two_stage  # noqa: E402
 import stage_tools_run  # noqa: E402
 
+from lab_isolation import isolated_env  # noqa: E402, F401  (autouse)
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 try:
     import triton

@@ -13,6 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "lab" / "scripts"))
 import megakernel_regression as regression  # noqa: E402
 
+from lab_isolation import isolated_env  # noqa: E402, F401  (autouse)
+
 FINAL = REPO / "lab" / "measurements" / "2026-12-02-h200-final"
 BENCH = json.loads((FINAL / "mega_bench.json").read_text())
 EVAL = EvalResult.model_validate_json((FINAL / "mega_eval.json").read_text())

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from lab_isolation import isolated_env  # noqa: F401  (autouse)
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from kagent import prompts
 
+from lab_isolation import isolated_env  # noqa: F401  (autouse)
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DAY = REPO / "lab" / "notebook" / "2026-12-01.md"
 SECTION = "## Megakernel building blocks and the stage instruments — H200, 2026-12-01"

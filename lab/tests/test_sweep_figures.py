@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lab_isolation import isolated_env  # noqa: F401  (autouse)
+
 
 def test_the_sweep_figures_count_each_baseline_measurement_once(tmp_path):
     """lab/scripts/sweep_figures.py's A/A of a sweep: a member whose baseline call read another
