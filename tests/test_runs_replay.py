@@ -21,8 +21,9 @@ from rich.console import Console
 from kagent.agent.cli.replay import follow, render_trace, replay
 from kagent.agent.cli.run_list import list_runs
 from kagent.agent.lifecycle.runs import RunStatus, start_run
+from kagent.agent.loop.ledger import Attempt
 from kagent.agent.settings import Budget, RunSettings
-from kagent.agent.storage.trace import RunEnded, read_trace
+from kagent.agent.storage.trace import AttemptRecorded, RunEnded, ToolFinished, ToolStarted, read_trace
 
 from conftest import WAIT_S
 
@@ -218,6 +219,82 @@ def test_replay_of_a_missing_run_says_where_it_looked(tmp_path):
     said = " ".join(proc.stderr.split())
     assert f"no run 'no-such-run' in {tmp_path / 'runs'} (KAGENT_RUNS)" in said and "--root FOLDER" in said
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+# -- the files a revert puts back --------------------------------------------------------------
+
+
+def started(turn: int, name: str, **arguments: object) -> ToolStarted:
+    return ToolStarted(turn=turn, call_id=f"c{turn}", name=name, arguments=arguments)
+
+
+def finished(turn: int, name: str, **data: object) -> ToolFinished:
+    return ToolFinished(turn=turn, call_id=f"c{turn}", name=name, content="ok", is_error=False, seconds=0.1, data=data)
+
+
+def attempt(number: int, passed: bool, **revert: object) -> AttemptRecorded:
+    entry = Attempt(
+        number=number,
+        kind="check",
+        verdict="pass" if passed else "incorrect",
+        reason="",
+        commit=f"commit{number}",
+        kept=passed,
+        note="new best: 1.000x" if passed else "incorrect: output differs",
+    )
+    return AttemptRecorded(
+        attempt=entry.model_dump(), evaluation={}, commit=f"commit{number}", call_id="c", message="", **revert
+    )
+
+
+def write(turn: int, path: str, content: str) -> list[object]:
+    return [started(turn, "write_file", path=path, content=content), finished(turn, "write_file")]
+
+
+def call_lines(text: str, path: str) -> list[str]:
+    return [line for line in text.splitlines() if f"▶ write_file {path}" in line]
+
+
+@pytest.mark.parametrize("by", ["a failed check", "the revert tool"])
+def test_a_revert_puts_back_only_the_files_it_names(by):
+    """A scratch file made after attempt 1 survives a revert to it: a later write of it is a diff
+    against what the model wrote, while the solution is diffed against attempt 1's version."""
+    revert: list[object] = (
+        [attempt(2, passed=False, reverted_to="commit1", restored=["./solution.py"])]
+        if by == "a failed check"
+        else [
+            attempt(2, passed=False),
+            started(6, "revert", attempt=1),
+            finished(6, "revert", attempt=1, restored=["solution.py"]),
+        ]
+    )
+    events = [
+        *write(1, "solution.py", "port\n"),
+        attempt(1, passed=True),
+        *write(3, "compare.py", "probe one\n"),
+        *write(4, "solution.py", "broken\n"),
+        *revert,
+        *write(7, "compare.py", "probe two\n"),
+        *write(8, "solution.py", "port, faster\n"),
+    ]
+    text = as_text(render_trace(events))
+    assert "diff against the previous version" in call_lines(text, "compare.py")[-1]
+    assert "-probe one" in text and "+probe two" in text
+    assert "-port" in text and "-broken" not in text  # the solution came back as attempt 1 had it
+
+
+def test_a_revert_of_an_older_trace_resets_the_whole_tree():
+    """An older trace's revert lists no files: it restored the whole tree, so a file made after
+    the attempt it went back to was gone, and its next write has nothing to diff against."""
+    events = [
+        *write(1, "solution.py", "port\n"),
+        attempt(1, passed=True),
+        *write(3, "compare.py", "probe one\n"),
+        attempt(2, passed=False, reverted_to="commit1"),
+        *write(5, "compare.py", "probe two\n"),
+    ]
+    text = as_text(render_trace(events))
+    assert "diff" not in call_lines(text, "compare.py")[-1] and "-probe one" not in text
 
 
 # -- the run list ----------------------------------------------------------------------------

@@ -149,10 +149,13 @@ class TraceFiles:
     """Contents of the workspace files as far as the trace tells them.
 
     A path is known after a write_file; edits apply to known contents; attempts snapshot the
-    known contents so that a revert (automatic or asked for) restores them. Anything the
-    trace cannot follow (a shell command, a revert to a commit never snapshotted) forgets
-    everything, so that a diff is never shown against a guess. Feed it every event in trace
-    order (``follow``); ``change`` tells what a call is about to do.
+    known contents so that a revert (automatic or asked for) restores them. A revert that
+    lists the files it put back (``restored``) restores only those, and every other file keeps
+    what it had, as in the workspace; one of an older trace, which lists none, restored the
+    whole tree. Anything the trace cannot follow (a shell command, a revert to a commit never
+    snapshotted) forgets what it may have changed, so that a diff is never shown against a
+    guess. Feed it every event in trace order (``follow``); ``change`` tells what a call is
+    about to do.
     """
 
     def __init__(self) -> None:
@@ -175,7 +178,7 @@ class TraceFiles:
             attempt = Attempt.model_validate(event.attempt)
             self._snapshot(attempt.number, event.commit, is_best=attempt.note.startswith("new best"))
             if event.reverted_to:
-                self._revert_to_commit(event.reverted_to)
+                self._restore(self.by_commit.get(event.reverted_to), event.restored)
         elif isinstance(event, RunResumed):
             # Calls cut short by the interruption were settled by the resume: none awaits a result now.
             self.calls.clear()
@@ -219,7 +222,12 @@ class TraceFiles:
             else:
                 self.known[key] = after
         elif isinstance(effect, Restore):
-            self._revert_to_attempt(effect.attempt)
+            # The result names the attempt it went back to (the best, when the call named none)
+            # and the files it put back; a result without them is of an older trace.
+            number = event.data.get("attempt", effect.attempt if effect.attempt is not None else self.best)
+            restored = event.data.get("restored")
+            snapshot = self.by_attempt.get(number) if number is not None else None
+            self._restore(snapshot, [str(path) for path in restored] if isinstance(restored, list) else None)
 
     def _snapshot(self, number: int, commit: str, is_best: bool) -> None:
         self.by_commit[commit] = dict(self.known)
@@ -227,11 +235,16 @@ class TraceFiles:
         if is_best:
             self.best = number
 
-    def _revert_to_commit(self, commit: str) -> None:
-        snapshot = self.by_commit.get(commit)
-        self.known = dict(snapshot) if snapshot is not None else {}
-
-    def _revert_to_attempt(self, number: Optional[int]) -> None:
-        target = number if number is not None else self.best
-        snapshot = self.by_attempt.get(target) if target is not None else None
-        self.known = dict(snapshot) if snapshot is not None else {}
+    def _restore(self, snapshot: Optional[dict[str, str]], restored: Optional[list[str]]) -> None:
+        """Put back what a revert put back: the ``restored`` files as ``snapshot`` has them
+        (a file it lacks, or a snapshot never taken, becomes unknown), or, where the revert
+        listed none (an older trace), the whole tree."""
+        if restored is None:
+            self.known = dict(snapshot) if snapshot is not None else {}
+            return
+        for key in map(norm_path, restored):
+            content = snapshot.get(key) if snapshot is not None else None
+            if content is None:
+                self.known.pop(key, None)
+            else:
+                self.known[key] = content
