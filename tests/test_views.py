@@ -76,6 +76,15 @@ def test_the_live_view_stops_its_clocks_when_the_run_has_ended_and_shows_the_res
     assert "best     1.074x (attempt 2) · re-verified 0.940x: the result" in text
 
 
+def test_the_live_views_best_line_carries_the_best_attempts_interval():
+    best = Attempt(
+        number=2, kind="benchmark", verdict="pass", reason="", score=1.074, interval=(0.98, 1.2), commit="c", kept=True
+    )
+    view = LiveRunView(clock=FakeClock().now)
+    view.update(update(best_score=1.074, best_attempt=2, attempts=[best]))
+    assert "best     1.074x [0.980–1.200], within noise (attempt 2)" in rendered(view)
+
+
 def timing(label: str, speedup: float, low: float, high: float) -> ShapeTiming:
     stats = Stats(n=8, median_ms=1.0, mean_ms=1.0, p10_ms=0.9, p90_ms=1.1, iqr_ms=0.1, min_ms=0.8, max_ms=1.2)
     return ShapeTiming(

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from kagent.agent.cli.trace_reading import minutes, shorten
 from kagent.sandbox import progress
-from kagent.sandbox.noise import score_lines
+from kagent.sandbox.noise import score_lines, score_text
 from kagent.sandbox.results import Determinism, EvalResult, Verdict
 from kagent.tasks import TaskRef
 
@@ -226,7 +226,13 @@ def run_panel(update, since_s: float = 0.0) -> Panel:
     seconds after the update was made: until the run has ended, its clocks move on by that."""
     moved = 0.0 if update.ended else since_s
     elapsed = update.elapsed_s + moved
-    best = f"{update.best_score:.3f}x (attempt {update.best_attempt})" if update.best_score is not None else "none yet"
+    # The best attempt's interval is in its ledger entry: the score goes with its noise, as in report.md.
+    interval = next((a.interval for a in update.attempts if a.number == update.best_attempt), None)
+    best = (
+        f"{score_text(update.best_score, interval)} (attempt {update.best_attempt})"
+        if update.best_score is not None
+        else "none yet"
+    )
     if update.final_score is not None:
         best += f" · re-verified {update.final_score:.3f}x: the result"
     head = _label_grid()
