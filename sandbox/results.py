@@ -74,6 +74,19 @@ class Roofline(Model):
     baseline_fraction: float
 
 
+def ms_text(value: float) -> str:
+    """Milliseconds to three significant digits, so that a table fits an 80-column terminal."""
+    return (
+        f"{value:.3f}"
+        if value < 1
+        else f"{value:.2f}"
+        if value < 10
+        else f"{value:.1f}"
+        if value < 100
+        else f"{value:.0f}"
+    )
+
+
 class ShapeTiming(Model):
     label: str = Field(description="'ctx 2048' for a decode task, 'default' for a KernelBench file")
     context_len: Optional[int] = None
@@ -143,6 +156,19 @@ class ShapeTiming(Model):
         if self.candidate_isolated_ms is None:
             return None
         return self.candidate_isolated_ms - self.candidate.median_ms
+
+    def host_overhead_text(self) -> str:
+        """The host overhead in words. It cannot be below zero: a step alone measured faster than
+        the steady pace is the two measurements' noise, and is said so rather than as a negative
+        overhead. (Call it where candidate_host_overhead_ms is not None.)"""
+        overhead = self.candidate_host_overhead_ms
+        assert overhead is not None
+        if overhead >= 0:
+            return f"host overhead {overhead:.3g} ms over the steady time"
+        return (
+            f"no host overhead to see: it read {-overhead:.3g} ms under the steady time "
+            f"{ms_text(self.candidate.median_ms)} ms, within the two measurements' noise"
+        )
 
 
 class LaunchReport(Model):

@@ -275,3 +275,14 @@ def test_a_result_cut_in_replay_counts_its_lines_in_good_english():
 
     assert "… 1 more line\n" in shown(MAX_RESULT_LINES + 1)  # it said "1 more lines"
     assert "… 2 more lines" in shown(MAX_RESULT_LINES + 2)
+
+
+def test_the_model_reads_no_negative_host_overhead_either():
+    """The evaluation's summary the model reads (tools/evaluation.py) words the figure as the
+    views do: one place, ShapeTiming.host_overhead_text."""
+    from kagent.tools.evaluation import summarize
+
+    faster_alone = timing("ctx 16", 1.0, 0.9, 1.1).model_copy(update={"candidate_isolated_ms": 0.8})
+    text = summarize(aa_result(faster_alone, score=1.0))
+    assert "host overhead -" not in text
+    assert "no host overhead to see: it read 0.2 ms under the steady time 1.00 ms" in text

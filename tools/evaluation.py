@@ -89,8 +89,7 @@ def summarize(result: EvalResult) -> str:
         if t.candidate_host_overhead_ms is not None:
             lines.append(
                 f"{t.label}: one step on its own (synchronized around) takes "
-                f"{t.candidate_isolated_ms:.4g} ms: host overhead {t.candidate_host_overhead_ms:.3g} ms over "
-                "the steady time"
+                f"{t.candidate_isolated_ms:.4g} ms: {t.host_overhead_text()}"
             )
     reports = [r for r in (result.launches_of("baseline"), result.launches_of("candidate")) if r is not None]
     if reports and all(r.launches is None for r in reports):

@@ -14,7 +14,7 @@ from rich.text import Text
 from kagent.agent.cli.trace_reading import minutes, shorten
 from kagent.sandbox import progress
 from kagent.sandbox.noise import score_lines, score_text
-from kagent.sandbox.results import Determinism, EvalResult, Verdict
+from kagent.sandbox.results import Determinism, EvalResult, Verdict, ms_text
 from kagent.tasks import TaskRef
 
 VERDICT_STYLE = {
@@ -39,19 +39,6 @@ def tasks_table(tasks: list[TaskRef]) -> Table:
     return table
 
 
-def _ms(value: float) -> str:
-    """Three significant digits, so that the table fits an 80-column terminal."""
-    return (
-        f"{value:.3f}"
-        if value < 1
-        else f"{value:.2f}"
-        if value < 10
-        else f"{value:.1f}"
-        if value < 100
-        else f"{value:.0f}"
-    )
-
-
 def timing_table(result: EvalResult) -> Table:
     contestant = "the baseline again (A/A)" if result.mode == "aa" else "the solution"
     step = "call" if result.step_name == "call" else "step"
@@ -66,8 +53,8 @@ def timing_table(result: EvalResult) -> Table:
         roofline = f"{t.roofline.candidate_fraction:.1%}" if t.roofline else "–"
         table.add_row(
             t.label,
-            f"{_ms(t.baseline.median_ms)}\n({_ms(t.baseline.p10_ms)}–{_ms(t.baseline.p90_ms)})",
-            f"{_ms(t.candidate.median_ms)}\n({_ms(t.candidate.p10_ms)}–{_ms(t.candidate.p90_ms)})",
+            f"{ms_text(t.baseline.median_ms)}\n({ms_text(t.baseline.p10_ms)}–{ms_text(t.baseline.p90_ms)})",
+            f"{ms_text(t.candidate.median_ms)}\n({ms_text(t.candidate.p10_ms)}–{ms_text(t.candidate.p90_ms)})",
             f"{t.tokens_per_s:,.0f}",
             f"{t.speedup:.3f}x" + (" ≈" if t.within_noise else ""),
             f"{t.ci_low:.2f}–{t.ci_high:.2f}",
@@ -155,7 +142,9 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
         lines.append(f"device time: {device_time}")
     for t in result.timings:
         if t.candidate_host_overhead_ms is not None and t.candidate_isolated_ms is not None:
-            lines.append(f"{t.label}: one step on its own takes {_ms(t.candidate_isolated_ms)} ms ({_overhead(t)})")
+            lines.append(
+                f"{t.label}: one step on its own takes {ms_text(t.candidate_isolated_ms)} ms ({t.host_overhead_text()})"
+            )
     if result.bandwidth:
         source = "cached" if result.bandwidth.cached else "measured now"
         lines.append(f"copy bandwidth: {result.bandwidth.bytes_per_s / 1e12:.3f} TB/s ({source})")
@@ -176,19 +165,6 @@ def _result_lines(result: EvalResult, result_path: str | None) -> list[str]:
     if result_path:
         lines.append(f"result written to {result_path}")
     return lines
-
-
-def _overhead(t) -> str:
-    """The host's time a step on its own adds over the steady time (``t``: a ShapeTiming). It
-    cannot be below zero: a step alone measured faster than the steady pace is the two
-    measurements' noise, and is said so rather than as a negative overhead."""
-    overhead = t.candidate_host_overhead_ms
-    if overhead >= 0:
-        return f"host overhead {overhead:.3g} ms over the steady time"
-    return (
-        f"no host overhead to see: it read {-overhead:.3g} ms under the steady time "
-        f"{_ms(t.candidate.median_ms)} ms, within the two measurements' noise"
-    )
 
 
 def _lease_line(result: EvalResult) -> str:
