@@ -277,7 +277,7 @@ def run(
     bench = subprocess.run(
         [
             sys.executable,
-            str(EXAMPLE / "bench.py"),
+            str(REPO / "lab" / "megakernel" / "bench.py"),
             "--out",
             str(out / "bench.json"),
             *(["--recording"] if recording else []),
