@@ -103,6 +103,12 @@ class EvalOptions(BaseModel):
         description="The fewest consecutive steps per timed block; "
         "the contestants alternate block by block (default 1)",
     )
+    judged_chains: Optional[int] = Field(
+        None,
+        ge=0,
+        description="Timed chains of each shape judged step by step against the reference afterwards, "
+        "chosen at random (default 4; more catch a rarer wrong run, each costs the reference's steps)",
+    )
     min_request_ms: Optional[float] = Field(
         None,
         ge=0,
@@ -333,6 +339,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "warmup": options.warmup,
         "block_steps": options.block_steps,
         "min_request_ms": options.min_request_ms,
+        "judged_chains": options.judged_chains,
         "hang_after_s": options.hang_after_s,
         "reference_workers": options.reference_workers,
         "cache_dir": str(options.cache_dir) if options.cache_dir else None,

@@ -252,13 +252,6 @@ class Model(torch.nn.Module):
         Verdict.ERROR,
         "load",
     ),
-    "import_error": (
-        """
-import a_module_that_does_not_exist
-""",
-        Verdict.ERROR,
-        "load",
-    ),
 }
 
 
@@ -291,6 +284,16 @@ def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, t
     assert result.reason.startswith(check + ":"), result.reason
     assert check_named(result, check).status in ("fail", "error")
     assert result.score is None
+
+
+def test_an_import_of_a_module_that_is_nowhere_is_refused_with_its_name(kimi, kagent_home, tmp_path):
+    """Neither in the solution's folder nor installed: refused before the harness runs, as a
+    module made at run time would be, with the import named."""
+    solution = reference_solution(kimi, tmp_path, "\nimport a_module_that_does_not_exist\n")
+    result = run_eval(kimi, solution, kagent_home, mode="check")
+    assert result.verdict is Verdict.FORBIDDEN and result.score is None
+    assert result.reason.startswith("module_made_at_run_time at solution.py:"), result.reason
+    assert "import a_module_that_does_not_exist" in result.reason
 
 
 @pytest.mark.slow
@@ -577,10 +580,10 @@ def test_printed_pass_and_early_exit_do_not_pass(kimi, kagent_home, tmp_path):
 @pytest.mark.slow
 def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path, monkeypatch):
     # Inside the jail the task's files are on a read-only mount and the write is refused (the
-    # red-team corpus checks that); without the jail, as here on purpose, root can write them,
+    # red-team corpus checks that); without the jail or the solution's box, as here on purpose, root can write them,
     # and the hash check must catch it.
     found = containment.probe()
-    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False))
+    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False, solution_box=False))
     patch = (Path(__file__).parent / "redteam" / "writes_grading_files.py").read_text()
     result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
     if os.geteuid() == 0:  # root ignores file modes: the hash check must catch it
@@ -599,7 +602,7 @@ def test_patching_the_installed_harness_is_caught_and_undone(kimi, kagent_home, 
     shutil.copytree(evaluate.HARNESS_SOURCE, installed, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(evaluate, "HARNESS", evaluate.Pristine(installed, sorted(installed.rglob("*.py"))))
     found = containment.probe()
-    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False))
+    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False, solution_box=False))
     original = (installed / "compare.py").read_text()
     patch = f"""
 import pathlib as _pathlib

@@ -18,6 +18,7 @@ from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
+from kagent.sandbox.noise import score_text
 
 from conftest import WAIT_S, processes_with
 
@@ -152,11 +153,12 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     assert json.loads((run_dir / "report.json").read_text())["best_attempt"] == 2
     markdown = (run_dir / "report.md").read_text()
     assert "- best attempt while exploring: 2" in markdown
+    result = score_text(report.final_score, report.result_interval)
     assert (
-        f"- result: {report.final_score:.3f}x, attempt 2 as the final re-verification measured it "
+        f"- result: {result}, attempt 2 as the final re-verification measured it "
         f"({report.final_score / report.best_score - 1:+.1%} from {report.best_score:.3f}x while exploring)" in markdown
     )
-    assert f"- final re-verification: pass, {report.final_score:.3f}x" in markdown
+    assert f"- final re-verification: pass, {result}" in markdown
     assert "| shape | while exploring | re-verified (the result) |" in markdown
     assert status["result_score"] == report.final_score
 

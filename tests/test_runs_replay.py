@@ -416,7 +416,8 @@ def test_run_ids_are_never_wrapped_at_80_columns(runs_root):
     proc = kagent("runs", runs=runs_root, columns=80)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert all(len(line.rstrip()) <= 80 for line in lines)
+    # Every line fits but the title, whose path (longer under pytest-xdist's folders) is not wrapped.
+    assert all(len(line.rstrip()) <= 80 for line in lines if str(runs_root) not in line)
     for run_id in [*long_ids, "done", "killed"]:
         assert any(line.split() and line.split()[0] == run_id for line in lines), run_id
     assert f"Runs in {runs_root}" in proc.stdout

@@ -529,7 +529,7 @@ def runs_command(
             highlight=False,
         )
         return
-    console.print(runs_view(summaries, f"Runs in {folder} (newest first)", console))
+    console.print(runs_view(summaries, f"Runs in {folder} (newest first)", console), crop=False)
 
 
 @app.command("replay")

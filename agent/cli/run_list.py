@@ -185,7 +185,8 @@ def runs_table(summaries: list[RunSummary], title: str) -> Table:
 def runs_list(summaries: list[RunSummary], title: str) -> Group:
     """Two lines per run, for a terminal too narrow for the table: the run id whole (the task
     begins it) with its state, then the rest."""
-    lines: list[RenderableType] = [Text(title, style="italic"), Text("")]
+    # The title names the runs folder, a path a user copies: never wrapped either.
+    lines: list[RenderableType] = [Text(title, style="italic", no_wrap=True, overflow="ignore"), Text("")]
     for s in summaries:
         lines.append(Text.assemble((s.run_id, "bold"), "  ", _state(s), no_wrap=True, overflow="ignore"))
         figures = _figures(s)
