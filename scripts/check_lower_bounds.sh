@@ -18,10 +18,10 @@ rm -rf "$venv"
 python3 -m venv "$venv"
 . "$venv/bin/activate"
 constraints="$venv/lower-bounds.txt"
-python3 scripts/lower_bounds.py --except torch --extra test --extra report --extra ray >"$constraints"
+python3 scripts/lower_bounds.py --except torch --extra test --extra report --extra ray --extra example-kernel >"$constraints"
 echo "lower bounds under test:"; sed 's/^/  /' "$constraints"
 pip install -q torch==2.13.0
-pip install -q -c "$constraints" -e '.[test,report,ray]'
+pip install -q -c "$constraints" -e '.[test,report,ray,example-kernel]'
 # pip keeps to the constraints or fails; printed so that a log says what ran.
 echo "installed:"; pip list --format=freeze | grep -i -f <(cut -d= -f1 "$constraints"; echo torch) | sed 's/^/  /'
 if [ $# -eq 0 ]; then
