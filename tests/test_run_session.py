@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -322,6 +323,21 @@ class ClockedModel:
         return self._inner.complete(*args, **kwargs)
 
 
+class ThinkingModel:
+    """A model still thinking ``seconds`` into its first answer, by a fake clock: it answers
+    only once ``answer`` is set (the run must have given up on it by then)."""
+
+    name = "scripted"
+
+    def __init__(self, clock, seconds: float):
+        self._clock, self._seconds, self.answer = clock, seconds, threading.Event()
+
+    def complete(self, *args, **kwargs):
+        self._clock.advance(self._seconds)
+        self.answer.wait()
+        raise AssertionError("the run waited for an answer past its deadline")
+
+
 @pytest.mark.slow
 def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     """`--budget 1m` and a model that takes 40 s a turn: the final slice (the last 30 s)
@@ -329,8 +345,11 @@ def test_a_run_the_wall_budget_ends_before_any_attempt_is_stopped(tmp_path):
     from kagent.agent.loop.budget import FakeClock
 
     clock = FakeClock()
-    model = ClockedModel([call_turn("list_files"), call_turn("finish", summary="never reached")], clock, 40)
-    run_dir, report = start_run(run_options(tmp_path, tmp_path / "unused", wall_s=60), clock=clock, model=model)
+    model = ThinkingModel(clock, 40)
+    try:
+        run_dir, report = start_run(run_options(tmp_path, tmp_path / "unused", wall_s=60), clock=clock, model=model)
+    finally:
+        model.answer.set()
     assert report.status == "stopped" and report.reason.startswith("the final slice"), report.reason
     assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
     # The model call the deadline cut is in the trace, so that replay tells it.

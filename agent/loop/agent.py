@@ -475,10 +475,14 @@ class Agent:
 
         worker = threading.Thread(target=call, daemon=True, name=f"model-turn-{self.turn}")
         worker.start()
-        worker.join(timeout=max(0.0, self.tracker.final_slice_starts() - self.tracker.clock.now()))
-        if worker.is_alive():
-            self.trace.append(Interrupted(cause="deadline", during="waiting for the model"))
-            raise Stop("the final slice came during a model call", "budget")
+        # Waited for in short slices, the clock read again each time: the tracker's clock need not
+        # be this process's (a fake one in tests), so one wait computed up front could overshoot.
+        while worker.is_alive():
+            left = self.tracker.final_slice_starts() - self.tracker.clock.now()
+            if left <= 0:
+                self.trace.append(Interrupted(cause="deadline", during="waiting for the model"))
+                raise Stop("the final slice came during a model call", "budget")
+            worker.join(timeout=min(left, 0.5))
         if "error" in box:
             raise box["error"]
         return box["response"]
