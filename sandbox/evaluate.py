@@ -48,7 +48,7 @@ from kagent.sandbox.results import (
     check_verdict,
 )
 from kagent.sandbox.scrub import scrubbed_env
-from kagent.tasks import TaskRef
+from kagent.tasks import KINDS, TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
 HARNESS_PACKAGE = "kagent_harness"
@@ -71,14 +71,6 @@ MAX_COPIED_FILE_BYTES = 16 << 20
 OUTPUT_TAIL_CHARS = 4000
 # After the child exits, how long to wait for stragglers holding the pipe.
 DRAIN_GRACE_S = 2.0
-# Inputs drawn at run time, which no solution can know in advance, per kind of task. A decode
-# step is cheap and its expected values are small, so many: a solution wrong on 1 input in 10
-# passes 48 of them with probability 0.9**48, about 0.6% (a run's final re-verification uses
-# twice as many: 0.9**96, about 4e-5). More would cost the warm evaluation's time budget at
-# full scale: each secret case is a reference step (about 30 ms on an H200), and about two
-# draws in three are drawn again at routing near-ties. A KernelBench file's forward can be
-# slow, and its outputs, all held at once, large: 2.
-DEFAULT_HIDDEN_SEEDS = {"mega": 48, "kernelbench": 2}
 
 
 class EvalOptions(BaseModel):
@@ -146,7 +138,7 @@ class EvalOptions(BaseModel):
     hidden_seeds: Optional[int] = Field(
         None,
         ge=1,
-        description="Seeds drawn at run time, unknown to the solution (None: the task kind's DEFAULT_HIDDEN_SEEDS)",
+        description="Seeds drawn at run time, unknown to the solution (None: the task kind's hidden_seeds)",
     )
     atol: Optional[float] = Field(
         None,
@@ -166,7 +158,7 @@ class EvalOptions(BaseModel):
 
     def hidden_seeds_for(self, kind: str) -> int:
         """How many seeds an evaluation of a task of ``kind`` draws at run time."""
-        return self.hidden_seeds or DEFAULT_HIDDEN_SEEDS[kind]
+        return self.hidden_seeds or KINDS[kind].hidden_seeds
 
 
 def _sha256(data: bytes) -> str:
@@ -222,8 +214,7 @@ _TASKS: dict[Path, Pristine] = {}
 def pristine_task(task: TaskRef) -> Pristine:
     """The task's files as this process first read them."""
     if task.path not in _TASKS:
-        root = task.path if task.kind == "mega" else task.path.parent
-        _TASKS[task.path] = Pristine(root, task.files())
+        _TASKS[task.path] = Pristine(task.root, task.files())
     return _TASKS[task.path]
 
 
@@ -286,7 +277,8 @@ class Bundle:
         HARNESS.write(self.harness)
         self.task_dir.mkdir()
         self.sources["task"].write(self.task_dir)
-        self.task_file = None if task.kind == "mega" else self.task_dir / task.path.name
+        # Where the task lies in the copy: its folder, or its file in it.
+        self.task_path = self.task_dir / task.path.relative_to(task.root)
         if solution is not None:
             _copy_solution(solution, self.work)
             self.solution: Optional[Path] = self.work / solution.name
@@ -330,7 +322,7 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
         "kind": task.kind,
         "mode": options.mode,
         "task_dir": str(bundle.task_dir),
-        "task_file": str(bundle.task_file) if bundle.task_file else None,
+        "task_file": str(bundle.task_path),
         "solution": str(bundle.solution) if bundle.solution else None,
         "scale": options.scale,
         "device": options.device,

@@ -12,6 +12,7 @@ from typing import Final, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from kagent.sandbox.lease import LeaseRecord
+from kagent.tasks import KINDS, KindName
 
 EVAL_RESULT_VERSION: Final = 1
 
@@ -253,7 +254,7 @@ class EvalResult(Model):
 
     version: Literal[1] = EVAL_RESULT_VERSION
     task: str
-    task_kind: Literal["mega", "kernelbench"]
+    task_kind: KindName
     solution: Optional[str] = Field(None, description="Path of the solution file (None in A/A mode)")
     solution_sha256: Optional[str] = None
     mode: Literal["eval", "check", "aa"]
@@ -317,14 +318,14 @@ class EvalResult(Model):
 
     @property
     def step_name(self) -> str:
-        """What one timed step is called: a KernelBench file's forward is a call, a decode
-        task's step a token."""
-        return "call" if self.task_kind == "kernelbench" else "token"
+        """What one timed step is called, by the task's kind: a KernelBench file's forward is a
+        call, a decode task's step a token."""
+        return KINDS[self.task_kind].step_name
 
     @property
     def rate_unit(self) -> str:
-        """The unit of steps per second: calls/s for a KernelBench file, tok/s for a decode task."""
-        return "calls/s" if self.task_kind == "kernelbench" else "tok/s"
+        """The unit of steps per second, by the task's kind (calls/s, tok/s)."""
+        return KINDS[self.task_kind].rate_unit
 
     def launches_of(self, who: str) -> Optional[LaunchReport]:
         return next((r for r in self.launches if r.who == who), None)

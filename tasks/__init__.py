@@ -1,53 +1,50 @@
 """Tasks kagent can grade: its built-in ones (folders beside this file) and the user's own.
 
-A task argument is a built-in name, a KernelBench-Mega-style problem folder (reference.py,
-shapes.py, problem.yaml, PROMPT.txt, optional baseline.py), or a KernelBench-style single
-file (class Model, get_inputs(), get_init_inputs(); solutions define ModelNew).
-
-A folder is read in kagent's own layout or in the public KernelBench-Mega board's, as
-published: settings kagent keeps under its own keys (``correctness``, ``forbidden_imports``)
-the board keeps elsewhere (``tolerance.cos_sim``, a ``forbidden`` list of source strings,
-``GRADING_SEEDS`` in shapes.py); the harness (sandbox/harness/mega.py) reads both.
+A task argument is a built-in name, or the path of a task of one of the kinds in ``KINDS``: a
+KernelBench-Mega-style problem folder (tasks/mega.py) or a KernelBench-style single file
+(tasks/kernelbench.py). A kind is a plugin: its module owns how its files are read, and its
+line in ``KINDS`` makes kagent grade it (the harness's side: kagent.sandbox.harness.kinds).
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from kagent.core.errors import KagentError
+from kagent.tasks.kernelbench import KernelBench
+from kagent.tasks.kind import TaskKind
+from kagent.tasks.mega import MEGA_REQUIRED_FILES as MEGA_REQUIRED_FILES  # the sweep's planner reads it here
+from kagent.tasks.mega import Mega
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-MEGA_REQUIRED_FILES = ("reference.py", "shapes.py")
-# The one kind of problem folder kagent grades: a stateful decode step. Its reference.py
-# builds the config from a shape, draws the inputs from a seed and defines the model whose
-# step(hidden, state) is the task; its shapes.py lists the shapes.
-MEGA_REFERENCE_NAMES = ("build_config", "init_state", "init_token", "Model")
-MEGA_SHAPES_NAMES = ("SHAPES",)
-MEGA_LAYOUT = (
-    "reference.py defining build_config(shape), init_state(cfg, context_len, seed), "
-    "init_token(cfg, seed) and Model(cfg) with step(hidden, state); shapes.py defining SHAPES "
-    "(dicts with context_len and steps)"
-)
-# What a KernelBench problem file defines.
-KERNELBENCH_NAMES = ("Model", "get_inputs", "get_init_inputs")
+# Every kind of task kagent grades, by name; the order is the order paths are offered to them.
+KINDS: dict[str, TaskKind] = {kind.name: kind for kind in (Mega(), KernelBench())}
 # An entry of the public board's `forbidden` list that is an import ("import gym").
 _IMPORT_STATEMENT = re.compile(r"^(?:import|from)\s+([A-Za-z_][\w.]*)$")
 # One that is a package's name ("vllm", "auto_gptq").
 _PACKAGE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
+def _known_kind(name: str) -> str:
+    if name not in KINDS:
+        raise ValueError(f"no task kind {name!r}: kagent grades {', '.join(KINDS)}")
+    return name
+
+
+# A kind's name, as the trace and the results record it.
+KindName = Annotated[str, AfterValidator(_known_kind)]
+
+
 class TaskRef(BaseModel):
     """Where a task lives and how to grade it."""
 
     name: str = Field(description="Built-in name, or the folder or file name of a user's task")
-    kind: Literal["mega", "kernelbench"] = Field(description="mega: stateful step(); kernelbench: forward()")
+    kind: KindName = Field(description="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()))
     path: Path = Field(description="The task folder (mega) or file (kernelbench)")
     builtin: bool = False
     description: str = ""
@@ -55,12 +52,11 @@ class TaskRef(BaseModel):
 
     @property
     def forbidden_imports(self) -> list[str]:
-        """kagent's own list, and the modules the public board's `forbidden` list names; for a
-        KernelBench file, its own module (the solution's folder lies beside the task's, and
-        the file is the grader's reference: never the solution's code at run time)."""
+        """kagent's own list, the modules the public board's `forbidden` list names, and those
+        the task's kind forbids (a KernelBench file's own module)."""
         board = self.problem.get("forbidden")
         named = [m for entry in board if (m := forbidden_module(entry))] if isinstance(board, list) else []
-        own = [self.path.stem] if self.kind == "kernelbench" and self.path.stem.isidentifier() else []
+        own = self.kind_of.own_forbidden_imports(self.path)
         return list(dict.fromkeys([*self.problem.get("forbidden_imports", []), *named, *own]))
 
     @property
@@ -69,17 +65,22 @@ class TaskRef(BaseModel):
         return self.problem.get("megakernel") is True
 
     @property
+    def kind_of(self) -> TaskKind:
+        """The task's kind (tasks/kind.py): what its files are and how it is graded."""
+        return KINDS[self.kind]
+
+    @property
     def prompt(self) -> str:
-        prompt_file = self.path / "PROMPT.txt" if self.kind == "mega" else None
-        if prompt_file and prompt_file.exists():
-            return prompt_file.read_text()
-        return self.path.read_text() if self.kind == "kernelbench" else ""
+        return self.kind_of.prompt(self.path)
+
+    @property
+    def root(self) -> Path:
+        """The folder that holds the task's files: ``path`` itself, or the folder of a file."""
+        return self.kind_of.root(self.path)
 
     def files(self) -> list[Path]:
         """The files that make up the task, all of which the grading copy must hold unchanged."""
-        if self.kind == "kernelbench":
-            return [self.path]
-        return sorted(p for p in self.path.iterdir() if p.is_file() and not p.name.startswith("."))
+        return self.kind_of.files(self.path)
 
     def sha256(self) -> str:
         h = hashlib.sha256()
@@ -107,117 +108,17 @@ def forbidden_module(entry: object) -> str | None:
     return entry if _PACKAGE_NAME.match(entry) else None
 
 
-def _read_problem(folder: Path) -> dict:
-    path = folder / "problem.yaml"
-    if not path.exists():
-        return {}
-    try:
-        problem = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise KagentError(f"{path} is not valid YAML: {err}") from err
-    if not isinstance(problem, dict):
-        raise KagentError(f"{path} must hold a mapping, not {type(problem).__name__}")
-    return problem
-
-
-def _top_level_names(path: Path) -> dict[str, bool]:
-    """The names a Python file binds at its top level (functions, classes, assignments,
-    imports), read without running it; True for those it defines with def or class."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError) as err:
-        raise KagentError(f"cannot read {path} as Python: {err}") from err
-    names: dict[str, bool] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = True
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update({n.id: False for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)})
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update({alias.asname or alias.name.split(".")[0]: False for alias in node.names})
-    return names
-
-
-def _check_mega_layout(folder: Path) -> None:
-    """One clear error for a folder of another kind (a training loop, a forward pass), before
-    any of it runs."""
-    for file, wanted in (("reference.py", MEGA_REFERENCE_NAMES), ("shapes.py", MEGA_SHAPES_NAMES)):
-        names = _top_level_names(folder / file)
-        missing = [n for n in wanted if n not in names]
-        if missing:
-            # What it does define says what kind of task it is (train(): a training loop).
-            own = [n for n, defined in names.items() if defined and not n.startswith("_")]
-            what = f" (its functions and classes: {', '.join(own)})" if own else ""
-            raise KagentError(
-                f"{folder} is a problem folder of a kind kagent does not grade: its {file} defines "
-                f"no {', '.join(missing)}{what}",
-                hint=f"kagent grades a stateful decode step: {MEGA_LAYOUT}",
-            )
-
-
-def _kernelbench_files(folder: Path) -> list[Path]:
-    """The KernelBench problem files a folder holds (Model, get_inputs and get_init_inputs)."""
-    found = []
-    for path in sorted(folder.glob("*.py")):
-        try:
-            names = _top_level_names(path)
-        except KagentError:
-            continue
-        if all(names.get(n) for n in KERNELBENCH_NAMES):
-            found.append(path)
-    return found
-
-
-def _mega(folder: Path, builtin: bool) -> TaskRef:
-    missing = [f for f in MEGA_REQUIRED_FILES if not (folder / f).is_file()]
-    if missing:
-        problems = _kernelbench_files(folder)
-        if problems:
-            raise KagentError(
-                f"{folder} is a folder of {len(problems)} KernelBench problem files ({problems[0].name}, ...), "
-                "not one problem",
-                hint=f"grade one with `kagent eval {problems[0]} SOLUTION`, or run an agent on each with "
-                f"`kagent sweep {folder}`",
-            )
-        raise KagentError(f"{folder} is not a KernelBench-Mega problem folder: it has no {', '.join(missing)}")
-    _check_mega_layout(folder)
-    problem = _read_problem(folder)
-    # The public board describes a problem by its display_name.
-    description = problem.get("description") or problem.get("display_name") or ""
-    return TaskRef(
-        name=problem.get("name") or folder.name,
-        kind="mega",
-        path=folder.resolve(),
-        builtin=builtin,
-        description=str(description).strip(),
-        problem=problem,
-    )
-
-
-def _kernelbench(file: Path) -> TaskRef:
-    try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
-    except (OSError, SyntaxError, UnicodeDecodeError) as err:
-        raise KagentError(f"cannot read {file} as Python: {err}") from err
-    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-    missing = [n for n in KERNELBENCH_NAMES if n not in defined]
-    if missing:
-        raise KagentError(f"{file} is not a KernelBench problem file: it defines no {', '.join(missing)}")
-    model = next(n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == "Model")
-    doc = ast.get_docstring(tree) or ast.get_docstring(model)
-    return TaskRef(
-        name=file.stem,
-        kind="kernelbench",
-        path=file.resolve(),
-        description=(doc or "KernelBench problem").strip().splitlines()[0],
-    )
+def _read(path: Path, builtin: bool = False) -> TaskRef | None:
+    """The task at ``path``, read by the first kind that claims it; None where none does."""
+    kind = next((k for k in KINDS.values() if path.exists() and k.claims(path)), None)
+    if kind is None:
+        return None
+    return TaskRef(kind=kind.name, path=path.resolve(), builtin=builtin, **vars(kind.read(path)))
 
 
 def builtin_tasks() -> list[TaskRef]:
-    return [
-        _mega(d, builtin=True) for d in sorted(BUILTIN_DIR.iterdir()) if d.is_dir() and (d / "reference.py").is_file()
-    ]
+    found = (_read(d, builtin=True) for d in sorted(BUILTIN_DIR.iterdir()) if (d / "reference.py").is_file())
+    return [task for task in found if task is not None]
 
 
 def resolve_task(arg: str) -> TaskRef:
@@ -226,12 +127,9 @@ def resolve_task(arg: str) -> TaskRef:
     if arg in names:
         return names[arg]
     path = Path(arg).expanduser()
-    if path.is_dir():
-        return _mega(path, builtin=False)
-    if path.is_file():
-        if path.suffix != ".py":
-            raise KagentError(f"{path} is neither a problem folder nor a Python problem file")
-        return _kernelbench(path)
+    task = _read(path)
+    if task is not None:
+        return task
     raise KagentError(
         f"no task named {arg!r}",
         hint=f"built-in tasks: {', '.join(sorted(names))}; "

@@ -17,6 +17,7 @@ from kagent.agent.cli.views import print_result
 from kagent.sandbox import containment, evaluate
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
+from kagent.tasks import KINDS
 
 from conftest import check_named, reference_solution, run_eval, write_solution
 
@@ -457,7 +458,7 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
         "timed_chain_ctx_32",
         "timed_chain_ctx_64",
     ]
-    assert len(result.hidden_seeds) == evaluate.DEFAULT_HIDDEN_SEEDS["mega"]
+    assert len(result.hidden_seeds) == KINDS["mega"].hidden_seeds
     assert all(s >= 1000 for s in result.hidden_seeds)
     # On the CPU the reference repeats itself bit for bit, and the result view says so.
     assert result.determinism.bitwise_equal and result.determinism.max_abs_diff == 0.0

@@ -18,8 +18,8 @@ from kagent.agent.lifecycle.runs import start_run
 from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
-from kagent.sandbox.evaluate import DEFAULT_HIDDEN_SEEDS
 from kagent.sandbox.noise import score_text
+from kagent.tasks import KINDS
 
 from conftest import WAIT_S, processes_with
 
@@ -138,7 +138,7 @@ def test_scripted_session_end_to_end(tmp_path, reference_text):
     finalized = next(e for e in trace.events if e.type == "finalized")
     assert finalized.best_attempt == 2 and finalized.evaluation["verdict"] == "pass"
     # The verdict the run ends on drew more secret seeds than any evaluation during the run.
-    assert len(finalized.evaluation["hidden_seeds"]) == FINAL_HIDDEN_SEEDS_FACTOR * DEFAULT_HIDDEN_SEEDS["mega"]
+    assert len(finalized.evaluation["hidden_seeds"]) == FINAL_HIDDEN_SEEDS_FACTOR * KINDS["mega"].hidden_seeds
     # The model was told why its change was reverted, and sees the ledger in full whenever it changed.
     told = next(
         e.content for e in trace.events if e.type == "tool_finished" and e.name == "check" and "reverted" in e.content

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kagent.sandbox.harness.kinds import KINDS
 from kagent.tools.kernel_reports import triton_kernel_record
-
-MODEL_CLASS = {"mega": "Model", "kernelbench": "ModelNew"}
 
 
 class TritonCompiles:
@@ -137,7 +136,7 @@ def _import_and_step(job: dict, solution: Path, result: dict[str, Any]) -> None:
         raise ImportError(f"cannot import {solution}")
     module = sys.modules["solution"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model_class = MODEL_CLASS[job["task_kind"]]
+    model_class = KINDS[job["task_kind"]].model_class
     if not isinstance(getattr(module, model_class, None), type):
         return  # a helper or a scratch file: importing it was the build
     result["model_class"] = model_class

@@ -8,15 +8,11 @@ import os
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING
 
 # Nothing here imports torch before the evaluation's other processes are started (spawn.py).
 from . import lease, spawn
+from .kinds import KINDS
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
-
-if TYPE_CHECKING:
-    from .kernelbench import KernelBenchEvaluation
-    from .mega import MegaEvaluation
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,14 +61,9 @@ def run(job: dict, channel: Channel, early: dict[str, spawn.Started] | None = No
     from .loading import CandidateError, TaskError
     from .remote import TrustedFailed
 
-    Evaluation: type[MegaEvaluation | KernelBenchEvaluation]
-    if job["kind"] == "mega":
-        from .mega import MegaEvaluation as Evaluation
-    else:
-        from .kernelbench import KernelBenchEvaluation as Evaluation
     evaluation = None
     try:
-        evaluation = Evaluation(job, channel, early, began=started)
+        evaluation = KINDS[job["kind"]].evaluation_class()(job, channel, early, began=started)
         evaluation.run()
     except TaskError as err:
         channel.send("task_error", reason=str(err))

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .kinds import KINDS
 from .protocol import make_non_dumpable
 
 SERVER = Path(__file__).resolve().parent / "solution_server.py"
@@ -220,7 +221,7 @@ def contestant_env(who: str, job: dict) -> dict[str, str]:
 
 def reference_workers(job: dict) -> int:
     """How many reference workers the job's evaluation runs."""
-    if job["kind"] != "mega":
+    if not KINDS[job["kind"]].has_reference_workers:
         return 0
     count = job.get("reference_workers")
     return int(count) if count is not None else DEFAULT_REFERENCE_WORKERS[job["device"].split(":")[0]]

@@ -1,0 +1,85 @@
+"""What a kind of task is, on the agent side: the base class every kind derives from.
+
+A kind (a KernelBench-Mega problem folder, a KernelBench problem file) owns how a path is
+recognised and read as a task, which files make the task up, the text the model is given, and
+the few facts the rest of kagent asks of it (how many seeds an evaluation draws at run time,
+what one timed call is called). The registry, ``kagent.tasks.KINDS``, maps each kind's name to
+its object; the harness keeps a registry of its own under the same names
+(``kagent.sandbox.harness.kinds``), since it imports nothing of kagent.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from kagent.core.errors import KagentError
+
+
+@dataclass
+class TaskFields:
+    """What a kind reads from a task's files: the rest of its ``TaskRef``."""
+
+    name: str
+    description: str
+    problem: dict = field(default_factory=dict)
+
+
+class TaskKind:
+    """One kind of task. A subclass states its facts as class attributes and reads its files."""
+
+    name: ClassVar[str]
+    # What a solution of this kind implements, said in TaskRef.kind's description.
+    summary: ClassVar[str]
+    # Seeds an evaluation draws at run time, which no solution can know in advance.
+    hidden_seeds: ClassVar[int]
+    # What one timed call of a solution computes, and the rate of them the results show.
+    step_name: ClassVar[str]
+    rate_unit: ClassVar[str]
+    # Whether the task has a smoke and a full scale (a KernelBench file has one size only).
+    has_scales: ClassVar[bool]
+
+    def claims(self, path: Path) -> bool:
+        """Whether ``path`` (an existing file or folder) is to be read as a task of this kind."""
+        raise NotImplementedError
+
+    def read(self, path: Path) -> TaskFields:
+        """The task at ``path``; a KagentError that says why when it is not one of this kind."""
+        raise NotImplementedError
+
+    def root(self, path: Path) -> Path:
+        """The folder that holds the task's files (an evaluation copies it)."""
+        raise NotImplementedError
+
+    def files(self, path: Path) -> list[Path]:
+        """The files that make up the task, all of which the grading copy must hold unchanged."""
+        raise NotImplementedError
+
+    def prompt(self, path: Path) -> str:
+        """The task's own text for the model ("" where it has none)."""
+        raise NotImplementedError
+
+    def own_forbidden_imports(self, path: Path) -> list[str]:
+        """Modules a solution of this task may not import because of where the task lies."""
+        return []
+
+
+def top_level_names(path: Path) -> dict[str, bool]:
+    """The names a Python file binds at its top level (functions, classes, assignments,
+    imports), read without running it; True for those it defines with def or class."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError) as err:
+        raise KagentError(f"cannot read {path} as Python: {err}") from err
+    names: dict[str, bool] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update({n.id: False for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({alias.asname or alias.name.split(".")[0]: False for alias in node.names})
+    return names
