@@ -9,14 +9,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-# Substrings (upper case) that mark a variable as a secret, and prefixes of providers' settings.
+from kagent.core.providers import secret_prefixes
+
+# Substrings (upper case) that mark a variable as a secret.
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_")
 
 
 def is_secret_name(name: str) -> bool:
+    """A secret's name, or one of a provider's variables (its key, endpoint, organisation: the
+    prefixes kagent.core.providers states)."""
     upper = name.upper()
-    return any(m in upper for m in SECRET_MARKERS) or upper.startswith(SECRET_PREFIXES)
+    return any(m in upper for m in SECRET_MARKERS) or upper.startswith(secret_prefixes())
 
 
 def scrubbed_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:

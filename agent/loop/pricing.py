@@ -1,9 +1,9 @@
 """What a run costs: USD per million tokens by model, matched on the longest name prefix.
 
 The built-in table holds the list prices of hosted Anthropic and OpenAI models (5-minute
-cache writes for Anthropic; OpenAI does not charge for writing its cache). Local servers and
-scripted models are free. A user file, ``$KAGENT_HOME/prices.yaml`` or a path given to
-:func:`load_prices`, adds or overrides entries::
+cache writes for Anthropic; OpenAI does not charge for writing its cache). A provider that is
+not hosted (kagent.core.providers: a local server, a scripted session) is free. A user file,
+``$KAGENT_HOME/prices.yaml`` or a path given to :func:`load_prices`, adds or overrides entries::
 
     claude-opus-5: {input: 5, output: 25, cache_read: 0.5, cache_write: 6.25}
 """
@@ -19,6 +19,7 @@ import yaml
 from kagent.core.errors import KagentError
 from kagent.core.messages import Usage
 from kagent.core.paths import kagent_home
+from kagent.core.providers import provider_of
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,6 @@ BUILTIN_PRICES: dict[str, Price] = {
     "o4-mini": Price(1.10, 4.40, 0.275),
 }
 
-# Providers whose models run on the user's own hardware or nowhere at all.
-FREE_PROVIDERS = {"openai-compatible", "scripted"}
 _FIELDS = {f.name for f in fields(Price)}
 
 
@@ -125,10 +124,11 @@ def load_prices(path: Optional[Union[str, Path]] = None) -> dict[str, Price]:
 
 def _model_of(spec_or_model: str) -> Optional[str]:
     """The hosted model name of a spec or bare name; None for a free provider."""
-    provider, sep, rest = spec_or_model.partition(":")
+    _, sep, rest = spec_or_model.partition(":")
     if not sep:
         return spec_or_model
-    return None if provider in FREE_PROVIDERS else rest
+    provider = provider_of(spec_or_model)
+    return None if provider is not None and not provider.hosted else rest
 
 
 def price_of(spec_or_model: str, prices: Optional[dict[str, Price]] = None) -> Optional[Price]:

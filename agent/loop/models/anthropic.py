@@ -11,6 +11,7 @@ import httpx2  # the SDK's HTTP client: a dropped stream surfaces as its Transpo
 
 from kagent.agent.loop.models.limits import MIN_ANSWER_TOKENS, MIN_THINKING_BUDGET
 from kagent.agent.loop.models.retry import parse_retry_after, status_error
+from kagent.agent.loop.models.spec import ModelChoice
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
     Message,
@@ -23,9 +24,10 @@ from kagent.core.messages import (
     ToolSpec,
     Usage,
 )
+from kagent.core.providers import PROVIDERS
 
 _SERVICE = "the Anthropic API"
-_KEY_ENV = "ANTHROPIC_API_KEY"
+_KEY_ENV = PROVIDERS["anthropic"].key_variable or ""
 _CACHE = {"type": "ephemeral"}
 # Budget-thinking models think between tool calls only with this beta (adaptive thinking, from
 # the 4.6 models on, interleaves by itself): without it a model thinks at its first turn and
@@ -272,3 +274,16 @@ class AnthropicModel:
             key_env=_KEY_ENV,
             retry_after=parse_retry_after(exc.response.headers.get("retry-after")),
         )
+
+
+def from_choice(choice: ModelChoice) -> AnthropicModel:
+    """The factory of the ``anthropic`` provider (kagent.core.providers)."""
+    return AnthropicModel(
+        choice.rest,
+        api_key=choice.api_key(),
+        name=choice.spec,
+        timeout_s=choice.timeout_s,
+        base_url=choice.url(),
+        thinking_budget=choice.thinking_budget,
+        reasoning_effort=choice.reasoning_effort,
+    )

@@ -30,6 +30,7 @@ import yaml
 
 from kagent.core.errors import KagentError
 from kagent.core.paths import kagent_home
+from kagent.core.providers import provider_of
 
 ThinkingForm = Literal["budget", "adaptive", "effort", "none"]
 THINKING_FORMS: tuple[str, ...] = get_args(ThinkingForm)
@@ -96,8 +97,12 @@ BUILTIN_LIMITS: dict[str, ModelLimits] = {
     "o3": ModelLimits(100_000, "effort"),
     "o4-mini": ModelLimits(100_000, "effort"),
 }
-# The providers the built-in table speaks for.
-TABLE_PROVIDERS = {"anthropic", "openai", "openai-chat"}
+
+
+def _in_table(spec: str) -> bool:
+    """Whether the built-in table speaks for the provider a spec names (its hosted ones)."""
+    provider = provider_of(spec)
+    return provider is not None and provider.hosted
 
 
 def _user_file(path: Path) -> dict[str, dict]:
@@ -145,11 +150,11 @@ def _longest_prefix(model: str, table: dict[str, ModelLimits]) -> Optional[Model
 def known_limits(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> Optional[ModelLimits]:
     """The user's entry for the model a spec names, else the built-in one (Anthropic and OpenAI
     only), else None."""
-    provider, _, rest = spec.partition(":")
-    model = rest.rpartition("#")[2] if provider == "openai-compatible" else rest
+    provider, rest = provider_of(spec), spec.partition(":")[2]
+    model = provider.model_of(rest) if provider else rest
     user = load_limits() if user is None else user
     found = _longest_prefix(model, user)
-    if found is None and provider in TABLE_PROVIDERS:
+    if found is None and _in_table(spec):
         found = _longest_prefix(model, BUILTIN_LIMITS)
     return found
 
@@ -163,7 +168,7 @@ def limits_of(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> Model
 def limits_warning(spec: str, user: Optional[dict[str, ModelLimits]] = None) -> Optional[str]:
     """What to tell the user of a hosted model neither table knows: what kagent assumes of it
     (a wrong cap or window is refused by the service, or wastes the model); None when known."""
-    if spec.partition(":")[0] not in TABLE_PROVIDERS or known_limits(spec, user) is not None:
+    if not _in_table(spec) or known_limits(spec, user) is not None:
         return None
     d = DEFAULT_LIMITS
     return (
@@ -198,14 +203,14 @@ def parse_thinking(value: Union[str, int, None]) -> Union[str, int]:
         raise KagentError(f"--thinking takes on, off or a budget in tokens, not {value!r}") from None
 
 
-def _asked_form(form: ThinkingForm, provider: str, budget_given: bool, effort: Optional[str]) -> ThinkingForm:
+def _asked_form(form: ThinkingForm, spec: str, budget_given: bool, effort: Optional[str]) -> ThinkingForm:
     """How thinking is asked of the model: in its own form; asked explicitly of a model the
-    table does not know (form none), in its provider's natural form."""
+    table does not know (form none), in its provider's natural form (Provider.unknown_thinking)."""
     if form != "none" or not (budget_given or effort):
         return form
-    if provider == "anthropic":
-        return "budget" if not effort else "adaptive"
-    return "effort"
+    provider = provider_of(spec)
+    with_budget, with_effort = provider.unknown_thinking if provider else ("effort", "effort")
+    return with_effort if effort else with_budget
 
 
 def _thinking_budget(wanted: Union[str, int], cap: int) -> int:
@@ -241,7 +246,6 @@ def output_settings(
     take is a clear error before anything starts.
     """
     limits = limits_of(spec, user)
-    provider = spec.partition(":")[0]
     cap = max_output_tokens or limits.max_output_tokens
     if cap <= 0:
         raise KagentError(f"--max-output-tokens must be positive, not {cap}")
@@ -249,7 +253,7 @@ def output_settings(
     if effort is not None and effort not in EFFORTS:
         raise KagentError(f"--reasoning-effort must be one of {', '.join(EFFORTS)}, not {effort!r}")
     budget_given = isinstance(wanted, int)
-    form = _asked_form(limits.thinking, provider, budget_given, effort)
+    form = _asked_form(limits.thinking, spec, budget_given, effort)
     if wanted == "off":
         if effort:
             raise KagentError("--reasoning-effort asks for thinking, which --thinking off turns off")

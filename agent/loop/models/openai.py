@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
 import httpx2  # the SDK's HTTP client: a dropped stream may surface as its TransportError
 import openai
 
 from kagent.agent.loop.models.retry import parse_retry_after, status_error
+from kagent.agent.loop.models.spec import ModelChoice
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
     Message,
@@ -24,8 +26,9 @@ from kagent.core.messages import (
     ToolSpec,
     Usage,
 )
+from kagent.core.providers import PROVIDERS
 
-_KEY_ENV = "OPENAI_API_KEY"
+_KEY_ENV = PROVIDERS["openai-chat"].key_variable or ""
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -263,3 +266,34 @@ class OpenAIModel:
             request_id=request_id or raw["id"],
             raw=raw,
         )
+
+
+def chat_from_choice(choice: ModelChoice) -> OpenAIModel:
+    """The factory of the ``openai-chat`` provider: an OpenAI model through chat.completions."""
+    return OpenAIModel(
+        choice.rest,
+        api_key=choice.api_key(),
+        name=choice.spec,
+        timeout_s=choice.timeout_s,
+        base_url=choice.url(),
+        reasoning_effort=choice.reasoning_effort,
+    )
+
+
+def compatible_from_choice(choice: ModelChoice) -> OpenAIModel:
+    """The factory of the ``openai-compatible`` provider: a local server, ``<url>#<model>``."""
+    url, sep, model = choice.rest.rpartition("#")
+    if not sep or not url or not model:
+        raise choice.bad("an openai-compatible spec needs <url>#<model>")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise choice.bad(f"{url!r} is not an http(s) URL, such as http://localhost:8000/v1")
+    return OpenAIModel(
+        model,
+        api_key=choice.api_key(),  # local servers usually ignore it, but the SDK insists on one
+        name=choice.spec,
+        base_url=choice.base_url or url,
+        timeout_s=choice.timeout_s,
+        compatible=True,
+        reasoning_effort=choice.reasoning_effort,
+    )

@@ -20,7 +20,9 @@ from typing import Any, Optional
 import httpx2  # the SDK's HTTP client: a dropped stream may surface as its TransportError
 import openai
 
+from kagent.agent.loop.models.limits import known_limits
 from kagent.agent.loop.models.openai import parse_arguments, status_error_of
+from kagent.agent.loop.models.spec import ModelChoice
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
     Message,
@@ -33,9 +35,10 @@ from kagent.core.messages import (
     ToolSpec,
     Usage,
 )
+from kagent.core.providers import PROVIDERS
 
 _SERVICE = "the OpenAI API"
-_KEY_ENV = "OPENAI_API_KEY"
+_KEY_ENV = PROVIDERS["openai"].key_variable or ""
 # Why an answer stopped short (``incomplete_details.reason``), in kagent's terms.
 _INCOMPLETE: dict[str, StopReason] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
 
@@ -287,3 +290,18 @@ class ResponsesModel:
             request_id=request_id or raw.get("id"),
             raw=raw,
         )
+
+
+def from_choice(choice: ModelChoice) -> ResponsesModel:
+    """The factory of the ``openai`` provider (kagent.core.providers)."""
+    # A model known not to reason (gpt-4.1, gpt-4o) is not asked for reasoning items.
+    known = known_limits(choice.spec)
+    return ResponsesModel(
+        choice.rest,
+        api_key=choice.api_key(),
+        name=choice.spec,
+        timeout_s=choice.timeout_s,
+        base_url=choice.url(),
+        reasoning_effort=choice.reasoning_effort,
+        reasons=bool(choice.reasoning_effort) or known is None or known.thinking != "none",
+    )

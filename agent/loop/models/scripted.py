@@ -24,6 +24,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from kagent.agent.loop.models.spec import ModelChoice
 from kagent.core.errors import ModelError
 from kagent.core.messages import Message, ModelResponse, TextBlock, ThinkingBlock, ToolCall, ToolSpec, Usage
 
@@ -221,3 +222,17 @@ class ScriptedModel:
             if isinstance(block, ToolCall):  # each lap's calls named apart from the earlier laps'
                 block.id = f"{block.id}_lap{lap}"
         return turn
+
+
+def from_choice(choice: ModelChoice) -> ScriptedModel:
+    """The factory of the ``scripted`` provider: ``<file>``, ``<name>``, with ``?delay=<seconds>``."""
+    path, delay_s = parse_spec(choice.rest)
+    script = read_script(script_path(path))
+    return ScriptedModel(
+        script.turns,
+        name=choice.spec,
+        delay_s=delay_s,
+        needs=script.needs,
+        hint=script.hint,
+        loop_from=script.loop_from,
+    )
