@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kagent.agent.outcome import REPEATED_FAILURE_LIMIT
 from kagent.core.errors import KagentError
+from kagent.core.providers import PROVIDERS
 
 DEFAULT_WALL_S = 3 * 3600.0
 # Answers without a tool call in a row that end a run (a plan, thinking aloud or waiting for a
@@ -146,10 +147,7 @@ class RunSettings(BaseModel):
         description="What this run should try, told to the model in its first "
         "message (a sweep's branches of one task are told apart so)",
     )
-    model: str = Field(
-        description="provider:model (anthropic:<model>, openai:<model>, openai-chat:<model>, "
-        "openai-compatible:<url>#<model>, scripted:<file>)"
-    )
+    model: str = Field(description=f"provider:model ({', '.join(p.forms[0] for p in PROVIDERS.values())})")
     budget: Budget = Field(default_factory=Budget, description="What the run may spend: wall time, money, tokens")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N; a run keeps the device auto resolved to")
     scale: Optional[Scale] = Field(
