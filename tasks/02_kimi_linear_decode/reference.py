@@ -8,7 +8,8 @@ marks as float32 is done in float32.
 
 Public names: Config, build_config, quantize_int4, dequantize_int4, QuantLinear,
 QuantExperts, KDA, MLA, MoE, Block, Model, init_state, init_token; the harness's optional
-hooks decision_margins, decision_margin, runner_up and salient_state.
+hooks decision_margins, decision_margin, decision_rounding, runner_up, screening (with
+NearTie) and salient_state.
 """
 from __future__ import annotations
 
@@ -316,8 +317,10 @@ class MoE(nn.Module):
             w = torch.cat([w[:-1], top.values[-1:]])
             idx = torch.cat([idx[:-1], top.indices[-1:]])
         # How far this choice was from a tie: the relative gap between the last chosen
-        # expert and the first one left out (read by decision_margin below).
+        # expert and the first one left out (read by decision_margin below), and what that
+        # gap is made of, from which routing_rounding bounds what rounding can move of it.
         self.last_margin = (top.values[cfg.n_active - 1] - top.values[-1]) / top.values[cfg.n_active - 1]
+        self.last_boundary = (x, logits, top.indices[cfg.n_active - 1], top.indices[-1])
         if self.stop_below_margin is not None and float(self.last_margin) < self.stop_below_margin:
             raise NearTie(f"a routing margin of {float(self.last_margin):.4f}, below {self.stop_below_margin}")
         w = w / (w.sum() + 1e-9) * cfg.routed_scaling
@@ -349,8 +352,13 @@ class Block(nn.Module):
         self.moe = self.moe_layer(cfg)
 
     def step(self, x: torch.Tensor, st: dict) -> torch.Tensor:
-        h = x + self.attn.step(self.norm(x, self.attn_norm, EPS), st)
-        return h + self.moe.step(self.norm(h, self.moe_norm, EPS))
+        attn = self.attn.step(self.norm(x, self.attn_norm, EPS), st)
+        h = x + attn
+        moe = self.moe.step(self.norm(h, self.moe_norm, EPS))
+        # What the residual stream was made of, for decision_rounding: references kept, no
+        # work done (the baseline inherits this step and must not pay for it).
+        self.last_parts = (attn, h, moe)
+        return h + moe
 
 
 class Model(nn.Module):
@@ -398,6 +406,84 @@ def decision_margins(model: Model) -> list[float]:
 def decision_margin(model: Model) -> float:
     """The least of decision_margins: how close the last step came to any tie."""
     return min(decision_margins(model))
+
+
+# bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most this
+# fraction of itself (the unit roundoff: half the 2**-7 spacing of bf16 values in [1, 2)).
+BF16_UNIT_ROUNDOFF = 2.0**-8
+# The bf16 roundings on the way through one sublayer (attention or MoE) of a kernel that does
+# its math in bf16, as the task's baseline does: the first projection's weights dequantized
+# to bf16 and its output, the activation between (the convolution's, RoPE's, attention's
+# weights, silu(gate) * up), the last projection's weights and its output, and the sublayer's
+# output as it joins the stream.
+SUBLAYER_ROUNDINGS = 6
+# How many standard deviations of rounding noise routing_rounding allows: by Bernstein's
+# inequality a sum of many small independent errors passes 4 of them with probability below
+# exp(-8), about 3e-4, in the one direction that swaps two experts.
+ROUNDING_DEVIATIONS = 4.0
+
+
+def decision_rounding(model: Model) -> list[float]:
+    """For each of decision_margins, the margin below which bf16 rounding on the way to that
+    routing can swap its last chosen expert with the first one left out (an optional hook:
+    the harness excuses a runner-up only below it).
+
+    What rounding moves of a router's input, in units of one rounding of it (an error of
+    variance u**2 / 3 times its square): each sublayer before it adds SUBLAYER_ROUNDINGS
+    roundings of its own output, each sum into the stream one rounding of the stream, and
+    the norm one rounding of its result; every part weighed by its size beside the stream
+    the router reads. So the routing of a layer whose stream is mostly the token carries
+    little, and one whose stream the experts before it made carries theirs.
+
+    Measured on the CPU (seeds 0-8, each from init_state and from salient_state, ctx 64): at
+    full scale the bounds read 2.5-2.7% at layer 0 and 4.0-4.7% at layers 1-3, where the bf16
+    baseline's router input strayed from the reference's by 0.1, 1.3, 2.1 and 2.6-5.0
+    roundoffs (in norm) and moved the gap by at most 0.65 of the bound (it swapped three
+    experts, at margins of 0.7-0.8%, each well below); at smoke scale 0.6-1.5%, with the
+    baseline at most 0.18 of it. The old excuse was 6% everywhere."""
+    bounds, spread = [], torch.zeros(())
+    for blk in model.blocks:
+        attn, h, moe = blk.last_parts
+        spread = spread.to(h.device) + SUBLAYER_ROUNDINGS * _square(attn) + _square(h)
+        bounds.append(float(routing_rounding(blk.moe, spread / _square(h) + 1)))
+        spread = spread + SUBLAYER_ROUNDINGS * _square(moe) + _square(h.float() + moe.float())
+    return bounds
+
+
+def _square(t: torch.Tensor) -> torch.Tensor:
+    return t.float().pow(2).sum()
+
+
+def routing_rounding(moe: MoE, roundings: torch.Tensor | float) -> torch.Tensor:
+    """The margin (decision_margins' measure) that ``roundings`` bf16 roundings of the
+    router's input, and a rounding of its logits, can move at the last step's top-k boundary.
+
+    Which expert wins depends only on the gap of the two logits, g = l_k - l_(k+1), with
+    l = x @ W.T (x the normed hidden, W the router's bf16 weight): softmax divides both
+    probabilities by the same sum, so p_(k+1) / p_k = exp(-g) and the margin is 1 - exp(-g);
+    rounding can swap the two only where it moves g by g or more, so a bound B on that move
+    is a bound 1 - exp(-B) on the margin it can swap. B is the sum of two parts.
+
+    The logits. A kernel that holds them in bf16 moves each by at most u of itself, so g by
+    at most u (|l_k| + |l_(k+1)|): about 0.9% at full scale, where the boundary's logits are
+    about 1.2, and 0.2% at smoke scale. The softmax is float32 (the spec), which moves g by
+    about 1e-7.
+
+    The input. A rounding moves each component by at most u of itself, up or down as the
+    digits fall, so by an error of variance at most u**2 / 3 times its square; a kernel that
+    sums in another order or keeps another precision lands on the other side of some of them.
+    With that many roundings' worth of independent errors spread over x, g moves by a sum of
+    small independent terms with standard deviation s = u sqrt(roundings / 3) |x| |W_k -
+    W_(k+1)| / sqrt(hidden), and the bound takes ROUNDING_DEVIATIONS of them. A kernel whose
+    router input strays further than rounding does has no excuse at the boundary: it computed
+    something else."""
+    x, logits, last, first_out = moe.last_boundary
+    u = BF16_UNIT_ROUNDOFF
+    weight = moe.router.weight
+    direction = weight[last].float() - weight[first_out].float()
+    spread = u * torch.sqrt(torch.as_tensor(roundings) / 3) * x.float().norm() * direction.norm() / math.sqrt(x.numel())
+    scores = u * (logits[last].abs() + logits[first_out].abs())
+    return 1 - torch.exp(-(ROUNDING_DEVIATIONS * spread + scores))
 
 
 class NearTie(Exception):
