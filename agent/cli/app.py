@@ -209,7 +209,7 @@ def eval_command(
     if not json_output:
         what = "A/A (baseline vs baseline)" if aa else str(solution)
         # A KernelBench file has one size, its own: no scale to name.
-        where = resolved_device if task_ref.kind == "kernelbench" else f"{chosen_scale} scale, {resolved_device}"
+        where = f"{chosen_scale} scale, {resolved_device}" if task_ref.kind_of.has_scales else resolved_device
         err_console.print(f"[dim]evaluating {what} on {task_ref.name} ({where})…[/]")
     try:
         if err_console.is_terminal:  # progress for a person watching; stdout (--json) stays the result alone
