@@ -395,9 +395,11 @@ TAKES_THE_RUNNER_UP = """
 class Model(Model):
     def step(self, hidden, state):
         # A kernel whose rounding tips the routing's first near-tie the other way: the
-        # reference's step, with the runner-up taken at the first decision within 2% of a tie.
+        # reference's step, with the runner-up taken at the first decision within 2% of a tie
+        # and close enough to one that rounding can tip it (decision_rounding).
         super().step(hidden.clone(), [{k: v.clone() for k, v in layer.items()} for layer in state])
-        tied = [i for i, margin in enumerate(decision_margins(self)) if margin < 0.02]
+        margins, bounds = decision_margins(self), decision_rounding(self)
+        tied = [i for i, margin in enumerate(margins) if margin < min(0.02, bounds[i])]
         if not tied:
             return super().step(hidden, state)
         with runner_up(self, tied[0]):
