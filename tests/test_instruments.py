@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.instruments.stages import declared_stages, resolve_bytes, stamp_times, sweep_points
 from kagent.tasks import resolve_task
 from kagent.tools import default_tools
 from kagent.tools.base import ToolContext, cap, scrubbed_env
 from kagent.tools.ncu import details_text, parse_ncu_details
-from kagent.tools.stages import declared_stages, resolve_bytes, stage_table, stamp_times, sweep_points
+from kagent.tools.stages import stage_table
 
 from conftest import install_fake_ncu, reference_solution
 

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from kagent.sandbox.harness import kinds as harness_kinds
 from kagent.sandbox.harness.base import EvaluationBase
+from kagent.sandbox.instruments.job import ChildJob
 from kagent.tasks import KINDS, TaskRef, builtin_tasks, resolve_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,3 +38,41 @@ def test_a_path_is_read_by_the_kind_that_claims_it(tmp_path: Path):
 def test_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="no task kind 'triton'"):
         TaskRef(name="x", kind="triton", path=REPO)
+
+
+def test_the_instruments_build_every_kind():
+    from kagent.sandbox.instruments import kinds as instrument_kinds
+
+    assert list(instrument_kinds.KINDS) == list(KINDS)
+
+
+# Where a kind's name may be spelled: the modules that are the kinds, and the registries.
+REGISTRY_MODULES = {
+    "tasks/mega.py",
+    "tasks/kernelbench.py",
+    "sandbox/harness/kinds.py",
+    "sandbox/instruments/kinds.py",
+}
+
+
+def test_no_kind_is_named_outside_its_registries():
+    """No ``kind == "mega"`` anywhere: what differs by kind is asked of the kind's object."""
+    found = []
+    product = [p for folder in ("agent", "core", "prompts", "sandbox", "tools") for p in (REPO / folder).rglob("*.py")]
+    for path in [*product, *(REPO / "tasks").glob("*.py")]:
+        name = str(path.relative_to(REPO))
+        if name in REGISTRY_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in KINDS:
+                found.append(f"{name}:{node.lineno} {node.value!r}")
+    assert not found, found
+
+
+def test_an_instrument_refuses_a_job_of_another_version(tmp_path: Path):
+    job = ChildJob(kind="mega", task="t", solution=None, scale="smoke", device="cpu", cache_dir=None, result="r")
+    job.write(tmp_path / "job.json")
+    assert ChildJob.read(tmp_path / "job.json") == job
+    (tmp_path / "old.json").write_text(json.dumps({**dataclasses.asdict(job), "version": 0}))
+    with pytest.raises(ValueError, match="version 0"):
+        ChildJob.read(tmp_path / "old.json")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kagent.tools.stages import resolve_bytes, stamp_times
+from kagent.sandbox.instruments.stages import resolve_bytes, stamp_times
 
 pytestmark = [
     pytest.mark.example_kernel,

@@ -14,14 +14,14 @@ from types import SimpleNamespace
 import pytest
 
 from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.instruments.compile import TritonCompiles, triton_kernel_record
 from kagent.sandbox.results import Verdict
 from kagent.tools import compile as compile_tool, default_tools
 from kagent.tools.base import ToolContext, ToolError, cap, resolve_in_workspace, scrubbed_env
 from kagent.tools.compile import parse_ptxas
-from kagent.tools.compile_child import TritonCompiles
 from kagent.tools.evaluation import parse_ncu_csv
 from kagent.tools.jobs import Jobs
-from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_kernel_record, triton_table
+from kagent.tools.kernel_reports import parse_res_usage, res_usage_table, triton_table
 
 from conftest import processes_with, reference_solution
 

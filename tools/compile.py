@@ -1,7 +1,7 @@
 """Compiling a kernel: nvcc on a .cu file, with ptxas's per-kernel resource report parsed into a
 table; or a .py file imported in a fresh process and, when it defines the task's model, run for
-one warm-up step (compile_child.py), with a report of each Triton kernel it compiled and of the
-device code in each library it loaded (kernel_reports.py)."""
+one warm-up step (its child: kagent.sandbox.instruments.compile), with a report of each Triton
+kernel it compiled and of the device code in each library it loaded (kernel_reports.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from kagent.tools.base import (
     resolve_in_workspace,
     run_command,
 )
-from kagent.tools.evaluation import step_child_files
+from kagent.tools.children import child_command, child_files, child_job
 from kagent.tools.kernel_reports import find_cuda_tool, parse_res_usage, res_usage_table, triton_table
 
 NVCC_TIMEOUT_S = 300.0
@@ -45,8 +45,9 @@ _BARRIERS = re.compile(r"used (\d+) barriers")
 # Lines of a build log that say what went wrong, in nvcc, gcc, ninja and Python terms.
 _ERROR_LINE = re.compile(r"\berror\b|^\w*Error\b|FAILED:", re.IGNORECASE)
 
-# The child that imports a Python file, runs its warm-up step and says what it built.
-_CHILD = "import sys; from kagent.tools.compile_child import main; main(sys.argv[1])"
+# The child that imports a Python file, runs its warm-up step and says what it built
+# (kagent.sandbox.instruments.compile).
+COMPILE_CHILD = "kagent.sandbox.instruments.compile.main"
 
 
 def parse_ptxas(log: str) -> list[dict[str, Any]]:
@@ -177,28 +178,16 @@ class Compile(BaseTool):
 
     def _python(self, path: Path, shown: str, ctx: ToolContext) -> ToolOutcome:
         """Import (and step) the file in the compile child; report what it built."""
-        options = ctx.eval_options
-        with tempfile.TemporaryDirectory(prefix="kagent-compile-") as tmp:
-            result = Path(tmp) / "built.json"
-            job = {
-                "task_kind": ctx.task.kind,
-                "task_path": str(ctx.task.path),
-                "solution": str(path),
-                "scale": options.scale,
-                "device": options.device,
-                "context_len": None,
-                "cache_dir": str(options.cache_dir) if options.cache_dir else None,
-                "result": str(result),
-            }
-            job_file = Path(tmp) / "job.json"
-            job_file.write_text(json.dumps(job))
-            files = step_child_files(ctx, tmp)
+        with tempfile.TemporaryDirectory(prefix="kagent-compile-") as folder:
+            tmp = Path(folder)
+            result = tmp / "built.json"
+            writable, show = child_files(ctx, tmp)
             done = run_command(
-                [options.python, "-c", _CHILD, str(job_file)],
+                child_command(ctx, COMPILE_CHILD, child_job(ctx, path, result), tmp / "job.json"),
                 ctx,
                 IMPORT_TIMEOUT_S,
-                writable=files.writable,
-                show=files.show,
+                writable=writable,
+                show=show,
             )
             built = json.loads(result.read_text()) if result.exists() else {}
         what = f"import {shown} in a fresh python"

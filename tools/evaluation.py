@@ -7,21 +7,23 @@ A failing verdict is a measurement, not a tool error: the model reads it and fix
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 import tempfile
 from pathlib import Path
-from types import ModuleType
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from pydantic import Field
 
 from kagent.core.errors import KagentError
 from kagent.sandbox.evaluate import evaluate
+from kagent.sandbox.instruments.job import ChildJob
 from kagent.sandbox.lease import exclusive_here
 from kagent.sandbox.noise import score_lines
 from kagent.sandbox.results import EvalResult, LaunchReport, Verdict
 from kagent.tools.base import Args, BaseTool, ToolContext, ToolError, ToolFacts, ToolOutcome, run_command
+from kagent.tools.children import child_command, child_files, child_job
 
 PROFILE_TIMEOUT_S = 300.0
 NCU_TIMEOUT_S = 300.0
@@ -157,7 +159,8 @@ class Benchmark(BaseTool):
 
 
 # -- profile: the parent side ---------------------------------------------------------------
-_CHILD = "import sys; from kagent.tools.evaluation import profile_child; profile_child(sys.argv[1])"
+# The child half, run in a fresh python (kagent.sandbox.instruments.profile).
+PROFILE_CHILD = "kagent.sandbox.instruments.profile.profile_child"
 
 
 class ProfileArgs(Args):
@@ -180,19 +183,11 @@ class Profile(BaseTool):
     def execute(self, args: ProfileArgs, ctx: ToolContext) -> ToolOutcome:
         solution = _solution(ctx)
         options = ctx.eval_options
-        job = {
-            "task_kind": ctx.task.kind,
-            "task_path": str(ctx.task.path),
-            "solution": str(solution),
-            "scale": options.scale,
-            "device": options.device,
-            "steps": args.steps,
-            "context_len": args.context_len,
-            "cache_dir": str(options.cache_dir) if options.cache_dir else None,
-        }
         cuda = options.device.startswith("cuda")
-        with tempfile.TemporaryDirectory(prefix="kagent-profile-") as tmp:
-            result = self._child(ctx, {**job, "mode": "torch", "result": str(Path(tmp) / "ops.json")}, tmp)
+        with tempfile.TemporaryDirectory(prefix="kagent-profile-") as folder:
+            tmp = Path(folder)
+            job = child_job(ctx, solution, tmp / "ops.json", steps=args.steps, context_len=args.context_len)
+            result = self._child(ctx, job, tmp)
             parts = [_ops_table(result, cuda)]
             data: dict[str, Any] = {
                 "ops": result["ops"],
@@ -208,39 +203,34 @@ class Profile(BaseTool):
             elif not cuda:
                 parts.append("Nsight Compute: needs a CUDA device; this run profiles on the CPU")
             else:
-                kernels, note = self._ncu(
-                    ctx, ncu, {**job, "mode": "ncu", "steps": 1, "result": str(Path(tmp) / "ncu.json")}, tmp
-                )
+                ncu_job = dataclasses.replace(job, profiler="ncu", steps=1, result=str(tmp / "ncu.json"))
+                kernels, note = self._ncu(ctx, ncu, ncu_job, tmp)
                 data["ncu"] = kernels
                 parts.append(note or _ncu_table(kernels))
         return ToolOutcome(content="\n\n".join(parts), data=data)
 
-    def _child(self, ctx: ToolContext, job: dict, tmp: str) -> dict:
-        job_file = Path(tmp) / f"{job['mode']}_job.json"
-        job_file.write_text(json.dumps(job))
-        files = step_child_files(ctx, tmp)
+    def _child(self, ctx: ToolContext, job: ChildJob, tmp: Path) -> dict:
+        writable, show = child_files(ctx, tmp)
         with exclusive_here(ctx.eval_options.device, "profile"):  # the device alone (a sweep's lease)
             done = run_command(
-                [ctx.eval_options.python, "-c", _CHILD, str(job_file)],
+                child_command(ctx, PROFILE_CHILD, job, tmp / "torch_job.json"),
                 ctx,
                 PROFILE_TIMEOUT_S,
-                writable=files.writable,
-                show=files.show,
+                writable=writable,
+                show=show,
             )
-        result_file = Path(job["result"])
+        result_file = Path(job.result)
         if done.timed_out:
             raise ToolError(f"profiling timed out after {done.seconds:.0f} s (process group killed)\n{done.output}")
         if done.exit_code != 0 or not result_file.exists():
             raise ToolError(f"profiling failed (exit code {done.exit_code}):\n{done.output}")
         return json.loads(result_file.read_text())
 
-    def _ncu(self, ctx: ToolContext, ncu: str, job: dict, tmp: str) -> tuple[list[dict], str]:
+    def _ncu(self, ctx: ToolContext, ncu: str, job: ChildJob, tmp: Path) -> tuple[list[dict], str]:
         """Kernels of one step under ncu, or a note saying why there are none."""
-        job_file = Path(tmp) / "ncu_job.json"
-        job_file.write_text(json.dumps(job))
         # The report goes to a file: on stdout it is capped like any command's output, and 300
         # launches of 3 metrics each would lose their middle.
-        report = Path(tmp) / "ncu.csv"
+        report = tmp / "ncu.csv"
         argv = [
             ncu,
             "--profile-from-start",
@@ -252,35 +242,16 @@ class Profile(BaseTool):
             ",".join(NCU_METRICS),
             "--log-file",
             str(report),
-            ctx.eval_options.python,
-            "-c",
-            _CHILD,
-            str(job_file),
+            *child_command(ctx, PROFILE_CHILD, job, tmp / "ncu_job.json"),
         ]
-        files = step_child_files(ctx, tmp)
+        writable, show = child_files(ctx, tmp)
         with exclusive_here(ctx.eval_options.device, "profile (ncu)"):  # the device alone (a sweep's lease)
-            done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=files.writable, show=files.show)
+            done = run_command(argv, ctx, NCU_TIMEOUT_S, writable=writable, show=show)
         kernels = parse_ncu_csv(report.read_text(errors="replace") if report.exists() else done.output)
         if kernels:
             return kernels[:TOP_NCU_KERNELS], ""
         why = "timed out" if done.timed_out else f"exit code {done.exit_code}"
         return [], f"Nsight Compute gave no metrics ({why}):\n{_tail(done.output, DETAILS_CHARS)}"
-
-
-class ChildFiles(NamedTuple):
-    """What a child that builds the solution's step may touch beyond the workspace (run_command's
-    ``writable`` and ``show``)."""
-
-    writable: list[Path]
-    show: list[Path]
-
-
-def step_child_files(ctx: ToolContext, tmp: str) -> ChildFiles:
-    """What a child that builds the solution's step (the profiler's, the compile tool's) may
-    touch beyond the workspace: it reads its job and writes its result in ``tmp``, and reads
-    the task and the weights cached by evaluations."""
-    cache = [ctx.eval_options.cache_dir] if ctx.eval_options.cache_dir else []
-    return ChildFiles(writable=[Path(tmp)], show=[ctx.task.path, *cache])
 
 
 def _ops_table(result: dict, cuda: bool) -> str:
@@ -348,108 +319,3 @@ def parse_ncu_csv(output: str) -> list[dict]:
         for k in per_kernel.values()
     ]
     return sorted(kernels, key=lambda k: k["duration_us"], reverse=True)
-
-
-# -- profile: the child side (runs in a fresh process, imports the solution) -----------------
-def profile_child(job_file: str) -> None:
-    """Build the solution as the harness does (building.build), warm it up, then profile ``steps`` steps with
-    torch.profiler (mode "torch") or inside cudaProfilerStart/Stop for ncu (mode "ncu")."""
-    import torch
-
-    job = json.loads(Path(job_file).read_text())
-    device = torch.device(job["device"])
-    with torch.no_grad():
-        _, step, context_len = build_solution(job, device)
-        step()  # warm-up: first-call allocations, JIT builds and autotuning stay out of the table
-        _sync(device)
-        if job["mode"] == "ncu":
-            torch.cuda.profiler.start()
-            for _ in range(job["steps"]):
-                step()
-            _sync(device)
-            torch.cuda.profiler.stop()
-            return
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(job["steps"]):
-                step()
-            _sync(device)
-    ops = [
-        {
-            "name": e.key,
-            "calls": e.count,
-            "self_cpu_us": float(e.self_cpu_time_total),
-            # Renamed from self_cuda_time_total in newer torch.
-            "self_device_us": float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))),
-        }
-        for e in prof.key_averages()
-    ]
-    Path(job["result"]).write_text(
-        json.dumps(
-            {
-                "ops": ops,
-                "steps": job["steps"],
-                "device": str(device),
-                "scale": job["scale"],
-                "context_len": context_len,
-            }
-        )
-    )
-
-
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def build_solution(job: dict, device: Any, module: Optional[ModuleType] = None) -> tuple[Any, Any, Optional[int]]:
-    """The solution's model (from ``module`` when it is imported already), a no-argument callable
-    running one step of it (a forward on its inputs for a KernelBench task), and the context it
-    uses. The solution is built by the harness's own building.build, from the spec an
-    evaluation's solution process is given, so that what is profiled is built as what is timed."""
-    from kagent.sandbox.harness import building
-    from kagent.sandbox.harness.loading import DiskCache, load_module
-    from kagent.sandbox.harness.mega import Task, build_reference
-
-    solution = Path(job["solution"])
-    if job["task_kind"] == "kernelbench":
-        task_file = Path(job["task_path"])
-        problem = load_module(building.KERNELBENCH_MODULE, task_file)
-        init = list(problem.get_init_inputs())
-        reference = building.build(
-            building.kernelbench_spec("reference", task_file, None), init, device, module=problem
-        )
-        model = building.build(
-            building.kernelbench_spec("solution", task_file, solution),
-            init,
-            device,
-            reference.state_dict(),
-            module=module,
-        )
-        inputs = building.kernelbench_inputs(problem, 0, device)  # the timing seed's inputs
-        return model, (lambda: model(*inputs)), None
-    task = Task(Path(job["task_path"]), job["scale"], device)
-    # The reference's weights, from the harness's cache when an evaluation has filled it. The
-    # cache is read-only here: weights built anew are staged in the job's own folder and go
-    # with it (only evaluations fill the cache).
-    cache = DiskCache(Path(job["cache_dir"]) if job["cache_dir"] else None, Path(job["result"]).parent / "staged")
-    reference, _ = build_reference(task, cache)
-    model = building.build(
-        building.mega_spec("solution", task.dir, solution, task.has_baseline),
-        [task.cfg],
-        device,
-        reference.state_dict(),
-        module=module,
-    )
-    context_len = job["context_len"] or task.shapes[0]["context_len"]
-    seed = task.timing_seed
-    carried = {"hidden": task.init_token(seed), "state": task.init_state(context_len, seed)}
-
-    def step() -> None:
-        carried["hidden"], carried["state"] = model.step(carried["hidden"], carried["state"])
-
-    return model, step, context_len

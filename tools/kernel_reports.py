@@ -2,7 +2,7 @@
 Triton's compiled-kernel metadata, and ``cuobjdump -res-usage`` on the shared libraries a
 Python solution loaded (torch load_inline extensions, a library of its own), so that neither
 needs a flag from the solution. Parsing and tables here; the compile tool's child
-(compile_child.py) collects, the tool formats.
+(kagent.sandbox.instruments.compile) collects, the tool formats.
 """
 
 from __future__ import annotations
@@ -21,30 +21,6 @@ MAX_ROWS = 40
 _ARCH = re.compile(r"^\s*arch\s*=\s*(\S+)")
 _FUNCTION = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _RESOURCE = re.compile(r"([A-Z]+)(?:\[(\d+)\])?:(\d+)")
-
-
-def triton_kernel_record(kernel: Any, compile_s: float, cached: bool) -> dict[str, Any]:
-    """One Triton CompiledKernel as plain JSON: its metadata (name, shared memory, warps,
-    stages), and, once the driver has loaded it (at its first launch), registers and spills.
-    Triton's n_spills is the driver's local memory per thread in 4-byte words."""
-    meta = kernel.metadata
-    registers = getattr(kernel, "n_regs", None)
-    spills = getattr(kernel, "n_spills", None)
-    target = getattr(meta, "target", None)
-    arch = getattr(meta, "arch", None) or (f"sm{getattr(target, 'arch', '')}" if target is not None else None)
-    return {
-        "name": getattr(meta, "name", None) or getattr(kernel, "name", "?"),
-        "registers": registers,
-        "spill_bytes": None if spills is None else 4 * int(spills),
-        "shared_mem": getattr(meta, "shared", None),
-        "num_warps": getattr(meta, "num_warps", None),
-        "num_stages": getattr(meta, "num_stages", None),
-        "num_ctas": getattr(meta, "num_ctas", None),
-        "arch": arch,
-        "cooperative_launch": getattr(meta, "launch_cooperative_grid", None),
-        "compile_s": round(compile_s, 3),
-        "cached": cached,
-    }
 
 
 def _table(header: list[str], rows: list[tuple[list[Any], str]]) -> str:

@@ -1,4 +1,4 @@
-"""The compile tool's child, run contained by the evaluating interpreter: import a Python file
+"""The compile tool's child (kagent.tools.compile), run contained by the evaluating interpreter: import a Python file
 as the harness would (module ``solution``, its folder on the import path); where it defines
 the task's model, build it with the reference's weights and run one warm-up step, as the
 profiler does, so that Triton compiles its kernels (at their first launch) and load_inline
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kagent.sandbox.harness.kinds import KINDS
-from kagent.tools.kernel_reports import triton_kernel_record
+from kagent.sandbox.instruments.job import ChildJob
 
 
 class TritonCompiles:
@@ -57,6 +57,30 @@ class TritonCompiles:
                 _load(kernel)  # compiled but not launched: loading it gives the registers
             records.append(triton_kernel_record(kernel, seconds, cached))
         return records
+
+
+def triton_kernel_record(kernel: Any, compile_s: float, cached: bool) -> dict[str, Any]:
+    """One Triton CompiledKernel as plain JSON: its metadata (name, shared memory, warps,
+    stages), and, once the driver has loaded it (at its first launch), registers and spills.
+    Triton's n_spills is the driver's local memory per thread in 4-byte words."""
+    meta = kernel.metadata
+    registers = getattr(kernel, "n_regs", None)
+    spills = getattr(kernel, "n_spills", None)
+    target = getattr(meta, "target", None)
+    arch = getattr(meta, "arch", None) or (f"sm{getattr(target, 'arch', '')}" if target is not None else None)
+    return {
+        "name": getattr(meta, "name", None) or getattr(kernel, "name", "?"),
+        "registers": registers,
+        "spill_bytes": None if spills is None else 4 * int(spills),
+        "shared_mem": getattr(meta, "shared", None),
+        "num_warps": getattr(meta, "num_warps", None),
+        "num_stages": getattr(meta, "num_stages", None),
+        "num_ctas": getattr(meta, "num_ctas", None),
+        "arch": arch,
+        "cooperative_launch": getattr(meta, "launch_cooperative_grid", None),
+        "compile_s": round(compile_s, 3),
+        "cached": cached,
+    }
 
 
 def _load(kernel: Any) -> None:
@@ -101,11 +125,11 @@ def _under(path: Path, folder: Path) -> bool:
 
 
 def main(job_file: str) -> None:
-    job = json.loads(Path(job_file).read_text())
+    job = ChildJob.read(job_file)
     triton = TritonCompiles() if importlib.util.find_spec("triton") is not None else None
-    solution = Path(job["solution"])
+    solution = Path(str(job.solution))
     result: dict[str, Any] = {
-        "device": job["device"],
+        "device": job.device,
         "model_class": None,
         "stepped": False,
         "step_seconds": None,
@@ -113,7 +137,7 @@ def main(job_file: str) -> None:
         "triton_installed": triton is not None,
         "triton_version": triton.version if triton else None,
     }
-    on_gpu = job["device"].startswith("cuda")
+    on_gpu = job.device.startswith("cuda")
     try:
         _import_and_step(job, solution, result)
     except BaseException:
@@ -124,10 +148,10 @@ def main(job_file: str) -> None:
         extensions = os.environ.get("TORCH_EXTENSIONS_DIR")
         roots = [solution.parent.resolve(), Path.home().resolve(), *([Path(extensions)] if extensions else [])]
         result["libraries"] = loaded_libraries(roots, skipped=[triton.cache.resolve()] if triton else [])
-        Path(job["result"]).write_text(json.dumps(result))
+        Path(job.result).write_text(json.dumps(result))
 
 
-def _import_and_step(job: dict, solution: Path, result: dict[str, Any]) -> None:
+def _import_and_step(job: ChildJob, solution: Path, result: dict[str, Any]) -> None:
     sys.path.insert(0, str(solution.parent))  # its own helper modules, as in the harness
     # As the harness's loading.load_module does, without importing torch for a file that
     # does not (a helper, a scratch file) by importing the harness.
@@ -136,17 +160,17 @@ def _import_and_step(job: dict, solution: Path, result: dict[str, Any]) -> None:
         raise ImportError(f"cannot import {solution}")
     module = sys.modules["solution"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model_class = KINDS[job["task_kind"]].model_class
+    model_class = KINDS[job.kind].model_class
     if not isinstance(getattr(module, model_class, None), type):
         return  # a helper or a scratch file: importing it was the build
     result["model_class"] = model_class
     import torch
 
-    from kagent.tools.evaluation import build_solution
+    from kagent.sandbox.instruments import kinds  # torch and the harness: only for a file that builds a model
 
-    device = torch.device(job["device"])
+    device = torch.device(job.device)
     with torch.no_grad():
-        _, step, result["context_len"] = build_solution(job, device, module)
+        _, step, result["context_len"] = kinds.KINDS[job.kind].solution_step(job, device, module)
         began = time.perf_counter()
         _run_step(step, device)
         result.update(stepped=True, step_seconds=round(time.perf_counter() - began, 3))
