@@ -130,6 +130,16 @@ def default_scale(device: str) -> Scale:
     return "full" if device.startswith("cuda") else "smoke"
 
 
+def scale_warning(device: str, scale: str) -> Optional[str]:
+    """What to tell the user who asks for the full-size task on the CPU; None otherwise."""
+    if scale != "full" or device != "cpu":
+        return None
+    return (
+        "--scale full on the CPU: the full-size task is sized for a GPU, so every evaluation is far slower "
+        "and may run into its time limit (smoke is the CPU's default)"
+    )
+
+
 class RunSettings(BaseModel):
     """How a run goes. Each field is a setting a --config file may give by its name (the
     command line's flags set some of them too); RunConfig is what a started run keeps."""

@@ -22,10 +22,10 @@ from kagent.agent.lifecycle.device import machine_text, resolve_device
 from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.loop.agent import Agent, RunReport, ViewUpdate
 from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
-from kagent.agent.loop.models import make_model
+from kagent.agent.loop.models import run_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
-from kagent.agent.settings import RunConfig, RunSettings, minutes
+from kagent.agent.settings import RunConfig, RunSettings, minutes, scale_warning
 from kagent.agent.storage.folders import RUN_FILES, check_run_id, find_run
 from kagent.agent.storage.lock import RunLock
 from kagent.agent.storage.trace import Interrupted, InterruptionCause, RunResumed, TraceWriter, read_trace
@@ -333,14 +333,13 @@ def start_run(
     model: Optional[ChatModel] = None,
     warn: Callable[[str], None] = lambda text: None,
 ) -> tuple[Path, RunReport]:
-    """Create the run folder and drive the agent until it ends; returns the folder and report."""
+    """Create the run folder and drive the agent until it ends; returns the folder and report.
+    ``warn`` is told what the user should beware of: a full-size task on the CPU, and the
+    figures' caveats."""
     task: TaskRef = resolve_task(settings.task)
-    inner = model or make_model(
-        settings.model,
-        timeout_s=settings.model_timeout_s,
-        thinking_budget=settings.thinking_budget,
-        reasoning_effort=settings.reasoning_effort,
-    )
+    inner = model or run_model(settings)
+    # The device is resolved here alone (auto made concrete, a CUDA device checked to exist),
+    # and the scale chosen from it by for_run: the command line passes the settings as given.
     device = resolve_device(settings.device)
     _check_the_model_can_run_on(inner, device)
     run_id = settings.run_id or new_run_id(task.name)
@@ -353,6 +352,8 @@ def start_run(
             f"there is a run {run_id} already ({run_dir})", hint=f"kagent resume {run_id} goes on with it"
         ) from None
     config = settings.for_run(run_id, device)
+    if (warning := scale_warning(config.device, config.scale)) is not None:
+        warn(warning)
     write_json_atomically(run_dir / RUN_FILES["config"], config.model_dump_json(indent=1))
     with RunLock(run_dir):
         tracker = BudgetTracker(config.budget, clock or SystemClock())
@@ -406,12 +407,7 @@ def resume_run(
             tokens_before=state.usage.total_tokens,
             cost_before_usd=state.cost,
         )
-        inner = model or make_model(
-            config.model,
-            timeout_s=config.model_timeout_s,
-            thinking_budget=config.thinking_budget,
-            reasoning_effort=config.reasoning_effort,
-        )
+        inner = model or run_model(config)
         if hasattr(inner, "start_at"):  # a scripted model goes on with the turn after the last answered one
             inner.start_at = state.responses
         segment = state.segments + 1

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from typing import Optional
 
 from kagent.agent.loop.models.spec import ModelChoice, bad_spec
-from kagent.agent.settings import REQUEST_TIMEOUT_S
+from kagent.agent.settings import REQUEST_TIMEOUT_S, RunSettings
 from kagent.core.errors import ModelError
 from kagent.core.messages import ChatModel
 from kagent.core.providers import PROVIDERS, Provider, provider_of, spec_forms
 
 # Every form a spec may take, for messages that list them.
 SPEC_FORMS = tuple(spec_forms())
-__all__ = ["PROVIDERS", "SPEC_FORMS", "make_model"]
+__all__ = ["PROVIDERS", "SPEC_FORMS", "make_model", "run_model"]
 
 
 def _factory(provider: Provider) -> Callable[[ModelChoice], ChatModel]:
@@ -58,3 +58,15 @@ def make_model(
         raise bad_spec(spec, "nothing after the provider")
     choice = ModelChoice(spec, provider, rest, timeout_s, base_url, thinking_budget, reasoning_effort)
     return _factory(provider)(choice)
+
+
+def run_model(settings: RunSettings) -> ChatModel:
+    """The model a run's settings (or a started run's config) name, with the options they give
+    it: made here alone, for ``kagent run`` (before anything slow, so that a bad spec or a
+    missing key is said at once) and for a run started or resumed without a model given."""
+    return make_model(
+        settings.model,
+        timeout_s=settings.model_timeout_s,
+        thinking_budget=settings.thinking_budget,
+        reasoning_effort=settings.reasoning_effort,
+    )
