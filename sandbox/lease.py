@@ -1,6 +1,6 @@
 """The device lease, agent side: which lease an evaluation takes, its files, and its records.
 
-A sweep (kagent.agent.cli.sweep) points its members at a folder of leases with
+A sweep (kagent.agent.sweep) points its members at a folder of leases with
 ``KAGENT_GPU_LEASE`` and names each member with ``KAGENT_GPU_LEASE_HOLDER``; anyone running
 several kagent runs on one GPU by hand may set them too. Without them no lease is taken.
 

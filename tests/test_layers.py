@@ -25,7 +25,9 @@ LAYERS = [
     "agent.storage",  # what a run keeps on disk: trace, workspace, lock
     "agent.loop",  # the loop, budget, pricing, ledger, models
     "agent.lifecycle",  # start, resume, re-execute a run
-    "agent.cli",  # the command line and what it shows
+    "agent.report",  # a run told for a person: the list of runs, the HTML page and board
+    "agent.sweep",  # many runs on every GPU: plan, record, member driver, engines, board
+    "agent.cli",  # the command line's wiring, the live view and the replay
 ]
 # The harness imports itself by this name in the pristine copy an evaluation runs from.
 HARNESS_OWN_NAME = "kagent_harness"
@@ -113,6 +115,8 @@ def test_an_import_from_a_higher_layer_is_caught():
     assert violations("from ..agent.loop import budget\n", tool)
     assert violations("from kagent.agent.lifecycle.runs import start_run\n", REPO / "agent" / "loop" / "example.py")
     assert violations("from kagent.core.errors import KagentError\n", REPO / "sandbox" / "harness" / "example.py")
+    assert violations("from kagent.agent.cli.replay import replay\n", REPO / "agent" / "report" / "example.py")
+    assert violations("from kagent.agent.sweep.board import summarize\n", REPO / "agent" / "report" / "example.py")
     # ... and what is allowed is not
     assert not violations("from kagent.sandbox.results import EvalResult\nfrom kagent.core import paths\n", tool)
     assert not violations(

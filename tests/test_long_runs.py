@@ -19,13 +19,13 @@ from rich.console import Console
 import kagent.agent.loop.agent as loop_module
 import kagent.tools.evaluation as evaluation_module
 from kagent.agent.cli.replay import replay
-from kagent.agent.cli.report import charts
-from kagent.agent.cli.report.page import render_run
-from kagent.agent.cli.report.story import read_story
 from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.lifecycle.runs import start_run
 from kagent.agent.loop.budget import FakeClock
 from kagent.agent.loop.models.scripted import ScriptedModel, parse_script, read_script
+from kagent.agent.report import charts
+from kagent.agent.report.page import render_run
+from kagent.agent.report.story import read_story
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.core.messages import ModelResponse

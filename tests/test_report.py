@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from kagent.agent.cli.report import charts
-from kagent.agent.cli.report.board import write_board
-from kagent.agent.cli.report.page import render_run, write_run_page
-from kagent.agent.cli.report.story import AttemptRow, read_story
 from kagent.agent.lifecycle.runs import start_run
+from kagent.agent.report import charts
+from kagent.agent.report.board import write_board
+from kagent.agent.report.page import render_run, write_run_page
+from kagent.agent.report.story import AttemptRow, read_story
 from kagent.agent.settings import Budget, RunConfig, RunSettings
 from kagent.agent.storage.trace import RunStarted, ToolStarted, TraceWriter
 from kagent.core.errors import KagentError
@@ -317,7 +317,7 @@ def test_a_long_run_folds_and_links_what_is_long(tmp_path):
 
 
 def test_the_long_run_files_budget_shows_the_best_and_the_latest_first(tmp_path, monkeypatch):
-    from kagent.agent.cli.report import page as page_module
+    from kagent.agent.report import page as page_module
 
     run = build_run(tmp_path / "long", turns=60)
     story = read_story(run)

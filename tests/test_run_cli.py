@@ -317,9 +317,9 @@ def test_a_stopping_signal_ends_the_run_as_ctrl_c_does(sig, cause, code, tmp_pat
     """`kill`, `timeout`, `docker stop` or a CI's cancel (SIGTERM), or a closed terminal
     (SIGHUP), during a long tool: the run ends interrupted with its figures, says so and how to
     go on, records the interruption in its trace, and one elapsed time is in every view of it."""
-    from kagent.agent.cli.report.page import write_run_page
-    from kagent.agent.cli.report.story import read_story
     from kagent.agent.lifecycle.runs import resume_run
+    from kagent.agent.report.page import write_run_page
+    from kagent.agent.report.story import read_story
     from kagent.agent.settings import minutes
 
     usage = {"input_tokens": 1000}

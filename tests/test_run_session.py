@@ -496,8 +496,8 @@ def test_a_re_verification_that_times_out_leaves_the_benchmark_standing(tmp_path
     """A final re-verification cut by its time limit (as a sweep member's was, on a GPU shared with
     three others) neither confirms nor refutes: the run's result is the best attempt's benchmark,
     and neither the trace's note nor the run's page calls it re-verified or failed."""
-    from kagent.agent.cli.report.page import render_run
-    from kagent.agent.cli.report.story import read_story
+    from kagent.agent.report.page import render_run
+    from kagent.agent.report.story import read_story
 
     reason = "no verdict within the 59.97 s limit; the process group was killed"
     run_dir, report = run_whose_final_evaluation_ends(

@@ -19,9 +19,9 @@ import pytest
 from rich.console import Console
 
 from kagent.agent.cli.replay import follow, render_trace, replay
-from kagent.agent.cli.run_list import list_runs
 from kagent.agent.lifecycle.runs import RunStatus, start_run
 from kagent.agent.loop.ledger import Attempt
+from kagent.agent.report.run_list import list_runs
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import AttemptRecorded, RunEnded, ToolFinished, ToolStarted, read_trace
 

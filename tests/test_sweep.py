@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from kagent.agent.cli.sweep import member as member_module
-from kagent.agent.cli.sweep.driver import Budgets, create_sweep
-from kagent.agent.cli.sweep.member import MemberJob, drive_member, heartbeat_path, member_command
-from kagent.agent.cli.sweep.plan import SweepSpec, expand_tasks, plan_members
-from kagent.agent.cli.sweep.record import (
+from kagent.agent.loop.models import make_model
+from kagent.agent.loop.models.scripted import parse_spec
+from kagent.agent.sweep import member as member_module
+from kagent.agent.sweep.driver import Budgets, create_sweep
+from kagent.agent.sweep.member import MemberJob, drive_member, heartbeat_path, member_command
+from kagent.agent.sweep.plan import SweepSpec, expand_tasks, plan_members
+from kagent.agent.sweep.record import (
     MemberEnded,
     MemberLaunched,
     RecordWriter,
     fold,
     read_record,
 )
-from kagent.agent.cli.sweep.usage import GpuSampler, gpu_usage, read_samples
-from kagent.agent.loop.models import make_model
-from kagent.agent.loop.models.scripted import parse_spec
+from kagent.agent.sweep.usage import GpuSampler, gpu_usage, read_samples
 from kagent.core.errors import KagentError
 from kagent.sandbox.lease import LeaseRecord
 
@@ -146,7 +146,7 @@ def test_a_member_is_an_ordinary_kagent_run_with_its_id_and_direction(tmp_path):
 
 
 def test_local_slots_share_each_gpu_and_name_it_as_the_member_sees_it(monkeypatch):
-    from kagent.agent.cli.sweep.engines import local_slots
+    from kagent.agent.sweep.engines import local_slots
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert local_slots("cuda", 2, [0, 1]) == ["0", "1", "0", "1"]

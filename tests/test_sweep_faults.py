@@ -27,7 +27,7 @@ import yaml
 from test_resume import events_of
 from test_sweep import KB_SOLUTION, write_tasks
 
-from kagent.agent.cli.sweep.usage import gpu_usage
+from kagent.agent.sweep.usage import gpu_usage
 
 from conftest import WAIT_S
 

@@ -236,7 +236,7 @@ def test_a_host_overhead_below_zero_is_said_as_noise_not_printed_negative():
 
 def test_a_cut_note_ends_at_a_word_with_an_ellipsis():
     """A ledger note in the live view's 60 characters read "... worst: seed 1 c"."""
-    from kagent.agent.cli.trace_reading import shorten
+    from kagent.agent.report.trace_reading import shorten
 
     note = "incorrect: max abs error 0.31 at ctx 16 (tolerance 0.01); worst: seed 1 case 3 of 4"
     assert shorten(note, 60) == "incorrect: max abs error 0.31 at ctx 16 (tolerance 0.01)…"
@@ -250,7 +250,7 @@ def test_a_cut_note_ends_at_a_word_with_an_ellipsis():
 def test_runs_shows_the_result_with_its_interval_and_says_when_it_holds_one(tmp_path):
     """`kagent runs` said 0.830x where the page said 0.830x [0.744–1.086]: the same code scored
     0.830x to 1.071x over seven demo runs."""
-    from kagent.agent.cli.run_list import RunSummary, runs_table
+    from kagent.agent.report.run_list import RunSummary, runs_table
 
     noisy = RunSummary(
         run_id="r1", state="finished", result_score=0.83, result_interval=(0.744, 1.086), best_attempt=2, path=tmp_path

@@ -1,2 +1,4 @@
-"""The command line and what it shows: the `kagent` commands (app), the views of results and
-runs, the replay of a trace and the list of runs."""
+"""The command line: the `kagent` commands (app), their settings file and flags (config), the
+live view of a run and its results (views), the replay of a trace (replay) and `kagent sweep`'s
+commands (sweep). What they show of finished runs lives below, in kagent.agent.report, and the
+sweep's scheduler in kagent.agent.sweep."""

@@ -3,7 +3,7 @@
 The trace is the whole story of a run; this turns its events into rich renderables: what the
 model said and called, what the tools answered, the attempts and the budget as they went.
 A call that rewrites a file shows as the diff against its previous version, rebuilt from the
-trace as the events are read (kagent.agent.cli.trace_reading), instead of the whole new file.
+trace as the events are read (kagent.agent.report.trace_reading), instead of the whole new file.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from rich.padding import Padding
 from rich.rule import Rule
 from rich.text import Text
 
-from kagent.agent.cli.trace_reading import (
+from kagent.agent.loop.ledger import Attempt
+from kagent.agent.outcome import ENDINGS
+from kagent.agent.report.trace_reading import (
     TraceFiles,
     budget_line,
     interrupted_line,
@@ -29,9 +31,8 @@ from kagent.agent.cli.trace_reading import (
     resumed_line,
     shorten,
     thinking_line,
+    trace_path,
 )
-from kagent.agent.loop.ledger import Attempt
-from kagent.agent.outcome import ENDINGS
 from kagent.agent.storage.trace import (
     AttemptRecorded,
     Compacted,
@@ -53,7 +54,6 @@ from kagent.agent.storage.trace import (
 from kagent.core.errors import KagentError
 from kagent.core.messages import ModelResponse, TextBlock, ThinkingBlock
 
-TRACE_NAME = "trace.jsonl"
 # Caps that keep one event to a screenful: the trace (and its blobs) hold the full text.
 MAX_RESULT_LINES = 12
 MAX_RESULT_CHARS = 1_500
@@ -345,12 +345,6 @@ def render_trace(
     if not events:
         parts.append(Text("the trace has no events yet", style="dim"))
     return Group(*parts)
-
-
-def trace_path(path: Path) -> Path:
-    """A run folder's trace, or the path itself when it names the trace file."""
-    path = Path(path)
-    return path / TRACE_NAME if path.is_dir() or path.suffix != ".jsonl" else path
 
 
 def replay(path: Path, only_attempts: bool = False, only_errors: bool = False) -> Group:

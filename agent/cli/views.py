@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.cli.trace_reading import minutes, shorten
+from kagent.agent.report.trace_reading import minutes, shorten
 from kagent.sandbox import progress
 from kagent.sandbox.noise import score_lines, score_text
 from kagent.sandbox.results import Determinism, EvalResult, Verdict, ms_text

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from kagent.agent.cli.sweep.board import summarize
-from kagent.agent.cli.sweep.record import fold, read_record
-from kagent.agent.cli.sweep.usage import overlapping_exclusive
+from kagent.agent.sweep.board import summarize
+from kagent.agent.sweep.record import fold, read_record
+from kagent.agent.sweep.usage import overlapping_exclusive
 from kagent.sandbox.lease import read_records
 
 AA_TOLERANCE = 0.02

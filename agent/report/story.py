@@ -2,7 +2,7 @@
 
 The trace says nearly everything: the run's settings, every model call with its usage and
 cost, every attempt with its whole measurement, the end. status.json adds the one thing a
-killed process cannot write, that it died (kagent.agent.cli.run_list reads it so); the workspace's
+killed process cannot write, that it died (kagent.agent.report.run_list reads it so); the workspace's
 attempt refs give each attempt's files. A run in progress, an interrupted one and a trace whose
 last line was torn read the same way: the page shows what the trace holds so far.
 """
@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
-from kagent.agent.cli.replay import trace_path
-from kagent.agent.cli.run_list import read_summary
 from kagent.agent.loop.pricing import Price, price_of
+from kagent.agent.report.run_list import read_summary
+from kagent.agent.report.trace_reading import trace_path
 from kagent.agent.storage.trace import (
     AttemptRecorded,
     Finalized,
@@ -91,7 +91,7 @@ class AttemptRow:
     single_launch: Optional[bool]
     launch_note: str
     # How the charts mark it beyond its verdict: "reverted", or "draft" (failed, kept in place);
-    # a flag is drawn once kagent.agent.cli.report.charts.MARKS has a marker for it.
+    # a flag is drawn once kagent.agent.report.charts.MARKS has a marker for it.
     flags: tuple[str, ...]
     why: Optional[str] = None  # the model's reason for the outcome, given with its next design
 

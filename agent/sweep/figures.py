@@ -14,7 +14,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kagent.agent.cli.run_list import State, read_summary
+from kagent.agent.report.run_list import State, read_summary
 
 
 class MemberFigures(BaseModel):

@@ -19,9 +19,9 @@ from typing import Annotated, Any, Final, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from kagent.agent.cli.sweep.figures import MemberFigures
-from kagent.agent.cli.sweep.member import Outcome, Segment
-from kagent.agent.cli.sweep.plan import Member, SweepSpec
+from kagent.agent.sweep.figures import MemberFigures
+from kagent.agent.sweep.member import Outcome, Segment
+from kagent.agent.sweep.plan import Member, SweepSpec
 from kagent.core.errors import KagentError
 
 RECORD_NAME = "sweep.jsonl"

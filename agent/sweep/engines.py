@@ -19,7 +19,7 @@ import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Optional, Protocol
 
-from kagent.agent.cli.sweep.member import MemberJob, MemberOutcome, drive_member
+from kagent.agent.sweep.member import MemberJob, MemberOutcome, drive_member
 from kagent.core.errors import KagentError
 
 # A local Ray instance's object store: members hand back a few kilobytes each.

@@ -21,8 +21,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.cli.trace_reading import minutes
 from kagent.agent.outcome import ENDINGS, RunState
+from kagent.agent.report.trace_reading import minutes
 from kagent.agent.storage.folders import RUN_FILES
 from kagent.agent.storage.lock import LOCK_NAME, lock_holder, process_alive
 from kagent.sandbox.noise import score_text

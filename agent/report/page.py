@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from kagent.agent.cli.report import require_charts
-from kagent.agent.cli.report.html import (
+from kagent.agent.outcome import reverification_inconclusive
+from kagent.agent.report import require_charts
+from kagent.agent.report.html import (
     document,
     esc,
     relative_href,
@@ -23,8 +24,8 @@ from kagent.agent.cli.report.html import (
     verdict_span,
     write_page,
 )
-from kagent.agent.cli.report.story import TOKEN_KINDS, AttemptRow, AttemptSource, RunStory, attempt_sources, read_story
-from kagent.agent.cli.trace_reading import (
+from kagent.agent.report.story import TOKEN_KINDS, AttemptRow, AttemptSource, RunStory, attempt_sources, read_story
+from kagent.agent.report.trace_reading import (
     TraceFiles,
     budget_line,
     interrupted_line,
@@ -35,7 +36,6 @@ from kagent.agent.cli.trace_reading import (
     shorten,
     thinking_line,
 )
-from kagent.agent.outcome import reverification_inconclusive
 from kagent.agent.storage.trace import (
     AttemptRecorded,
     Compacted,
@@ -558,7 +558,7 @@ def _chart(name: str, title: str, svg: str, caption: str) -> str:
 
 def render_run(story: RunStory, page: Path) -> str:
     """The whole page of a run; ``page`` is where it will be written (links to blobs are relative)."""
-    from kagent.agent.cli.report.charts import charts
+    from kagent.agent.report.charts import charts
 
     drawn = charts(story)
     sources, missing = attempt_sources(story)

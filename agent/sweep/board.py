@@ -17,14 +17,14 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kagent.agent.cli.run_list import STATE_STYLE
-from kagent.agent.cli.sweep.figures import MemberFigures, read_figures
-from kagent.agent.cli.sweep.member import Outcome, read_heartbeat, runs_of
-from kagent.agent.cli.sweep.plan import SweepSpec
-from kagent.agent.cli.sweep.record import MemberState, SweepView, fold, read_record
-from kagent.agent.cli.sweep.usage import GpuUsage, gpu_usage
+from kagent.agent.report.run_list import STATE_STYLE
 from kagent.agent.settings import format_duration
 from kagent.agent.storage.lock import lock_holder
+from kagent.agent.sweep.figures import MemberFigures, read_figures
+from kagent.agent.sweep.member import Outcome, read_heartbeat, runs_of
+from kagent.agent.sweep.plan import SweepSpec
+from kagent.agent.sweep.record import MemberState, SweepView, fold, read_record
+from kagent.agent.sweep.usage import GpuUsage, gpu_usage
 
 SUMMARY_NAME = "sweep.json"
 BOARD_NAME = "board.md"

@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
-from kagent.agent.cli.report.html import verdict_colour
-from kagent.agent.cli.report.story import PRICED_KINDS, TOKEN_KINDS, AttemptRow, RunStory
+from kagent.agent.report.html import verdict_colour
+from kagent.agent.report.story import PRICED_KINDS, TOKEN_KINDS, AttemptRow, RunStory
 from kagent.sandbox.noise import score_interval
 
 if TYPE_CHECKING:  # the names of rc settings (matplotlib 3.9 on; the charts run from 3.8)

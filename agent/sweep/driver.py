@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kagent.agent.cli.sweep.engines import Engine, LocalEngine, RayEngine
-from kagent.agent.cli.sweep.figures import MemberFigures, read_figures
-from kagent.agent.cli.sweep.member import MemberJob, MemberOutcome, runs_of
-from kagent.agent.cli.sweep.plan import Member, SweepSpec, plan_members
-from kagent.agent.cli.sweep.record import (
+from kagent.agent.settings import MIN_RUN_BUDGET_S
+from kagent.agent.storage.lock import RunLock
+from kagent.agent.sweep.engines import Engine, LocalEngine, RayEngine
+from kagent.agent.sweep.figures import MemberFigures, read_figures
+from kagent.agent.sweep.member import MemberJob, MemberOutcome, runs_of
+from kagent.agent.sweep.plan import Member, SweepSpec, plan_members
+from kagent.agent.sweep.record import (
     MemberEnded,
     MemberLaunched,
     MemberState,
@@ -32,9 +34,7 @@ from kagent.agent.cli.sweep.record import (
     read_record,
     this_host,
 )
-from kagent.agent.cli.sweep.usage import SAMPLES_NAME, GpuSampler
-from kagent.agent.settings import MIN_RUN_BUDGET_S
-from kagent.agent.storage.lock import RunLock
+from kagent.agent.sweep.usage import SAMPLES_NAME, GpuSampler
 from kagent.core.errors import KagentError
 
 # The least wall budget a member is started with, out of what the sweep's total leaves: the

@@ -1,6 +1,6 @@
 """`kagent report --runs`: a board across runs, by task, model and GPU, each run linked to its page.
 
-The runs come from kagent.agent.cli.run_list (the same list, and the same true states, as `kagent
+The runs come from kagent.agent.report.run_list (the same list, and the same true states, as `kagent
 runs`); each run's figures from its trace. Each run's page is written beside the board, in
 ``<board name>-runs/<run id>.html``, so that the board and its pages move together.
 """
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kagent.agent.cli.report.html import document, esc, relative_href, state_span, write_page
-from kagent.agent.cli.report.page import render_run
-from kagent.agent.cli.report.story import RunStory, read_story
-from kagent.agent.cli.run_list import RunSummary, list_runs
-from kagent.agent.cli.trace_reading import minutes
+from kagent.agent.report.html import document, esc, relative_href, state_span, write_page
+from kagent.agent.report.page import render_run
+from kagent.agent.report.run_list import RunSummary, list_runs
+from kagent.agent.report.story import RunStory, read_story
+from kagent.agent.report.trace_reading import minutes
 from kagent.core.errors import KagentError
 from kagent.sandbox.noise import score_interval, score_text
 

@@ -24,10 +24,10 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kagent.agent.cli.run_list import read_summary
-from kagent.agent.cli.sweep.plan import Member
 from kagent.agent.outcome import ENDINGS, EXIT_USAGE
+from kagent.agent.report.run_list import read_summary
 from kagent.agent.storage.lock import LOCK_NAME, lock_holder
+from kagent.agent.sweep.plan import Member
 from kagent.sandbox.containment import dying_with_this_process
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV
 

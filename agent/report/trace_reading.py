@@ -15,6 +15,7 @@ import difflib
 import functools
 import posixpath
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Optional, cast
 
 from kagent.agent.loop.budget import BudgetSummary
@@ -23,6 +24,14 @@ from kagent.agent.settings import minutes
 from kagent.agent.storage.trace import AttemptRecorded, Interrupted, RunResumed, ToolFinished, ToolStarted, UserNotice
 from kagent.tools import all_tools
 from kagent.tools.base import UNTOUCHED, FileEffect, Restore, Rewrite, Tool, Unknown
+
+TRACE_NAME = "trace.jsonl"
+
+
+def trace_path(path: Path) -> Path:
+    """A run folder's trace, or the path itself when it names the trace file."""
+    path = Path(path)
+    return path / TRACE_NAME if path.is_dir() or path.suffix != ".jsonl" else path
 
 
 def shorten(text: str, limit: int) -> str:

@@ -1,4 +1,6 @@
-"""`kagent report`: a run as one self-contained HTML page, and a board across runs.
+"""A run told for a person, rebuilt from its folder: `kagent report`'s self-contained HTML page
+and board across runs, the list of runs with their true states (run_list, `kagent runs`), and
+what every view of a trace shares (trace_reading, which `kagent replay` reads too).
 
 Everything on a page is rebuilt from the run's folder: its trace first (kagent.agent.storage.trace),
 then status.json for the state a dead process could not record, and the workspace's attempt

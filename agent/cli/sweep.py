@@ -158,10 +158,10 @@ def start_command(
 
     Exit code: 0 every member's run recorded its end; 1 a member failed, hung or was skipped;
     2 bad usage; 130 interrupted (`kagent sweep --resume` goes on)."""
-    from kagent.agent.cli.sweep.driver import create_sweep, find_sweep
-    from kagent.agent.cli.sweep.plan import SweepSpec, expand_tasks, new_sweep_id
-    from kagent.agent.cli.sweep.record import fold, read_record
     from kagent.agent.settings import parse_duration
+    from kagent.agent.sweep.driver import create_sweep, find_sweep
+    from kagent.agent.sweep.plan import SweepSpec, expand_tasks, new_sweep_id
+    from kagent.agent.sweep.record import fold, read_record
 
     if scale not in (None, "smoke", "full"):
         raise KagentError(f"--scale takes smoke or full, not {scale!r}")
@@ -176,7 +176,7 @@ def start_command(
         if v is not None
     }
     if ray is not None:
-        from kagent.agent.cli.sweep.engines import import_ray
+        from kagent.agent.sweep.engines import import_ray
 
         import_ray()  # before anything is made: one clear line where Ray is not installed
         engine_fields.update(engine="ray", ray_address=ray)
@@ -232,8 +232,8 @@ def start_command(
 
 
 def _drive(sweep_dir: Path, resume_spec, quiet: bool) -> None:
-    from kagent.agent.cli.sweep.board import board_markdown, status_table, summarize, write_results
-    from kagent.agent.cli.sweep.driver import drive_sweep
+    from kagent.agent.sweep.board import board_markdown, status_table, summarize, write_results
+    from kagent.agent.sweep.driver import drive_sweep
 
     live = None if quiet or not console.is_terminal else Live(console=console, refresh_per_second=1)
     shown = [0.0]
@@ -274,8 +274,8 @@ def status_command(
     json_output: bool = typer.Option(False, "--json", help="Print the sweep's JSON (as sweep.json holds it) only."),
 ) -> None:
     """Where a sweep stands: each member's state, best verified score, ms per token, time and cost."""
-    from kagent.agent.cli.sweep.board import status_table, summarize
-    from kagent.agent.cli.sweep.driver import find_sweep
+    from kagent.agent.sweep.board import status_table, summarize
+    from kagent.agent.sweep.driver import find_sweep
 
     sweep_dir = find_sweep(sweep, root)
     if json_output:
