@@ -23,6 +23,7 @@ from rich.markup import escape
 from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, EXIT_INTERRUPTED, exit_codes_text
 from kagent.core.errors import KagentError
 from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
+from kagent.core.providers import model_help
 
 if TYPE_CHECKING:  # imported where used: a mistake in the options is said before torch is imported
     from kagent.sandbox.results import Verdict
@@ -178,7 +179,7 @@ def eval_command(
 
     from kagent.agent.cli.views import EvalProgressView, print_result
     from kagent.agent.lifecycle.device import check_device_name, resolve_device
-    from kagent.agent.settings import default_scale
+    from kagent.agent.settings import default_scale, scale_warning
     from kagent.sandbox.evaluate import EvalOptions, evaluate
     from kagent.tasks import resolve_task
 
@@ -189,7 +190,8 @@ def eval_command(
     check_device_name(device)
     resolved_device = resolve_device(device)
     chosen_scale = scale.value if scale else default_scale(resolved_device)
-    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
+    if (warning := scale_warning(resolved_device, chosen_scale)) is not None:
+        _warn(warning)
     # Without --build-home each evaluation builds in a fresh HOME of its own, so that nothing one
     # solution leaves there (a marker, a doctored build) reaches the next `kagent eval`.
     options = EvalOptions(
@@ -279,14 +281,6 @@ def _warn(text: str) -> None:
     err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
 
-def _warn_full_scale_on_cpu(device: str, scale: str) -> None:
-    if scale == "full" and device == "cpu":
-        _warn(
-            "--scale full on the CPU: the full-size task is sized for a GPU, so every evaluation is far slower "
-            "and may run into its time limit (smoke is the CPU's default)"
-        )
-
-
 @app.command("run")
 @_documents_exit_codes
 def run_command(
@@ -295,9 +289,7 @@ def run_command(
         None,
         "--model",
         "-m",
-        help="anthropic:<model>, openai:<model> (the Responses API), openai-chat:<model> (Chat Completions), "
-        "openai-compatible:<url>#<model>, scripted:<file>, or "
-        "scripted:demo (a session kagent ships: no key needed).",
+        help=model_help(),
     ),
     budget: Optional[str] = typer.Option(None, help="Wall-clock budget: 3h, 90m, 2h30m (default 3h)."),
     max_cost: Optional[float] = typer.Option(None, help="Stop exploring once the model calls cost this many USD."),
@@ -351,13 +343,12 @@ def run_command(
     """Optimize a task with a model, under a budget: every attempt committed, everything traced.
 
     The run lives in runs/<run-id>/: workspace (a git repository, one commit per attempt),
-    trace.jsonl, config.json, status.json and the final report. API keys come from
-    ANTHROPIC_API_KEY / OPENAI_API_KEY and are never written anywhere.
+    trace.jsonl, config.json, status.json and the final report. API keys come from the
+    provider's variable (--model names it) and are never written anywhere.
     """
     from kagent.agent.cli.config import load_settings
-    from kagent.agent.lifecycle.device import check_device_name, resolve_device
-    from kagent.agent.loop.models import make_model
-    from kagent.agent.settings import default_scale
+    from kagent.agent.lifecycle.device import check_device_name
+    from kagent.agent.loop.models import run_model
     from kagent.agent.storage.folders import check_run_id
 
     # Every option is checked before torch is imported (resolve_device), which takes seconds.
@@ -382,16 +373,8 @@ def run_command(
         },
     )
     check_device_name(settings.device)
-    chat_model = make_model(
-        settings.model,
-        timeout_s=settings.model_timeout_s,
-        thinking_budget=settings.thinking_budget,
-        reasoning_effort=settings.reasoning_effort,
-    )
-    resolved_device = resolve_device(settings.device)
-    chosen_scale = settings.scale or default_scale(resolved_device)
-    _warn_full_scale_on_cpu(resolved_device, chosen_scale)
-    settings = settings.model_copy(update={"device": resolved_device, "scale": chosen_scale})
+    # The model is made once, here, before torch is imported; start_run resolves the device.
+    chat_model = run_model(settings)
 
     from kagent.agent.lifecycle.runs import start_run
 
