@@ -15,7 +15,7 @@ import test_long_runs
 from test_eval_kimi import BROKEN
 from test_long_runs import attempts, call, calls, outcome, run
 
-import kagent.agent.loop.agent as loop_module
+import kagent.agent.loop.attempts as attempts_module
 from kagent import prompts
 from kagent.agent.lifecycle.device import MachineFacts, describe_machine
 from kagent.agent.lifecycle.resume import rebuild
@@ -400,7 +400,7 @@ def test_the_machine_is_described_with_one_floor_for_its_own_device():
 def test_an_early_finish_at_a_single_launch_far_from_the_floor_is_answered(tmp_path, made_up, monkeypatch):
     queue, _ = made_up
     queue += [outcome("pass", 2.0, single_launch=True, ms=0.4)]
-    monkeypatch.setattr(loop_module, "floor_fraction", lambda result: 0.08)  # 8% of the floor, as a public run
+    monkeypatch.setattr(attempts_module, "floor_fraction", lambda result: 0.08)  # 8% of the floor, as a public run
     turns = [
         calls(("write_file", {"path": "solution.py", "content": "one launch\n"}), ("benchmark", {})),
         call("finish", summary="one launch: done"),

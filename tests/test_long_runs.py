@@ -16,7 +16,7 @@ import git
 import pytest
 from rich.console import Console
 
-import kagent.agent.loop.agent as loop_module
+import kagent.agent.loop.finalize as finalize_module
 import kagent.tools.evaluation as evaluation_module
 from kagent.agent.cli.replay import replay
 from kagent.agent.lifecycle.resume import rebuild
@@ -128,7 +128,7 @@ def made_up(monkeypatch):
         )
 
     monkeypatch.setattr(evaluation_module, "evaluate", evaluate)
-    monkeypatch.setattr(loop_module, "evaluate", evaluate)
+    monkeypatch.setattr(finalize_module, "evaluate", evaluate)
     return queue, seen
 
 

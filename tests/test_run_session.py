@@ -15,7 +15,7 @@ import git
 import pytest
 
 from kagent.agent.lifecycle.runs import start_run
-from kagent.agent.loop.agent import FINAL_HIDDEN_SEEDS_FACTOR
+from kagent.agent.loop.finalize import FINAL_HIDDEN_SEEDS_FACTOR
 from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.sandbox.noise import score_text
@@ -450,7 +450,7 @@ def run_whose_final_evaluation_ends(
     """A run whose benchmark of the port passes and whose final re-verification (only that: the
     benchmark ran before the stand-in is in place for it) ends with ``verdict``, the checks
     ``passed`` passed before it."""
-    import kagent.agent.loop.agent as loop_module
+    import kagent.agent.loop.finalize as finalize_module
     from kagent.sandbox.results import CheckResult, EvalResult, Verdict
 
     def final_evaluation(task, solution, options, progress=None):
@@ -467,7 +467,7 @@ def run_whose_final_evaluation_ends(
             checks=[CheckResult(name=name, status="pass", reason="passed") for name in passed],
         )
 
-    monkeypatch.setattr(loop_module, "evaluate", final_evaluation)
+    monkeypatch.setattr(finalize_module, "evaluate", final_evaluation)
     turns = [
         call_turn("write_file", path="solution.py", content=reference_text),
         call_turn("benchmark", contexts=[16]),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kagent.agent.loop.agent import with_summary
+from kagent.agent.loop.compaction import with_summary
 from kagent.agent.loop.ledger import Attempt, Design
 from kagent.agent.loop.state import Rebuilt
 from kagent.agent.storage.trace import (

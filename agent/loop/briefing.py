@@ -11,6 +11,8 @@ from kagent.sandbox.evaluate import MAX_COPIED_FILE_BYTES, MAX_SOLUTION_BYTES
 from kagent.tasks import TaskRef
 from kagent.tools.jobs import DEFAULT_WAIT_S
 
+# The model's notes, in the workspace: kept as they are through every revert, and shown in full
+# after every compaction, so that what a long run learned outlives its conversation.
 NOTES_FILE = "notes.md"
 
 
