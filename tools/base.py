@@ -40,7 +40,8 @@ class ToolError(Exception):
 
 class LoopControl(Protocol):
     """What a loop-control tool (design, revert, finish) may do to the loop that runs it; the
-    agent's loop implements it and hands itself to the tools in their context."""
+    agent's loop implements it (kagent.agent.loop.attempts.Attempts) and hands that to the
+    tools in their context."""
 
     def record_design(
         self, hypothesis: str, predicted: str, draft: bool = False, why: Optional[str] = None
