@@ -765,13 +765,13 @@ def test_a_screened_draw_stops_at_a_near_tie_and_draws_the_same_case(kimi, monke
     """The reference's screening stops a secret seed's steps at the first routing near-tie: the
     case drawn (seed, redraws, outputs, margin) is the very one an unscreened draw makes,
     with fewer expert FFNs paid for on the seeds drawn again."""
-    from kagent.sandbox.harness import mega
+    from kagent.sandbox.harness import decode_task, secret_cases
     from kagent.sandbox.harness.loading import DiskCache
 
-    task = mega.Task(kimi.path, "smoke", torch.device("cpu"))
+    task = decode_task.Task(kimi.path, "smoke", torch.device("cpu"))
     assert task.screening is not None and task.min_margin > 0
     with torch.no_grad():
-        reference, _ = mega.build_reference(task, DiskCache(None))
+        reference, _ = decode_task.build_reference(task, DiskCache(None))
         ffns = []
         ffn = task.reference.MoE.ffn
         monkeypatch.setattr(
@@ -783,9 +783,9 @@ def test_a_screened_draw_stops_at_a_near_tie_and_draws_the_same_case(kimi, monke
         def draw(screening):
             monkeypatch.setattr(task, "screening", screening)
             seeds = iter(range(10_000))
-            monkeypatch.setattr(mega.secrets, "randbelow", lambda _bound: next(seeds))
+            monkeypatch.setattr(secret_cases.secrets, "randbelow", lambda _bound: next(seeds))
             ffns.clear()
-            case = mega.draw_secret_case(task, reference, task.check_contexts[0], salient)
+            case = secret_cases.draw_secret_case(task, reference, task.check_contexts[0], salient)
             return case, len(ffns)
 
         screened, screened_ffns = draw(task.screening)

@@ -18,8 +18,8 @@ import torch
 from kagent.sandbox.evaluate import authentic_event, promote_cache
 from kagent.sandbox.harness import compare, launches, timing
 from kagent.sandbox.harness.loading import DiskCache
-from kagent.sandbox.harness.mega import StepChecker
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
+from kagent.sandbox.harness.step_checker import StepChecker
 from kagent.sandbox.results import Stats
 
 

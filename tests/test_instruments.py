@@ -95,7 +95,7 @@ def kimi_ctx(tmp_path: Path, kimi, kagent_home: Path) -> ToolContext:
 
 
 def kimi_parts(kimi) -> dict[str, int]:
-    from kagent.sandbox.harness.mega import Task
+    from kagent.sandbox.harness.decode_task import Task
 
     task = Task(kimi.path, "full", torch.device("cpu"))
     parts = task.roofline.bytes_by_part(task.cfg, 2048)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Optional
 
@@ -123,6 +124,47 @@ def test_an_import_from_a_higher_layer_is_caught():
         "from kagent_harness import launches\nimport torch\n", REPO / "sandbox" / "harness" / "example.py"
     )
     assert not violations("from kagent import prompts\n", REPO / "agent" / "lifecycle" / "example.py")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the product -> the product's modules it imports, anywhere in it (a lazy
+    import inside a function closes a circle as surely as one at the top). A name imported from
+    a package that is no module of it counts as the package; the harness's own name counts as
+    the harness."""
+    paths = {module_name(path): path for path in sources()}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        edges = graph.setdefault(module, set())
+        for _line, imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+            if imported == HARNESS_OWN_NAME or imported.startswith(HARNESS_OWN_NAME + "."):
+                imported = "kagent.sandbox.harness" + imported.removeprefix(HARNESS_OWN_NAME)
+            while imported and imported not in paths:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != module:
+                edges.add(imported)
+    return graph
+
+
+def circle(graph: dict[str, set[str]]) -> Optional[list[str]]:
+    """A circle of imports in ``graph``, each module followed by one it imports and the first
+    repeated at the end, or None where there is none (graphlib finds one when it cannot order
+    the modules)."""
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as err:
+        return list(reversed(err.args[1]))  # graphlib lists a module after those it imports
+    return None
+
+
+def test_no_module_imports_itself_round_a_circle():
+    found = circle(import_graph())
+    assert found is None, "an import circle: " + " -> ".join(found or [])
+
+
+def test_a_circle_is_caught():
+    found = circle({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()})
+    assert found is not None and set(found) == {"a", "b", "c"} and found[0] == found[-1]
+    assert circle({"a": {"b"}, "b": {"c", "d"}, "c": {"d"}, "d": set()}) is None
 
 
 # The lab (lab/: the notebook, raw measurements, measurement scripts and research tools) sits

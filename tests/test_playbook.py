@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from kagent import prompts
-from kagent.sandbox.harness.mega import Task
+from kagent.sandbox.harness.decode_task import Task
 from kagent.tasks import resolve_task
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from kagent.sandbox.harness import mega
+from kagent.sandbox.harness import decode_task, step_checker
 from kagent.sandbox.harness.loading import DiskCache, load_module
 from kagent.tasks import resolve_task
 
@@ -30,22 +30,24 @@ ABOVE_THE_BOUND, BELOW_THE_BOUND = 1, 2
 
 @pytest.fixture(scope="module")
 def flagship():
-    task = mega.Task(resolve_task(KIMI).path, "smoke", torch.device("cpu"))
+    task = decode_task.Task(resolve_task(KIMI).path, "smoke", torch.device("cpu"))
     with torch.no_grad():
-        reference, _ = mega.build_reference(task, DiskCache(None))
+        reference, _ = decode_task.build_reference(task, DiskCache(None))
     return task, reference
 
 
 def _step(task, reference, seed: int, context_len: int, runner_up: int | None = None):
     hidden, state = task.init_token(seed), task.init_state(context_len, seed)
-    expected_hidden, expected_state, margin = mega.reference_case(task, reference, hidden, state)
+    expected_hidden, expected_state, margin = decode_task.reference_case(task, reference, hidden, state)
     margins = task.decision_margins(reference)
     bounds = task.decision_rounding(reference) if task.decision_rounding else None
     got = (expected_hidden, expected_state)
     if runner_up is not None:
         with task.runner_up(reference, runner_up):
-            got = mega.reference_step(reference, hidden, state)
-    judged = mega.StepChecker(task, reference).judge(hidden, state, *got, expected_hidden, expected_state, margin)
+            got = decode_task.reference_step(reference, hidden, state)
+    judged = step_checker.StepChecker(task, reference).judge(
+        hidden, state, *got, expected_hidden, expected_state, margin
+    )
     return margins, bounds, judged
 
 
@@ -118,9 +120,9 @@ def test_the_bf16_baseline_stays_well_inside_the_bound(flagship, monkeypatch):
         inputs["reference"].clear()
         inputs["baseline"].clear()
         hidden, state = task.init_token(seed), task.init_state(CONTEXT, seed)
-        mega.reference_step(reference, hidden, state)
+        decode_task.reference_step(reference, hidden, state)
         bounds = task.decision_rounding(reference)
-        baseline.step(hidden.clone(), mega.clone_state(state))
+        baseline.step(hidden.clone(), decode_task.clone_state(state))
         for block, bound, x, y in zip(reference.blocks, bounds, inputs["reference"], inputs["baseline"], strict=True):
             _, _, last, first_out = block.moe.last_boundary
             weight = block.moe.router.weight.float()

@@ -4,7 +4,7 @@ An A/A evaluation on the H200 failed the baseline on 1 secret case of 48: a sali
 ctx 8192, decision margin 2.1% (above the 2% the draws keep clear of), cosine 0.966 for the
 step's delta and the hidden (2026-12-03, the lab notebook (lab/notebook/)). An honest kernel must not fail by
 the luck of the draw. This script draws many secret cases the way an evaluation does
-(``mega.draw_secret_case``: the same seeds, salient states and margins), runs the baseline
+(``secret_cases.draw_secret_case``: the same seeds, salient states and margins), runs the baseline
 on each, judges it with the harness's own ``StepChecker``, and for every case that fails
 says which routing decision's runner-up explains it (the reference with that one decision
 tipped the other way matches the baseline), at what margin.
@@ -22,20 +22,22 @@ from pathlib import Path
 
 import torch
 
-from kagent.sandbox.harness import mega
+from kagent.sandbox.harness import decode_task, secret_cases, step_checker
 from kagent.sandbox.harness.loading import load_module
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "02_kimi_linear_decode"
 
 
-def explanations(checker: mega.StepChecker, task: mega.Task, reference, inputs: list, hidden, state) -> list[dict]:
+def explanations(
+    checker: step_checker.StepChecker, task: decode_task.Task, reference, inputs: list, hidden, state
+) -> list[dict]:
     """For each routing decision of the step, its margin and whether the reference with its
     runner-up taken matches the baseline's step (what StepChecker would excuse at a near-tie)."""
-    mega.reference_step(reference, *inputs)
+    decode_task.reference_step(reference, *inputs)
     out = []
     for decision, margin in enumerate(task.decision_margins(reference)):
         with task.runner_up(reference, decision):
-            expected_hidden, expected_state = mega.reference_step(reference, *inputs)
+            expected_hidden, expected_state = decode_task.reference_step(reference, *inputs)
         result = checker.compare(*inputs, hidden, state, expected_hidden, expected_state)
         out.append(
             {
@@ -49,7 +51,7 @@ def explanations(checker: mega.StepChecker, task: mega.Task, reference, inputs: 
 
 
 def judge(task, reference, model, checker, label: str, seed: int, inputs: list, expected, margin) -> dict:
-    hidden, state = model.step(inputs[0].clone(), mega.clone_state(inputs[1]))
+    hidden, state = model.step(inputs[0].clone(), decode_task.clone_state(inputs[1]))
     result = checker.compare(*inputs, hidden, state, *expected)
     row = {
         "case": label,
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     options = parser.parse_args(argv)
     device = torch.device(options.device)
-    task = mega.Task(TASK_DIR, options.scale, device)
+    task = decode_task.Task(TASK_DIR, options.scale, device)
     sys.path.insert(0, str(TASK_DIR))
     baseline = load_module("baseline", TASK_DIR / "baseline.py")
     started = time.time()
@@ -81,14 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     model = baseline.Model(task.cfg).to(device).eval()
     model.load_state_dict(reference.state_dict())
     print(f"models built in {time.time() - started:.1f} s", flush=True)
-    checker = mega.StepChecker(task, reference)
+    checker = step_checker.StepChecker(task, reference)
     rows = []
     with torch.no_grad():
         for spec in options.seeds:
             seed, context, *kind = spec.split(":")
             salient = kind == ["salient"]
-            inputs = mega.case_inputs(task, reference, int(context), int(seed), salient)
-            hidden, state, margin = mega.reference_case(task, reference, *inputs)
+            inputs = decode_task.case_inputs(task, reference, int(context), int(seed), salient)
+            hidden, state, margin = decode_task.reference_case(task, reference, *inputs)
             rows.append(
                 judge(
                     task,
@@ -103,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             print(json.dumps(rows[-1]), flush=True)
-        for i, (context, salient) in enumerate(mega.secret_case_kinds(task, options.cases)):
-            case = mega.draw_secret_case(task, reference, context, salient)
-            inputs = case.inputs if salient else mega.case_inputs(task, reference, context, case.seed, False)
+        for i, (context, salient) in enumerate(secret_cases.secret_case_kinds(task, options.cases)):
+            case = secret_cases.draw_secret_case(task, reference, context, salient)
+            inputs = case.inputs if salient else decode_task.case_inputs(task, reference, context, case.seed, False)
             rows.append(
                 judge(
                     task,

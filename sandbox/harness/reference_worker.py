@@ -56,17 +56,17 @@ class WorkerSession:
     def op_prepare(self, request: dict) -> None:
         import torch
 
-        from kagent_harness.mega import Task, reference_model
+        from kagent_harness.decode_task import Task, reference_model
 
         self.task = Task(Path(request["task_dir"]), request["scale"], self.device)
         weights = torch.load(request["weights"], map_location=self.device, weights_only=True, mmap=True)
         self.reference = reference_model(self.task, weights)
 
     def op_case(self, request: dict) -> dict:
-        """A secret case (mega.draw_secret_case): its seed, margin and draws in the reply, its
+        """A secret case (secret_cases.draw_secret_case): its seed, margin and draws in the reply, its
         expected outputs (and a salient case's inputs) in the arena."""
         from kagent_harness.exchange import encode
-        from kagent_harness.mega import draw_secret_case
+        from kagent_harness.secret_cases import draw_secret_case
 
         case = draw_secret_case(self.task, self.reference, int(request["context_len"]), bool(request["salient"]))
         self.slots.reset()  # the referee took the last case out before it asked for this one
@@ -84,10 +84,11 @@ class WorkerSession:
         }
 
     def op_judge(self, request: dict) -> dict:
-        """A chained step judged against the reference (mega.judge_chained_step), from the
+        """A chained step judged against the reference (secret_cases.judge_chained_step), from the
         tensors the referee put in the arena."""
         from kagent_harness.exchange import decode
-        from kagent_harness.mega import StepChecker, judge_chained_step
+        from kagent_harness.secret_cases import judge_chained_step
+        from kagent_harness.step_checker import StepChecker
 
         hidden_in, state_in, hidden, state = decode(request["tensors"], self.arena.view)
         checker = StepChecker(self.task, self.reference)

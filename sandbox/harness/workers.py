@@ -1,6 +1,6 @@
 """Reference workers: processes of the referee's own code that compute expected outputs beside it.
 
-A decode task's secret cases (mega.draw_secret_case: seeds drawn now, each drawn again at a
+A decode task's secret cases (secret_cases.draw_secret_case: seeds drawn now, each drawn again at a
 routing near-tie, about three draws a case at full scale, a reference step each) are most of
 a warm evaluation's trusted work, and each is independent of the others. The referee starts
 a few workers (reference_worker.py) with the solution's and the baseline's processes, has
@@ -29,6 +29,7 @@ from . import spawn
 from .exchange import Arena, SlotAllocator, decode, encode
 from .loading import TaskError
 from .remote import Peer, Watch, wait_any
+from .secret_cases import SecretCase
 
 
 class Worker(Peer):
@@ -152,10 +153,9 @@ class ReferenceWorkers:
         pending = self.busy.pop(worker)
         pending.value, pending.done = pending.take(worker.answer(pending.what), worker), True
 
-    def secret_cases(self, kinds: list[tuple[int, bool]]) -> list:
-        """One secret case (mega.SecretCase) per (context, salient) of ``kinds``, in order: each
+    def secret_cases(self, kinds: list[tuple[int, bool]]) -> list[SecretCase]:
+        """One secret case (secret_cases.SecretCase) per (context, salient) of ``kinds``, in order: each
         worker draws its case's seeds itself and leaves the case in its arena."""
-        from .mega import SecretCase  # mega imports this module
 
         def take(reply: dict, worker: Worker) -> Any:
             hidden, state, inputs = decode(reply["out"], lambda slot: worker.attached[0].view(slot).clone())
@@ -177,7 +177,7 @@ class ReferenceWorkers:
 
     def judge(self, tensors: list) -> Pending:
         """A chained step judged against the reference from its own input and state
-        (mega.judge_chained_step); ``tensors`` are (hidden in, state in, hidden, state)."""
+        (secret_cases.judge_chained_step); ``tensors`` are (hidden in, state in, hidden, state)."""
 
         def request(worker: Worker) -> dict:
             return {"op": "judge", "tensors": encode(tensors, lambda t: _put(worker, t))}

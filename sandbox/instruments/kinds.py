@@ -30,12 +30,12 @@ class Mega:
     """A decode step: the step of a model built from the task's config, on a token and a state."""
 
     def _task(self, job: ChildJob, device: torch.device) -> Any:
-        from kagent.sandbox.harness.mega import Task
+        from kagent.sandbox.harness.decode_task import Task
 
         return Task(Path(job.task), job.scale, device)
 
     def solution_step(self, job: ChildJob, device: torch.device, module: Optional[ModuleType] = None) -> Step:
-        from kagent.sandbox.harness.mega import build_reference
+        from kagent.sandbox.harness.decode_task import build_reference
 
         task = self._task(job, device)
         reference, _ = build_reference(task, _cache(job))
@@ -58,7 +58,7 @@ class Mega:
     def reference_step(self, job: ChildJob, device: torch.device) -> Step:
         """The reference's step from the job's seed (from the task's salient state where the
         job asks); a TaskError where the task has no salient state."""
-        from kagent.sandbox.harness.mega import build_reference, clone_state
+        from kagent.sandbox.harness.decode_task import build_reference, clone_state
 
         task = self._task(job, device)
         model: Any  # the task's Model: a torch Module with the task's own step
