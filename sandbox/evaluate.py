@@ -9,6 +9,7 @@ child's whole process group, and afterwards checks by hash that the pristine cop
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import importlib.util
@@ -32,8 +33,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
+from kagent.sandbox.harness.job import Job
 from kagent.sandbox.harness.loading import read_regular
-from kagent.sandbox.harness.protocol import KEY_BYTES, PROTOCOL_VERSION, signature
+from kagent.sandbox.harness.protocol import KEY_BYTES, signature
+from kagent.sandbox.harness.watchdog import HANG_AFTER_S
 from kagent.sandbox.lease import LeaseRecord, lease_folder, open_lease
 from kagent.sandbox.results import (
     Bandwidth,
@@ -123,7 +126,7 @@ class EvalOptions(BaseModel):
         "an evaluation whose device memory ran out while shared gets what is left of it)",
     )
     hang_after_s: float = Field(
-        60.0,
+        HANG_AFTER_S,
         gt=0,
         description="Once the solution is built, a request to it that runs this "
         "long (or 20x the baseline's time for its steps, if more) with no compiler running "
@@ -316,35 +319,34 @@ class Bundle:
         }
 
 
-def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> dict:
-    return {
-        "protocol": PROTOCOL_VERSION,
-        "kind": task.kind,
-        "mode": options.mode,
-        "task_dir": str(bundle.task_dir),
-        "task_file": str(bundle.task_path),
-        "solution": str(bundle.solution) if bundle.solution else None,
-        "scale": options.scale,
-        "device": options.device,
-        "contexts": options.contexts,
-        "rounds": options.rounds,
-        "warmup": options.warmup,
-        "block_steps": options.block_steps,
-        "min_request_ms": options.min_request_ms,
-        "judged_chains": options.judged_chains,
-        "hang_after_s": options.hang_after_s,
-        "reference_workers": options.reference_workers,
-        "cache_dir": str(options.cache_dir) if options.cache_dir else None,
-        "cache_staging": str(bundle.cache_staging) if options.cache_dir else None,
+def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> Job:
+    """The harness's job for this evaluation, less how the referee runs (run_child adds it)."""
+    return Job(
+        kind=task.kind,
+        mode=options.mode,
+        task=str(bundle.task_path),
+        solution=str(bundle.solution) if bundle.solution else None,
+        scale=options.scale,
+        device=options.device,
+        timeout_s=options.timeout_s,
+        hang_after_s=options.hang_after_s,
+        hidden_seeds=options.hidden_seeds_for(task.kind),
+        cache_dir=str(options.cache_dir) if options.cache_dir else None,
+        cache_staging=str(bundle.cache_staging) if options.cache_dir else None,
         # Cache entries built from other task or harness files are rebuilt, not trusted.
-        "cache_identity": hashlib.sha256(json.dumps(bundle.digest(), sort_keys=True).encode()).hexdigest(),
-        "hidden_seeds": options.hidden_seeds_for(task.kind),
-        "atol": options.atol,
-        "rtol": options.rtol,
-        "eval_mode": options.eval_mode,
-        "timeout_s": options.timeout_s,
-        "correct_trials": options.correct_trials,
-    }
+        cache_identity=hashlib.sha256(json.dumps(bundle.digest(), sort_keys=True).encode()).hexdigest(),
+        contexts=options.contexts,
+        rounds=options.rounds,
+        warmup=options.warmup,
+        block_steps=options.block_steps,
+        min_request_ms=options.min_request_ms,
+        judged_chains=options.judged_chains,
+        reference_workers=options.reference_workers,
+        atol=options.atol,
+        rtol=options.rtol,
+        eval_mode=options.eval_mode,
+        correct_trials=options.correct_trials,
+    )
 
 
 class ChildRun(BaseModel):
@@ -375,7 +377,7 @@ def _tail(path: Path) -> str:
 
 def run_child(
     bundle: Bundle,
-    job: dict,
+    job: Job,
     options: EvalOptions,
     progress: Optional[Callable[[dict], None]] = None,
     alone: bool = False,
@@ -398,16 +400,16 @@ def run_child(
     lease_field = lease.job_field
     if lease_field is not None and alone:
         lease_field = {**lease_field, "alone": True}
-    job = {
-        **job,
-        "solution_home": str(home),
-        "pid_namespace": containment.probe().pid_namespace,
-        "import_paths": _import_paths(),
-        "gpu_lease": lease_field,
-        "solution_box": box,  # the solution's own box (spawn.start), None where none is made
-    }
+    job = dataclasses.replace(
+        job,
+        solution_home=str(home),
+        pid_namespace=containment.probe().pid_namespace,
+        import_paths=_import_paths(),
+        gpu_lease=lease_field,
+        solution_box=box,  # the solution's own box (spawn.start), None where none is made
+    )
     job_file = private / "job.json"
-    job_file.write_text(json.dumps(job))
+    job.write(job_file)
     out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
     env = scrubbed_env()  # the solution must not see API keys
     # The referee's HOME is the read-only private folder: nothing the solution writes (its
@@ -451,7 +453,7 @@ def run_child(
                 options.python,
                 *REFEREE_FLAGS,
                 REFEREE_BOOTSTRAP,
-                json.dumps([str(bundle.harness.parent), *job["import_paths"]]),
+                json.dumps([str(bundle.harness.parent), *job.import_paths]),
                 "--job",
                 str(job_file),
                 "--result-fd",

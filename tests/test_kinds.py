@@ -76,3 +76,30 @@ def test_an_instrument_refuses_a_job_of_another_version(tmp_path: Path):
     (tmp_path / "old.json").write_text(json.dumps({**dataclasses.asdict(job), "version": 0}))
     with pytest.raises(ValueError, match="version 0"):
         ChildJob.read(tmp_path / "old.json")
+
+
+def test_the_harness_refuses_a_job_of_another_protocol(tmp_path: Path):
+    from kagent.sandbox.harness.job import Job
+
+    job = Job(
+        kind="kernelbench",
+        mode="check",
+        task="t.py",
+        solution="s.py",
+        scale="smoke",
+        device="cpu",
+        timeout_s=60.0,
+        hang_after_s=60.0,
+        hidden_seeds=2,
+        cache_dir=None,
+        cache_staging=None,
+        cache_identity=None,
+    )
+    job.write(tmp_path / "job.json")
+    assert Job.read(tmp_path / "job.json") == job
+    (tmp_path / "old.json").write_text(json.dumps({**dataclasses.asdict(job), "protocol": 0}))
+    with pytest.raises(ValueError, match="job protocol 0"):
+        Job.read(tmp_path / "old.json")
+    (tmp_path / "dead.json").write_text(json.dumps({**dataclasses.asdict(job), "timing_seed": 1}))
+    with pytest.raises(ValueError, match="not a job"):  # a key nothing reads is an error, not ignored
+        Job.read(tmp_path / "dead.json")

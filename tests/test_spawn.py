@@ -11,10 +11,13 @@ import pytest
 
 from kagent.sandbox import containment
 from kagent.sandbox.harness import spawn
+from kagent.sandbox.harness.job import Job
 
 
-def _job(**extra) -> dict:
-    return {"kind": "mega", "mode": "timed", "device": "cpu", **extra}
+def _job(**extra) -> Job:
+    fields = dict(kind="mega", mode="eval", task="t", solution=None, scale="smoke", device="cpu")
+    fields.update(timeout_s=60.0, hang_after_s=60.0, hidden_seeds=1, cache_dir=None, cache_staging=None)
+    return Job(**{**fields, "cache_identity": None, **extra})
 
 
 def test_a_timed_decode_job_starts_the_solution_the_baseline_and_its_workers_and_all_end_unadopted():
@@ -47,7 +50,7 @@ def test_check_mode_starts_no_baseline_and_the_cpu_no_workers_by_default():
         spawn.close_unadopted(early)
     assert spawn.reference_workers(_job(device="cuda")) == spawn.DEFAULT_REFERENCE_WORKERS["cuda"]
     assert spawn.reference_workers(_job(device="cuda:1", reference_workers=0)) == 0
-    assert spawn.reference_workers({"kind": "kernelbench", "device": "cuda"}) == 0
+    assert spawn.reference_workers(_job(kind="kernelbench", device="cuda")) == 0
     assert spawn.device_name("cuda") == "cuda:0" and spawn.device_name("cuda:1") == "cuda:1"
 
 

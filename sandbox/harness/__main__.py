@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -11,6 +10,7 @@ import traceback
 
 # Nothing here imports torch before the evaluation's other processes are started (spawn.py).
 from . import lease, spawn
+from .job import Job
 from .kinds import KINDS
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
 
@@ -32,13 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kagent_harness: cannot read the signing key: {err}", file=sys.stderr)
         return EXIT_BAD_JOB
     try:
-        with open(args.job) as f:
-            job = json.load(f)
+        job = Job.read(args.job)
     except (OSError, ValueError) as err:
         print(f"kagent_harness: cannot read the job file: {err}", file=sys.stderr)
-        return EXIT_BAD_JOB
-    if job.get("protocol") != PROTOCOL_VERSION:
-        print(f"kagent_harness: job protocol {job.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return EXIT_BAD_JOB
     channel = Channel(args.result_fd, key)
     try:
@@ -53,17 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def run(job: dict, channel: Channel, early: dict[str, spawn.Started] | None = None) -> None:
+def run(job: Job, channel: Channel, early: dict[str, spawn.Started] | None = None) -> None:
     """Evaluate the job, reporting every step on ``channel``; always ends with ``done``.
     ``early``: the evaluation's processes, started already (spawn.start_early)."""
     started = time.perf_counter()
-    channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job["kind"], mode=job["mode"])
+    channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job.kind, mode=job.mode)
     from .loading import CandidateError, TaskError
     from .remote import TrustedFailed
 
     evaluation = None
     try:
-        evaluation = KINDS[job["kind"]].evaluation_class()(job, channel, early, began=started)
+        evaluation = KINDS[job.kind].evaluation_class()(job, channel, early, began=started)
         evaluation.run()
     except TaskError as err:
         channel.send("task_error", reason=str(err))

@@ -14,6 +14,7 @@ import torch
 
 from . import bandwidth, building, environment, lease, remote, spawn, watchdog
 from .exchange import Arena, bytes_needed, encode
+from .job import Job
 from .loading import CandidateError, DiskCache, TaskError, digest
 from .protocol import Channel, make_non_dumpable
 from .remote import ContestantProcess, LeftRunning, SolutionFailed, TrustedFailed, Watch
@@ -22,7 +23,7 @@ from .workers import ReferenceWorkers
 
 class EvaluationBase:
     def __init__(
-        self, job: dict, channel: Channel, early: dict[str, spawn.Started] | None = None, began: float | None = None
+        self, job: Job, channel: Channel, early: dict[str, spawn.Started] | None = None, began: float | None = None
     ):
         """``early``: the evaluation's processes started already (spawn.start_early); each is
         taken out of it when adopted. ``began``: when the evaluation began by time.perf_counter
@@ -32,11 +33,11 @@ class EvaluationBase:
         self.job = job
         self.channel = channel
         self.early = early if early is not None else {}
-        self.device = torch.device(job["device"])
+        self.device = torch.device(job.device)
         self.cache = DiskCache(
-            Path(job["cache_dir"]) if job.get("cache_dir") else None,
-            Path(job["cache_staging"]) if job.get("cache_staging") else None,
-            identity=job.get("cache_identity"),
+            Path(job.cache_dir) if job.cache_dir else None,
+            Path(job.cache_staging) if job.cache_staging else None,
+            identity=job.cache_identity,
         )
         self.phase_seconds: dict[str, float] = {}
         # Each process's start-up, in seconds from ``began`` (note_start_up; its replies read
@@ -49,7 +50,7 @@ class EvaluationBase:
         # Nothing of this evaluation ran on the device before here (lease.py). The wait for the
         # lease, where there is one, is a phase of its own (not a part of the next one).
         if lease.under_lease():
-            lease.begin_device_work(f"evaluation ({job['mode']})")
+            lease.begin_device_work(f"evaluation ({job.mode})")
             self.phase("gpu_lease")
         self.late_cache_files: dict[str, str] = {}
         self._probes_reported = 0  # of watch.confirmed, already sent with a check
@@ -123,9 +124,9 @@ class EvaluationBase:
         decode task the reference workers."""
         make_non_dumpable()  # before any other process of the evaluation exists
         self.exchange_dir = Path(tempfile.mkdtemp(prefix="kagent-exchange-", dir=_shared_memory_dir()))
-        self.watch = Watch(self.device, bool(self.job.get("pid_namespace")))
+        self.watch = Watch(self.device, self.job.pid_namespace)
         self.solution = self._contestant("solution")
-        self.baseline_process = self._contestant("baseline") if self.job["mode"] != "check" else None
+        self.baseline_process = self._contestant("baseline") if self.job.mode != "check" else None
         workers = spawn.reference_workers(self.job)
         self.workers = None
         if workers > 0:
@@ -145,7 +146,7 @@ class EvaluationBase:
                 _triton_cache(env),
                 notify=self.channel.send,
                 gpu_id=self._gpu_id(),
-                hang_after_s=float(self.job.get("hang_after_s") or watchdog.HANG_AFTER_S),
+                hang_after_s=self.job.hang_after_s,
             )
         return process
 

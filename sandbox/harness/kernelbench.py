@@ -32,6 +32,7 @@ import torch
 from . import building, compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout
+from .job import Job
 from .loading import CandidateError, TaskError, load_module
 from .remote import layout_of
 
@@ -141,14 +142,14 @@ def judge(got: Any, expected: list[torch.Tensor], atol: float, rtol: float) -> O
 
 
 class KernelBenchEvaluation(EvaluationBase):
-    def __init__(self, job: dict, channel, early: dict | None = None, began: float | None = None):
+    def __init__(self, job: Job, channel, early: dict | None = None, began: float | None = None):
         self.began_at = time.perf_counter() if began is None else began
         super().__init__(job, channel, early, began)
-        self.given_atol, self.given_rtol = job.get("atol"), job.get("rtol")
-        self.seeds = trial_seeds(int(job.get("correct_trials") or CORRECT_TRIALS))
+        self.given_atol, self.given_rtol = job.atol, job.rtol
+        self.seeds = trial_seeds(job.correct_trials or CORRECT_TRIALS)
 
     def _load_problem(self) -> None:
-        path = Path(self.job["task_file"])
+        path = Path(self.job.task)
         try:
             self.problem = load_module(building.KERNELBENCH_MODULE, path)
             for name in ("Model", "get_inputs", "get_init_inputs"):
@@ -159,14 +160,14 @@ class KernelBenchEvaluation(EvaluationBase):
             raise
         except Exception as err:
             raise TaskError(f"cannot load {path.name}: {type(err).__name__}: {err}") from err
-        self.eval_mode = bool(self.job.get("eval_mode")) or getattr(self.problem, "EVAL_MODE", False) is True
+        self.eval_mode = self.job.eval_mode or getattr(self.problem, "EVAL_MODE", False) is True
 
     def _inputs(self, seed: int) -> list:
         return building.kernelbench_inputs(self.problem, seed, self.device)
 
     def spec(self, who: str) -> building.Spec:
-        solution = Path(self.job["solution"]) if self.job["mode"] != "aa" else None
-        return building.kernelbench_spec(who, Path(self.job["task_file"]), solution, self.eval_mode)
+        solution = Path(str(self.job.solution)) if self.job.mode != "aa" else None
+        return building.kernelbench_spec(who, Path(self.job.task), solution, self.eval_mode)
 
     def _reference_outputs(self, seeds: list[int]) -> float:
         """The reference's outputs for ``seeds``, kept; whether it writes into its inputs
@@ -194,23 +195,23 @@ class KernelBenchEvaluation(EvaluationBase):
         with torch.no_grad():
             # The referee's reference, built as every contestant is (building.build).
             self.reference = building.build(self.spec("reference"), self.init_inputs, self.device, module=self.problem)
-            self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(int(self.job.get("hidden_seeds", 2)))]
+            self.hidden_seeds = [1000 + secrets.randbelow(1 << 30) for _ in range(self.job.hidden_seeds)]
             call_ms = self._reference_outputs([*self.seeds, *self.hidden_seeds])
             first = self.expected[self.seeds[0]]
             self.atol = float(self.given_atol if self.given_atol is not None else tolerance_for(first))
             self.rtol = float(self.given_rtol if self.given_rtol is not None else tolerance_for(first))
             self.phase("reference_outputs")
             inputs = self._inputs(self.seeds[0])
-            min_request_ms = self.job.get("min_request_ms")
+            min_request_ms = self.job.min_request_ms
             self.calls, self.sets = timed_plan(
                 call_ms,
                 _nbytes(inputs) + _nbytes(first),
                 timing.MIN_REQUEST_MS if min_request_ms is None else float(min_request_ms),
             )
-            if self.job["mode"] != "check":
+            if self.job.mode != "check":
                 self._check_time_left(call_ms)
             # Before the solution's process loads anything: what it leaves in the cache can be trusted.
-            self.bw = self.bandwidth() if self.job["mode"] != "check" else None
+            self.bw = self.bandwidth() if self.job.mode != "check" else None
             outputs = layout_of(first)
             self.connect_contestants(
                 arena_bytes_for(inputs, outputs, *[inputs] * self.sets, *[outputs] * self.sets, outputs)
@@ -228,24 +229,25 @@ class KernelBenchEvaluation(EvaluationBase):
                 if not self._correctness():
                     return
                 self.phase("check")
-                if self.job["mode"] != "check":
+                if self.job.mode != "check":
                     current = "timed_calls"
                     with lease.exclusive("timing", shared_after=False):  # the device alone (harness/lease.py)
                         self._performance()
             except CandidateError as err:
                 self.solution_failed(current, err)
 
+    def _timing_settings(self) -> timing.Settings:
+        """The job's timing knobs, with TIMED_PAIRS rounds where it gives none."""
+        return timing.Settings.of(self.job, rounds=TIMED_PAIRS)
+
     def _check_time_left(self, call_ms: float) -> None:
         """Stop before the evaluation starts where its calls cannot finish in the job's time
         limit at this pace (on the CPU, a KernelBench problem at its real size can take
         seconds a call), with the size that would."""
-        limit_s = self.job.get("timeout_s")
-        if not limit_s:
-            return
-        pairs = int(self.job.get("rounds") or TIMED_PAIRS)
-        calls = OVERHEAD_CALLS + 2 * (pairs + int(self.job.get("warmup") or 2)) * self.calls
+        settings = self._timing_settings()
+        calls = OVERHEAD_CALLS + 2 * (settings.rounds + settings.warmup) * self.calls
         needed_s = calls * call_ms / 1e3
-        room_s = float(limit_s) * TIME_SHARE - (time.perf_counter() - self.began_at)
+        room_s = self.job.timeout_s * TIME_SHARE - (time.perf_counter() - self.began_at)
         if needed_s > room_s:
             raise TaskError(
                 f"a call of the reference takes {call_ms:.0f} ms on {self.device.type}, and an evaluation makes "
@@ -321,9 +323,7 @@ class KernelBenchEvaluation(EvaluationBase):
     def _performance(self) -> None:
         # Every block a whole chain of calls; TIMED_PAIRS of them per contestant; no isolated
         # latency (a call's latency alone is the decode tasks' figure, not KernelBench's).
-        settings = dataclasses.replace(
-            timing.Settings.of(self.job, rounds=TIMED_PAIRS, warmup=2), block_steps=self.calls, isolated_steps=0
-        )
+        settings = dataclasses.replace(self._timing_settings(), block_steps=self.calls, isolated_steps=0)
         draws = TimedDraws(self, self.calls, self.sets)
 
         def contestants() -> tuple[CallsContestant, CallsContestant]:

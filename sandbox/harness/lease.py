@@ -47,6 +47,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
+from .job import Job
+
 RECORD_VERSION = 1
 # The folder of a sweep's leases (kagent.sandbox.lease reads it; named here for messages).
 LEASE_DIR_ENV = "KAGENT_GPU_LEASE"
@@ -124,11 +126,11 @@ _current: Optional[Lease] = None
 
 
 @contextmanager
-def shared(job: dict, channel: Any) -> Iterator[None]:
+def shared(job: Job, channel: Any) -> Iterator[None]:
     """The whole evaluation, under the lease the job names (none: no lease, nothing waits);
     held shared from begin_device_work() on, given back at the end."""
     global _current
-    spec = job.get("gpu_lease")
+    spec = job.gpu_lease
     if not spec:
         yield
         return

@@ -45,9 +45,9 @@ class MegaEvaluation(EvaluationBase):
 
     # -- everything trusted happens before the solution's process loads anything ---------------
     def prepare(self) -> None:
-        self.task = Task(Path(self.job["task_dir"]), self.job["scale"], self.device)
+        self.task = Task(Path(self.job.task), self.job.scale, self.device)
         task = self.task
-        wanted = self.job.get("contexts")
+        wanted = self.job.contexts
         self.timing_shapes = [s for s in task.shapes if not wanted or s["context_len"] in wanted]
         if not self.timing_shapes:
             known = [s["context_len"] for s in task.shapes]
@@ -128,7 +128,7 @@ class MegaEvaluation(EvaluationBase):
     def _secret_cases(self) -> None:
         """Cases from seeds drawn now (draw_secret_case), by the reference workers where there
         are any, else here; told afterwards (``hidden_seeds``)."""
-        kinds = secret_case_kinds(self.task, int(self.job["hidden_seeds"]))
+        kinds = secret_case_kinds(self.task, self.job.hidden_seeds)
         if self.workers is not None:
             drawn = self.workers.secret_cases(kinds)
         else:
@@ -197,7 +197,7 @@ class MegaEvaluation(EvaluationBase):
         return max(case, arena_bytes_for(chained, chained))
 
     def spec(self, who: str) -> building.Spec:
-        solution = Path(self.job["solution"]) if self.job["mode"] != "aa" else None
+        solution = Path(str(self.job.solution)) if self.job.mode != "aa" else None
         return building.mega_spec(who, self.task.dir, solution, self.task.has_baseline)
 
     # -- the solution ------------------------------------------------------------------------
@@ -233,7 +233,7 @@ class MegaEvaluation(EvaluationBase):
     def run(self) -> None:
         self.prepare()
         with torch.no_grad():
-            timed = self.job["mode"] != "check"
+            timed = self.job.mode != "check"
             self.bw = self.bandwidth() if timed and self.task.roofline is not None else None
             weights = self.weights_file(self.weights, self.weights_entry)
             self.begin_trusted(weights, [self.task.cfg])  # without a cache file, only now
@@ -283,7 +283,7 @@ class MegaEvaluation(EvaluationBase):
             current = "chained_steps"
             shapes = (
                 self.timing_shapes
-                if self.job["mode"] != "check"
+                if self.job.mode != "check"
                 else [min(self.timing_shapes, key=lambda s: s["context_len"])]
             )
             for shape in shapes:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .job import Job
 from .kinds import KINDS
 from .protocol import make_non_dumpable
 
@@ -196,7 +197,7 @@ def scratch(who: str) -> Path:
 LAYOUT_PAD = "KAGENT_LAYOUT_PAD"
 
 
-def contestant_env(who: str, job: dict) -> dict[str, str]:
+def contestant_env(who: str, job: Job) -> dict[str, str]:
     """A contestant's environment: this process's, less every ``PYTHON*`` variable, with the
     contestants' hash seed; the solution's own build HOME. Each is padded to the size of the
     larger of the two, so that both processes' stacks start at the same address (the
@@ -207,8 +208,8 @@ def contestant_env(who: str, job: dict) -> dict[str, str]:
             name: value for name, value in os.environ.items() if not name.startswith("PYTHON") and name != LAYOUT_PAD
         }
         env["PYTHONHASHSEED"] = CONTESTANT_HASH_SEED
-        if whose == "solution" and job.get("solution_home"):
-            env["HOME"] = job["solution_home"]  # its builds' cache; the referee's HOME is not its to write
+        if whose == "solution" and job.solution_home:
+            env["HOME"] = job.solution_home  # its builds' cache; the referee's HOME is not its to write
         return env
 
     def size(env: dict[str, str]) -> int:
@@ -219,24 +220,24 @@ def contestant_env(who: str, job: dict) -> dict[str, str]:
     return env
 
 
-def reference_workers(job: dict) -> int:
+def reference_workers(job: Job) -> int:
     """How many reference workers the job's evaluation runs."""
-    if not KINDS[job["kind"]].has_reference_workers:
+    if not KINDS[job.kind].has_reference_workers:
         return 0
-    count = job.get("reference_workers")
-    return int(count) if count is not None else DEFAULT_REFERENCE_WORKERS[job["device"].split(":")[0]]
+    count = job.reference_workers
+    return count if count is not None else DEFAULT_REFERENCE_WORKERS[job.device.split(":")[0]]
 
 
-def start_early(job: dict) -> dict[str, Started]:
+def start_early(job: Job) -> dict[str, Started]:
     """Every process the job's evaluation will adopt, by name ("solution", "baseline" in the
     modes that time, "worker 1"...), started now. This process is made non-dumpable before
     any of them exists."""
     make_non_dumpable()
-    device = device_name(job["device"])
+    device = device_name(job.device)
     early: dict[str, Started] = {}
     try:
-        for who in ["solution", *(["baseline"] if job["mode"] != "check" else [])]:
-            box = job.get("solution_box") if who == "solution" else None
+        for who in ["solution", *(["baseline"] if job.mode != "check" else [])]:
+            box = job.solution_box if who == "solution" else None
             early[who] = start(contestant_argv(who, device), scratch(who), contestant_env(who, job), box)
         count = reference_workers(job)
         if count:

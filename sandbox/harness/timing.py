@@ -338,11 +338,13 @@ class Settings:
     judged_chains: int = JUDGED_CHAINS
 
     @classmethod
-    def of(cls, job: dict, **defaults: Any) -> Settings:
+    def of(cls, job: Any, **defaults: Any) -> Settings:
+        """From the job's fields of these names (a harness Job), where they are not None."""
         values = {**defaults}
         for field in dataclasses.fields(cls):
-            if job.get(field.name) is not None:
-                values[field.name] = type(getattr(cls, field.name))(job[field.name])  # the default's type
+            given = getattr(job, field.name, None)
+            if given is not None:
+                values[field.name] = type(getattr(cls, field.name))(given)  # the default's type
         return cls(**values)
 
 

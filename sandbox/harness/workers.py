@@ -27,6 +27,7 @@ import torch
 
 from . import spawn
 from .exchange import Arena, SlotAllocator, decode, encode
+from .job import Job
 from .loading import TaskError
 from .remote import Peer, Watch, wait_any
 from .secret_cases import SecretCase
@@ -108,11 +109,11 @@ class ReferenceWorkers:
         """The requests dealt out and not yet answered, as words (empty when none)."""
         return "; ".join(f"{worker.label}: {pending.what}" for worker, pending in self.busy.items())
 
-    def begin_prepare(self, job: dict, weights: str) -> None:
+    def begin_prepare(self, job: Job, weights: str) -> None:
         """Have each worker build the task and the reference from ``weights``; answered in
         ``finish_prepare``."""
         for worker in self.workers:
-            worker.send({"op": "prepare", "task_dir": job["task_dir"], "scale": job["scale"], "weights": weights})
+            worker.send({"op": "prepare", "task_dir": job.task, "scale": job.scale, "weights": weights})
 
     def finish_prepare(self) -> list[dict]:
         """Each worker's answer, in order."""
