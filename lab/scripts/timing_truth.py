@@ -41,9 +41,10 @@ _LIB = Path(tempfile.mkdtemp(prefix="kagent-timing-truth-"))
 HARNESS.write(_LIB / "kagent_harness")
 sys.path.insert(0, str(_LIB))
 from kagent_harness import launches, remote, timing  # noqa: E402
+from kagent_harness.job import Job  # noqa: E402
 from kagent_harness.loading import load_module  # noqa: E402
 from kagent_harness.mega import MegaEvaluation  # noqa: E402
-from kagent_harness.protocol import PROTOCOL_VERSION, Channel  # noqa: E402
+from kagent_harness.protocol import Channel  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PLAIN_LOOP_STEPS = 32
@@ -225,30 +226,26 @@ def through_harness(
     home = Path(tempfile.mkdtemp(prefix="kagent-stream-home-"))
     # The cache's entries are read whoever built them (no identity), so the evaluations' warm
     # cache serves here too; one secret case, drawn here (no reference workers).
-    job = {
-        "protocol": PROTOCOL_VERSION,
-        "kind": "mega",
-        "mode": "full",
-        "task_dir": str(task_dir),
-        "task_file": None,
-        "solution": str(folder / "solution.py"),
-        "scale": scale,
-        "device": str(device),
-        "contexts": contexts,
-        "rounds": rounds,
-        "warmup": 2,
-        "block_steps": block_steps,
-        "cache_dir": str(cache),
-        "cache_staging": None,
-        "cache_identity": None,
-        "hidden_seeds": 1,
-        "reference_workers": 0,
-        "atol": None,
-        "rtol": None,
-        "solution_home": str(home),
-        "pid_namespace": False,
-        "import_paths": [],
-    }
+    job = Job(
+        kind="mega",
+        mode="eval",
+        task=str(task_dir),
+        solution=str(folder / "solution.py"),
+        scale=scale,
+        device=str(device),
+        timeout_s=3600,
+        hang_after_s=600,
+        hidden_seeds=1,
+        cache_dir=str(cache),
+        cache_staging=None,
+        cache_identity=None,
+        contexts=contexts,
+        rounds=rounds,
+        warmup=2,
+        block_steps=block_steps,
+        reference_workers=0,
+        solution_home=str(home),
+    )
     channel = Channel(None)
     with RequestLog() as log:
         evaluation = TimingOnly(job, channel)
