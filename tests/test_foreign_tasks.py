@@ -844,7 +844,7 @@ def test_timed_chain_departing_before_a_near_tie_fails(margin_task, kagent_home,
     # Wrong at step 2 (9 rows, no tie) of every timed chain: each judged chain shows it.
     solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(9))
     result = run_eval(margin_task, solution, kagent_home, contexts=[8])
-    assert result.verdict is Verdict.INCORRECT
+    assert result.verdict is Verdict.INCORRECT, [(c.name, c.status, c.reason) for c in result.checks]
     assert result.reason.startswith(
         "timed_chain_ctx_8: ctx 8 step 2 of a timed chain (judged against the reference from the hiddens the "
         "chain fed itself)"
