@@ -30,7 +30,7 @@ REQUEST_TIMEOUT_S = 600.0
 # whatever the budget), unless the budget is so short that it would leave no exploring.
 MIN_FINAL_SLICE_S = 60.0
 # The shortest wall budget a new run takes. Under a minute the final slice is half the budget,
-# under the 30 s the final re-verification needs to start (Agent._finalize), and exploring has
+# under the 30 s the final re-verification needs to start (kagent.agent.loop.finalize), and exploring has
 # less than an evaluation of the smoke task on a CPU takes (a budget of 10 s was taken, and its
 # run stopped before the model had done anything). A sweep starts no member with less.
 MIN_RUN_BUDGET_S = 60.0
