@@ -259,3 +259,20 @@ def test_the_demo_runs_from_an_empty_folder_where_the_wheel_is_installed(wheel, 
         text=True,
     ).stdout.strip()
     assert Path(where).is_relative_to(tmp_path / "venv")  # the wheel's copy played, not the checkout's
+
+
+def test_every_package_folder_of_the_product_is_listed_for_the_wheel():
+    """A package folder missing from pyproject.toml's list works in the editable checkout and
+    is absent from the wheel (sandbox/instruments once was: an installed kagent failed to start)."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, folders = set(setuptools["packages"]), setuptools["package-dir"]
+    found = set()
+    for package, folder in folders.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            inside = init.parent.relative_to(REPO / folder).parts
+            if "02_kimi_linear_decode" in inside or "__pycache__" in inside:
+                continue  # a task's or an example's files, shipped as package data
+            found.add(".".join((package, *inside)))
+    assert found - listed == set(), "package folders missing from pyproject.toml's packages"
