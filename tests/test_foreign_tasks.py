@@ -363,14 +363,16 @@ def margin_task(mega_task):
     return resolve_task(str(folder))
 
 
-def solution_wrong_when(condition: str) -> str:
-    """The correct solution, except that it negates its output when ``condition`` holds."""
+def solution_wrong_when(condition: str, wrong: str = "-x") -> str:
+    """The correct solution, except that it answers ``wrong`` when ``condition`` holds: by
+    default its output negated, which is what the stand-in's runner-up gives at a near-tie;
+    "2 * x" is what no choice of the reference explains."""
     return (
         MEGA_SOLUTION.replace("{activation}", "torch.tanh")
         .replace("        x = hidden.float()\n", f"        wrong = {condition}\n        x = hidden.float()\n")
         .replace(
             "        return x.to(torch.bfloat16), state",
-            "        return (-x if wrong else x).to(torch.bfloat16), state",
+            f"        return ({wrong} if wrong else x).to(torch.bfloat16), state",
         )
     )
 
@@ -476,9 +478,11 @@ def test_near_tie_without_a_runner_up_hook_excuses_nothing(margin_task, kagent_h
 
 @pytest.mark.slow
 def test_chained_mismatch_away_from_ties_fails(margin_task, kagent_home, tmp_path):
-    solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 9"))
+    # Doubled, not negated: step 2's margin is the first value of its input, which the chain's
+    # draw decides, and at a near-tie the stand-in's runner-up would explain a negation.
+    solution = write_solution(tmp_path / "s", solution_wrong_when("state[0]['memory'].shape[0] == 9", "2 * x"))
     result = run_eval(margin_task, solution, kagent_home, mode="check")
-    assert result.verdict is Verdict.INCORRECT
+    assert result.verdict is Verdict.INCORRECT, result.reason
     assert result.reason.startswith("chained_steps: ctx 8 step 2 of a chain")
 
 
@@ -761,12 +765,12 @@ def test_folder_of_another_kind_gets_one_clear_error(tmp_path):
         resolve_task(str(folder))
 
 
-def solution_wrong_from_second_time(rows: int) -> str:
+def solution_wrong_from_second_time(rows: int, wrong: str = "-x") -> str:
     """The correct solution, except that it negates its output on a step that finds ``rows``
     rows of memory, from the second such step on: right in the validated chain, another
     answer in the timed chains that follow it from the same inputs."""
     return "import itertools\n_TIMES_SEEN = itertools.count()\n" + solution_wrong_when(
-        f"state[0]['memory'].shape[0] == {rows} and next(_TIMES_SEEN) > 0"
+        f"state[0]['memory'].shape[0] == {rows} and next(_TIMES_SEEN) > 0", wrong
     )
 
 
@@ -841,8 +845,9 @@ def test_a_fast_candidate_runs_its_whole_chain_many_times_a_request(margin_task,
 
 @pytest.mark.slow
 def test_timed_chain_departing_before_a_near_tie_fails(margin_task, kagent_home, tmp_path):
-    # Wrong at step 2 (9 rows, no tie) of every timed chain: each judged chain shows it.
-    solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(9))
+    # Wrong at step 2 (9 rows) of every timed chain, in a way no runner-up explains (each
+    # timed chain's draw decides whether step 2 is a near-tie): each judged chain shows it.
+    solution = write_solution(tmp_path / "s", solution_wrong_from_second_time(9, "2 * x"))
     result = run_eval(margin_task, solution, kagent_home, contexts=[8])
     assert result.verdict is Verdict.INCORRECT, [(c.name, c.status, c.reason) for c in result.checks]
     assert result.reason.startswith(
