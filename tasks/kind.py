@@ -10,6 +10,7 @@ its object; the harness keeps a registry of its own under the same names
 
 from __future__ import annotations
 
+import abc
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ class TaskFields:
     problem: dict = field(default_factory=dict)
 
 
-class TaskKind:
+class TaskKind(abc.ABC):
     """One kind of task. A subclass states its facts as class attributes and reads its files."""
 
     name: ClassVar[str]
@@ -41,25 +42,25 @@ class TaskKind:
     # Whether the task has a smoke and a full scale (a KernelBench file has one size only).
     has_scales: ClassVar[bool]
 
+    @abc.abstractmethod
     def claims(self, path: Path) -> bool:
         """Whether ``path`` (an existing file or folder) is to be read as a task of this kind."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read(self, path: Path) -> TaskFields:
         """The task at ``path``; a KagentError that says why when it is not one of this kind."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def root(self, path: Path) -> Path:
         """The folder that holds the task's files (an evaluation copies it)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def files(self, path: Path) -> list[Path]:
         """The files that make up the task, all of which the grading copy must hold unchanged."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def prompt(self, path: Path) -> str:
         """The task's own text for the model ("" where it has none)."""
-        raise NotImplementedError
 
     def own_forbidden_imports(self, path: Path) -> list[str]:
         """Modules a solution of this task may not import because of where the task lies."""
