@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from kagent.agent.outcome import REPEATED_FAILURE_LIMIT
 from kagent.core.errors import KagentError
 from kagent.core.providers import PROVIDERS
+from kagent.sandbox.timeouts import EVAL_TIMEOUT_S
 
 DEFAULT_WALL_S = 3 * 3600.0
 # Answers without a tool call in a row that end a run (a plan, thinking aloud or waiting for a
@@ -185,7 +186,7 @@ class RunSettings(BaseModel):
         "the prompt and the answer's cap would pass the model's context window)",
     )
     keep_recent_messages: int = Field(12, ge=1, description="Messages kept verbatim when compacting")
-    eval_timeout_s: float = Field(900.0, gt=0, description="Seconds one check or benchmark may take")
+    eval_timeout_s: float = Field(EVAL_TIMEOUT_S, gt=0, description="Seconds one check or benchmark may take")
     model_timeout_s: float = Field(REQUEST_TIMEOUT_S, gt=0, description="Seconds one model request may take")
     max_repeated_failures: int = Field(
         REPEATED_FAILURE_LIMIT,

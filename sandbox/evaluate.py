@@ -51,6 +51,7 @@ from kagent.sandbox.results import (
     check_verdict,
 )
 from kagent.sandbox.scrub import scrubbed_env
+from kagent.sandbox.timeouts import EVAL_TIMEOUT_S
 from kagent.tasks import KINDS, TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
@@ -120,7 +121,7 @@ class EvalOptions(BaseModel):
         "cases beside the referee (None: 4 on CUDA, 0 on the CPU)",
     )
     timeout_s: float = Field(
-        600.0,
+        EVAL_TIMEOUT_S,
         gt=0,
         description="Wall-clock limit for the child process (the second run of "
         "an evaluation whose device memory ran out while shared gets what is left of it)",

@@ -24,6 +24,7 @@ from kagent.agent.outcome import ENDINGS, EXIT_CTRL_C, EXIT_INTERRUPTED, exit_co
 from kagent.core.errors import KagentError
 from kagent.core.paths import RUNS_ELSEWHERE, kagent_home, runs_dir, runs_folder
 from kagent.core.providers import model_help
+from kagent.sandbox.timeouts import EVAL_TIMEOUT_S, SMOKE_CLI_TIMEOUT_S, cli_eval_timeout_s
 
 if TYPE_CHECKING:  # imported where used: a mistake in the options is said before torch is imported
     from kagent.sandbox.results import Verdict
@@ -149,7 +150,9 @@ def eval_command(
         "as a host-bound one runs).",
     ),
     timeout: Optional[float] = typer.Option(
-        None, min=1, help="Seconds before the run is killed (default 900 full, 300 smoke)."
+        None,
+        min=1,
+        help=f"Seconds before the run is killed (default {EVAL_TIMEOUT_S:g} full, {SMOKE_CLI_TIMEOUT_S:g} smoke).",
     ),
     atol: Optional[float] = typer.Option(
         None, help="KernelBench files: absolute tolerance (default: 1e-4 for fp32 outputs, 1e-2 fp16/bf16)."
@@ -201,7 +204,7 @@ def eval_command(
         contexts=_parse_contexts(contexts),
         rounds=rounds,
         min_request_ms=min_request_ms,
-        timeout_s=timeout or (900.0 if chosen_scale == "full" else 300.0),
+        timeout_s=timeout or cli_eval_timeout_s(chosen_scale),
         cache_dir=kagent_home(),
         atol=atol,
         rtol=rtol,
