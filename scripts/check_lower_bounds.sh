@@ -26,14 +26,14 @@ pip install -q -c "$constraints" -e '.[test,report,ray,example-kernel]'
 echo "installed:"; pip list --format=freeze | grep -i -f <(cut -d= -f1 "$constraints"; echo torch) | sed 's/^/  /'
 if [ $# -eq 0 ]; then
     # Each test here leans on a dependency at its lower bound; the harness's own tests (torch
-    # and numpy) are left to the full suite. Of the kill-and-resume cases one stays (a kill in
-    # the baseline, then in the final re-verification): the others add 2 minutes and exercise
-    # no dependency the one does not.
+    # and numpy) are left to the full suite. The kill-and-resume cases, the replays that run a
+    # session again and the CLI's whole demo runs are left out too: they call nothing of the
+    # dependencies that the quicker runs, resumes and replays kept here do not.
     set -- tests/test_models.py tests/test_packaging.py::test_every_dependency_has_a_lower_and_an_upper_bound_and_the_tested_version_is_within \
         tests/test_budget.py tests/test_workspace.py tests/test_views.py tests/test_runs_replay.py \
         tests/test_cli.py tests/test_run_cli.py tests/test_resume.py \
         tests/test_report.py::test_a_trace_alone_renders tests/test_report.py::test_a_long_run_folds_and_links_what_is_long \
         tests/test_report.py::test_the_long_run_files_budget_shows_the_best_and_the_latest_first \
-        -k "not (killed_and_resumed and not inside_the_baseline)"
+        -k "not (killed_and_resumed or orphaned_call or replay_execute or demo_session or config_file_and_quiet)"
 fi
-pytest -q -p no:cacheprovider "$@"
+pytest -q -p no:cacheprovider -n auto "$@"
