@@ -13,6 +13,15 @@ from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult
 from kagent.tasks import TaskRef, resolve_task
 
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core. Many tests spend most of their time waiting (a scripted
+    model's thinking, a hang being noticed, a killed run being resumed, a sweep's members), and
+    one worker a core leaves those cores idle; the whole-evaluation tests' checks and timings are
+    built to hold on a loaded machine."""
+    return 2 * len(os.sched_getaffinity(0))
+
+
 KIMI = "02_kimi_linear_decode"
 # How long a test waits for work that takes seconds (an evaluation, a command), on a CPU other
 # jobs share: limits of 120 s and 180 s ran out on a heavily loaded machine. Only a hang should
