@@ -22,10 +22,11 @@ from kagent.agent.lifecycle.device import machine_text, resolve_device
 from kagent.agent.lifecycle.resume import rebuild
 from kagent.agent.loop.agent import Agent, RunReport, ViewUpdate
 from kagent.agent.loop.budget import BudgetTracker, Clock, SystemClock
+from kagent.agent.loop.finalize import report_markdown
 from kagent.agent.loop.models import run_model
 from kagent.agent.loop.models.retry import RetryingModel
 from kagent.agent.outcome import RunState
-from kagent.agent.settings import RunConfig, RunSettings, minutes, scale_warning
+from kagent.agent.settings import RunConfig, RunSettings, scale_warning
 from kagent.agent.storage.folders import RUN_FILES, check_run_id, find_run
 from kagent.agent.storage.lock import RunLock
 from kagent.agent.storage.trace import Interrupted, InterruptionCause, RunResumed, TraceWriter, read_trace
@@ -34,7 +35,7 @@ from kagent.core.errors import KagentError
 from kagent.core.messages import ChatModel
 from kagent.core.paths import kagent_home, runs_dir
 from kagent.sandbox.evaluate import EvalOptions
-from kagent.sandbox.noise import score_interval, score_text
+from kagent.sandbox.noise import score_interval
 from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import all_tools
@@ -148,54 +149,6 @@ def versions() -> dict[str, Optional[str]]:
     return found
 
 
-def _report_markdown(report: RunReport) -> str:
-    lines = [
-        f"# kagent run {report.run_id}",
-        "",
-        f"- task: {report.task}",
-        f"- model: {report.model}",
-        *(f"- warning: {text}" for text in report.warnings),
-        f"- status: {report.status} ({report.reason})",
-        f"- result: {_result_line(report)}",
-        f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
-        + (f", {score_text(report.best_score, report.best_interval)}" if report.best_score is not None else ""),
-        f"- final re-verification: {report.final_verdict or 'not run'}"
-        + (f", {score_text(report.final_score, report.result_interval)}" if report.final_score is not None else ""),
-        f"- attempts: {report.attempts}, turns: {report.turns}",
-        f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
-        f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
-        f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
-        f"- cost: ${report.cost_usd:.2f}",
-        f"- elapsed: {minutes(report.elapsed_s)}",
-    ]
-    if report.best_speedups:
-        lines += ["", "| shape | while exploring | re-verified (the result) |", "|---|---|---|"]
-        lines += [
-            f"| {label} | {value:.3f}x | "
-            + (f"{report.final_speedups[label]:.3f}x" if label in report.final_speedups else "–")
-            + " |"
-            for label, value in report.best_speedups.items()
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _result_line(report: RunReport) -> str:
-    """Which number is the run's result, and why that one."""
-    if report.result_score is None:
-        if report.best_attempt is not None and report.final_verdict:
-            return f"none: attempt {report.best_attempt} failed its final re-verification ({report.final_verdict})"
-        return "none: no attempt passed a benchmark"
-    result = score_text(report.result_score, report.result_interval)
-    if report.result_from == "final re-verification":
-        change = report.result_score / report.best_score - 1 if report.best_score else 0.0
-        return (
-            f"{result}, attempt {report.best_attempt} as the final re-verification measured it "
-            f"({change:+.1%} from {report.best_score:.3f}x while exploring)"
-        )
-    why = f"the re-verification ended {report.final_verdict}" if report.final_verdict else "it was not re-verified"
-    return f"{result}, attempt {report.best_attempt} as measured while exploring ({why})"
-
-
 def _drive(
     run_dir: Path,
     config: RunConfig,
@@ -280,7 +233,7 @@ def _drive(
         }
     )
     write_json_atomically(run_dir / RUN_FILES["report"], report.model_dump_json(indent=1))
-    (run_dir / "report.md").write_text(_report_markdown(report))
+    (run_dir / "report.md").write_text(report_markdown(report))
     solution = workspace.root / config.solution_name
     if solution.exists():
         shutil.copy2(solution, run_dir / config.solution_name)

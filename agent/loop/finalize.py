@@ -1,5 +1,5 @@
 """Finalize: once exploring is over, put the best attempt in place, re-verify it with fresh
-secret inputs, and build the run's report from what stands.
+secret inputs, and build the run's report from what stands and render it (report.md).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from pydantic import BaseModel, Field
 from kagent.agent.loop.briefing import NOTES_FILE
 from kagent.agent.loop.status import Shared
 from kagent.agent.outcome import Cause, EndState, end_state, reverification_inconclusive, reverification_note
+from kagent.agent.settings import minutes
 from kagent.agent.storage.trace import Finalized, RunEnded
 from kagent.core.errors import KagentError
 from kagent.core.messages import Usage
 from kagent.sandbox.evaluate import evaluate
+from kagent.sandbox.noise import score_text
 from kagent.sandbox.results import EvalResult, Verdict
 
 # The final re-verification, the verdict a run ends on, draws this many times the secret
@@ -183,3 +185,52 @@ class Finalizer:
             elapsed_s=round(self.tracker.elapsed(), 1),
             warnings=warnings,
         )
+
+
+def report_markdown(report: RunReport) -> str:
+    """The report as report.md has it, for a person reading the run's folder."""
+    lines = [
+        f"# kagent run {report.run_id}",
+        "",
+        f"- task: {report.task}",
+        f"- model: {report.model}",
+        *(f"- warning: {text}" for text in report.warnings),
+        f"- status: {report.status} ({report.reason})",
+        f"- result: {_result_line(report)}",
+        f"- best attempt while exploring: {report.best_attempt if report.best_attempt is not None else 'none'}"
+        + (f", {score_text(report.best_score, report.best_interval)}" if report.best_score is not None else ""),
+        f"- final re-verification: {report.final_verdict or 'not run'}"
+        + (f", {score_text(report.final_score, report.result_interval)}" if report.final_score is not None else ""),
+        f"- attempts: {report.attempts}, turns: {report.turns}",
+        f"- tokens: {report.usage.total_tokens:,} (input {report.usage.input_tokens:,}, output "
+        f"{report.usage.output_tokens:,}, cache read {report.usage.cache_read_tokens:,}, cache write "
+        f"{report.usage.cache_write_tokens:,}, reasoning {report.usage.reasoning_tokens:,})",
+        f"- cost: ${report.cost_usd:.2f}",
+        f"- elapsed: {minutes(report.elapsed_s)}",
+    ]
+    if report.best_speedups:
+        lines += ["", "| shape | while exploring | re-verified (the result) |", "|---|---|---|"]
+        lines += [
+            f"| {label} | {value:.3f}x | "
+            + (f"{report.final_speedups[label]:.3f}x" if label in report.final_speedups else "–")
+            + " |"
+            for label, value in report.best_speedups.items()
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _result_line(report: RunReport) -> str:
+    """Which number is the run's result, and why that one."""
+    if report.result_score is None:
+        if report.best_attempt is not None and report.final_verdict:
+            return f"none: attempt {report.best_attempt} failed its final re-verification ({report.final_verdict})"
+        return "none: no attempt passed a benchmark"
+    result = score_text(report.result_score, report.result_interval)
+    if report.result_from == "final re-verification":
+        change = report.result_score / report.best_score - 1 if report.best_score else 0.0
+        return (
+            f"{result}, attempt {report.best_attempt} as the final re-verification measured it "
+            f"({change:+.1%} from {report.best_score:.3f}x while exploring)"
+        )
+    why = f"the re-verification ended {report.final_verdict}" if report.final_verdict else "it was not re-verified"
+    return f"{result}, attempt {report.best_attempt} as measured while exploring ({why})"
