@@ -517,8 +517,8 @@ def test_tick_labels_are_plain_numbers():
 def test_report_md_gives_the_result_with_its_interval_and_the_time_as_every_view_does():
     """report.md said `result: 0.830x` where the page said `0.830x [0.744–1.086]`, and its time
     in minutes with a decimal where every other view says 0m20s."""
-    from kagent.agent.loop.finalize import report_markdown as _report_markdown
     from kagent.agent.loop.agent import RunReport
+    from kagent.agent.loop.finalize import report_markdown as _report_markdown
     from kagent.core.messages import Usage
 
     report = RunReport(
