@@ -37,7 +37,7 @@ from .decode_task import (
 from .exchange import Layout as TensorLayout
 from .loading import CandidateError, TaskError, digest
 from .secret_cases import draw_secret_case, judge_chained_step, secret_case_kinds, secret_seed
-from .step_checker import StepChecker, _case_label, _difference, _fail_reason, _named_outputs, _near_tie_note, grown
+from .step_checker import StepChecker, case_label, fail_reason, grown, max_abs_difference, named_outputs, near_tie_note
 
 
 class MegaEvaluation(EvaluationBase):
@@ -113,7 +113,7 @@ class MegaEvaluation(EvaluationBase):
                     expected_hidden, expected_state, margin = out
                     cases.append(
                         Case(
-                            _case_label(f"seed {seed}", context_len, salient),
+                            case_label(f"seed {seed}", context_len, salient),
                             context_len,
                             seed,
                             expected_hidden,
@@ -140,7 +140,7 @@ class MegaEvaluation(EvaluationBase):
         for i, ((context_len, salient), case) in enumerate(zip(kinds, drawn, strict=True)):
             self.cases.append(
                 Case(
-                    _case_label(f"hidden seed #{i + 1}", context_len, salient),
+                    case_label(f"hidden seed #{i + 1}", context_len, salient),
                     context_len,
                     case.seed,
                     case.expected_hidden,
@@ -332,13 +332,13 @@ class MegaEvaluation(EvaluationBase):
         if failures:
             # The worst: non-finite values first, then the lowest cosine.
             case, result = min(failures, key=lambda f: (not f[1]["nonfinite"], f[1]["min_cosine"]))
-            worst = _fail_reason(case.label, result, task.threshold, case.margin, task.explained_margin)
+            worst = fail_reason(case.label, result, task.threshold, case.margin, task.explained_margin)
             return self.send_check(group, "fail", f"{len(failures)} of {len(cases)} cases fail, worst: {worst}", **data)
         worst_cosine = min(r["min_cosine"] for r in results)
         return self.send_check(
             group,
             "pass",
-            f"{len(results)} cases, min cosine {worst_cosine:.5f}" + _near_tie_note(results, task.min_margin),
+            f"{len(results)} cases, min cosine {worst_cosine:.5f}" + near_tie_note(results, task.min_margin),
             **data,
         )
 
@@ -349,9 +349,9 @@ class MegaEvaluation(EvaluationBase):
         checks judge; a reader of the result learns whether its answers repeat exactly."""
         case = next(c for c in self.cases if c.label.startswith("hidden"))
         inputs = self.inputs_of(case)
-        first, second = [_named_outputs(*self.remote_step("fresh", inputs, 0, case.context_len)) for _ in range(2)]
+        first, second = [named_outputs(*self.remote_step("fresh", inputs, 0, case.context_len)) for _ in range(2)]
         differences = {
-            name: _difference(second[name], tensor)
+            name: max_abs_difference(second[name], tensor)
             for name, tensor in first.items()
             if not compare.bitwise_equal(second[name], tensor)
         }
@@ -382,7 +382,7 @@ class MegaEvaluation(EvaluationBase):
             if not result["passed"]:
                 label = f"second call on the same buffers ({case.label})" if case is second else case.label
                 return self.send_check(
-                    "overwrite_in_place", "fail", _fail_reason(label, result, task.threshold), cases=results
+                    "overwrite_in_place", "fail", fail_reason(label, result, task.threshold), cases=results
                 )
         return self.send_check(
             "overwrite_in_place",
@@ -477,7 +477,7 @@ class ValidatedChain:
             if not result["passed"]:
                 for rest in judged[i + 1 :]:
                     rest()  # every worker idle again
-                return "fail", _fail_reason(
+                return "fail", fail_reason(
                     f"ctx {self.context_len} step {i + 1} of a chain",
                     result,
                     task.threshold,
@@ -599,7 +599,7 @@ class ChainContestant(timing.Contestant):
                     if "excused" in result:
                         excused += 1
                     elif not result["passed"]:
-                        return "fail", _fail_reason(
+                        return "fail", fail_reason(
                             f"ctx {self.context_len} step {i + 1} of a timed chain (judged against the "
                             "reference from the hiddens the chain fed itself)",
                             result,

@@ -121,8 +121,10 @@ class StepChecker:
         result = self.compare(hidden_in, state_in, hidden, state, expected_hidden, expected_state)
         if result["passed"] or result["nonfinite"] or not self.explainable(margin):
             return result
-        matched = self._runner_up_match(hidden_in, state_in, hidden, state)
-        return matched[0] if matched is not None else result
+        matched, beyond_rounding = self._runner_up_match(hidden_in, state_in, hidden, state)
+        if matched is not None:
+            return matched[0]
+        return {**result, "beyond_rounding": beyond_rounding} if beyond_rounding else result
 
     def judge_timed(self, hidden_in: Hidden, state_in: State, hidden: Hidden) -> tuple[dict, State]:
         """One step of a timed chain, of which only the hidden was recorded: judged as
@@ -135,26 +137,30 @@ class StepChecker:
         expected_hidden, expected_state, margin = reference_case(self.task, self.reference, hidden_in, state_in)
         result = self.compare(hidden_in, state_in, hidden, [], expected_hidden, [])
         if not (result["passed"] or result["nonfinite"]) and self.explainable(margin):
-            matched = self._runner_up_match(hidden_in, state_in, hidden, [])
+            matched, beyond_rounding = self._runner_up_match(hidden_in, state_in, hidden, [])
             if matched is not None:
                 result, expected_state = matched
+            elif beyond_rounding:
+                result = {**result, "beyond_rounding": beyond_rounding}
         return {**result, "decision_margin": margin}, expected_state
 
     def _runner_up_match(
         self, hidden_in: Hidden, state_in: State, hidden: Hidden, state: State
-    ) -> tuple[dict, State] | None:
+    ) -> tuple[tuple[dict, State] | None, dict | None]:
         """The comparison with the reference run from the same inputs but with the runner-up
         taken at decisions close enough to a tie that rounding explains a swap, and that
         reference's state: each such decision alone (the closest first), then each two of
         them (two layers on near-ties in one step, which the bf16 baseline swapped both of at
         smoke scale), for the first where the step matches; None where none does, or the task
-        has no way to ask.
+        has no way to ask. Beside it, where no decision was close enough but one was under the
+        explained margin, the closest such (its margin and rounding bound), for the reason to
+        say that rounding cannot have tipped it.
 
         Close enough: below the task's max_explained_margin, and where the task says what
         rounding its decision's inputs to bf16 can move (decision_rounding), below that too."""
         task, model = self.task, self.reference
         if task.decision_margins is None or task.runner_up is None:
-            return None
+            return None, None
         reference_step(model, hidden_in, state_in)  # the margins of this very step, decision by decision
         margins = [float(m) for m in task.decision_margins(model)]
         bounds = [float(b) for b in task.decision_rounding(model)] if task.decision_rounding else None
@@ -174,11 +180,20 @@ class StepChecker:
                     excused["decisions"] = [{"decision": d, "margin": margins[d]} for d in taken]
                 if bounds is not None:
                     excused["rounding_bound"] = bounds[taken[0]]
-                return {**result, "excused": excused}, expected_state
-        return None
+                return ({**result, "excused": excused}, expected_state), None
+        beyond = [d for d, m in enumerate(margins) if self.explainable(m) and d not in close]
+        if not beyond or bounds is None:
+            return None, None
+        closest = min(beyond, key=lambda d: margins[d])
+        return None, {
+            "decision": closest,
+            "margin": margins[closest],
+            "rounding_bound": bounds[closest],
+            "runner_up_tried": bool(close),  # at other decisions, close enough
+        }
 
 
-def _named_outputs(hidden: Hidden, state: State) -> dict[str, torch.Tensor]:
+def named_outputs(hidden: Hidden, state: State) -> dict[str, torch.Tensor]:
     """A step's output tensors by the names StepChecker reports them under."""
     named = {"hidden": hidden}
     for i, layer in enumerate(state):
@@ -186,19 +201,22 @@ def _named_outputs(hidden: Hidden, state: State) -> dict[str, torch.Tensor]:
     return named
 
 
-def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
+def max_abs_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest absolute difference; infinite where a NaN makes it undefined."""
-    difference = compare.max_abs_diff(a, b)
-    return math.inf if math.isnan(difference) else difference
+    found = compare.max_abs_diff(a, b)
+    return math.inf if math.isnan(found) else found
 
 
-def _case_label(seed: str, context_len: int, salient: bool) -> str:
+def case_label(seed: str, context_len: int, salient: bool) -> str:
+    """A secret case's name in a check's reason ("seed 0 ctx 16", "hidden seed #3 ctx 2048 salient state")."""
     return f"{seed} ctx {context_len}" + (" salient state" if salient else "")
 
 
-def _fail_reason(
+def fail_reason(
     label: str, result: dict, threshold: float, margin: float | None = None, explained_margin: float = 0.0
 ) -> str:
+    """Why the case ``label`` failed, from StepChecker's ``result``: the outputs below ``threshold``,
+    the earliest layer among them, and whether a routing tie (``margin``) could explain it."""
     if result["nonfinite"]:
         return f"{label}: non-finite values in {', '.join(result['nonfinite'][:5])}"
     below = result["below_threshold"]
@@ -214,14 +232,24 @@ def _fail_reason(
         reason += (
             f"; every layer's state agrees with the reference (cosine >= {threshold}): only the step's output differs"
         )
+    beyond = result.get("beyond_rounding")
     if margin is not None and margin < explained_margin:
         # Said only to rule a tie out: the reference that took the runner-up was tried and does
-        # not match either, so rounding at the tie does not explain this (where it does, the case
-        # is excused and passes). A hint towards the router here sent a dropped multiply astray.
-        reason += (
-            f" (the reference's routing is {margin:.2%} from a tie here, but the step does not match the "
-            "reference that took the runner-up either: a routing tie does not explain this mismatch)"
-        )
+        # not match either, or the decision is further from a tie than rounding can move it, so
+        # rounding at the tie does not explain this (where it does, the case is excused and
+        # passes). A hint towards the router here sent a dropped multiply astray.
+        said = []
+        if beyond is None or beyond["runner_up_tried"]:
+            said.append(
+                f"the reference's routing is {margin:.2%} from a tie here, but the step does not match the "
+                "reference that took the runner-up either"
+            )
+        if beyond is not None:
+            said.append(
+                f"at decision {beyond['decision']} it is {beyond['margin']:.2%} from a tie, more than rounding its "
+                f"inputs to bf16 can move there ({beyond['rounding_bound']:.2%}), so no runner-up is excused there"
+            )
+        reason += f" ({'; '.join(said)}: a routing tie does not explain this mismatch)"
     return reason
 
 
@@ -231,7 +259,7 @@ def _first_to_differ(names: list[str]) -> str | None:
     return min(layered)[1] if layered else None
 
 
-def _near_tie_note(results: list[dict], min_margin: float) -> str:
+def near_tie_note(results: list[dict], min_margin: float) -> str:
     """What a passing group's reason says of its cases at a near-tie of the reference's
     routing, and of those further from one that the runner-up explains."""
 
