@@ -96,10 +96,11 @@ def after(event_type: str, count: int = 1) -> Predicate:
     return lambda events: sum(e["type"] == event_type for e in events) >= count
 
 
-def waiting_for_the_model(requests: int) -> Predicate:
-    """A model request has been sent (the ``requests``-th in all) and not answered yet."""
+def waiting_for_the_model(turn: int) -> Predicate:
+    """The request for the model's ``turn``-th answer has been sent and not answered yet
+    (counted by answers, as a resumed run sends again the request it was killed waiting on)."""
     return lambda events: (
-        sum(e["type"] == "model_requested" for e in events) >= requests
+        sum(e["type"] == "model_responded" for e in events) == turn - 1
         and bool(events)
         and events[-1]["type"] == "model_requested"
     )
@@ -147,40 +148,37 @@ def uninterrupted(tmp_path_factory, kimi):
     return script, run_dir, report
 
 
-KILL_POINTS = {
-    "inside_a_check": [inside("check")],
-    "inside_a_benchmark_then_between_an_attempt_and_its_result": [inside("benchmark"), after("attempt_recorded", 3)],
-    "inside_the_baseline_then_in_the_final_reverification": [inside("baseline"), finalizing],
-    "at_random_moments": [at_second(t) for t in random.Random(7).sample([1.2, 2.0, 2.9, 3.7, 4.6, 5.5], 3)],
-}
+# One run through the real Anthropic SDK against the loopback server (which checks every request
+# it gets for a tool call left without its result), killed at each kind of point in the order the
+# session reaches them, and resumed each time: inside a tool (the baseline, a check, a benchmark),
+# while waiting for the model, between an attempt and its result, in the final re-verification.
+# One run covers them all: each kill costs the work it cuts, a run per point the whole session.
+KILL_POINTS = [
+    inside("baseline"),
+    waiting_for_the_model(2),
+    inside("check"),
+    inside("benchmark"),
+    waiting_for_the_model(5),
+    after("attempt_recorded", 3),
+    finalizing,
+]
+RUN_ARGS = ["run", "02_kimi_linear_decode", "--budget", "15m", "--device", "cpu", "--quiet"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(KILL_POINTS))
-def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted, tmp_path):
-    script, reference_dir, reference = uninterrupted
-    runs = tmp_path / "runs"
-    args = [
-        "run",
-        "02_kimi_linear_decode",
-        "--model",
-        f"scripted:{script}",
-        "--budget",
-        "15m",
-        "--device",
-        "cpu",
-        "--quiet",
-    ]
-    kills = 0
-    for kill_when in KILL_POINTS[name]:
-        code = drive_and_kill(args, runs, kill_when)
-        assert code is None, "the process ended before the kill point"
-        kills += 1
+def kill_and_resume(args: list[str], runs: Path, kill_points: list[Predicate]) -> Path:
+    """Start the run, SIGKILL it at each of ``kill_points`` in turn and resume it each time,
+    then let the last resume finish; returns the run's folder."""
+    for kill_when in kill_points:
+        assert drive_and_kill(args, runs, kill_when) is None, "the process ended before the kill point"
         (run_dir,) = runs.iterdir()
         args = ["resume", run_dir.name, "--quiet"]
-    code = drive_and_kill(args, runs, None)
+    assert drive_and_kill(args, runs, None) == 0
     (run_dir,) = runs.iterdir()
-    assert code == 0
+    return run_dir
+
+
+def assert_equals_the_uninterrupted(run_dir: Path, uninterrupted, kills: int) -> None:
+    _, reference_dir, reference = uninterrupted
     assert ledger_of(run_dir) == ledger_of(reference_dir)
     report = json.loads((run_dir / "report.json").read_text())
     assert report["best_attempt"] == reference.best_attempt and report["final_verdict"] == "pass"
@@ -201,39 +199,32 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(name, uninterrupted
 
 
 @pytest.mark.slow
-def test_kill_inside_a_model_request_never_sends_an_orphaned_call(tmp_path, kimi):
-    """Through the real Anthropic SDK: the loopback server checks every request it gets."""
+def test_killed_at_each_kind_of_point_and_resumed_the_run_equals_the_uninterrupted_one(
+    uninterrupted, tmp_path, kimi, monkeypatch
+):
     from fake_llm_server import FakeLLMServer
 
     turns = []
     for number, turn in enumerate(session_turns((kimi.path / "reference.py").read_text())):
         calls = [{"id": f"call_{number}_{i}", **c} for i, c in enumerate(turn["tool_calls"])]
-        turns.append({"text": turn.get("text", ""), "tool_calls": calls, "usage": {"input": 100, "output": 10}})
+        # The scripted reference's usage, in the wire's terms, so that the totals compare.
+        usage = {"input": 1000, "output": 100, "cache_read": 500}
+        turns.append({"text": turn.get("text", ""), "tool_calls": calls, "usage": usage})
     runs = tmp_path / "runs"
     with FakeLLMServer(turns, turn_from_history=True, delay_s=0.3) as server:
-        os.environ["ANTHROPIC_API_KEY"], os.environ["ANTHROPIC_BASE_URL"] = "test-key", server.url
-        try:
-            args = [
-                "run",
-                "02_kimi_linear_decode",
-                "--model",
-                "anthropic:test-model",
-                "--budget",
-                "15m",
-                "--device",
-                "cpu",
-                "--quiet",
-            ]
-            for requests in (2, 5):  # killed while waiting for the answer to the 2nd, then the 5th request
-                assert drive_and_kill(args, runs, waiting_for_the_model(requests)) is None
-                (run_dir,) = runs.iterdir()
-                args = ["resume", run_dir.name, "--quiet"]
-            assert drive_and_kill(args, runs, None) == 0
-        finally:
-            del os.environ["ANTHROPIC_API_KEY"], os.environ["ANTHROPIC_BASE_URL"]
-    assert server.violations == []
-    (run_dir,) = runs.iterdir()
-    assert [a[2] for a in ledger_of(run_dir)] == ["pass", "pass", "incorrect"]
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        run_dir = kill_and_resume([*RUN_ARGS, "--model", "anthropic:test-model"], runs, KILL_POINTS)
+    assert server.violations == []  # no request ever carried an orphaned tool call
+    assert_equals_the_uninterrupted(run_dir, uninterrupted, kills=len(KILL_POINTS))
+
+
+@pytest.mark.slow
+def test_killed_at_random_moments_and_resumed_the_run_equals_the_uninterrupted_one(uninterrupted, tmp_path):
+    script = uninterrupted[0]
+    moments = [at_second(t) for t in random.Random(7).sample([1.2, 2.0, 2.9, 3.7, 4.6, 5.5], 3)]
+    run_dir = kill_and_resume([*RUN_ARGS, "--model", f"scripted:{script}"], tmp_path / "runs", moments)
+    assert_equals_the_uninterrupted(run_dir, uninterrupted, kills=len(moments))
 
 
 @pytest.mark.slow
