@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import EvalResult
@@ -27,6 +28,13 @@ KIMI = "02_kimi_linear_decode"
 # jobs share: limits of 120 s and 180 s ran out on a heavily loaded machine. Only a hang should
 # ever reach this one. Tests that check a limit (a hang killed, a deadline kept) set their own.
 WAIT_S = 900
+
+# The tests' own torch work (a reference built here, a step judged here) runs on one thread, as
+# an evaluation's processes do on the CPU (evaluate.py sets OMP_NUM_THREADS=1): on a 2-core
+# machine with xdist's other workers and the evaluations' processes beside it, a second thread
+# waits for a core, and judging the flagship's 12 fixed-seed steps took 5 s of CPU instead of
+# 0.5 s (2026-12-07).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
