@@ -82,6 +82,12 @@ def test_an_exact_runner_up_above_the_bound_fails_where_one_below_it_passes(flag
 
     *_, made = _step(task, reference, SEED, CONTEXT, runner_up=ABOVE_THE_BOUND)
     assert not made["passed"] and "excused" not in made, made
+    # The reason says why the runner-up there is no excuse: rounding cannot move a tie that far.
+    beyond = made["beyond_rounding"]
+    assert beyond["decision"] == ABOVE_THE_BOUND and beyond["rounding_bound"] == pytest.approx(bounds[ABOVE_THE_BOUND])
+    reason = step_checker.fail_reason("seed 0 ctx 16", made, task.threshold, min(margins), task.explained_margin)
+    assert f"at decision {ABOVE_THE_BOUND} it is {margins[ABOVE_THE_BOUND]:.2%} from a tie" in reason, reason
+    assert f"more than rounding its inputs to bf16 can move there ({bounds[ABOVE_THE_BOUND]:.2%})" in reason
     *_, tipped = _step(task, reference, SEED, CONTEXT, runner_up=BELOW_THE_BOUND)
     assert tipped["passed"]
     assert tipped["excused"]["decision"] == BELOW_THE_BOUND

@@ -1,4 +1,4 @@
-"""expect: incorrect fixed_seeds does not match the reference that took the runner-up either
+"""expect: incorrect fixed_seeds more than rounding its inputs to bf16 can move there
 
 At the closest routing decision that sits under the task's flat 6% of a tie but above what bf16
 rounding can move there (the reference's decision_rounding), takes the first expert left out in
