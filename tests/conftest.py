@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -53,6 +54,25 @@ def _isolated_env(kagent_home, tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def kimi() -> TaskRef:
     return resolve_task(KIMI)
+
+
+@pytest.fixture(scope="session")
+def scripted_session(tmp_path_factory, kagent_home, kimi) -> SimpleNamespace:
+    """The session of test_run_session.session_turns, run once per worker (a whole run takes
+    about 40 s): test_run_session checks it end to end, test_resume compares its killed runs with
+    it. Its folder is read-only: a test that changes it works on a copy.
+    Fields: script, run_dir, report, updates (what the live view was told)."""
+    from kagent.agent.lifecycle.runs import start_run
+
+    from test_run_session import run_options, session_turns, write_script
+
+    folder = tmp_path_factory.mktemp("scripted_session")
+    script = write_script(folder / "script.json", session_turns((kimi.path / "reference.py").read_text()))
+    updates: list = []
+    with pytest.MonkeyPatch.context() as patch:  # session-scoped: the per-test environment is not set yet
+        patch.setenv("KAGENT_HOME", str(kagent_home))
+        run_dir, report = start_run(run_options(folder, script, wall_s=900), view=updates.append)
+    return SimpleNamespace(script=script, run_dir=run_dir, report=report, updates=updates)
 
 
 def write_solution(folder: Path, source: str, name: str = "solution.py") -> Path:
