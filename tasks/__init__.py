@@ -18,7 +18,6 @@ from pydantic import AfterValidator, BaseModel, Field
 from kagent.core.errors import KagentError
 from kagent.tasks.kernelbench import KernelBench
 from kagent.tasks.kind import TaskKind
-from kagent.tasks.mega import MEGA_REQUIRED_FILES as MEGA_REQUIRED_FILES  # the sweep's planner reads it here
 from kagent.tasks.mega import Mega
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -114,6 +113,11 @@ def _read(path: Path, builtin: bool = False) -> TaskRef | None:
     if kind is None:
         return None
     return TaskRef(kind=kind.name, path=path.resolve(), builtin=builtin, **vars(kind.read(path)))
+
+
+def looks_like_task(path: Path) -> bool:
+    """Whether ``path`` is meant as a task of some kind, by its names alone (TaskKind.looks_like)."""
+    return any(kind.looks_like(path) for kind in KINDS.values())
 
 
 def builtin_tasks() -> list[TaskRef]:

@@ -25,6 +25,9 @@ class KernelBench(TaskKind):
     def claims(self, path: Path) -> bool:
         return path.is_file()
 
+    def looks_like(self, path: Path) -> bool:
+        return path.is_file() and path.suffix == ".py"
+
     def read(self, path: Path) -> TaskFields:
         if path.suffix != ".py":
             raise KagentError(f"{path} is neither a problem folder nor a Python problem file")

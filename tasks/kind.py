@@ -47,6 +47,11 @@ class TaskKind(abc.ABC):
         """Whether ``path`` (an existing file or folder) is to be read as a task of this kind."""
 
     @abc.abstractmethod
+    def looks_like(self, path: Path) -> bool:
+        """Whether ``path`` is meant as a task of this kind, judged by its names alone: what a
+        folder of tasks is searched for (reading one may still fail, and then says why)."""
+
+    @abc.abstractmethod
     def read(self, path: Path) -> TaskFields:
         """The task at ``path``; a KagentError that says why when it is not one of this kind."""
 

@@ -46,6 +46,9 @@ class Mega(TaskKind):
     def claims(self, path: Path) -> bool:
         return path.is_dir()
 
+    def looks_like(self, path: Path) -> bool:
+        return path.is_dir() and (path / "reference.py").is_file()  # every problem folder has one
+
     def read(self, path: Path) -> TaskFields:
         missing = [f for f in MEGA_REQUIRED_FILES if not (path / f).is_file()]
         if missing:

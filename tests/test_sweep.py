@@ -126,6 +126,21 @@ def test_a_folder_of_tasks_is_each_of_them_and_mistakes_are_named(tmp_path):
         expand_tasks([str(tmp_path / "empty")])
 
 
+def test_a_folder_of_tasks_holds_problem_folders_and_files_and_nothing_else(tmp_path):
+    """Each kind says what a task of it looks like: a problem folder (its reference.py) and a .py
+    file are tasks; a README or a folder of data beside them are not."""
+    import shutil
+
+    from kagent.tasks import resolve_task
+
+    folder = write_tasks(tmp_path / "mixed", count=1)
+    shutil.copytree(resolve_task("02_kimi_linear_decode").path, folder / "kimi")
+    (folder / "README.md").write_text("notes\n")
+    (folder / "data").mkdir()
+    assert [Path(t).name for t in expand_tasks([str(folder)])] == ["kimi", "times_2.py"]
+    assert expand_tasks([str(folder / "kimi")]) == [str((folder / "kimi").resolve())]
+
+
 def test_a_member_is_an_ordinary_kagent_run_with_its_id_and_direction(tmp_path):
     spec = spec_of(tmp_path, scale="smoke", max_tokens=1000)
     member = plan_members(spec)[1]

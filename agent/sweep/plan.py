@@ -11,7 +11,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from kagent.core.errors import KagentError
-from kagent.tasks import MEGA_REQUIRED_FILES, resolve_task
+from kagent.tasks import looks_like_task, resolve_task
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -81,13 +81,8 @@ def expand_tasks(arguments: list[str]) -> list[str]:
     tasks: list[str] = []
     for argument in arguments:
         path = Path(argument)
-        if path.is_dir() and not all((path / f).is_file() for f in MEGA_REQUIRED_FILES):
-            found = sorted(
-                p
-                for p in path.iterdir()
-                if not p.name.startswith(("_", "."))
-                and (p.suffix == ".py" and p.is_file() or p.is_dir() and (p / "reference.py").is_file())
-            )
+        if path.is_dir() and not looks_like_task(path):
+            found = sorted(p for p in path.iterdir() if not p.name.startswith(("_", ".")) and looks_like_task(p))
             if not found:
                 raise KagentError(f"{path} holds no task: no problem folder and no KernelBench .py file")
             tasks += [str(p.resolve()) for p in found]
