@@ -187,42 +187,12 @@ def _evaluate_beside(other_member: Callable[[], None], kagent_home: Path, tmp_pa
     return result
 
 
-def test_an_evaluation_waits_for_the_lease_and_its_result_says_it_timed_alone(lease_dir, kagent_home, tmp_path):
-    blocker = _lease("someone timing")
-    blocker.acquire("exclusive", "timing")
-    lock_file = lease_dir / f"{lease_name('cpu')}.lock"
-
-    def release_once_the_evaluation_waits() -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not _someone_waits_on(lock_file) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
-        blocker.release()
-
-    result = _evaluate_beside(release_once_the_evaluation_waits, kagent_home, tmp_path)
-    blocker.close()
-    assert result.verdict is Verdict.PASS, result.reason
-    (timing,) = [hold for hold in result.gpu_leases if hold.what == "timing"]
-    assert timing.kind == "exclusive" and timing.holder == "test-holder" and timing.lease == lease_name("cpu")
-    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
-    mine = [r for r in records if r.holder == "test-holder"]
-    # Shared from its start; alone for the timing, last (and for the bandwidth, measured once
-    # per machine, then shared again); one hold after the other.
-    assert mine[0].kind == "shared" and (mine[-1].kind, mine[-1].what) == ("exclusive", "timing")
-    alone = [r.what for r in mine if r.kind == "exclusive"]
-    assert set(alone) <= {"timing", "bandwidth", CALIBRATION}
-    # What timing gives back from every block is measured with the device alone too, before
-    # the solution is loaded (another member's work would raise it).
-    assert alone.count(CALIBRATION) == 1 and alone.index(CALIBRATION) < alone.index("timing")
-    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:], strict=False))
-    # It waited for the blocker at its start (which let go a second after it saw it wait), a
-    # phase of its own in the result's split of the wall time.
-    assert mine[0].waited_s >= 0.9 and result.phases["gpu_lease"] >= 0.9
-
-
-def test_an_evaluation_holds_nothing_while_its_interpreter_starts_and_imports(lease_dir, kagent_home, tmp_path):
+def test_an_evaluation_waits_for_the_lease_with_torch_imported_and_its_result_says_it_timed_alone(
+    lease_dir, kagent_home, tmp_path
+):
     """Its start and imports are host work: it asks for the lease just before its first work on
-    the device, so it waits for another member's timing with torch imported already."""
+    the device, so it waits for another member's timing with torch imported already; and its
+    result says how long it waited, and that it timed with the device alone."""
     blocker = _lease("someone timing")
     blocker.acquire("exclusive", "timing")
     lock_file = lease_dir / f"{lease_name('cpu')}.lock"
@@ -237,17 +207,33 @@ def test_an_evaluation_holds_nothing_while_its_interpreter_starts_and_imports(le
         except PermissionError:
             seen["maps"] = None  # another user's process: nothing to read here
         finally:
+            time.sleep(1.0)
             blocker.release()
 
     result = _evaluate_beside(release_once_the_evaluation_waits, kagent_home, tmp_path)
     blocker.close()
     assert result.verdict is Verdict.PASS, result.reason
+    (timing,) = [hold for hold in result.gpu_leases if hold.what == "timing"]
+    assert timing.kind == "exclusive" and timing.holder == "test-holder" and timing.lease == lease_name("cpu")
+    records = read_records(lease_dir / f"{lease_name('cpu')}.jsonl")
+    mine = [r for r in records if r.holder == "test-holder"]
+    # Shared from its start; alone for the timing, last (and for the bandwidth, measured once
+    # per machine, then shared again); one hold after the other.
+    assert (mine[0].kind, mine[0].what) == ("shared", "evaluation (aa)")
+    assert (mine[-1].kind, mine[-1].what) == ("exclusive", "timing")
+    alone = [r.what for r in mine if r.kind == "exclusive"]
+    assert set(alone) <= {"timing", "bandwidth", CALIBRATION}
+    # What timing gives back from every block is measured with the device alone too, before
+    # the solution is loaded (another member's work would raise it).
+    assert alone.count(CALIBRATION) == 1 and alone.index(CALIBRATION) < alone.index("timing")
+    assert all(later.acquired_at >= earlier.released_at for earlier, later in zip(mine, mine[1:], strict=False))
+    # It waited for the blocker at its start (which let go a second after it saw it wait), a
+    # phase of its own in the result's split of the wall time.
+    assert mine[0].waited_s >= 0.9 and result.phases["gpu_lease"] >= 0.9
     if seen["maps"] is None:
         pytest.skip("the waiting process's memory map cannot be read by this user")
     assert seen["maps"], "no evaluation waited for the lease"
     assert all("libtorch" in maps for maps in seen["maps"])
-    (first, *_) = [r for r in read_records(lease_dir / f"{lease_name('cpu')}.jsonl") if r.holder == "test-holder"]
-    assert first.kind == "shared" and first.what == "evaluation (aa)"
 
 
 # A KernelBench task whose inputs, drawn by the referee for each check after its calibration,
