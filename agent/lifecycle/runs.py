@@ -35,8 +35,6 @@ from kagent.core.errors import KagentError
 from kagent.core.messages import ChatModel
 from kagent.core.paths import kagent_home, runs_dir
 from kagent.sandbox.evaluate import EvalOptions
-from kagent.sandbox.noise import score_interval
-from kagent.sandbox.results import Verdict
 from kagent.tasks import TaskRef, resolve_task
 from kagent.tools import all_tools
 
@@ -224,14 +222,7 @@ def _drive(
     finally:
         trace.close()
     # The run's time is its trace's, to the event it ended with: the same figure in every view.
-    best = agent.ledger.best_attempt()
-    report = report.model_copy(
-        update={
-            "elapsed_s": trace.elapsed_s,
-            "result_interval": result_interval(agent),
-            "best_interval": best.interval if best else None,
-        }
-    )
+    report = report.model_copy(update={"elapsed_s": trace.elapsed_s})
     write_json_atomically(run_dir / RUN_FILES["report"], report.model_dump_json(indent=1))
     (run_dir / "report.md").write_text(report_markdown(report))
     solution = workspace.root / config.solution_name
@@ -248,23 +239,11 @@ def _figures(agent: Agent) -> dict[str, object]:
         "best_attempt": best.number if best else None,
         "best_score": best.score if best else None,
         "result_score": agent.result_score(),
-        "result_interval": result_interval(agent),
+        "result_interval": agent.finalizer.result_interval(),
         "elapsed_s": round(agent.tracker.elapsed(), 3),
         "tokens": agent.usage.total_tokens,
         "cost_usd": agent.cost,
     }
-
-
-def result_interval(agent: Agent) -> Optional[tuple[float, float]]:
-    """The interval of the measurement the run's result is (Agent.result_score): the final
-    re-verification's once it passed, else the best attempt's benchmark's."""
-    if agent.result_score() is None:
-        return None
-    final = agent.final_evaluation
-    if final is not None and final.verdict is Verdict.PASS:
-        return score_interval(final)
-    best = agent.ledger.best_attempt()
-    return best.interval if best else None
 
 
 def _check_the_model_can_run_on(model: ChatModel, device: str) -> None:

@@ -16,7 +16,7 @@ from kagent.agent.storage.trace import Finalized, RunEnded
 from kagent.core.errors import KagentError
 from kagent.core.messages import Usage
 from kagent.sandbox.evaluate import evaluate
-from kagent.sandbox.noise import score_text
+from kagent.sandbox.noise import score_interval, score_text
 from kagent.sandbox.results import EvalResult, Verdict
 
 # The final re-verification, the verdict a run ends on, draws this many times the secret
@@ -133,6 +133,17 @@ class Finalizer:
             return None
         return final.score if final is not None and final.verdict is Verdict.PASS else best.score
 
+    def result_interval(self) -> Optional[tuple[float, float]]:
+        """The interval of the measurement the run's result is (result_score): the final
+        re-verification's once it passed, else the best attempt's benchmark's."""
+        if self.result_score() is None:
+            return None
+        final = self.final_evaluation
+        if final is not None and final.verdict is Verdict.PASS:
+            return score_interval(final)
+        best = self.books.ledger.best_attempt()
+        return best.interval if best else None
+
     def verified(self) -> bool:
         """Whether a verified result stands: a best attempt its final re-verification did not refute
         (see reverification_inconclusive)."""
@@ -178,6 +189,8 @@ class Finalizer:
             final_speedups={t.label: t.speedup for t in reverified.timings} if reverified else {},
             result_score=self.result_score(),
             result_from=None if not verified else "final re-verification" if reverified else "exploration",
+            result_interval=self.result_interval(),
+            best_interval=best.interval if best else None,
             attempts=len(books.ledger.attempts),
             turns=books.turn,
             usage=books.usage,
