@@ -86,9 +86,9 @@ def test_batchnorm_is_graded_in_training_mode_as_kernelbench_does(tmp_path, kage
     assert passed.verdict is Verdict.PASS, passed.reason
     assert "training mode" in check_named(passed, "fixed_seeds").reason
     assert run_eval(task, running, kagent_home, mode="check").verdict is Verdict.INCORRECT
-    # A flag away: eval mode, as kagent graded before.
+    # A flag away: eval mode, as kagent graded before. (That the batch's statistics then fail
+    # follows: each solution's answer is the same in either mode, and the two differ.)
     assert run_eval(task, running, kagent_home, mode="check", eval_mode=True).verdict is Verdict.PASS
-    assert run_eval(task, batch, kagent_home, mode="check", eval_mode=True).verdict is Verdict.INCORRECT
 
 
 @pytest.mark.slow
@@ -139,16 +139,17 @@ def test_tolerance_is_kernelbenchs_for_the_outputs_precision(tmp_path, kagent_ho
     fp16 = run_eval(half, solution, kagent_home, mode="check")
     assert fp16.verdict is Verdict.PASS, fp16.reason
     assert "atol 0.01, rtol 0.01" in check_named(fp16, "fixed_seeds").reason
+    # KernelBench's trial count, 5, unless asked otherwise (the next test asks).
+    assert check_named(fp16, "fixed_seeds").data["seeds"] == KERNELBENCH_TRIAL_SEEDS
 
 
 @pytest.mark.slow
 def test_correctness_trials_are_kernelbenchs(tmp_path, kagent_home):
+    # (The default, KernelBench's 5: the test above.)
     task = problem(tmp_path, "scale", SCALE.replace("{cast}", ""))
     honest = write_solution(tmp_path / "s", SCALE_SOLUTION.replace(" + 1e-3", ""))
-    result = run_eval(task, honest, kagent_home, mode="check")
-    assert result.verdict is Verdict.PASS, result.reason
-    assert check_named(result, "fixed_seeds").data["seeds"] == KERNELBENCH_TRIAL_SEEDS
     fewer = run_eval(task, honest, kagent_home, mode="check", correct_trials=2)
+    assert fewer.verdict is Verdict.PASS, fewer.reason
     assert check_named(fewer, "fixed_seeds").data["seeds"] == KERNELBENCH_TRIAL_SEEDS[:2]
 
 
