@@ -26,6 +26,16 @@ pytestmark = [
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def driver_env(*dropped: str, **added: str) -> dict[str, str]:
+    """A driver's environment: this one without TRITON_INTERPRET (the kernel's module sets it)
+    and ``dropped``, with ``added``, and torch and numpy on one thread, as an evaluation's
+    processes compute on the CPU (with a second thread waiting for a core on a loaded 2-core
+    machine, the stages' driver took 5.0 s of CPU, and 3.1 s on one, 2026-12-07)."""
+    kept = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in dropped}
+    return {**kept, "OMP_NUM_THREADS": "1", **added}
+
+
 # One model at smoke scale; steps with the knob at -1 (no stage's work), 1 (L0's KDA_IN and
 # KDA_REC) and 2; what each left of the KDA states, the stamps, the declared stages and the
 # task's floor parts.
@@ -57,9 +67,8 @@ print(json.dumps({"stages": model.kagent_stages(context_len), "plan": len(model.
 
 @pytest.fixture(scope="module")
 def ran() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", DRIVER], cwd=REPO, env=driver_env(), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -160,14 +169,13 @@ def variants():
         "group_sums": on(KIMI_GROUP_SUMS="1"),
         "defaults": {},
     }
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
     done = subprocess.run(
         [sys.executable, "-c", VARIANTS_DRIVER, json.dumps(switches)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=1500,
-        env={**env, "KIMI_PROGRAMS": "5", "KIMI_GPU_TILES": "1"},
+        env=driver_env(*SWITCHES_OFF, KIMI_PROGRAMS="5", KIMI_GPU_TILES="1"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -249,29 +257,62 @@ def test_the_switches_are_on_by_default(variants):
     assert default["bitwise_both"]
 
 
-FULL_SCALE_DEFAULTS_DRIVER = """
-import json, sys
+# The layout alone, without a model (one interpreter for the three tests below): the full scale's
+# defaults; a split of the shared expert that does not divide its groups, as the environment
+# asks for one; and tune.py's overrides, which bypass the environment's check, so the layout
+# checks itself after them.
+LAYOUT_DRIVER = """
+import json, os, sys
 sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
 import reference as ref, shapes, solution
 c = solution.Layout.of(ref.build_config(shapes.SHAPES[0]), 132, gpu=False, gpu_tiles=True).consts
 names = ("SPLIT_F", "ROUTE_ONCE", "SPLIT_SH", "BN_SH", "BAR_COUNT", "ATT_LO", "GROUP_SUMS", "LATE_COUNT", "QP", "SLOT",
          "HID")
-print(json.dumps({k: c[k] for k in names}))
+cfg = ref.build_config(shapes.SMOKE_SHAPES[0])
+os.environ["KIMI_SPLIT_SH"] = "3"
+try:
+    # As a model's first step reads it, on the interpreter's grid.
+    solution.Layout.of(cfg, solution.INTERPRETER_PROGRAMS, gpu=False, gpu_tiles=False)
+    split_sh_3 = None
+except ValueError as error:
+    split_sh_3 = str(error)
+del os.environ["KIMI_SPLIT_SH"]
+refused = {}
+for name, overrides in json.loads(sys.argv[1]).items():
+    layout = solution.Layout.of(cfg, 5, gpu=False, gpu_tiles=True)
+    layout.consts.update(overrides)
+    try:
+        layout.check()
+        refused[name] = None
+    except ValueError as error:
+        refused[name] = str(error)
+print(json.dumps({"full_scale": {k: c[k] for k in names}, "split_sh_3": split_sh_3, "refused": refused}))
 """
 
 
-def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with_wide_tiles():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET" and k not in SWITCHES_OFF}
+@pytest.fixture(scope="module")
+def layouts() -> dict:
+    cases = {
+        "as_built": {},
+        "split_4": {"SPLIT_SH": 4},
+        "chunks_4": {"GC_SH": 4},
+        "wide_tile": {"BN_F": 96},
+        "narrow_tile": {"BN_F": 4},
+    }
     done = subprocess.run(
-        [sys.executable, "-c", FULL_SCALE_DEFAULTS_DRIVER],
+        [sys.executable, "-c", LAYOUT_DRIVER, json.dumps(cases)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=driver_env(*SWITCHES_OFF),
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    consts = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with_wide_tiles(layouts):
+    consts = dict(layouts["full_scale"])
     slot, hid = consts.pop("SLOT"), consts.pop("HID")
     assert consts == {
         "SPLIT_F": 1,
@@ -289,58 +330,12 @@ def test_at_full_scale_the_default_layout_splits_the_shared_expert_in_three_with
     assert slot >= hid + hid // 128 and slot % 32 == 0
 
 
-def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    driver = VARIANTS_DRIVER.replace("variants = json.loads(sys.argv[1])", "variants = {'none': {}}")
-    done = subprocess.run(
-        [sys.executable, "-c", driver],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**env, "KIMI_SPLIT_SH": "3"},
-    )
-    assert done.returncode != 0 and "KIMI_SPLIT_SH=3" in done.stderr
+def test_a_split_of_the_shared_expert_that_does_not_divide_its_groups_is_refused(layouts):
+    assert layouts["split_sh_3"] is not None and "KIMI_SPLIT_SH=3" in layouts["split_sh_3"]
 
 
-# tune.py's overrides bypass the environment's check: the layout checks itself after them.
-LAYOUT_DRIVER = """
-import json, sys
-sys.path[:0] = ["tasks/02_kimi_linear_decode", "examples/02_kimi_linear_decode"]
-import reference as ref, shapes, solution
-cfg = ref.build_config(shapes.SMOKE_SHAPES[0])
-refused = {}
-for name, overrides in json.loads(sys.argv[1]).items():
-    layout = solution.Layout.of(cfg, 5, gpu=False, gpu_tiles=True)
-    layout.consts.update(overrides)
-    try:
-        layout.check()
-        refused[name] = None
-    except ValueError as error:
-        refused[name] = str(error)
-print(json.dumps(refused))
-"""
-
-
-def test_a_layout_overridden_as_tune_does_is_checked_again():
-    cases = {
-        "as_built": {},
-        "split_4": {"SPLIT_SH": 4},
-        "chunks_4": {"GC_SH": 4},
-        "wide_tile": {"BN_F": 96},
-        "narrow_tile": {"BN_F": 4},
-    }
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KIMI_SPLIT_SH")}
-    done = subprocess.run(
-        [sys.executable, "-c", LAYOUT_DRIVER, json.dumps(cases)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    refused = json.loads(done.stdout.strip().splitlines()[-1])
+def test_a_layout_overridden_as_tune_does_is_checked_again(layouts):
+    refused = layouts["refused"]
     assert refused["as_built"] is None
     assert "SPLIT_SH=4 does not divide" in refused["split_4"]
     assert "GC_SH=4 does not divide" in refused["chunks_4"]
