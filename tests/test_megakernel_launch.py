@@ -27,6 +27,10 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
+# The drivers' torch and numpy on one thread, as an evaluation's processes compute on the CPU: on
+# a loaded 2-core machine a second thread waits for a core (the stages' driver took 5.0 s of
+# CPU on two, 3.1 s on one, 2026-12-07).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 DRIVER = """
 import json, sys
@@ -117,13 +121,8 @@ print(json.dumps(out))
 """
 
 
-def test_a_step_launches_the_kernel_its_arguments_were_compiled_for():
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER], cwd=REPO, capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_a_step_launches_the_kernel_its_arguments_were_compiled_for(launches):
+    out = launches["launch"]
     assert out["first"] == [1, 0, 8, True]  # the first step goes through the dispatch, with the constants
     assert out["second"] == [1, 1, [132, 1, 1]]  # the next launches the compiled kernel itself
     assert out["values_in_place"] is True
@@ -161,20 +160,28 @@ print(json.dumps({"n": n, "signature": sum(1 for q in mk.kimi_decode_step.params
 """
 
 
-def test_the_step_s_arguments_take_the_model_s_buffers_and_follow_them_when_replaced():
-    """kernel_args looks the repacked buffers up once per load (nn.Module's attribute lookup
-    was 20 of the 50 us a step's arguments took); a move or a cast puts new tensors in their
-    places, and the next step must take those, not the old ones."""
+# One interpreter for both drivers (its start and imports are most of a driver's time): the
+# buffers' first, on a model of its own, then the launches'.
+@pytest.fixture(scope="module")
+def launches() -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", BIND_DRIVER],
+        [sys.executable, "-c", BIND_DRIVER + DRIVER],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "TRITON_INTERPRET": "0"},
+        env={**os.environ, "TRITON_INTERPRET": "0", **ONE_THREAD},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    bind, launch = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
+    return {"bind": bind, "launch": launch}
+
+
+def test_the_step_s_arguments_take_the_model_s_buffers_and_follow_them_when_replaced(launches):
+    """kernel_args looks the repacked buffers up once per load (nn.Module's attribute lookup
+    was 20 of the 50 us a step's arguments took); a move or a cast puts new tensors in their
+    places, and the next step must take those, not the old ones."""
+    out = launches["bind"]
     assert out["n"] == out["signature"]
     # Every buffer the kernel reads, once each, and the same ones (by name) after the cast:
     # none of the old objects is left among the arguments.
@@ -192,7 +199,7 @@ def test_the_megakernel_agrees_with_the_task_s_reference_on_the_cpu():
         capture_output=True,
         text=True,
         timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+        env={**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **ONE_THREAD},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "ok: every cosine at least" in proc.stdout
