@@ -131,21 +131,10 @@ def ledger_of(run_dir: Path) -> list[tuple]:
     ]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, kimi):
-    tmp = tmp_path_factory.mktemp("uninterrupted")
-    script = write_script(tmp / "script.json", session_turns((kimi.path / "reference.py").read_text()))
-    options = RunSettings(
-        task="02_kimi_linear_decode",
-        model=f"scripted:{script}",
-        budget=Budget(wall_s=900),
-        device="cpu",
-        scale="smoke",
-        runs_root=tmp / "runs",
-        eval_timeout_s=WAIT_S,
-    )
-    run_dir, report = start_run(options)
-    return script, run_dir, report
+@pytest.fixture
+def uninterrupted(scripted_session):
+    """The run the killed ones are compared with: conftest's scripted session, run once."""
+    return scripted_session.script, scripted_session.run_dir, scripted_session.report
 
 
 # One run through the real Anthropic SDK against the loopback server (which checks every request
@@ -299,10 +288,14 @@ def test_resume_of_an_unknown_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_replay_execute_reproduces_a_recorded_session(uninterrupted):
+def test_replay_execute_reproduces_a_recorded_session(uninterrupted, tmp_path):
+    import shutil
+
     from kagent.agent.lifecycle.reexecute import execute_replay
 
-    _, reference_dir, _ = uninterrupted
+    _, recorded, _ = uninterrupted
+    reference_dir = tmp_path / "copy"  # re-executing writes the replay into the run's folder
+    shutil.copytree(recorded, reference_dir)
     # Minutes apart on a loaded two-core CPU, smoke-scale speedups drift by more than the 10%
     # a GPU keeps to (CI saw one run off by more at every context); the rule itself is
     # checked exactly in test_replay_execute_flags_a_tampered_solution and the unit tests.

@@ -82,10 +82,9 @@ def run_options(tmp_path: Path, script: Path, wall_s: float) -> RunSettings:
 
 
 @pytest.mark.slow
-def test_scripted_session_end_to_end(tmp_path, reference_text):
-    script = write_script(tmp_path / "script.json", session_turns(reference_text))
-    updates = []
-    run_dir, report = start_run(run_options(tmp_path, script, wall_s=900), view=updates.append)
+def test_scripted_session_end_to_end(scripted_session, reference_text):
+    # conftest runs it (session_turns, a budget of 900 s), once for this test and test_resume's.
+    run_dir, report, updates = scripted_session.run_dir, scripted_session.report, scripted_session.updates
 
     # The live view was told what ran, and how far each evaluation got as it went.
     assert any(u.activity == "waiting for the model" for u in updates)
