@@ -171,7 +171,12 @@ class KernelBenchEvaluation(EvaluationBase):
 
     def _reference_outputs(self, seeds: list[int]) -> float:
         """The reference's outputs for ``seeds``, kept; whether it writes into its inputs
-        (then the problem works in place, and a solution may too); the median call's ms."""
+        (then the problem works in place, and a solution may too); the median call's ms.
+
+        On a GPU only the first seed's (the timed calls' layout and judge) stay on the device;
+        the others wait in host memory until their check: a problem's outputs can be GBs each
+        (KernelBench's BatchNorm, 4 GiB), and a dozen of them beside the arena ran an 80 GB
+        card out of memory before the solution had loaded (H100, 2026-12-07)."""
         self.expected: dict[int, list[torch.Tensor]] = {}
         self.in_place = False
         times = []
@@ -186,8 +191,13 @@ class KernelBenchEvaluation(EvaluationBase):
                 compare.bitwise_equal(a, b) for a, b in zip(_input_tensors(inputs), before, strict=True)
             )
             self.single_output = isinstance(out, torch.Tensor)
-            self.expected[seed] = [t.clone() for t in _tensors(out)]
+            kept = self.device if seed == seeds[0] else torch.device("cpu")
+            self.expected[seed] = [t.to(kept, copy=True) for t in _tensors(out)]
+            del out, inputs, before
         return sorted(times)[len(times) // 2]
+
+    def _expected_on_device(self, seed: int) -> list[torch.Tensor]:
+        return [t.to(self.device) for t in self.expected[seed]]
 
     def run(self) -> None:
         self._load_problem()
@@ -284,7 +294,7 @@ class KernelBenchEvaluation(EvaluationBase):
                 "reason": f"forward wrote into its input tensor(s) {which}; the reference leaves its inputs as "
                 "they were, and a caller may use them again (work on a copy, or out of place)",
             }
-        failure = judge(solution.take(out), self.expected[seed], self.atol, self.rtol)
+        failure = judge(solution.take(out), self._expected_on_device(seed), self.atol, self.rtol)
         return {"passed": failure is None, "reason": failure or "allclose"}
 
     def _returns(self, expected: list[torch.Tensor]) -> Any:
