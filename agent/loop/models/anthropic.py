@@ -12,6 +12,7 @@ import httpx2  # the SDK's HTTP client: a dropped stream surfaces as its Transpo
 from kagent.agent.loop.models.limits import MIN_ANSWER_TOKENS, MIN_THINKING_BUDGET
 from kagent.agent.loop.models.retry import parse_retry_after, status_error
 from kagent.agent.loop.models.spec import ModelChoice
+from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
     Message,
@@ -200,7 +201,7 @@ class AnthropicModel:
         api_key: str,
         name: Optional[str] = None,
         base_url: Optional[str] = None,
-        timeout_s: float = 600,
+        timeout_s: float = REQUEST_TIMEOUT_S,
         thinking_budget: Optional[int] = None,
         reasoning_effort: Optional[str] = None,
     ):

@@ -14,6 +14,7 @@ import openai
 
 from kagent.agent.loop.models.retry import parse_retry_after, status_error
 from kagent.agent.loop.models.spec import ModelChoice
+from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
     Message,
@@ -183,7 +184,7 @@ class OpenAIModel:
         api_key: str,
         name: Optional[str] = None,
         base_url: Optional[str] = None,
-        timeout_s: float = 600,
+        timeout_s: float = REQUEST_TIMEOUT_S,
         compatible: bool = False,
         reasoning_effort: Optional[str] = None,
     ):

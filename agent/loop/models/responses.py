@@ -23,6 +23,7 @@ import openai
 from kagent.agent.loop.models.limits import known_limits
 from kagent.agent.loop.models.openai import parse_arguments, status_error_of
 from kagent.agent.loop.models.spec import ModelChoice
+from kagent.agent.settings import REQUEST_TIMEOUT_S
 from kagent.core.errors import TransientModelError
 from kagent.core.messages import (
     Message,
@@ -196,7 +197,7 @@ class ResponsesModel:
         api_key: str,
         name: Optional[str] = None,
         base_url: Optional[str] = None,
-        timeout_s: float = 600,
+        timeout_s: float = REQUEST_TIMEOUT_S,
         reasoning_effort: Optional[str] = None,
         reasons: bool = True,
     ):
