@@ -113,8 +113,9 @@ def test_cuda_asked_for_on_a_machine_without_it(kimi, tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
-    out = tmp_path / "r.json"
+def test_eval_prints_a_table_and_writes_the_result_under_runs(kimi, tmp_path, monkeypatch):
+    runs = tmp_path / "my_runs"
+    monkeypatch.setenv("KAGENT_RUNS", str(runs))
     proc = kagent(
         "eval",
         "02_kimi_linear_decode",
@@ -128,10 +129,11 @@ def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
         "16,32",
         "--min-request-ms",
         "1e6",
-        "--out",
-        str(out),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "evaluating for" not in proc.stderr  # no progress where no one watches
+    # With no --out, the result goes under the runs folder.
+    (out,) = (runs / "evals").glob("*_02_kimi_linear_decode.json")
     # A request asked to last that long runs each whole chain as often as allowed.
     assert {t["candidate_chains_per_request"] for t in json.loads(out.read_text())["timings"]} == {16}
     for text in (
@@ -146,18 +148,6 @@ def test_eval_prints_a_table_and_writes_the_result(kimi, tmp_path):
         f"result written to {out}",
     ):
         assert text in proc.stdout, text
-    assert out.exists()
-
-
-@pytest.mark.slow
-def test_default_result_file_goes_under_runs(kimi, tmp_path, monkeypatch):
-    runs = tmp_path / "my_runs"
-    monkeypatch.setenv("KAGENT_RUNS", str(runs))
-    proc = kagent("eval", "02_kimi_linear_decode", "--aa", "--device", "cpu", "--rounds", "1", "--contexts", "16")
-    assert proc.returncode == 0, proc.stderr
-    assert "evaluating for" not in proc.stderr  # no progress where no one watches
-    (written,) = (runs / "evals").glob("*_02_kimi_linear_decode.json")
-    assert '"mode": "aa"' in written.read_text()
 
 
 @pytest.mark.slow
@@ -285,6 +275,7 @@ def test_eval_shows_progress_on_a_terminal_and_keeps_json_clean(kimi, tmp_path):
     # The line is redrawn as events come; the last phase (its final drawing) is certain to be seen.
     assert "evaluating for 0m" in shown and re.search(r"evaluating for 0m\d\ds · [a-z ]+ done \(\d+\.\d s\)", shown)
     assert json.loads((tmp_path / "stdout.json").read_text())["mode"] == "aa"
+    assert json.loads((tmp_path / "r.json").read_text())["mode"] == "aa"  # and to the file --out names
 
 
 def test_a_solution_that_does_not_compile_is_reported_before_the_harness_starts(tmp_path):
