@@ -300,11 +300,17 @@ def test_a_trace_that_is_not_one_is_a_clear_error(tmp_path):
 # -- a long run, and the charts' marks ---------------------------------------------------------
 
 
-def test_a_long_run_folds_and_links_what_is_long(tmp_path):
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory) -> Path:
+    """tests/long_run.py's run at 60 turns, built once (it takes seconds): the tests only read it."""
+    return build_run(tmp_path_factory.mktemp("report_long") / "runs" / "long", turns=60)
+
+
+def test_a_long_run_folds_and_links_what_is_long(long_run):
     """tests/long_run.py's run at 60 turns: outputs kept as blobs are linked, a
     compaction, a retry and a resume are told, launches drawn, files kept to the budget."""
-    run = build_run(tmp_path / "runs" / "long", turns=60)
-    out = tmp_path / "elsewhere" / "page.html"
+    run = long_run
+    out = run.parent.parent / "elsewhere" / "page.html"
     page = write_run_page(run, out).read_text()
     text = "".join(Elements(page).text)
     blobs = sorted(p.name for p in (run / "blobs").iterdir())
@@ -316,13 +322,12 @@ def test_a_long_run_folds_and_links_what_is_long(tmp_path):
     assert len(page) < 1_000_000
 
 
-def test_the_long_run_files_budget_shows_the_best_and_the_latest_first(tmp_path, monkeypatch):
+def test_the_long_run_files_budget_shows_the_best_and_the_latest_first(long_run, monkeypatch):
     from kagent.agent.report import page as page_module
 
-    run = build_run(tmp_path / "long", turns=60)
-    story = read_story(run)
+    story = read_story(long_run)
     monkeypatch.setattr(page_module, "FILES_BUDGET_CHARS", 3 * 20_000)
-    text = "".join(Elements(render_run(story, run / "report.html")).text)
+    text = "".join(Elements(render_run(story, long_run / "report.html")).text)  # renders, writes nothing
     best, last = story.best.number, story.attempts[-1].number
     shown = {int(n) for n in re.findall(r"attempt (\d+): solution\.py", text)}
     assert shown == {a.number for a in story.attempts}
