@@ -26,10 +26,11 @@ from typing import Any, Optional
 
 import torch
 
-# What the task's reference.py / problem file exposes, and what a solution defines instead.
-MEGA_CLASS = "Model"
+from .kinds import KERNELBENCH_SOLUTION_CLASS, MEGA_SOLUTION_CLASS
+
+# What a problem file exposes; the class a solution defines is its kind's (kinds.py), and a
+# decode task's reference.py and baseline.py define the same class as its solutions.
 KERNELBENCH_TASK_CLASS = "Model"
-KERNELBENCH_SOLUTION_CLASS = "ModelNew"
 # KernelBench builds both its models after this seed.
 KERNELBENCH_SEED = 42
 KERNELBENCH_MODULE = "_kagent_kernelbench_problem"
@@ -65,9 +66,9 @@ def mega_spec(who: str, task_dir: Path, solution: Optional[Path], has_baseline: 
     run, ``solution`` None, the task's baseline) or "baseline" (the task's baseline.py, or its
     reference.py where the folder has none)."""
     if who == "solution" and solution is not None:
-        return Spec("solution", str(solution), [str(solution.parent)], MEGA_CLASS, "the solution")
+        return Spec("solution", str(solution), [str(solution.parent)], MEGA_SOLUTION_CLASS, "the solution")
     path = task_dir / ("baseline.py" if has_baseline else "reference.py")
-    return Spec(path.stem, str(path), [str(task_dir)], MEGA_CLASS, f"the {path.stem}")
+    return Spec(path.stem, str(path), [str(task_dir)], MEGA_SOLUTION_CLASS, f"the {path.stem}")
 
 
 def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path], eval_mode: bool = False) -> Spec:

@@ -29,10 +29,17 @@ class Kind:
         return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
+# The class a solution of each kind defines, as building.py builds it: a decode task's solution
+# replaces the reference's Model, a KernelBench file's adds ModelNew beside the file's Model.
+MEGA_SOLUTION_CLASS = "Model"
+KERNELBENCH_SOLUTION_CLASS = "ModelNew"
+
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
-        Kind("mega", "mega.MegaEvaluation", "Model", has_reference_workers=True),
-        Kind("kernelbench", "kernelbench.KernelBenchEvaluation", "ModelNew", has_reference_workers=False),
+        Kind("mega", "mega.MegaEvaluation", MEGA_SOLUTION_CLASS, has_reference_workers=True),
+        Kind(
+            "kernelbench", "kernelbench.KernelBenchEvaluation", KERNELBENCH_SOLUTION_CLASS, has_reference_workers=False
+        ),
     )
 }
