@@ -125,8 +125,15 @@ class ShapeTiming(Model):
     )
     speedup: float = Field(description="Median over back-to-back block pairs of baseline / candidate time")
     ratio_of_medians: float = Field(description="baseline median / candidate median, for comparison")
-    ci_low: float = Field(description="95% bootstrap interval of the speedup, low end")
+    ci_low: float = Field(
+        description="95% interval of the speedup, low end: the blocks' bootstrap interval widened by the "
+        "spread between two processes of the same code (sandbox/harness/timing.py, PROCESS_SPREAD)"
+    )
     ci_high: float
+    blocks_ci_low: Optional[float] = Field(
+        None, description="95% bootstrap interval of the speedup from this evaluation's blocks alone, low end"
+    )
+    blocks_ci_high: Optional[float] = None
     within_noise: bool = Field(description="True when the interval contains 1.0")
     candidate_isolated_ms: Optional[float] = Field(
         None,

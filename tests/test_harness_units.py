@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,7 +40,22 @@ def test_drift_over_the_run_does_not_widen_the_interval():
     cand = 10 * drift * rng.normal(1.0, 0.01, 64)
     result = timing.speedup_with_noise(base, cand)
     assert result["speedup"] == pytest.approx(1.0, abs=0.01) and result["within_noise"]
-    assert result["ci_high"] - result["ci_low"] < 0.02
+    assert result["blocks_ci_high"] - result["blocks_ci_low"] < 0.02
+
+
+def test_the_interval_adds_the_spread_between_two_processes_to_the_blocks():
+    # Blocks that agree to 0.1% still leave two processes of the same code about 1.5% apart
+    # (timing.PROCESS_SPREAD): a 1.5% difference that tight is within noise, a 10% one is not.
+    rng = np.random.default_rng(4)
+    base = 10 * rng.normal(1.0, 0.001, 80)
+    for factor, within in ((1.015, True), (1.10, False)):
+        result = timing.speedup_with_noise(base, base / factor * rng.normal(1.0, 0.001, 80))
+        assert result["blocks_ci_low"] > 1.0  # the blocks alone call it real
+        assert result["within_noise"] is within, result
+        half_width = math.log(result["ci_high"] / result["speedup"])
+        assert half_width == pytest.approx(timing.Z_95 * timing.PROCESS_SPREAD, rel=0.05)
+    none = timing.speedup_with_noise(base, base / 1.015, process_spread=0.0)
+    assert not none["within_noise"] and none["ci_low"] == none["blocks_ci_low"]
 
 
 def test_speedup_interval_excludes_one_for_a_real_difference():
@@ -57,7 +73,7 @@ def test_an_abba_unit_cancels_the_cost_of_a_switch_between_processes():
     candidate = [second, first] * 16
     assert timing.abba_units(baseline, candidate) == pytest.approx([1.0] * 16)
     result = timing.speedup_with_noise(baseline, candidate)
-    assert result["speedup"] == pytest.approx(1.0) and result["ci_high"] - result["ci_low"] < 1e-9
+    assert result["speedup"] == pytest.approx(1.0) and result["blocks_ci_high"] - result["blocks_ci_low"] < 1e-9
     # A lone last pair stands alone.
     assert timing.abba_units([2.0, 2.0, 3.0], [1.0, 1.0, 1.0]).tolist() == [2.0, 3.0]
 
