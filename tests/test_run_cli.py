@@ -51,12 +51,20 @@ def test_demo_session_as_json(tmp_path):
 
 
 @pytest.mark.slow
-def test_settings_from_a_config_file_and_quiet_output(tmp_path):
+def test_settings_from_a_config_file_and_quiet_output(tmp_path, kimi):
+    # A session shorter than the demo's (which test_demo_session_as_json plays): the port,
+    # benchmarked at one context, is the best attempt.
+    spec = script(
+        tmp_path,
+        tool("write_file", path="solution.py", content=(kimi.path / "reference.py").read_text()),
+        tool("benchmark", contexts=[16]),
+        tool("finish", summary="the port"),
+    )
     config = tmp_path / "kagent.yaml"
-    config.write_text(f"model: scripted:{DEMO}\nbudget: 20m\ndevice: cpu\nscale: smoke\n")
+    config.write_text(f"model: {spec}\nbudget: 20m\ndevice: cpu\nscale: smoke\n")
     proc = kagent("run", "02_kimi_linear_decode", "--config", str(config), "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "best attempt while exploring: 2" in proc.stdout and "run folder:" in proc.stdout
+    assert "best attempt while exploring: 1" in proc.stdout and "run folder:" in proc.stdout
     # No dependency warns on every command (pydantic before 2.10 did, of the fields named model_*).
     assert "Warning:" not in proc.stderr, proc.stderr
 
@@ -378,7 +386,7 @@ def test_without_a_terminal_progress_comes_as_lines_as_it_goes_and_paths_stay_wh
     runs = tmp_path / ("a-runs-folder-with-a-long-name-" * 3)
     spec = script(tmp_path, tool("list_files"), tool("list_files"), tool("finish", summary="nothing to do"))
     proc = subprocess.Popen(
-        [KAGENT, "run", "02_kimi_linear_decode", "--model", f"{spec}?delay=3", "--device", "cpu", "--budget", "10m"],
+        [KAGENT, "run", "02_kimi_linear_decode", "--model", f"{spec}?delay=1.5", "--device", "cpu", "--budget", "10m"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -387,7 +395,7 @@ def test_without_a_terminal_progress_comes_as_lines_as_it_goes_and_paths_stay_wh
     )
     assert proc.stdout is not None
     first = proc.stdout.readline()
-    alive_then = proc.poll() is None  # the model thinks 3 s a turn: two more turns to go
+    alive_then = proc.poll() is None  # the model thinks 1.5 s a turn: two more turns to go
     rest, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == ENDINGS["no_result"].exit_code, err
     assert re.fullmatch(r"0m0\ds turn 1: model answered\n", first) and alive_then, first
