@@ -15,6 +15,7 @@ from rich.console import Console
 
 from kagent.agent.cli.views import print_result
 from kagent.sandbox import containment, evaluate
+from kagent.sandbox.harness.exchange import decode, encode
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
 from kagent.tasks import KINDS
@@ -276,11 +277,21 @@ def test_every_part_of_the_math_has_a_broken_variant():
     assert all(PARTS.values()) and {n for names in PARTS.values() for n in names} <= set(BROKEN)
 
 
+# Secret seeds for an evaluation whose test does not count them: one of each kind at each check
+# context (secret_case_kinds), so the determinism and overwrite checks have the cases they use.
+FEW_SECRET = 4
+# The variants broken in one part of the math fail the fixed seeds' single steps: judged here, in
+# this process, as the referee judges them (test_each_part_broken_alone_fails_the_fixed_seeds).
+# Every other variant fails elsewhere in an evaluation, or fails to run, and is evaluated whole.
+IN_ONE_PART = sorted({name for names in PARTS.values() for name in names})
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(BROKEN))
+@pytest.mark.parametrize("name", sorted(set(BROKEN) - set(IN_ONE_PART)))
 def test_broken_solution_is_caught_by_the_right_check(name, kimi, kagent_home, tmp_path):
     patch, verdict, check = BROKEN[name]
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    solution = reference_solution(kimi, tmp_path, patch)
+    result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=FEW_SECRET)
     assert result.verdict is verdict, result.reason
     assert result.reason.startswith(check + ":"), result.reason
     assert check_named(result, check).status in ("fail", "error")
@@ -297,16 +308,90 @@ def test_an_import_of_a_module_that_is_nowhere_is_refused_with_its_name(kimi, ka
     assert "import a_module_that_does_not_exist" in result.reason
 
 
+def public_fields_only(cfg):
+    """The config as the solution's process gets it: rebuilt from the exchange's encoding."""
+    return decode(encode(cfg, lambda tensor: None), lambda slot: None)
+
+
+@pytest.fixture(scope="module")
+def fixed_seed_cases(kimi):
+    """The referee's view of the fixed seeds at smoke scale, built in this process: the task,
+    its reference, the step checker, and each case (label, inputs, expected outputs), in the
+    evaluation's order (mega.py's _fixed_cases)."""
+    from kagent.sandbox.harness import decode_task
+    from kagent.sandbox.harness.loading import DiskCache
+    from kagent.sandbox.harness.step_checker import StepChecker, case_label
+
+    task = decode_task.Task(kimi.path, "smoke", torch.device("cpu"))
+    cases = []
+    with torch.no_grad():
+        reference, _ = decode_task.build_reference(task, DiskCache(None))
+        for context_len in task.check_contexts:
+            for seed in task.check_seeds:
+                for salient in (False, True):
+                    inputs = decode_task.case_inputs(task, reference, context_len, seed, salient)
+                    expected = decode_task.reference_case(task, reference, *inputs)
+                    cases.append((case_label(f"seed {seed}", context_len, salient), inputs, expected))
+    return task, reference, StepChecker(task, reference), cases
+
+
+def judged_fixed_seeds(fixed_seed_cases, source: Path) -> dict[str, bool]:
+    """Whether each fixed-seed case passes for the solution in ``source``: built as its process
+    builds it (building.build, a public-fields-only config, the reference's weights), a fresh
+    step on copies of each case's inputs, judged by the evaluation's StepChecker."""
+    from kagent.sandbox.harness import building
+    from kagent.sandbox.harness.decode_task import clone_state
+
+    task, reference, checker, cases = fixed_seed_cases
+    spec = building.mega_spec("solution", task.dir, source, task.has_baseline)
+    module = load_module(f"_kagent_test_broken_{source.parent.name}", source)
+    passed = {}
+    with torch.no_grad():
+        model = building.build(spec, [public_fields_only(task.cfg)], task.device, reference.state_dict(), module=module)
+        for label, (hidden_in, state_in), (hidden, state, margin) in cases:
+            got_hidden, got_state = model.step(hidden_in.clone(), clone_state(state_in))
+            result = checker.judge(hidden_in, state_in, got_hidden, list(got_state), hidden, state, margin)
+            passed[label] = result["passed"]
+    return passed
+
+
+@pytest.mark.parametrize("name", IN_ONE_PART)
+def test_each_part_broken_alone_fails_the_fixed_seeds(name, kimi, fixed_seed_cases, tmp_path):
+    """What the evaluation's fixed_seeds check decides for each variant, in this process: at
+    least one case fails. That such a failure is an INCORRECT verdict with the check's reason is
+    the next test's (a whole evaluation of one of them, its cases judged as here)."""
+    patch, verdict, check = BROKEN[name]
+    assert (verdict, check) == (Verdict.INCORRECT, "fixed_seeds")
+    passed = judged_fixed_seeds(fixed_seed_cases, reference_solution(kimi, tmp_path / name, patch))
+    assert len(passed) == 12 and not all(passed.values()), passed
+
+
+def test_the_reference_itself_passes_every_fixed_seed_as_judged_here(kimi, fixed_seed_cases, tmp_path):
+    """The judgment above can fail: the unbroken copy passes every case."""
+    assert all(judged_fixed_seeds(fixed_seed_cases, reference_solution(kimi, tmp_path / "honest")).values())
+
+
 @pytest.mark.slow
-def test_the_cache_attention_is_caught_on_the_salient_state(kimi, kagent_home, tmp_path):
+def test_the_cache_attention_is_caught_on_the_salient_state(kimi, kagent_home, fixed_seed_cases, tmp_path):
     # From init_state's draw the attention's share of the output rounds away (every cache row
     # scores about the same and the values average out): those cases pass without it, and the
-    # cases from the reference's salient_state, one per fixed seed, must fail.
-    for name in ("skips_the_cache_attention", "attends_to_the_newest_8_rows"):
-        result = run_eval(kimi, reference_solution(kimi, tmp_path / name, BROKEN[name][0]), kagent_home, mode="check")
-        cases = check_named(result, "fixed_seeds").data["cases"]
-        failed = [c["case"] for c in cases if not c["passed"]]
-        assert failed == [c["case"] for c in cases if c["case"].endswith(" salient state")] and len(failed) == 6, name
+    # cases from the reference's salient_state, one per fixed seed, must fail. One variant
+    # evaluated whole, its cases as the judgment in this process has them; the other judged here.
+    salient = [label for label, _, _ in fixed_seed_cases[3] if label.endswith(" salient state")]
+    assert len(salient) == 6
+    name = "skips_the_cache_attention"
+    solution = reference_solution(kimi, tmp_path / name, BROKEN[name][0])
+    result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=FEW_SECRET)
+    assert result.verdict is Verdict.INCORRECT and result.score is None, result.reason
+    assert result.reason.startswith("fixed_seeds: 6 of 12 cases fail"), result.reason
+    fixed = check_named(result, "fixed_seeds")
+    assert fixed.status == "fail"
+    evaluated = {c["case"]: c["passed"] for c in fixed.data["cases"]}
+    assert evaluated == judged_fixed_seeds(fixed_seed_cases, solution)
+    assert [label for label, ok in evaluated.items() if not ok] == salient
+    name = "attends_to_the_newest_8_rows"
+    judged = judged_fixed_seeds(fixed_seed_cases, reference_solution(kimi, tmp_path / name, BROKEN[name][0]))
+    assert [label for label, ok in judged.items() if not ok] == salient
 
 
 @pytest.fixture(scope="module")
@@ -380,9 +465,43 @@ def test_runner_up_takes_one_other_expert_at_that_layer_only(smoke_reference, mo
     assert torch.equal(routed_experts()[0], expected)  # taken back on leaving
 
 
+# Imports a helper from its own folder, and fails if it can read the keys honest_check sets.
+HONEST_PATCH = """
+from helpers import SCALE
+assert SCALE == 1.0
+import os
+_leaked = sorted(k for k in os.environ if k in ("ANTHROPIC_API_KEY", "MY_SERVICE_TOKEN"))
+assert not _leaked, f"the solution can read {_leaked}"
+"""
+
+
+@pytest.fixture(scope="module")
+def honest_check(kimi, kagent_home, tmp_path_factory):
+    """One check of an honest solution with 8 secret seeds, which the tests below read each an
+    aspect of: a copy of the reference that imports a helper from its folder and asserts that it
+    cannot see the API keys set in the environment that evaluates it. (Module-scoped, so it sets
+    what the autouse _isolated_env sets for a test itself.)"""
+    folder = tmp_path_factory.mktemp("honest")
+    (folder / "helpers.py").write_text("SCALE = 1.0\n")
+    solution = reference_solution(kimi, folder, HONEST_PATCH)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KAGENT_HOME", str(kagent_home))
+        env.setenv("KAGENT_RUNS", str(folder / "runs"))
+        env.delenv("KAGENT_DEBUG", raising=False)
+        env.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+        env.setenv("MY_SERVICE_TOKEN", "secret")
+        return solution, run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=8)
+
+
 @pytest.mark.slow
-def test_secret_seeds_start_from_both_kinds_of_state_at_every_context(kimi, kagent_home, tmp_path):
-    result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, mode="check", hidden_seeds=8)
+def test_the_solution_imports_its_helpers_and_does_not_see_api_keys(honest_check):
+    _, result = honest_check
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+@pytest.mark.slow
+def test_secret_seeds_start_from_both_kinds_of_state_at_every_context(honest_check):
+    _, result = honest_check
     assert result.verdict is Verdict.PASS, result.reason
     labels = [c["case"] for c in check_named(result, "hidden_seeds").data["cases"]]
     kinds = {(label.split(" ctx ")[1].split()[0], label.endswith(" salient state")) for label in labels}
@@ -417,7 +536,13 @@ class Model(Model):
 
 @pytest.mark.slow
 def test_fixed_seeds_at_a_near_tie_are_reported_and_the_runner_up_excused(kimi, kagent_home, tmp_path):
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, TAKES_THE_RUNNER_UP), kagent_home, mode="check")
+    result = run_eval(
+        kimi,
+        reference_solution(kimi, tmp_path, TAKES_THE_RUNNER_UP),
+        kagent_home,
+        mode="check",
+        hidden_seeds=FEW_SECRET,
+    )
     assert result.verdict is Verdict.PASS, result.reason
     fixed = check_named(result, "fixed_seeds")
     near = [c for c in fixed.data["cases"] if c["near_tie"]]
@@ -435,7 +560,11 @@ def test_fixed_seeds_at_a_near_tie_are_reported_and_the_runner_up_excused(kimi, 
 @pytest.mark.slow
 def test_a_step_that_returns_its_input_at_a_near_tie_fails(kimi, kagent_home, tmp_path):
     result = run_eval(
-        kimi, reference_solution(kimi, tmp_path, RETURNS_ITS_INPUT_AT_NEAR_TIES), kagent_home, mode="check"
+        kimi,
+        reference_solution(kimi, tmp_path, RETURNS_ITS_INPUT_AT_NEAR_TIES),
+        kagent_home,
+        mode="check",
+        hidden_seeds=FEW_SECRET,
     )
     assert result.verdict is Verdict.INCORRECT, result.reason
     assert re.match(r"fixed_seeds: (\d+) of \1 cases fail", result.reason), result.reason
@@ -497,10 +626,10 @@ def test_reference_as_solution_passes_and_is_timed(kimi, kagent_home, tmp_path):
 
 
 @pytest.mark.slow
-def test_second_run_uses_the_cache(kimi, kagent_home, tmp_path):
-    solution = reference_solution(kimi, tmp_path)
-    run_eval(kimi, solution, kagent_home, mode="check")
-    again = run_eval(kimi, solution, kagent_home, mode="check")
+def test_second_run_uses_the_cache(kimi, kagent_home, honest_check):
+    solution, first = honest_check  # the first run, into this session's cache
+    assert first.verdict is Verdict.PASS, first.reason
+    again = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=FEW_SECRET)
     assert again.verdict is Verdict.PASS
     assert again.cache["misses"] == 0 and again.cache["hits"] > 0
     assert [c.name for c in again.checks][-1] == "chained_steps"  # check-only runs an untimed chain
@@ -516,32 +645,20 @@ def test_aa_run_of_the_baseline_reads_close_to_one(kimi, kagent_home):
 
 
 @pytest.mark.slow
-def test_contexts_can_be_chosen(kimi, kagent_home, tmp_path):
-    result = run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[32])
-    assert result.verdict is Verdict.PASS
-    assert [t.context_len for t in result.timings] == [32]
-
-
-@pytest.mark.slow
-def test_unknown_context_is_a_clear_error(kimi, kagent_home, tmp_path):
-    from kagent.core.errors import KagentError
-
-    with pytest.raises(KagentError, match="no shape with context in \\[999\\]"):
-        run_eval(kimi, reference_solution(kimi, tmp_path), kagent_home, contexts=[999])
-
-
-@pytest.mark.slow
 def test_hanging_solution_is_killed_at_the_limit(kimi, kagent_home, tmp_path):
     patch = """
 class Model(Model):
     def step(self, hidden, state):
-        import subprocess, sys
+        import subprocess, sys, time
         # A child that would outlive its parent: the whole process group must go.
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        # Sleeps rather than spins: the limit kills it either way, and a spin burns a core of
+        # the machine the other tests run on until then.
         while True:
-            pass
+            time.sleep(0.1)
 """
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check", timeout_s=15)
+    solution = reference_solution(kimi, tmp_path, patch)
+    result = run_eval(kimi, solution, kagent_home, mode="check", timeout_s=15, hidden_seeds=FEW_SECRET)
     assert result.verdict is Verdict.TIMEOUT, result.reason
     assert result.wall_seconds < 30
     assert "killed" in result.reason
@@ -558,15 +675,17 @@ def test_hang_at_import_is_killed_too(kimi, kagent_home, tmp_path):
     "how, signal_or_code",
     [
         ("import os\nos._exit(0)", "exit code 0"),
+        # (A signal's number is said as any other's: os.abort()'s 6 took the same path.)
         ("import ctypes\nctypes.string_at(0)", "killed by signal 11"),
-        ("import os\nos.abort()", "killed by signal 6"),
     ],
 )
 @pytest.mark.slow
 def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home, tmp_path):
     body = "\n".join("        " + line for line in how.splitlines())
     patch = f"\nclass Model(Model):\n    def step(self, hidden, state):\n{body}\n"
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    result = run_eval(
+        kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check", hidden_seeds=FEW_SECRET
+    )
     assert result.verdict is Verdict.CRASH, result.reason
     assert signal_or_code in result.reason
     # The referee outlives the solution's process and says which check it died in.
@@ -576,65 +695,42 @@ def test_crash_in_step_is_a_crash_verdict(how, signal_or_code, kimi, kagent_home
 @pytest.mark.slow
 def test_printed_pass_and_early_exit_do_not_pass(kimi, kagent_home, tmp_path):
     patch = _corpus("fake_pass_and_exit")
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
+    result = run_eval(
+        kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check", hidden_seeds=FEW_SECRET
+    )
     assert result.verdict is Verdict.CRASH
 
 
 @pytest.mark.slow
-def test_writing_to_the_task_files_is_detected(kimi, kagent_home, tmp_path, monkeypatch):
+def test_writing_to_the_task_files_or_patching_the_installed_harness_is_caught(
+    kimi, kagent_home, tmp_path, monkeypatch
+):
     # Inside the jail the task's files are on a read-only mount and the write is refused (the
-    # red-team corpus checks that); without the jail or the solution's box, as here on purpose, root can write them,
-    # and the hash check must catch it.
-    found = containment.probe()
-    monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False, solution_box=False))
-    patch = (Path(__file__).parent / "redteam" / "writes_grading_files.py").read_text()
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
-    if os.geteuid() == 0:  # root ignores file modes: the hash check must catch it
-        assert result.verdict is Verdict.TAMPERED, result.reason
-        assert "task/problem.yaml" in result.reason
-    else:
-        assert result.verdict is Verdict.PASS
-
-
-@pytest.mark.slow
-def test_patching_the_installed_harness_is_caught_and_undone(kimi, kagent_home, tmp_path, monkeypatch):
-    # Code that escaped its sandbox (here: none, on purpose) could patch kagent's harness on
-    # disk to weaken every later evaluation. The evaluation copies from what this process
-    # read at start, and puts the source back. A copy of the harness stands in for the install.
+    # red-team corpus checks that); without the jail or the solution's box, as here on purpose,
+    # root can write them, and the hash check must catch it. Code that escaped its sandbox
+    # could also patch kagent's harness on disk to weaken every later evaluation: the
+    # evaluation copies from what this process read at start, and puts the source back. A copy
+    # of the harness stands in for the install. One solution does both, at its import.
     installed = tmp_path / "installed-harness"
     shutil.copytree(evaluate.HARNESS_SOURCE, installed, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(evaluate, "HARNESS", evaluate.Pristine(installed, sorted(installed.rglob("*.py"))))
     found = containment.probe()
     monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False, solution_box=False))
     original = (installed / "compare.py").read_text()
-    patch = f"""
+    patch = (
+        (Path(__file__).parent / "redteam" / "writes_grading_files.py").read_text()
+        + f"""
 import pathlib as _pathlib
 _pathlib.Path({str(installed / "compare.py")!r}).write_text("# weakened\\n")
 """
-    result = run_eval(kimi, reference_solution(kimi, tmp_path / "solution", patch), kagent_home, mode="check")
+    )
+    solution = reference_solution(kimi, tmp_path / "solution", patch)
+    result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=FEW_SECRET)
     assert result.verdict is Verdict.TAMPERED and "installed harness" in result.reason, result.reason
     assert (installed / "compare.py").read_text() == original
-
-
-@pytest.mark.slow
-def test_solution_helpers_in_its_folder_are_importable(kimi, kagent_home, tmp_path):
-    (tmp_path / "helpers.py").write_text("SCALE = 1.0\n")
-    patch = "\nfrom helpers import SCALE\nassert SCALE == 1.0\n"
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
-    assert result.verdict is Verdict.PASS, result.reason
-
-
-@pytest.mark.slow
-def test_the_solution_does_not_see_api_keys(kimi, kagent_home, tmp_path, monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
-    monkeypatch.setenv("MY_SERVICE_TOKEN", "secret")
-    patch = """
-import os
-_leaked = sorted(k for k in os.environ if k in ("ANTHROPIC_API_KEY", "MY_SERVICE_TOKEN"))
-assert not _leaked, f"the solution can read {_leaked}"
-"""
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, patch), kagent_home, mode="check")
-    assert result.verdict is Verdict.PASS, result.reason
+    # Root ignores file modes: the hash check must catch the task's file written; anyone else's
+    # write is refused, and nothing of the task changed.
+    assert ("task/problem.yaml" in result.reason) is (os.geteuid() == 0), result.reason
 
 
 def shown(result) -> str:
@@ -679,14 +775,15 @@ def test_the_rarely_wrong_solution_is_wrong_on_one_input_in_ten(kimi):
 def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagent_home, tmp_path):
     # With 96 secret seeds (a final re-verification's count) it passes an evaluation with
     # probability 0.9**96 (about 4e-5), so evaluations in a row all fail it, and each failure
-    # counts the cases. Five, not ten: each
-    # takes about 4 s on a 2-core machine (two interpreters, ~170 reference steps with the
-    # seeds drawn again at near-ties, ~100 solution steps). With the former 2 secret seeds it
-    # passed 9 evaluations of 12 (0.9**2 = 0.81).
+    # counts the cases. Three, the last with the secret cases drawn by reference workers (as on
+    # a GPU): each costs about 11 s of CPU (two interpreters, or four, ~170 reference steps with
+    # the seeds drawn again at near-ties, ~100 solution steps). With the former 2 secret seeds
+    # it passed 9 evaluations of 12 (0.9**2 = 0.81): three in a row fail with probability
+    # 0.19**3 (0.7%), five with 0.02%.
     solution = reference_solution(kimi, tmp_path, RARELY_WRONG)
     counts = []
-    for _ in range(5):
-        result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=96)
+    for workers in (0, 0, 2):
+        result = run_eval(kimi, solution, kagent_home, mode="check", hidden_seeds=96, reference_workers=workers)
         assert result.verdict is Verdict.INCORRECT, result.reason
         found = re.match(
             r"hidden_seeds: (\d+) of 96 cases fail, worst: hidden seed #\d+ ctx \d+( salient state)?: "
@@ -704,16 +801,22 @@ def test_a_solution_wrong_on_one_input_in_ten_fails_every_evaluation(kimi, kagen
 def test_reference_workers_draw_the_secret_cases_and_judge_the_chains(kimi, kagent_home, tmp_path):
     # What the referee does itself on the CPU by default, processes of its own do beside it
     # on a GPU: the same cases, the same judgments.
+    # Eight secret seeds (the default count is test_reference_as_solution_passes_and_is_timed's).
     honest = run_eval(
-        kimi, reference_solution(kimi, tmp_path / "honest"), kagent_home, mode="check", reference_workers=2
+        kimi,
+        reference_solution(kimi, tmp_path / "honest"),
+        kagent_home,
+        mode="check",
+        reference_workers=2,
+        hidden_seeds=8,
     )
     assert honest.verdict is Verdict.PASS, honest.reason
     load, hidden = check_named(honest, "load"), check_named(honest, "hidden_seeds")
     assert load.data["reference_workers"] == 2
     # Check mode starts no baseline: the workers' and the solution's start-up, each said.
     assert set(honest.start_up) == {"reference worker 1", "reference worker 2", "solution"}
-    assert len(hidden.data["seeds"]) == 48 and all(c["decision_margin"] >= 0.02 for c in hidden.data["cases"])
-    assert sum(c["case"].endswith(" salient state") for c in hidden.data["cases"]) == 24
+    assert len(hidden.data["seeds"]) == 8 and all(c["decision_margin"] >= 0.02 for c in hidden.data["cases"])
+    assert sum(c["case"].endswith(" salient state") for c in hidden.data["cases"]) == 4
     # A step that skips work on chained steps only, judged by a worker.
     skips = run_eval(
         kimi,
@@ -721,18 +824,10 @@ def test_reference_workers_draw_the_secret_cases_and_judge_the_chains(kimi, kage
         kagent_home,
         mode="check",
         reference_workers=2,
+        hidden_seeds=FEW_SECRET,
     )
     assert skips.verdict is Verdict.INCORRECT and skips.reason.startswith("chained_steps: ctx 16 step 2"), skips.reason
-    # A solution wrong on 1 input in 10, on the workers' secret cases.
-    wrong = run_eval(
-        kimi,
-        reference_solution(kimi, tmp_path / "wrong", RARELY_WRONG),
-        kagent_home,
-        mode="check",
-        reference_workers=2,
-        hidden_seeds=96,
-    )
-    assert wrong.verdict is Verdict.INCORRECT and wrong.reason.startswith("hidden_seeds: "), wrong.reason
+    # (A solution wrong on 1 input in 10, on the workers' secret cases: the test above.)
 
 
 NOISY = """
@@ -748,7 +843,9 @@ class Model(Model):
 
 @pytest.mark.slow
 def test_a_nondeterministic_solution_passes_and_is_said_to_be_nondeterministic(kimi, kagent_home, tmp_path):
-    result = run_eval(kimi, reference_solution(kimi, tmp_path, NOISY), kagent_home, mode="check")
+    result = run_eval(
+        kimi, reference_solution(kimi, tmp_path, NOISY), kagent_home, mode="check", hidden_seeds=FEW_SECRET
+    )
     assert result.verdict is Verdict.PASS, result.reason
     determinism = result.determinism
     assert not determinism.bitwise_equal and determinism.largest_in == "L0.S"
