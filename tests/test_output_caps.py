@@ -168,13 +168,16 @@ def test_output_settings_refuse_what_the_model_cannot_take(spec, thinking, effor
 
 # -- what the providers are sent --------------------------------------------------------------
 def test_anthropic_adaptive_thinking_and_budget_clamped_to_the_cap():
-    with FakeLLMServer([{"text": "a"}, {"text": "b"}, {"text": "c"}]) as server:
+    with FakeLLMServer([{"text": "a"}, {"text": "b"}, {"text": "c"}, {"text": "d"}]) as server:
         adaptive = make_model("anthropic:test-model", base_url=server.url, reasoning_effort="max")
         adaptive.complete("sys", [user("go")], TOOLS, 128_000)
         budget = make_model("anthropic:test-model", base_url=server.url, thinking_budget=50_000)
         budget.complete("sys", [user("go")], TOOLS, 20_000)
         budget.complete("sys", [user("go")], TOOLS, 1500)  # too small a turn to think in
-    first, second, third = server.requests
+        # --thinking off: no budget, no effort.
+        make_model("anthropic:test-model", base_url=server.url).complete("sys", [user("go")], TOOLS, 64_000)
+    first, second, third, off = server.requests
+    assert "thinking" not in off and "output_config" not in off and off["max_tokens"] == 64_000
     assert first["thinking"] == {"type": "adaptive"} and first["output_config"] == {"effort": "max"}
     assert first["max_tokens"] == 128_000
     assert second["thinking"] == {"type": "enabled", "budget_tokens": 20_000 - 1024}
@@ -281,16 +284,11 @@ def test_answers_the_cap_cuts_before_any_call_are_told_then_end_the_run(tmp_path
 
 
 # -- the command line ---------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "flags, cap, budget",
-    [
-        ([], 64_000, 32_000),
-        (["--thinking", "off"], 64_000, None),
-        (["--max-output-tokens", "20000", "--thinking", "5000"], 20_000, 5000),
-    ],
-)
 @pytest.mark.slow
-def test_kagent_run_asks_for_the_models_own_cap_and_thinks_by_default(flags, cap, budget, tmp_path):
+def test_kagent_run_asks_for_the_cap_and_the_thinking_it_is_given(tmp_path):
+    """The whole command once, both flags given: what they set is in the run's config and in the
+    request. The defaults and --thinking off take the same path, from the flags' values on: the
+    next test holds what load_settings makes of them."""
     finish = {"tool_calls": [{"id": "done", "name": "finish", "arguments": {"summary": "nothing to do"}}]}
     with FakeLLMServer([finish]) as server:
         env = {**os.environ, "ANTHROPIC_BASE_URL": server.url, "COLUMNS": "200"}
@@ -306,7 +304,10 @@ def test_kagent_run_asks_for_the_models_own_cap_and_thinks_by_default(flags, cap
                 "--budget",
                 "20m",
                 "--quiet",
-                *flags,
+                "--max-output-tokens",
+                "20000",
+                "--thinking",
+                "5000",
             ],
             capture_output=True,
             text=True,
@@ -317,10 +318,24 @@ def test_kagent_run_asks_for_the_models_own_cap_and_thinks_by_default(flags, cap
     assert proc.returncode == 3, proc.stderr  # finished with no result
     (run_dir,) = (tmp_path / "runs").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["max_output_tokens"] == cap and config["thinking_budget"] == budget
+    assert config["max_output_tokens"] == 20_000 and config["thinking_budget"] == 5000
     body = server.requests[0]
-    assert body["max_tokens"] == cap
-    assert body.get("thinking") == ({"type": "enabled", "budget_tokens": budget} if budget else None)
+    assert body["max_tokens"] == 20_000 and body.get("thinking") == {"type": "enabled", "budget_tokens": 5000}
+
+
+@pytest.mark.parametrize(
+    "flags, cap, budget",
+    [
+        ({}, 64_000, 32_000),
+        ({"thinking": "off"}, 64_000, None),
+        ({"max_output_tokens": 20_000, "thinking": "5000"}, 20_000, 5000),
+    ],
+)
+def test_the_run_s_settings_take_the_models_own_cap_and_think_by_default(flags, cap, budget):
+    from kagent.agent.cli.config import load_settings
+
+    settings = load_settings("02_kimi_linear_decode", None, {"model": "anthropic:claude-sonnet-4-5", **flags})
+    assert (settings.max_output_tokens, settings.thinking_budget) == (cap, budget)
 
 
 # -- write_file in parts ------------------------------------------------------------------------
