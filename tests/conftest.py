@@ -34,8 +34,9 @@ WAIT_S = 900
 # an evaluation's processes do on the CPU (evaluate.py sets OMP_NUM_THREADS=1): on a 2-core
 # machine with xdist's other workers and the evaluations' processes beside it, a second thread
 # waits for a core, and judging the flagship's 12 fixed-seed steps took 5 s of CPU instead of
-# 0.5 s (2026-12-07).
+# 0.5 s (2026-12-07). The processes the tests start (kagent's CLI, drivers) likewise.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
