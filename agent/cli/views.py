@@ -45,7 +45,8 @@ def timing_table(result: EvalResult) -> Table:
     table = Table(
         title=f"Baseline vs {contestant}, in alternating blocks of {step}s",
         caption=f"ms: median per {step} (p10–p90); CI: 95% interval of the speedup (its blocks' "
-        "and the spread between two processes), ≈ when it holds 1.0 (within noise); floor: the bytes floor over the solution's time",
+        "and the spread between two processes), ≈ when it holds 1.0 (within noise); floor: the bytes "
+        "floor over the solution's time",
     )
     for name in ("shape", "base ms", "sol ms", result.rate_unit, "speedup", "CI", "floor"):
         table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
