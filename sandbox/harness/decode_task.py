@@ -15,7 +15,9 @@ from typing import Any
 import torch
 import yaml
 
+from . import building
 from .exchange import Layout as TensorLayout
+from .kinds import Step
 from .loading import DiskCache, TaskError, digest, load_module, to_device
 
 Hidden = torch.Tensor
@@ -353,3 +355,55 @@ def case_inputs(task: Task, reference: torch.nn.Module, context_len: int, seed: 
         if layout_of(state) != layout_of(drawn):
             raise TaskError("the task's reference.salient_state must keep init_state's shapes and dtypes")
     return [hidden, state]
+
+
+class DecodeSteps:
+    """A decode step as the instruments build it (sandbox/instruments; ``job`` is their
+    ChildJob): the step of a model built from the task's config, on a token and a state."""
+
+    def _task(self, job: Any, device: torch.device) -> Task:
+        return Task(Path(job.task), job.scale, device)
+
+    def solution_step(self, job: Any, device: torch.device, module: ModuleType | None = None) -> Step:
+        """The solution's step, built as an evaluation's solution process builds it, on the
+        task's timing token and state."""
+        task = self._task(job, device)
+        reference, _ = build_reference(task, job.cache())
+        model = building.build(
+            building.mega_spec("solution", task.dir, Path(str(job.solution)), task.has_baseline),
+            [task.cfg],
+            device,
+            reference.state_dict(),
+            module=module,
+        )
+        context_len = job.context_len or task.shapes[0]["context_len"]
+        seed = task.timing_seed
+        carried = {"hidden": task.init_token(seed), "state": task.init_state(context_len, seed)}
+
+        def step() -> None:
+            carried["hidden"], carried["state"] = model.step(carried["hidden"], carried["state"])
+
+        return model, step, context_len
+
+    def reference_step(self, job: Any, device: torch.device) -> Step:
+        """The reference's step from the job's seed (from the task's salient state where the
+        job asks); a TaskError where the task has no salient state."""
+        task = self._task(job, device)
+        model: Any  # the task's Model: a torch Module with the task's own step
+        model, _ = build_reference(task, job.cache())
+        context_len = job.context_len or task.shapes[0]["context_len"]
+        hidden, state = task.init_token(job.seed), task.init_state(context_len, job.seed)
+        if job.salient:
+            if task.salient_state is None:
+                raise TaskError("the task's reference has no salient_state")
+            state = task.salient_state(model, hidden, state)
+        return model, (lambda: model.step(hidden.clone(), clone_state(state))), context_len
+
+    def bytes_floor(self, job: Any, model: Any, context_len: int | None) -> tuple[dict[str, int], int, str]:
+        """The task's parts, its bytes floor and where the floor comes from: its roofline."""
+        task = self._task(job, torch.device(job.device))
+        roofline = task.roofline
+        if roofline is None:
+            return {}, 0, "the task has no roofline"
+        parts = dict(roofline.bytes_by_part(task.cfg, context_len)) if hasattr(roofline, "bytes_by_part") else {}
+        return parts, int(roofline.bytes_per_step(task.cfg, context_len)), "the task's roofline"

@@ -33,7 +33,8 @@ from . import building, compare, lease, timing
 from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout
 from .job import Job
-from .loading import CandidateError, TaskError, load_module
+from .kinds import Step
+from .loading import CandidateError, TaskError, load_module, to_device
 from .remote import layout_of
 
 # KernelBench's correctness trials (num_correct_trials of its evaluation scripts).
@@ -477,3 +478,37 @@ class CallsContestant(timing.Contestant):
             f"{draws.checked} outputs of timed calls allclose to the baseline's on the same inputs, drawn fresh "
             f"for each block ({draws.calls} calls on {draws.sets} input sets a block{repeat})"
         )
+
+
+class KernelBenchSteps:
+    """A forward of ModelNew (or of the file's Model) on the file's inputs, as the instruments
+    build it (sandbox/instruments; ``job`` is their ChildJob)."""
+
+    def solution_step(self, job: Any, device: torch.device, module: Any = None) -> Step:
+        task_file = Path(job.task)
+        problem = load_module(building.KERNELBENCH_MODULE, task_file)
+        init = list(problem.get_init_inputs())
+        spec = building.kernelbench_spec("reference", task_file, None)
+        reference = building.build(spec, init, device, module=problem)
+        model = building.build(
+            building.kernelbench_spec("solution", task_file, Path(str(job.solution))),
+            init,
+            device,
+            reference.state_dict(),
+            module=module,
+        )
+        inputs = building.kernelbench_inputs(problem, 0, device)  # the timing seed's inputs
+        return model, (lambda: model(*inputs)), None
+
+    def reference_step(self, job: Any, device: torch.device) -> Step:
+        problem = load_module("problem", Path(job.task))
+        torch.manual_seed(building.KERNELBENCH_SEED)  # as the harness builds models
+        model = problem.Model(*problem.get_init_inputs()).to(device).eval()
+        torch.manual_seed(job.seed)
+        inputs = to_device(list(problem.get_inputs()), device)
+        return model, (lambda: model(*inputs)), None
+
+    def bytes_floor(self, job: Any, model: Any, context_len: Optional[int]) -> tuple[dict[str, int], int, str]:
+        """No roofline: the floor is the solution's weights, read once a call."""
+        weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        return {}, weights, "the solution's weights only"

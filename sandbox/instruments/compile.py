@@ -164,13 +164,11 @@ def _import_and_step(job: ChildJob, solution: Path, result: dict[str, Any]) -> N
     if not isinstance(getattr(module, model_class, None), type):
         return  # a helper or a scratch file: importing it was the build
     result["model_class"] = model_class
-    import torch
-
-    from kagent.sandbox.instruments import kinds  # torch and the harness: only for a file that builds a model
+    import torch  # only for a file that builds a model (its kind's steps import torch too)
 
     device = torch.device(job.device)
     with torch.no_grad():
-        _, step, result["context_len"] = kinds.KINDS[job.kind].solution_step(job, device, module)
+        _, step, result["context_len"] = KINDS[job.kind].instrument_steps().solution_step(job, device, module)
         began = time.perf_counter()
         _run_step(step, device)
         result.update(stepped=True, step_seconds=round(time.perf_counter() - began, 3))

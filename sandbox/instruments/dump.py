@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from kagent.sandbox.harness.kinds import KINDS
 from kagent.sandbox.harness.loading import TaskError
 from kagent.sandbox.instruments.job import ChildJob
-from kagent.sandbox.instruments.kinds import KINDS
 
 # A value larger than this is summarized, not saved (a dequantized expert would be 9 MB).
 MAX_SAVED_ELEMENTS = 1 << 23
@@ -192,7 +192,7 @@ def dump_child(job_file: str) -> None:
     device = torch.device(job.device)
     with torch.no_grad():
         try:
-            model, step, context_len = KINDS[job.kind].reference_step(job, device)
+            model, step, context_len = KINDS[job.kind].instrument_steps().reference_step(job, device)
         except TaskError as err:
             Path(job.result).write_text(json.dumps({"error": str(err)}))
             return

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Literal, Optional
 
+from kagent.sandbox.harness.loading import DiskCache
+
 CHILD_JOB_VERSION = 1
 
 
@@ -47,3 +49,8 @@ class ChildJob:
     def staging(self) -> Path:
         """Where weights built anew go: beside the result, in the child's own folder."""
         return Path(self.result).parent / "staged"
+
+    def cache(self) -> DiskCache:
+        """The harness's cache, read-only here: weights built anew are staged in the job's own
+        folder and go with it (only evaluations fill the cache)."""
+        return DiskCache(Path(self.cache_dir) if self.cache_dir else None, self.staging)

@@ -19,9 +19,8 @@ import torch
 
 from kagent.sandbox.harness import environment
 from kagent.sandbox.harness.bandwidth import copy_bandwidth
-from kagent.sandbox.harness.loading import DiskCache
+from kagent.sandbox.harness.kinds import KINDS
 from kagent.sandbox.instruments.job import ChildJob
-from kagent.sandbox.instruments.kinds import KINDS
 
 # Spin cycles per second of host time to cover (about an H200's clock, with room to spare).
 SPIN_CYCLES_PER_S = 2.5e9
@@ -139,12 +138,12 @@ def stages_child(job_file: str) -> None:
     """Build the solution, sweep its stages, read its stamps; the figures to the job's result."""
     job = ChildJob.read(job_file)
     device = torch.device(job.device)
-    kind = KINDS[job.kind]
+    kind = KINDS[job.kind].instrument_steps()
 
     def fail(message: str) -> None:
         Path(job.result).write_text(json.dumps({"error": message}))
 
-    cache = DiskCache(Path(job.cache_dir) if job.cache_dir else None, job.staging)
+    cache = job.cache()
     with torch.no_grad():
         model, step, context_len = kind.solution_step(job, device)
         clock = _Clock(device)
