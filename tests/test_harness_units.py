@@ -10,15 +10,17 @@ import math
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from kagent.sandbox.evaluate import authentic_event, promote_cache
-from kagent.sandbox.harness import compare, launches, timing
-from kagent.sandbox.harness.loading import DiskCache
+from kagent.sandbox.harness import compare, kernelbench, launches, timing
+from kagent.sandbox.harness.loading import DiskCache, TaskError
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
 from kagent.sandbox.harness.step_checker import StepChecker
 from kagent.sandbox.results import Stats
@@ -590,3 +592,25 @@ def test_a_wrong_row_appended_to_a_long_cache_fails_on_its_own():
     assert result["cosines"]["L0.cache"] > 0.999 and result["cosines"]["L0.cache.appended"] == -1.0
     assert result["below_threshold"] == ["L0.cache.appended"] and not result["passed"]
     assert "L0.S.appended" not in result["cosines"]  # a tensor that keeps its shape has no appended rows
+
+
+def _kernelbench_clock(device: str, timeout_s: float, spent_s: float) -> Any:
+    """A KernelBench evaluation as far as its check of the time left reads it: the job's limit,
+    the device, the calls a block, and when it began (``spent_s`` ago)."""
+    evaluation = object.__new__(kernelbench.KernelBenchEvaluation)
+    evaluation.job = SimpleNamespace(timeout_s=timeout_s)
+    evaluation.device = torch.device(device)
+    evaluation.calls = 1
+    evaluation.began_at = time.perf_counter() - spent_s
+    return evaluation
+
+
+def test_time_spent_before_the_timing_is_said_as_such_and_a_gpu_is_not_advised_on_one():
+    with pytest.raises(TaskError) as spent:
+        _kernelbench_clock("cuda", timeout_s=100, spent_s=95)._check_time_left(call_ms=9)
+    assert "took 95 s, all the 80 s its time limit leaves before the timing" in str(spent.value)
+    assert "--device cuda" not in str(spent.value) and "x smaller" not in str(spent.value)
+    with pytest.raises(TaskError) as slow:
+        _kernelbench_clock("cpu", timeout_s=100, spent_s=0)._check_time_left(call_ms=5000)
+    assert "inputs about" in str(slow.value) and "or on a GPU (--device cuda)" in str(slow.value)
+    _kernelbench_clock("cpu", timeout_s=100, spent_s=0)._check_time_left(call_ms=1)  # fits: no error

@@ -258,14 +258,24 @@ class KernelBenchEvaluation(EvaluationBase):
         settings = self._timing_settings()
         calls = OVERHEAD_CALLS + 2 * (settings.rounds + settings.warmup) * self.calls
         needed_s = calls * call_ms / 1e3
-        room_s = self.job.timeout_s * TIME_SHARE - (time.perf_counter() - self.began_at)
-        if needed_s > room_s:
+        spent_s = time.perf_counter() - self.began_at
+        room_s = self.job.timeout_s * TIME_SHARE - spent_s
+        if needed_s <= room_s:
+            return
+        elsewhere = "" if self.device.type == "cuda" else ", or on a GPU (--device cuda)"
+        if room_s <= 0:
+            # Drawing the inputs and the reference's outputs took the time: no smaller call fits.
             raise TaskError(
-                f"a call of the reference takes {call_ms:.0f} ms on {self.device.type}, and an evaluation makes "
-                f"about {calls} of them: {needed_s:.0f} s, past the {room_s:.0f} s its time limit leaves; on this "
-                f"device it finishes with inputs about {needed_s / max(room_s, 1e-9):.1f}x smaller (get_inputs), "
-                f"or on a GPU (--device cuda), or with a longer --timeout"
+                f"loading the problem, drawing its inputs and running the reference on them took {spent_s:.0f} s, "
+                f"all the {self.job.timeout_s * TIME_SHARE:.0f} s its time limit leaves before the timing; "
+                f"it finishes with a longer --timeout{elsewhere}, or with smaller inputs (get_inputs)"
             )
+        raise TaskError(
+            f"a call of the reference takes {call_ms:.0f} ms on {self.device.type}, and an evaluation makes "
+            f"about {calls} of them: {needed_s:.0f} s, past the {room_s:.0f} s its time limit leaves; on this "
+            f"device it finishes with inputs about {needed_s / room_s:.1f}x smaller (get_inputs){elsewhere}, "
+            "or with a longer --timeout"
+        )
 
     def _forward(self, source: str, inputs: list, seed: int) -> dict:
         """One forward in the solution's process on ``inputs`` (fresh copies, or the previous
