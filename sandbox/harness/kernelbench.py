@@ -177,7 +177,7 @@ class KernelBenchEvaluation(EvaluationBase):
         On a GPU only the first seed's (the timed calls' layout and judge) stay on the device;
         the others wait in host memory until their check: a problem's outputs can be GBs each
         (KernelBench's BatchNorm, 4 GiB), and a dozen of them beside the arena ran an 80 GB
-        card out of memory before the solution had loaded (H100, 2026-12-07)."""
+        card out of memory before the solution had loaded."""
         self.expected: dict[int, list[torch.Tensor]] = {}
         self.in_place = False
         times = []

@@ -325,8 +325,8 @@ JUDGED_CHAINS = 4
 # which of them the device's caches and clocks favour), and one evaluation has one process of
 # each contestant, so its blocks cannot see that spread: 20 evaluations of a KernelBench matmul
 # identical to its reference read speedups with a log-SD of 1.4% while each one's interval from
-# its blocks was about +-1%, and 2 in 20 called identical code faster or slower (H100,
-# 2026-12-07, the lab notebook). The speedup's interval adds this spread, as a log-SD, to the
+# its blocks was about +-1%, and 2 in 20 called identical code faster or slower (on an H100;
+# the lab notebook has the runs). The speedup's interval adds this spread, as a log-SD, to the
 # blocks' own.
 PROCESS_SPREAD = 0.015
 # The normal quantile of a two-sided 95% interval, for PROCESS_SPREAD's share of it.
