@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
-from kagent.sandbox.harness.loading import DiskCache
+if TYPE_CHECKING:  # the harness's loading imports torch, which the tools writing a job never need
+    from kagent.sandbox.harness.loading import DiskCache
 
 CHILD_JOB_VERSION = 1
 
@@ -53,4 +54,6 @@ class ChildJob:
     def cache(self) -> DiskCache:
         """The harness's cache, read-only here: weights built anew are staged in the job's own
         folder and go with it (only evaluations fill the cache)."""
+        from kagent.sandbox.harness.loading import DiskCache
+
         return DiskCache(Path(self.cache_dir) if self.cache_dir else None, self.staging)
