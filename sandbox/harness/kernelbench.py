@@ -111,9 +111,11 @@ def timed_plan(call_ms: float, set_bytes: int, min_request_ms: float = timing.MI
 
 
 def fresh_inputs(problem: Any, seed: int, device: torch.device) -> list:
-    """A timed input set: ``get_inputs()`` after ``seed``, its tensors made on ``device``
-    itself (the factories' default device), so that a block's many fresh sets cost the
-    device's time and not the host's; the same distribution as KernelBench's draws."""
+    """An input set, a correctness seed's or a timed one: ``get_inputs()`` after ``seed``, its
+    tensors made on ``device`` itself (the factories' default device). KernelBench draws on the
+    CPU and copies; drawing on a GPU gives the same distribution, other values, and costs the
+    device's time instead of the host's: a level-1 problem's inputs of several GB a seed,
+    drawn a dozen times, took the CPU longer than the evaluation's whole time limit."""
     torch.manual_seed(seed)
     with torch.device(device):
         drawn = problem.get_inputs()
@@ -164,7 +166,7 @@ class KernelBenchEvaluation(EvaluationBase):
         self.eval_mode = self.job.eval_mode or getattr(self.problem, "EVAL_MODE", False) is True
 
     def _inputs(self, seed: int) -> list:
-        return building.kernelbench_inputs(self.problem, seed, self.device)
+        return fresh_inputs(self.problem, seed, self.device)
 
     def spec(self, who: str) -> building.Spec:
         solution = Path(str(self.job.solution)) if self.job.mode != "aa" else None
@@ -507,7 +509,7 @@ class KernelBenchSteps:
             reference.state_dict(),
             module=module,
         )
-        inputs = building.kernelbench_inputs(problem, 0, device)  # the timing seed's inputs
+        inputs = fresh_inputs(problem, 0, device)  # the timing seed's inputs
         return model, (lambda: model(*inputs)), None
 
     def reference_step(self, job: Any, device: torch.device) -> Step:
