@@ -15,14 +15,13 @@ it works here:
 * a pid namespace (``unshare -p -f --kill-child --mount-proc``) whose pid 1 is kagent's jail
   (jail.py), which runs the code; when the jail dies the kernel kills every process in the
   namespace, setsid or not, and ``--kill-child`` makes that happen when kagent kills unshare;
-* a mount namespace in which the jail arranges the files (a ``FilePlan``): home folders, the
-  user's project and other runs hidden, /tmp and /dev private, everything read-only except
-  the workspace and a build home, and the task's files read-only inside the workspace;
+* a mount namespace in which the jail arranges the files as a ``FilePlan`` says
+  (file_plans.py): home folders, the user's project and other runs hidden, /tmp and /dev
+  private, everything read-only except the workspace and a build home;
 * no capabilities for the code (the jail drops them all before it execs), so a root command
   cannot undo that arrangement, nor leave its cgroup or raise its limits;
-* a cgroup per command (v2, or v1's pids and memory hierarchies): a cap on processes and
-  threads that holds for root, so a fork bomb stops growing, and on memory, so a runaway
-  allocation is killed and reported instead of taking the machine;
+* a cgroup per command (cgroups.py): a cap on processes and threads that holds for root,
+  and on memory;
 * rlimits, set in the child before it execs: no core dumps, a cap on the size of one file and
   on open files, and RLIMIT_NPROC for the non-root case;
 * death with kagent, however kagent dies (a SIGKILL runs no cleanup): the child is started
@@ -40,8 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
-import itertools
 import json
 import logging
 import os
@@ -51,7 +48,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,50 +55,17 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from kagent.core.paths import kagent_home, runs_dir
+from kagent.sandbox.cgroups import CgroupSupport, CommandCgroup, ResourceReport, cgroup_support, remove_stale_cgroups
+from kagent.sandbox.file_plans import FilePlan, file_plan, solution_box_plan
 
 log = logging.getLogger(__name__)
 
 JAIL = Path(__file__).resolve().parent / "jail.py"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-_CGROUP_PREFIX = "kagent-"
 # How long a probe's trivial command may take before the mechanism counts as missing.
 PROBE_TIMEOUT_S = 10.0
 # Flags that put the command in a new pid (and mount) namespace; ``--kill-child`` makes the
 # namespace's pid 1 die with unshare itself, even if pid 1 moved to a process group of its own.
 _PID_FLAGS = ("-p", "-f", "--kill-child", "--mount-proc")
-# Folders never covered: the system the code needs. Covering one of them, or a folder above
-# one, would leave nothing to run.
-SYSTEM_DIRS = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/opt",
-    "/var",
-    "/proc",
-    "/sys",
-    "/dev",
-    "/run",
-    "/boot",
-    "/srv",
-    "/snap",
-    "/nix",
-)
-# Each command gets an empty /tmp, /var/tmp and /dev/shm of its own, and a /dev with only these.
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev", "/dev/shm")
-DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidia-caps", "dri")
-KAGENT_PACKAGES = ("kagent.core", "kagent.agent", "kagent.tools", "kagent.sandbox", "kagent.tasks", "kagent.prompts")
-DEV_LINKS = {
-    "/dev/fd": "/proc/self/fd",
-    "/dev/stdin": "/proc/self/fd/0",
-    "/dev/stdout": "/proc/self/fd/1",
-    "/dev/stderr": "/proc/self/fd/2",
-}
 PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -143,122 +106,8 @@ class Limits(BaseModel):
     )
 
 
-class FilePlan(BaseModel):
-    """What a contained command sees of the files, carried out by the jail (see jail.py).
-    Paths are absolute."""
-
-    hide: list[str] = Field(default_factory=list, description="covered by an empty read-only folder")
-    private: list[str] = Field(default_factory=list, description="covered by an empty writable tmpfs")
-    show: list[str] = Field(default_factory=list, description="inside a covered folder: brought back read-only")
-    writable: list[str] = Field(
-        default_factory=list, description="read-write (brought back where covered); everything else is read-only"
-    )
-    read_only: list[str] = Field(default_factory=list, description="inside writable paths: read-only")
-    links: dict[str, str] = Field(default_factory=dict, description="symbolic links made after the covers")
-
-
-def _coverable(path: Path) -> bool:
-    text = str(path)
-    return text != "/" and not any(
-        system == text or system.startswith(text.rstrip("/") + "/") for system in SYSTEM_DIRS
-    )
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _existing(paths: Sequence[Path]) -> list[str]:
-    seen: list[str] = []
-    for path in paths:
-        text = str(Path(path).absolute())
-        if os.path.lexists(text) and text not in seen:
-            seen.append(text)
-    return seen
-
-
-def _kagent_packages() -> list[Path]:
-    folders = []
-    for name in KAGENT_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        folders += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    return folders
-
-
-def file_plan(
-    writable: Sequence[Path],
-    show: Sequence[Path] = (),
-    read_only: Sequence[Path] = (),
-    hide: Sequence[Path] = (),
-    python: Optional[str] = None,
-) -> FilePlan:
-    """The arrangement every contained command gets, around what it may write.
-
-    Hidden: the home folders, kagent's cache, the runs folder and the folder kagent was started
-    in (the user's project), plus ``hide``. Brought back read-only: the interpreter that runs
-    the command (``python``, default this one) and every folder on this process's import path,
-    plus ``show``. Private: /tmp, /var/tmp, /dev/shm, and a /dev with only the usual devices
-    and the GPU's. Everything else is read-only, except ``writable``; ``read_only`` are parts
-    of writable folders that stay read-only.
-    """
-    covered = [Path.home(), Path("/root"), Path("/home"), kagent_home(), runs_dir(), Path.cwd(), *hide]
-    interpreter = Path(python or sys.executable)
-    prefixes = {
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        sys.base_exec_prefix,
-        str(interpreter.parent.parent),
-        str(interpreter.resolve().parent.parent),
-    }
-    imports = [Path(entry) for entry in sys.path if entry and Path(entry).is_dir()]
-    # kagent's own packages, wherever they are installed (an editable install maps them to
-    # the checkout, which is covered): the profiler's child imports the harness from there.
-    imports += _kagent_packages()
-    devices = [device for pattern in DEVICES for device in Path("/dev").glob(pattern)]
-    granted = _existing([*writable, *show])
-    # What the caller grants wins over a cover (the cache is inside kagent's home, the
-    # workspace may be inside the project); a cover above it still hides the rest.
-    hidden = [
-        h
-        for h in _existing([p.resolve() for p in covered if _coverable(p.resolve())])
-        if h not in PRIVATE_DIRS and not any(_within(h, g) for g in granted)
-    ]
-    return FilePlan(
-        hide=hidden,
-        private=list(PRIVATE_DIRS),
-        # A folder on the import path that is itself covered (the project, when kagent runs
-        # from its checkout) stays covered: only what lies inside covers comes back.
-        show=[p for p in _existing([*map(Path, sorted(prefixes)), *imports, *show]) if p not in hidden],
-        writable=_existing([*writable, *devices]),
-        read_only=_existing(read_only),
-        links=DEV_LINKS,
-    )
-
-
-# What the solution's box makes private: an empty /tmp and /var/tmp of its own, and a /dev/shm
-# with nothing but the exchange folder the referee brings back (not the baseline's arena).
-BOX_PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # Set to 1, the box is made on CUDA too (see ``solution_box``).
 BOX_ON_CUDA_VARIABLE = "KAGENT_SOLUTION_BOX_ON_CUDA"
-
-
-def solution_box_plan(
-    writable: Sequence[Path], show: Sequence[Path] = (), hide: Sequence[Path] = (), python: Optional[str] = None
-) -> FilePlan:
-    """What the solution's own process sees inside an evaluation's jail: its box, which the
-    referee makes for it (jail.enter_box, spawn.start_solution).
-
-    Every top-level folder but the system's is covered, and so are kagent's home, the runs
-    folder, the user's project and ``hide`` (the cache, wherever it is): so no other run, no
-    cache, and none of the evaluation's own files (its job, the cache being staged, the
-    referee's output) but those brought back. Brought back read-only: the interpreter, its
-    import path and ``show`` (the harness, the task); writable: ``writable`` (the solution's
-    folder, its build HOME) and the devices. The referee adds the box's working and exchange
-    folders."""
-    tops = [p for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and str(p) not in SYSTEM_DIRS]
-    plan = file_plan(writable=writable, show=show, hide=[*tops, *hide], python=python)
-    return plan.model_copy(update={"private": list(BOX_PRIVATE_DIRS), "links": {}})
 
 
 def solution_box(
@@ -271,205 +120,6 @@ def solution_box(
     if not probe().solution_box or (device != "cpu" and os.environ.get(BOX_ON_CUDA_VARIABLE) != "1"):
         return None
     return {"jail": str(JAIL), "plan": solution_box_plan(writable, show, hide, python).model_dump()}
-
-
-# Where build tools keep their caches, when the user's shell points them somewhere. Inside the
-# jail such a folder may be read-only, hidden or private (/tmp is empty there), and Triton then
-# fails its first compile with EROFS (seen with TRITON_CACHE_DIR under /opt).
-BUILD_CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TRITON_HOME", "TORCH_EXTENSIONS_DIR")
-
-
-def with_writable_build_caches(env: dict[str, str], plan: FilePlan) -> dict[str, str]:
-    """``env`` less each build-cache variable whose folder ``plan`` does not let the command
-    write and keep: those caches fall back to HOME, which every contained command may write
-    and which outlives it (a cache folder it cannot write is worth a compile, not a crash)."""
-
-    def kept(value: str) -> bool:
-        path = str(Path(value).absolute())
-        return any(_within(path, folder) for folder in plan.writable) and not any(
-            _within(path, folder) for folder in plan.read_only
-        )
-
-    return {name: value for name, value in env.items() if name not in BUILD_CACHE_VARIABLES or (value and kept(value))}
-
-
-class ResourceReport(BaseModel):
-    """What a command's cgroup saw: whether it hit its limits, and its peak memory."""
-
-    out_of_memory: bool = False
-    process_limit_hit: bool = False
-    peak_memory_bytes: Optional[int] = None
-    memory_limit_bytes: Optional[int] = None
-    process_limit: Optional[int] = None
-
-    def problems(self) -> list[str]:
-        """Sentences for the model and the user, one per limit hit."""
-        found = []
-        if self.out_of_memory:
-            found.append(f"killed: out of memory (the limit is {_gib(self.memory_limit_bytes)} of host memory)")
-        if self.process_limit_hit:
-            found.append(
-                f"the process limit ({self.process_limit} processes and threads) was reached: "
-                f"some forks or thread starts failed"
-            )
-        return found
-
-
-def _gib(value: Optional[int]) -> str:
-    return f"{(value or 0) / (1 << 30):.1f} GiB"
-
-
-def _counter(path: Path, key: str) -> int:
-    """The number after ``key`` in a flat-keyed cgroup file (memory.events, pids.events)."""
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _read_int(path: Path) -> Optional[int]:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-@dataclass(frozen=True)
-class CgroupSupport:
-    """Where kagent makes its cgroups: the cgroup v2 root, or v1's pids and memory roots."""
-
-    version: int
-    pids_root: Optional[Path]
-    memory_root: Optional[Path]
-
-
-def _cgroup_support() -> Optional[CgroupSupport]:
-    v2_root = CGROUP_ROOT if (CGROUP_ROOT / "cgroup.subtree_control").exists() else None
-    if v2_root is not None:
-        wanted = {"pids", "memory"}
-        try:
-            enabled = set((v2_root / "cgroup.subtree_control").read_text().split())
-            if not wanted <= enabled:
-                (v2_root / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted - enabled))
-            return CgroupSupport(2, v2_root, v2_root)
-        except OSError:
-            return None
-    pids, memory = CGROUP_ROOT / "pids", CGROUP_ROOT / "memory"
-    pids_root = pids if (pids / "cgroup.procs").exists() else None
-    memory_root = memory if (memory / "cgroup.procs").exists() else None
-    if pids_root is None and memory_root is None:
-        return None
-    return CgroupSupport(1, pids_root, memory_root)
-
-
-def _remove_stale_cgroups(support: CgroupSupport) -> None:
-    """Remove cgroups left by kagent processes that are gone (a crash skips the cleanup)."""
-    for root in {path for path in (support.pids_root, support.memory_root) if path is not None}:
-        for folder in root.glob(f"{_CGROUP_PREFIX}*"):
-            owner = folder.name[len(_CGROUP_PREFIX) :].split("-")[0]
-            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                _remove_folder(folder)
-
-
-def _remove_folder(folder: Path) -> bool:
-    try:
-        folder.rmdir()
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False  # still busy; the next kagent's probe removes it
-
-
-_sequence = itertools.count()
-
-
-class CommandCgroup:
-    """The cgroup(s) of one contained command: its caps, and afterwards what it hit."""
-
-    def __init__(self, support: CgroupSupport, limits: Limits):
-        self.support, self.limits = support, limits
-        name = f"{_CGROUP_PREFIX}{os.getpid()}-{next(_sequence)}"
-        roots = [r for r in dict.fromkeys([support.pids_root, support.memory_root]) if r is not None]
-        self.folders = [root / name for root in roots]
-        try:
-            for folder in self.folders:
-                folder.mkdir()
-            self._write_limits()
-        except OSError:
-            self.remove()
-            raise
-
-    def _folder(self, root: Optional[Path]) -> Optional[Path]:
-        return next((f for f in self.folders if root is not None and f.parent == root), None)
-
-    def _write_limits(self) -> None:
-        pids = self._folder(self.support.pids_root)
-        memory = self._folder(self.support.memory_root)
-        if pids is not None:
-            (pids / "pids.max").write_text(str(self.limits.max_processes))
-        if memory is None:
-            return
-        cap = str(self.limits.max_memory_bytes)
-        if self.support.version == 2:
-            (memory / "memory.max").write_text(cap)
-            _write_if_present(memory / "memory.swap.max", "0")  # no escape into swap
-            _write_if_present(memory / "memory.oom.group", "1")  # an OOM kill takes the whole command
-        else:
-            (memory / "memory.limit_in_bytes").write_text(cap)
-            _write_if_present(memory / "memory.memsw.limit_in_bytes", cap)
-
-    def join(self) -> Callable[[], None]:
-        # Runs in the forked child before exec: only raw system calls, no Python file objects.
-        procs = [str(folder / "cgroup.procs") for folder in self.folders]
-
-        def join() -> None:
-            pid = str(os.getpid()).encode()
-            for path in procs:
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    os.write(fd, pid)
-                finally:
-                    os.close(fd)
-
-        return join
-
-    def report(self) -> ResourceReport:
-        pids = self._folder(self.support.pids_root)
-        memory = self._folder(self.support.memory_root)
-        found = ResourceReport()
-        if pids is not None:
-            found.process_limit = self.limits.max_processes
-            found.process_limit_hit = _counter(pids / "pids.events", "max") > 0
-        if memory is not None:
-            found.memory_limit_bytes = self.limits.max_memory_bytes
-            if self.support.version == 2:
-                found.out_of_memory = _counter(memory / "memory.events", "oom_kill") > 0
-                found.peak_memory_bytes = _read_int(memory / "memory.peak")
-            else:
-                found.out_of_memory = (
-                    _counter(memory / "memory.oom_control", "oom_kill") > 0
-                    or _counter(memory / "memory.oom_control", "under_oom") > 0
-                )
-                found.peak_memory_bytes = _read_int(memory / "memory.max_usage_in_bytes")
-        return found
-
-    def remove(self) -> None:
-        for folder in self.folders:
-            # The namespace's processes die with its pid 1, but the kernel may take a moment.
-            for _ in range(50):
-                if _remove_folder(folder):
-                    break
-                time.sleep(0.02)
-
-
-def _write_if_present(path: Path, value: str) -> None:
-    if path.exists():
-        path.write_text(value)
 
 
 @dataclass(frozen=True)
@@ -592,11 +242,12 @@ def probe() -> Capabilities:
         [unshare, *_user_flags(), *_PID_FLAGS, "--", *_jail_argv(["true"], None, False)]
     )
     files = pid and unshare is not None and _probe_files(unshare)
-    cgroups = _cgroup_support()
+    cgroups = cgroup_support()
     if cgroups is not None:
-        _remove_stale_cgroups(cgroups)
+        remove_stale_cgroups(cgroups)
         try:
-            trial = CommandCgroup(cgroups, Limits())
+            defaults = Limits()
+            trial = CommandCgroup(cgroups, defaults.max_processes, defaults.max_memory_bytes)
         except OSError:
             cgroups = None
         else:
@@ -725,7 +376,7 @@ def contained(argv: list[str], limits: Limits, files: Optional[FilePlan] = None)
     cgroup = None
     if caps.cgroups is not None:
         try:
-            cgroup = CommandCgroup(caps.cgroups, limits)
+            cgroup = CommandCgroup(caps.cgroups, limits.max_processes, limits.max_memory_bytes)
             steps.append(cgroup.join())
         except OSError as exc:  # someone removed the hierarchy under us: run without it
             log.warning("cgroup unusable, processes and memory not capped: %s", exc)

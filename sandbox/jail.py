@@ -4,7 +4,7 @@ solution's box inside an evaluation, by the referee itself with ``"box": true`` 
 (see ``enter_box``); standard library only (it runs before, and outside, anything the command
 may import).
 
-It arranges the files the command sees, as the plan (JSON, see ``containment.FilePlan``)
+It arranges the files the command sees, as the plan (JSON, see ``file_plans.FilePlan``)
 says, drops every capability for what it executes, then starts the command and reaps
 orphans until the command ends. Its exit status is the command's (a death by signal N as
 128+N, since pid 1 cannot die by its own signal); when it exits the kernel kills all that is

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import IO, Optional, Union
 
 from kagent.sandbox import containment
+from kagent.sandbox.cgroups import ResourceReport
+from kagent.sandbox.file_plans import FilePlan, with_writable_build_caches
 
 Output = Union[int, IO[bytes], None]
 
@@ -33,7 +35,7 @@ class Finished:
     returncode: int  # as Popen reads it: through the pid namespace's jail a death by signal N is 128+N
     timed_out: bool  # killed at its time limit
     seconds: float
-    resources: containment.ResourceReport  # what its cgroup saw: limits hit, peak memory
+    resources: ResourceReport  # what its cgroup saw: limits hit, peak memory
 
     @property
     def exit_status(self) -> int:
@@ -95,7 +97,7 @@ class Running:
 
 def start(
     argv: list[str],
-    files: Optional[containment.FilePlan],
+    files: Optional[FilePlan],
     env: dict[str, str],
     cwd: Path,
     stdout: Output,
@@ -107,10 +109,10 @@ def start(
     (None: the files as they are), its output to ``stdout`` and ``stderr``; ``pass_fds`` are
     inherited (unshare and the jail exec the command, so they stay open). Build caches that
     ``files`` would not let it write are left out of its environment
-    (containment.with_writable_build_caches)."""
+    (file_plans.with_writable_build_caches)."""
     box = containment.contained(argv, limits or containment.Limits(), files)
     if files is not None:
-        env = containment.with_writable_build_caches(env, files)
+        env = with_writable_build_caches(env, files)
     try:
         proc = subprocess.Popen(
             box.argv,
@@ -132,7 +134,7 @@ def start(
 def run(
     argv: list[str],
     timeout_s: float,
-    files: Optional[containment.FilePlan],
+    files: Optional[FilePlan],
     env: dict[str, str],
     cwd: Path,
     stdout: Output,

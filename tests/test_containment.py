@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from kagent.sandbox import containment
-from kagent.sandbox.containment import Capabilities, CgroupSupport, Limits
+from kagent.sandbox import containment, file_plans
+from kagent.sandbox.cgroups import CgroupSupport
+from kagent.sandbox.containment import Capabilities, Limits
 from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task
@@ -262,7 +263,7 @@ def test_contained_wraps_only_what_works(monkeypatch):
     )
     monkeypatch.setattr(containment, "probe", lambda: full)
     monkeypatch.setattr(containment, "_noticed", True)
-    plan = containment.file_plan(writable=[Path.cwd()])
+    plan = file_plans.file_plan(writable=[Path.cwd()])
     box = containment.contained(["echo", "hi"], Limits(), plan)
     assert box.argv[0] == "/usr/bin/unshare" and {"-n", "-i", "--kill-child"} <= set(box.argv)
     # unshare runs the jail, which runs the command: never the command as pid 1.
@@ -299,7 +300,7 @@ def test_describe_names_each_mechanism(monkeypatch):
 def test_missing_mechanisms_still_run_the_command_and_say_so_once(ctx: ToolContext, monkeypatch, caplog):
     monkeypatch.setattr(containment, "probe", lambda: NOTHING_WORKS)
     monkeypatch.setattr(containment, "_noticed", False)
-    box = containment.contained(["echo", "hi"], Limits(), containment.file_plan(writable=[Path.cwd()]))
+    box = containment.contained(["echo", "hi"], Limits(), file_plans.file_plan(writable=[Path.cwd()]))
     assert (box.argv, box.cgroup) == (["echo", "hi"], None)
     # That call used up the notice; start over to see what the CLI would see.
     monkeypatch.setattr(containment, "_noticed", False)
@@ -599,7 +600,7 @@ def test_file_plan_covers_never_the_system(monkeypatch, tmp_path: Path):
     monkeypatch.chdir("/")
     monkeypatch.setenv("HOME", "/usr")
     monkeypatch.setenv("KAGENT_RUNS", "/tmp")  # private anyway: one cover, not two
-    plan = containment.file_plan(writable=[tmp_path])
+    plan = file_plans.file_plan(writable=[tmp_path])
     assert "/" not in plan.hide and "/usr" not in plan.hide and "/tmp" not in plan.hide
     assert str(tmp_path) in plan.writable and "/tmp" in plan.private and "/dev" in plan.private
     # What runs the command comes back inside the covers.
@@ -621,14 +622,14 @@ def test_a_build_cache_the_command_could_not_write_falls_back_to_its_home(
     )
     assert f"cache=unset home={ctx.home / 'triton-home'} ext=unset HOME={ctx.home}" in out.content, out.content
     (tmp_path / "work" / "task").mkdir(parents=True)
-    plan = containment.file_plan(writable=[tmp_path / "work"], read_only=[tmp_path / "work" / "task"])
+    plan = file_plans.file_plan(writable=[tmp_path / "work"], read_only=[tmp_path / "work" / "task"])
     env = {
         "TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"),
         "TRITON_HOME": "/tmp/elsewhere",
         "TORCH_EXTENSIONS_DIR": "",
         "PATH": "/usr/bin",
     }
-    assert containment.with_writable_build_caches(env, plan) == {
+    assert file_plans.with_writable_build_caches(env, plan) == {
         "TRITON_CACHE_DIR": str(tmp_path / "work" / "cache"),
         "PATH": "/usr/bin",
     }
@@ -755,7 +756,7 @@ def test_the_jail_keeps_locked_mount_flags_inside_a_user_namespace(tmp_path: Pat
         (tmp_path / "ws").mkdir()
         monkeypatch.setattr(containment.os, "geteuid", lambda: 1000)
         containment.probe.cache_clear()
-        plan = containment.file_plan(
+        plan = file_plans.file_plan(
             writable=[tmp_path / "ws"], show=[mounted / "hidden" / "shown"], hide=[mounted / "hidden"]
         )
         script = f"cat {mounted}/hidden/shown/file; cat {mounted}/hidden/secret 2>/dev/null || echo no-secret"
@@ -807,7 +808,7 @@ def test_a_folder_shown_inside_a_writable_one_stays_read_only(tmp_path: Path):
     home = tmp_path / "home"
     (home / "cache").mkdir(parents=True)
     (home / "cache" / "entry").write_text("sealed\n")
-    plan = containment.file_plan(writable=[home], show=[home / "cache"])
+    plan = file_plans.file_plan(writable=[home], show=[home / "cache"])
     script = (
         f"cat {home}/cache/entry; echo poisoned > {home}/cache/entry 2>/dev/null || echo ro; "
         f"touch {home}/made && echo home-writable"
@@ -830,12 +831,10 @@ def test_the_solutions_box_covers_all_but_the_system_and_hides_the_cache_but_its
     cache, work, task = tmp_path / "cache", tmp_path / "run" / "solution", tmp_path / "run" / "task"
     for folder in (cache / "weights", cache / "outputs", work, task):
         folder.mkdir(parents=True)
-    plan = containment.solution_box_plan(
-        writable=[work], show=[task, cache / "weights"], hide=[tmp_path / "run", cache]
-    )
+    plan = file_plans.solution_box_plan(writable=[work], show=[task, cache / "weights"], hide=[tmp_path / "run", cache])
     tops = {str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()}
-    assert tops - set(containment.SYSTEM_DIRS) - {"/tmp"} <= set(plan.hide)
-    assert not set(containment.SYSTEM_DIRS) & set(plan.hide)
+    assert tops - set(file_plans.SYSTEM_DIRS) - {"/tmp"} <= set(plan.hide)
+    assert not set(file_plans.SYSTEM_DIRS) & set(plan.hide)
     assert str(tmp_path / "run") in plan.hide and str(cache) in plan.hide
     assert str(cache / "weights") in plan.show and str(task) in plan.show and str(work) in plan.writable
     assert plan.private == ["/tmp", "/var/tmp", "/dev/shm"] and plan.links == {}

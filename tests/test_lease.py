@@ -17,7 +17,7 @@ from rich.console import Console
 
 from kagent.agent.cli.views import result_view
 from kagent.core.errors import KagentError
-from kagent.sandbox.containment import ResourceReport
+from kagent.sandbox.cgroups import ResourceReport
 from kagent.sandbox.evaluate import ChildRun, EvalOptions, device_memory_ran_out, evaluate
 from kagent.sandbox.harness import lease as harness_lease
 from kagent.sandbox.harness.lease import Lease

@@ -24,8 +24,9 @@ from typing import Any, ClassVar, Optional, Protocol, Union, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent.core.messages import ToolSpec
-from kagent.sandbox import containment, runner
+from kagent.sandbox import runner
 from kagent.sandbox.evaluate import EvalOptions
+from kagent.sandbox.file_plans import FilePlan, file_plan
 from kagent.sandbox.results import EvalResult
 from kagent.sandbox.scrub import is_secret_name, scrubbed_env  # noqa: F401  (re-exported for tools)
 from kagent.tasks import TaskRef
@@ -392,7 +393,7 @@ class Completed:
 
 def command_sandbox(
     ctx: ToolContext, show: Sequence[Path] = (), writable: Sequence[Path] = ()
-) -> tuple[dict[str, str], containment.FilePlan]:
+) -> tuple[dict[str, str], FilePlan]:
     """The environment and files of a command run for the model: HOME is ``ctx.home``,
     ``python`` the evaluating interpreter, no credentials. It may write only the workspace
     (not its task files or git history), its HOME and ``writable``; it sees, beyond the
@@ -403,7 +404,7 @@ def command_sandbox(
     # `python` and the tools installed beside it are the evaluating interpreter's.
     python_bin = str(Path(ctx.eval_options.python).parent)
     env["PATH"] = os.pathsep.join([python_bin, *filter(None, env.get("PATH", "").split(os.pathsep))])
-    files = containment.file_plan(
+    files = file_plan(
         writable=[ctx.workspace, ctx.home, *writable],
         show=show,
         read_only=[ctx.workspace / name for name in READ_ONLY_DIRS],

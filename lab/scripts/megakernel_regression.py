@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from kagent.sandbox.containment import BUILD_CACHE_VARIABLES
+from kagent.sandbox.file_plans import BUILD_CACHE_VARIABLES
 from kagent.sandbox.results import EvalResult
 
 REPO = Path(__file__).resolve().parents[2]
