@@ -187,6 +187,18 @@ class RunSettings(BaseModel):
     )
     keep_recent_messages: int = Field(12, ge=1, description="Messages kept verbatim when compacting")
     eval_timeout_s: float = Field(EVAL_TIMEOUT_S, gt=0, description="Seconds one check or benchmark may take")
+    eval_rounds: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Timed pairs of a benchmark (KernelBench files), or timed chains at the longest shape "
+        "(decode tasks); fewer give a quicker benchmark with a wider interval (none: the harness's own)",
+    )
+    eval_min_request_ms: Optional[float] = Field(
+        None,
+        ge=0,
+        description="The least one timed request to a contestant lasts: fast calls are batched to it "
+        "(none: the harness's own; 0: one call or block_steps steps a request)",
+    )
     model_timeout_s: float = Field(REQUEST_TIMEOUT_S, gt=0, description="Seconds one model request may take")
     max_repeated_failures: int = Field(
         REPEATED_FAILURE_LIMIT,

@@ -57,7 +57,8 @@ def test_every_setting_can_be_given_in_a_file_by_its_own_name(tmp_path):
         tmp_path,
         f"model: {SONNET}\nbudget: {{wall_s: 2h, max_tokens: 1000, final_slice: 0.2}}\n"
         "scale: smoke\nauto_revert: false\nthinking_budget: 2048\nmax_output_tokens: 4000\n"
-        "context_limit_tokens: 9000\nkeep_recent_messages: 3\neval_timeout_s: 60\n"
+        "context_limit_tokens: 9000\nkeep_recent_messages: 3\neval_timeout_s: 60\neval_rounds: 2\n"
+        "eval_min_request_ms: 0\n"
         "model_timeout_s: 30\nmax_repeated_failures: 3\nmax_text_answers: 2\ntool_output_chars: 12000\n"
         "solution_name: kernel.py\n"
         f"runs_root: {tmp_path / 'runs'}\nrun_id: my-run\ndirection: split-K first\n",

@@ -4,7 +4,7 @@ killed mid-run and Ray's retry resumes its member; without Ray, a member's proce
 and then the driver, and `kagent sweep --resume` goes on. Every member ends finished, with
 the ledger of a run never interrupted, and no timed work overlapped any other work.
 
-Slow: about a minute each on 2 cores (four members, each with two evaluations).
+Slow: about a minute each on 2 cores (four members, each with two short evaluations).
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ SCRIPT = [
     {"tool_calls": [{"name": "finish", "arguments": {"summary": "the port, attempt 1"}}]},
 ]
 UNINTERRUPTED_LEDGER = [(1, "benchmark", "pass", True), (2, "check", "forbidden", False)]
+# Every member's `kagent run --config`: two timed pairs of single calls, not KernelBench's 40 of
+# 10-ms blocks (what is tested here is the sweep's faults, not the timing).
+RUN_CONFIG = {"eval_rounds": 2, "eval_min_request_ms": 0}
 
 
 @pytest.fixture
@@ -67,8 +70,12 @@ def sweep_args(tmp_path) -> list[str]:
     script = tmp_path / "script.yaml"
     script.write_text(yaml.safe_dump(SCRIPT))
     tasks = write_tasks(tmp_path / "tasks", count=TASKS)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(RUN_CONFIG))
     return [
         str(tasks),
+        "--config",
+        str(config),
         "--model",
         f"scripted:{script}?delay={THINK_S}",
         "--branches",
@@ -155,6 +162,8 @@ def _check_every_member_complete(sweep_dir: Path, killed: set[str], cut: set[str
         assert (member["outcome"], member["state"]) == ("ended", "finished"), member
         # No attempt lost, none counted twice: the ledger of a run never interrupted.
         assert _ledger(run_dir) == UNINTERRUPTED_LEDGER, member["run_id"]
+        (benchmark,) = [e for e in _events(run_dir) if e["type"] == "attempt_recorded" and e["attempt"]["number"] == 1]
+        assert [t["pairs"] for t in benchmark["evaluation"]["timings"]] == [RUN_CONFIG["eval_rounds"]]
         resumed = [e for e in _events(run_dir) if e["type"] == "run_resumed"]
         if member["run_id"] in killed:
             assert resumed, member["run_id"]

@@ -167,6 +167,8 @@ def _drive(
         cache_dir=kagent_home(),
         home=run_dir / "home",
         timeout_s=config.eval_timeout_s,
+        rounds=config.eval_rounds,
+        min_request_ms=config.eval_min_request_ms,
     )
     status = RunStatus(
         run_id=config.run_id, state="running", pid=os.getpid(), task=task.name, model=config.model, updated_at=_now()
