@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, ValidationError
 from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
 from kagent.sandbox.harness.job import Job
+from kagent.sandbox.harness.kinds import Kind
 from kagent.sandbox.harness.loading import read_regular
 from kagent.sandbox.harness.protocol import KEY_BYTES, signature
 from kagent.sandbox.harness.watchdog import HANG_AFTER_S
@@ -323,7 +324,7 @@ class Bundle:
 def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> Job:
     """The harness's job for this evaluation, less how the referee runs (run_child adds it)."""
     return Job(
-        kind=task.kind,
+        kind=Kind(**task.kind_of.harness()),  # the harness knows a kind only from its job
         mode=options.mode,
         task=str(bundle.task_path),
         solution=str(bundle.solution) if bundle.solution else None,

@@ -2,8 +2,9 @@
 
 A task argument is a built-in name, or the path of a task of one of the kinds in ``KINDS``: a
 KernelBench-Mega-style problem folder (tasks/mega.py) or a KernelBench-style single file
-(tasks/kernelbench.py). A kind is a plugin: its module owns how its files are read, and its
-line in ``KINDS`` makes kagent grade it (the harness's side: kagent.sandbox.harness.kinds).
+(tasks/kernelbench.py). A kind is a plugin: its module owns how its files are read and what
+the harness is told of it (TaskKind.harness, which names the harness module that evaluates
+it), and its line in ``KINDS`` makes kagent grade it.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ class KernelBench(TaskKind):
     step_name = "call"
     rate_unit = "calls/s"
     has_scales = False
+    harness_evaluation = "kernelbench.KernelBenchEvaluation"
+    # A solution adds ModelNew beside the file's Model, as KernelBench's own do.
+    model_class = "ModelNew"
+    # The referee computes its expected outputs itself, from the file's own Model.
+    has_reference_workers = False
+    instrument_steps = "kernelbench.KernelBenchSteps"
 
     def claims(self, path: Path) -> bool:
         return path.is_file()

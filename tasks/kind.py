@@ -1,11 +1,15 @@
 """What a kind of task is, on the agent side: the base class every kind derives from.
 
 A kind (a KernelBench-Mega problem folder, a KernelBench problem file) owns how a path is
-recognised and read as a task, which files make the task up, the text the model is given, and
-the few facts the rest of kagent asks of it (how many seeds an evaluation draws at run time,
-what one timed call is called). The registry, ``kagent.tasks.KINDS``, maps each kind's name to
-its object; the harness keeps a registry of its own under the same names
-(``kagent.sandbox.harness.kinds``), since it imports nothing of kagent.
+recognised and read as a task, which files make the task up, the text the model is given, the
+few facts the rest of kagent asks of it (how many seeds an evaluation draws at run time, what
+one timed call is called), and what the harness is told of it: which of the harness's modules
+evaluates it, the class its solutions define, whether reference workers compute its secret
+cases, and how the instruments build one step of it. The harness imports nothing of kagent and
+keeps no list of kinds: every job it reads states its kind whole (``harness``, read there as a
+``kagent.sandbox.harness.kinds.Kind``). The registry, ``kagent.tasks.KINDS``, maps each kind's
+name to its object; so a new kind is its module here, its line there, and the module of the
+harness that evaluates it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import abc
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kagent.core.errors import KagentError
 
@@ -41,6 +45,17 @@ class TaskKind(abc.ABC):
     rate_unit: ClassVar[str]
     # Whether the task has a smoke and a full scale (a KernelBench file has one size only).
     has_scales: ClassVar[bool]
+    # What the harness is told of the kind (names in kagent.sandbox.harness, which this layer
+    # may not import; tests/test_kinds.py holds them to what is there):
+    # "module.Class" of the harness package: the evaluation of a task of this kind.
+    harness_evaluation: ClassVar[str]
+    # The class a solution of this kind defines.
+    model_class: ClassVar[str]
+    # Whether reference workers beside the referee compute its secret cases.
+    has_reference_workers: ClassVar[bool]
+    # "module.Class" of the harness package: how the instruments build one step of the
+    # solution or of the reference, and its bytes floor.
+    instrument_steps: ClassVar[str]
 
     @abc.abstractmethod
     def claims(self, path: Path) -> bool:
@@ -70,6 +85,17 @@ class TaskKind(abc.ABC):
     def own_forbidden_imports(self, path: Path) -> list[str]:
         """Modules a solution of this task may not import because of where the task lies."""
         return []
+
+    def harness(self) -> dict[str, Any]:
+        """What the harness is told of this kind, as its jobs carry it (the fields of
+        kagent.sandbox.harness.kinds.Kind)."""
+        return {
+            "name": self.name,
+            "evaluation": self.harness_evaluation,
+            "model_class": self.model_class,
+            "has_reference_workers": self.has_reference_workers,
+            "steps": self.instrument_steps,
+        }
 
 
 def top_level_names(path: Path) -> dict[str, bool]:

@@ -42,6 +42,11 @@ class Mega(TaskKind):
     step_name = "token"
     rate_unit = "tok/s"
     has_scales = True
+    harness_evaluation = "mega.MegaEvaluation"
+    # A solution replaces the reference's Model (reference.py and baseline.py define it too).
+    model_class = "Model"
+    has_reference_workers = True
+    instrument_steps = "decode_task.DecodeSteps"
 
     def claims(self, path: Path) -> bool:
         return path.is_dir()

@@ -343,7 +343,7 @@ def judged_fixed_seeds(fixed_seed_cases, source: Path) -> dict[str, bool]:
     from kagent.sandbox.harness.decode_task import clone_state
 
     task, reference, checker, cases = fixed_seed_cases
-    spec = building.mega_spec("solution", task.dir, source, task.has_baseline)
+    spec = building.mega_spec("solution", task.dir, source, task.has_baseline, KINDS["mega"].model_class)
     module = load_module(f"_kagent_test_broken_{source.parent.name}", source)
     passed = {}
     with torch.no_grad():

@@ -1,5 +1,6 @@
-"""A task kind is a plugin: the agent side's registry (kagent.tasks.KINDS) and the harness's
-(kagent.sandbox.harness.kinds) name the same kinds, and each kind's facts come from its object."""
+"""A task kind is a plugin: its object (kagent.tasks.KINDS) owns every fact of it, those the
+harness is told included (TaskKind.harness, carried by each job: the harness keeps no list of
+kinds), and no other module spells a kind's name."""
 
 from __future__ import annotations
 
@@ -10,18 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from kagent.sandbox.harness import kinds as harness_kinds
 from kagent.sandbox.harness.base import EvaluationBase
+from kagent.sandbox.harness.kinds import Kind
 from kagent.sandbox.instruments.job import ChildJob
 from kagent.tasks import KINDS, TaskRef, builtin_tasks, resolve_task
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def harness_kinds() -> list[Kind]:
+    """Each kind as its jobs tell the harness of it."""
+    return [Kind.read(kind.harness()) for kind in KINDS.values()]
+
+
 def test_the_harness_grades_every_kind_the_agent_side_knows():
-    assert list(harness_kinds.KINDS) == list(KINDS)
-    for kind in harness_kinds.KINDS.values():
-        assert issubclass(kind.evaluation_class(), EvaluationBase)
+    """Each kind names an evaluation of the harness's, under its own name."""
+    assert [kind.name for kind in harness_kinds()] == list(KINDS)
+    for kind in harness_kinds():
+        assert issubclass(kind.evaluation_class(), EvaluationBase), kind
+        assert kind.model_class.isidentifier() and isinstance(kind.has_reference_workers, bool), kind
 
 
 def test_a_path_is_read_by_the_kind_that_claims_it(tmp_path: Path):
@@ -40,22 +48,22 @@ def test_an_unknown_kind_is_refused():
         TaskRef(name="x", kind="triton", path=REPO)
 
 
-def test_the_instruments_build_every_kind_from_the_harness_registry():
-    for kind in harness_kinds.KINDS.values():
+def test_the_instruments_build_every_kind_from_the_steps_it_names():
+    for kind in harness_kinds():
         steps = kind.instrument_steps()
         for method in ("solution_step", "reference_step", "bytes_floor"):
             assert callable(getattr(steps, method, None)), (kind.name, method)
 
 
-# Where a kind's name may be spelled: the modules that are the kinds, and the registries.
+# Where a kind's name may be spelled: the modules that are the kinds (the registry,
+# tasks/__init__.py, names none: it lists their objects).
 REGISTRY_MODULES = {
     "tasks/mega.py",
     "tasks/kernelbench.py",
-    "sandbox/harness/kinds.py",
 }
 
 
-def test_no_kind_is_named_outside_its_registries():
+def test_no_kind_is_named_outside_its_own_module():
     """No ``kind == "mega"`` anywhere: what differs by kind is asked of the kind's object."""
     found = []
     product = [p for folder in ("agent", "core", "prompts", "sandbox", "tools") for p in (REPO / folder).rglob("*.py")]
@@ -70,19 +78,23 @@ def test_no_kind_is_named_outside_its_registries():
 
 
 def test_an_instrument_refuses_a_job_of_another_version(tmp_path: Path):
-    job = ChildJob(kind="mega", task="t", solution=None, scale="smoke", device="cpu", cache_dir=None, result="r")
+    kind = Kind.read(KINDS["mega"].harness())
+    job = ChildJob(kind=kind, task="t", solution=None, scale="smoke", device="cpu", cache_dir=None, result="r")
     job.write(tmp_path / "job.json")
     assert ChildJob.read(tmp_path / "job.json") == job
     (tmp_path / "old.json").write_text(json.dumps({**dataclasses.asdict(job), "version": 0}))
     with pytest.raises(ValueError, match="version 0"):
         ChildJob.read(tmp_path / "old.json")
+    (tmp_path / "named.json").write_text(json.dumps({**dataclasses.asdict(job), "kind": "mega"}))
+    with pytest.raises(ValueError, match="kind is an object"):  # a kind by its name alone, as version 1 had it
+        ChildJob.read(tmp_path / "named.json")
 
 
 def test_the_harness_refuses_a_job_of_another_protocol(tmp_path: Path):
     from kagent.sandbox.harness.job import Job
 
     job = Job(
-        kind="kernelbench",
+        kind=Kind.read(KINDS["kernelbench"].harness()),
         mode="check",
         task="t.py",
         solution="s.py",
@@ -103,3 +115,7 @@ def test_the_harness_refuses_a_job_of_another_protocol(tmp_path: Path):
     (tmp_path / "dead.json").write_text(json.dumps({**dataclasses.asdict(job), "timing_seed": 1}))
     with pytest.raises(ValueError, match="not a job"):  # a key nothing reads is an error, not ignored
         Job.read(tmp_path / "dead.json")
+    kind = {**dataclasses.asdict(job)["kind"], "solution_class": "ModelNew"}
+    (tmp_path / "odd_kind.json").write_text(json.dumps({**dataclasses.asdict(job), "kind": kind}))
+    with pytest.raises(ValueError, match="not a kind"):
+        Job.read(tmp_path / "odd_kind.json")

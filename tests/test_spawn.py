@@ -12,10 +12,13 @@ import pytest
 from kagent.sandbox import containment
 from kagent.sandbox.harness import spawn
 from kagent.sandbox.harness.job import Job
+from kagent.sandbox.harness.kinds import Kind
+from kagent.tasks import KINDS
 
 
-def _job(**extra) -> Job:
-    fields = dict(kind="mega", mode="eval", task="t", solution=None, scale="smoke", device="cpu")
+def _job(kind: str = "mega", **extra) -> Job:
+    fields = dict(kind=Kind.read(KINDS[kind].harness()), mode="eval", task="t", solution=None)
+    fields.update(scale="smoke", device="cpu")
     fields.update(timeout_s=60.0, hang_after_s=60.0, hidden_seeds=1, cache_dir=None, cache_staging=None)
     return Job(**{**fields, "cache_identity": None, **extra})
 

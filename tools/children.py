@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from kagent.sandbox.harness.kinds import Kind
 from kagent.sandbox.instruments.job import ChildJob
 from kagent.tools.base import Completed, ToolContext, ToolError, run_command
 
@@ -22,7 +23,7 @@ def child_job(ctx: ToolContext, solution: Optional[Path], result: Path, **knobs:
     its result to ``result``; ``knobs``: the instrument's own fields of ChildJob."""
     options = ctx.eval_options
     return ChildJob(
-        kind=ctx.task.kind,
+        kind=Kind(**ctx.task.kind_of.harness()),
         task=str(ctx.task.path),
         solution=str(solution) if solution else None,
         scale=options.scale,

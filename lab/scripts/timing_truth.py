@@ -33,7 +33,7 @@ import torch
 
 from kagent.sandbox.evaluate import HARNESS
 from kagent.sandbox.results import Stats
-from kagent.tasks import resolve_task
+from kagent.tasks import KINDS, resolve_task
 
 # The harness as an evaluation runs it: a pristine copy, imported as kagent_harness (the
 # solution's process imports that name too).
@@ -42,6 +42,7 @@ HARNESS.write(_LIB / "kagent_harness")
 sys.path.insert(0, str(_LIB))
 from kagent_harness import launches, remote, timing  # noqa: E402
 from kagent_harness.job import Job  # noqa: E402
+from kagent_harness.kinds import Kind  # noqa: E402
 from kagent_harness.loading import load_module  # noqa: E402
 from kagent_harness.mega import MegaEvaluation  # noqa: E402
 from kagent_harness.protocol import Channel  # noqa: E402
@@ -227,7 +228,7 @@ def through_harness(
     # The cache's entries are read whoever built them (no identity), so the evaluations' warm
     # cache serves here too; one secret case, drawn here (no reference workers).
     job = Job(
-        kind="mega",
+        kind=Kind(**KINDS["mega"].harness()),
         mode="eval",
         task=str(task_dir),
         solution=str(folder / "solution.py"),

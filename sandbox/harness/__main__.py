@@ -11,7 +11,6 @@ import traceback
 # Nothing here imports torch before the evaluation's other processes are started (spawn.py).
 from . import lease, spawn
 from .job import Job
-from .kinds import KINDS
 from .protocol import EXIT_BAD_JOB, EXIT_OK, PROTOCOL_VERSION, Channel, read_key
 
 
@@ -53,13 +52,13 @@ def run(job: Job, channel: Channel, early: dict[str, spawn.Started] | None = Non
     """Evaluate the job, reporting every step on ``channel``; always ends with ``done``.
     ``early``: the evaluation's processes, started already (spawn.start_early)."""
     started = time.perf_counter()
-    channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job.kind, mode=job.mode)
+    channel.send("started", pid=os.getpid(), protocol=PROTOCOL_VERSION, kind=job.kind.name, mode=job.mode)
     from .loading import CandidateError, TaskError
     from .remote import TrustedFailed
 
     evaluation = None
     try:
-        evaluation = KINDS[job.kind].evaluation_class()(job, channel, early, began=started)
+        evaluation = job.kind.evaluation_class()(job, channel, early, began=started)
         evaluation.run()
     except TaskError as err:
         channel.send("task_error", reason=str(err))

@@ -26,10 +26,9 @@ from typing import Any, Optional
 
 import torch
 
-from .kinds import KERNELBENCH_SOLUTION_CLASS, MEGA_SOLUTION_CLASS
-
-# What a problem file exposes; the class a solution defines is its kind's (kinds.py), and a
-# decode task's reference.py and baseline.py define the same class as its solutions.
+# What a problem file exposes; the class a solution defines is its kind's (the job's
+# kinds.Kind.model_class), and a decode task's reference.py and baseline.py define the same
+# class as its solutions.
 KERNELBENCH_TASK_CLASS = "Model"
 # KernelBench builds both its models after this seed.
 KERNELBENCH_SEED = 42
@@ -61,25 +60,28 @@ class Spec:
         return cls(**{f.name: request[f.name] for f in dataclasses.fields(cls) if f.name in request})
 
 
-def mega_spec(who: str, task_dir: Path, solution: Optional[Path], has_baseline: bool) -> Spec:
+def mega_spec(who: str, task_dir: Path, solution: Optional[Path], has_baseline: bool, model_class: str) -> Spec:
     """A decode task's contestant: ``who`` is "solution" (the solution's file, or in an A/A
     run, ``solution`` None, the task's baseline) or "baseline" (the task's baseline.py, or its
-    reference.py where the folder has none)."""
+    reference.py where the folder has none); each defines ``model_class``, the kind's."""
     if who == "solution" and solution is not None:
-        return Spec("solution", str(solution), [str(solution.parent)], MEGA_SOLUTION_CLASS, "the solution")
+        return Spec("solution", str(solution), [str(solution.parent)], model_class, "the solution")
     path = task_dir / ("baseline.py" if has_baseline else "reference.py")
-    return Spec(path.stem, str(path), [str(task_dir)], MEGA_SOLUTION_CLASS, f"the {path.stem}")
+    return Spec(path.stem, str(path), [str(task_dir)], model_class, f"the {path.stem}")
 
 
-def kernelbench_spec(who: str, task_file: Path, solution: Optional[Path], eval_mode: bool = False) -> Spec:
-    """A KernelBench file's contestant: the solution's ModelNew, or the file's own Model; in
-    the training mode KernelBench leaves them in unless ``eval_mode``."""
+def kernelbench_spec(
+    who: str, task_file: Path, solution: Optional[Path], model_class: str, eval_mode: bool = False
+) -> Spec:
+    """A KernelBench file's contestant: the solution's ``model_class`` (the kind's: ModelNew),
+    or the file's own Model; in the training mode KernelBench leaves them in unless
+    ``eval_mode``."""
     if who == "solution" and solution is not None:
         return Spec(
             "solution",
             str(solution),
             [str(solution.parent)],
-            KERNELBENCH_SOLUTION_CLASS,
+            model_class,
             "the solution",
             seed=KERNELBENCH_SEED,
             strict=False,

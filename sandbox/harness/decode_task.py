@@ -370,7 +370,7 @@ class DecodeSteps:
         task = self._task(job, device)
         reference, _ = build_reference(task, job.cache())
         model = building.build(
-            building.mega_spec("solution", task.dir, Path(str(job.solution)), task.has_baseline),
+            building.mega_spec("solution", task.dir, Path(str(job.solution)), task.has_baseline, job.kind.model_class),
             [task.cfg],
             device,
             reference.state_dict(),

@@ -2,7 +2,8 @@
 one JSON file in the referee's private folder. Written by ``Job.write`` and read by
 ``Job.read`` alone, which refuses a job of another protocol version (protocol.py). A field
 that is None takes the harness's own default, stated where it is used (timing.Settings for the
-timing's knobs, kernelbench.py for KernelBench's conventions, spawn.py for the workers)."""
+timing's knobs, kernelbench.py for KernelBench's conventions, spawn.py for the workers). The
+job states its task's kind whole (kinds.py's ``Kind``): the harness keeps no list of kinds."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from .kinds import Kind
 from .protocol import PROTOCOL_VERSION
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    kind: str  # the task's kind (kinds.py)
+    kind: Kind  # the task's kind: its evaluation, its solutions' class (kinds.py)
     mode: str  # eval: check and time; check: correctness only; aa: the baseline timed against itself
     task: str  # the task in the pristine copy: its folder, or its file
     solution: Optional[str]  # the solution file in its folder's copy; None in A/A mode
@@ -60,6 +62,6 @@ class Job:
             version = fields.get("protocol") if isinstance(fields, dict) else None
             raise ValueError(f"job protocol {version} != {PROTOCOL_VERSION}")
         try:
-            return cls(**fields)
+            return cls(**{**fields, "kind": Kind.read(fields.get("kind"))})
         except TypeError as err:
             raise ValueError(f"not a job: {err}") from err

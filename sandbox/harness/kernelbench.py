@@ -170,7 +170,7 @@ class KernelBenchEvaluation(EvaluationBase):
 
     def spec(self, who: str) -> building.Spec:
         solution = Path(str(self.job.solution)) if self.job.mode != "aa" else None
-        return building.kernelbench_spec(who, Path(self.job.task), solution, self.eval_mode)
+        return building.kernelbench_spec(who, Path(self.job.task), solution, self.job.kind.model_class, self.eval_mode)
 
     def _reference_outputs(self, seeds: list[int]) -> float:
         """The reference's outputs for ``seeds``, kept; whether it writes into its inputs
@@ -500,10 +500,10 @@ class KernelBenchSteps:
         task_file = Path(job.task)
         problem = load_module(building.KERNELBENCH_MODULE, task_file)
         init = list(problem.get_init_inputs())
-        spec = building.kernelbench_spec("reference", task_file, None)
+        spec = building.kernelbench_spec("reference", task_file, None, job.kind.model_class)
         reference = building.build(spec, init, device, module=problem)
         model = building.build(
-            building.kernelbench_spec("solution", task_file, Path(str(job.solution))),
+            building.kernelbench_spec("solution", task_file, Path(str(job.solution)), job.kind.model_class),
             init,
             device,
             reference.state_dict(),

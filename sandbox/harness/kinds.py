@@ -1,12 +1,14 @@
-"""Each kind of task the harness grades, by the name the agent side's registry gives it
-(kagent.tasks.KINDS; a test holds the two to the same names).
+"""What the harness is told of a task's kind: a ``Kind``, read from the job (job.py's ``Job``,
+the instruments' ``ChildJob``), which the agent side writes from the kind's own object
+(kagent.tasks.kind.TaskKind.harness). The harness keeps no list of kinds: a kind's evaluation
+is whichever module of this package its job names.
 
 A kind names the module of this package that evaluates it, imported only when a job of that
 kind runs (nothing here imports torch: the referee starts the evaluation's other processes
 before it does, spawn.py), the class its solutions define, whether its secret cases are
 computed by reference workers beside the referee, and how the instruments (sandbox/instruments:
-profile, stages, dump, compile) build one step of it. So a new kind is one module here and one
-line below, beside its module and line on the agent side (kagent.tasks).
+profile, stages, dump, compile) build one step of it. So a new kind is its module here, beside
+its module and line on the agent side (kagent.tasks).
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ class Kind:
     # floor, as the instruments build them.
     steps: str
 
+    @classmethod
+    def read(cls, fields: Any) -> Kind:
+        """The kind a job's ``kind`` object states; a ValueError where it states another shape."""
+        if not isinstance(fields, dict):
+            raise ValueError(f"a job's kind is an object, not {type(fields).__name__}")
+        try:
+            return cls(**fields)
+        except TypeError as err:
+            raise ValueError(f"not a kind: {err}") from err
+
     def evaluation_class(self) -> Any:
         return _named(self.evaluation)
 
@@ -44,29 +56,3 @@ class Kind:
 def _named(qualified: str) -> Any:
     module, _, name = qualified.rpartition(".")
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
-
-
-# The class a solution of each kind defines, as building.py builds it: a decode task's solution
-# replaces the reference's Model, a KernelBench file's adds ModelNew beside the file's Model.
-MEGA_SOLUTION_CLASS = "Model"
-KERNELBENCH_SOLUTION_CLASS = "ModelNew"
-
-KINDS: dict[str, Kind] = {
-    kind.name: kind
-    for kind in (
-        Kind(
-            "mega",
-            "mega.MegaEvaluation",
-            MEGA_SOLUTION_CLASS,
-            has_reference_workers=True,
-            steps="decode_task.DecodeSteps",
-        ),
-        Kind(
-            "kernelbench",
-            "kernelbench.KernelBenchEvaluation",
-            KERNELBENCH_SOLUTION_CLASS,
-            has_reference_workers=False,
-            steps="kernelbench.KernelBenchSteps",
-        ),
-    )
-}

@@ -198,7 +198,7 @@ class MegaEvaluation(EvaluationBase):
 
     def spec(self, who: str) -> building.Spec:
         solution = Path(str(self.job.solution)) if self.job.mode != "aa" else None
-        return building.mega_spec(who, self.task.dir, solution, self.task.has_baseline)
+        return building.mega_spec(who, self.task.dir, solution, self.task.has_baseline, self.job.kind.model_class)
 
     # -- the solution ------------------------------------------------------------------------
     def remote_step(

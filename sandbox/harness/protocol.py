@@ -24,7 +24,8 @@ from typing import Any
 KEY_BYTES = 32
 
 # Version of the job file and of the event stream. The agent side refuses other versions.
-PROTOCOL_VERSION = 1
+# 2: the job states its kind whole (kinds.Kind), not by a name the harness looked up.
+PROTOCOL_VERSION = 2
 
 # Exit codes of the child (documented for people reading logs; the verdict comes from the
 # events, never from the exit code alone).

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Optional
 
 from .job import Job
-from .kinds import KINDS
 from .protocol import make_non_dumpable
 
 SERVER = Path(__file__).resolve().parent / "solution_server.py"
@@ -222,7 +221,7 @@ def contestant_env(who: str, job: Job) -> dict[str, str]:
 
 def reference_workers(job: Job) -> int:
     """How many reference workers the job's evaluation runs."""
-    if not KINDS[job.kind].has_reference_workers:
+    if not job.kind.has_reference_workers:
         return 0
     count = job.reference_workers
     return count if count is not None else DEFAULT_REFERENCE_WORKERS[job.device.split(":")[0]]

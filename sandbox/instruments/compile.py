@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kagent.sandbox.harness.kinds import KINDS
 from kagent.sandbox.instruments.job import ChildJob
 
 
@@ -160,7 +159,7 @@ def _import_and_step(job: ChildJob, solution: Path, result: dict[str, Any]) -> N
         raise ImportError(f"cannot import {solution}")
     module = sys.modules["solution"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model_class = KINDS[job.kind].model_class
+    model_class = job.kind.model_class
     if not isinstance(getattr(module, model_class, None), type):
         return  # a helper or a scratch file: importing it was the build
     result["model_class"] = model_class
@@ -168,7 +167,7 @@ def _import_and_step(job: ChildJob, solution: Path, result: dict[str, Any]) -> N
 
     device = torch.device(job.device)
     with torch.no_grad():
-        _, step, result["context_len"] = KINDS[job.kind].instrument_steps().solution_step(job, device, module)
+        _, step, result["context_len"] = job.kind.instrument_steps().solution_step(job, device, module)
         began = time.perf_counter()
         _run_step(step, device)
         result.update(stepped=True, step_seconds=round(time.perf_counter() - began, 3))

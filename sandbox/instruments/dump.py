@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from kagent.sandbox.harness.kinds import KINDS
 from kagent.sandbox.harness.loading import TaskError
 from kagent.sandbox.instruments.job import ChildJob
 
@@ -192,7 +191,7 @@ def dump_child(job_file: str) -> None:
     device = torch.device(job.device)
     with torch.no_grad():
         try:
-            model, step, context_len = KINDS[job.kind].instrument_steps().reference_step(job, device)
+            model, step, context_len = job.kind.instrument_steps().reference_step(job, device)
         except TaskError as err:
             Path(job.result).write_text(json.dumps({"error": str(err)}))
             return

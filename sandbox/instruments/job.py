@@ -1,6 +1,8 @@
 """The job an instrument's child reads: written by the tool (kagent.tools.children), read by
 the child (``ChildJob.read``), one JSON file in the child's own folder. Versioned as the
-evaluation's job is: a child refuses a job of another version."""
+evaluation's job is: a child refuses a job of another version. Like the evaluation's job, it
+states its task's kind whole (the harness's ``Kind``), which the agent side writes from the
+kind's own object (kagent.tasks.kind.TaskKind.harness)."""
 
 from __future__ import annotations
 
@@ -9,17 +11,20 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Optional
 
+from kagent.sandbox.harness.kinds import Kind
+
 if TYPE_CHECKING:  # the harness's loading imports torch, which the tools writing a job never need
     from kagent.sandbox.harness.loading import DiskCache
 
-CHILD_JOB_VERSION = 1
+# 2: the job states its kind whole (Kind), not by its name.
+CHILD_JOB_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class ChildJob:
     """What to build, where, and the instrument's own knobs (each instrument reads its own)."""
 
-    kind: str  # the task's kind (kagent.tasks.KINDS)
+    kind: Kind  # the task's kind: its solutions' class, how its steps are built
     task: str  # the task's folder or file
     solution: Optional[str]  # the solution file; None for an instrument of the reference alone
     scale: str
@@ -44,7 +49,7 @@ class ChildJob:
         fields = json.loads(Path(path).read_text())
         if fields.get("version") != CHILD_JOB_VERSION:
             raise ValueError(f"instrument job version {fields.get('version')} != {CHILD_JOB_VERSION}")
-        return cls(**fields)
+        return cls(**{**fields, "kind": Kind.read(fields.get("kind"))})
 
     @property
     def staging(self) -> Path:

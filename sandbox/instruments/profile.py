@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from kagent.sandbox.harness.kinds import KINDS
 from kagent.sandbox.instruments.job import ChildJob
 
 
@@ -19,7 +18,7 @@ def profile_child(job_file: str) -> None:
     job = ChildJob.read(job_file)
     device = torch.device(job.device)
     with torch.no_grad():
-        _, step, context_len = KINDS[job.kind].instrument_steps().solution_step(job, device)
+        _, step, context_len = job.kind.instrument_steps().solution_step(job, device)
         step()  # warm-up: first-call allocations, JIT builds and autotuning stay out of the table
         _sync(device)
         if job.profiler == "ncu":

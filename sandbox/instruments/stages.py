@@ -19,7 +19,6 @@ import torch
 
 from kagent.sandbox.harness import environment
 from kagent.sandbox.harness.bandwidth import copy_bandwidth
-from kagent.sandbox.harness.kinds import KINDS
 from kagent.sandbox.instruments.job import ChildJob
 
 # Spin cycles per second of host time to cover (about an H200's clock, with room to spare).
@@ -138,7 +137,7 @@ def stages_child(job_file: str) -> None:
     """Build the solution, sweep its stages, read its stamps; the figures to the job's result."""
     job = ChildJob.read(job_file)
     device = torch.device(job.device)
-    kind = KINDS[job.kind].instrument_steps()
+    kind = job.kind.instrument_steps()
 
     def fail(message: str) -> None:
         Path(job.result).write_text(json.dumps({"error": message}))
