@@ -497,3 +497,52 @@ def test_ncu_kernel_tool(kimi_ctx: ToolContext):
     ):
         refused = TOOLS["ncu_kernel"].run(bad, kimi_ctx)
         assert refused.is_error and message in refused.content, refused.content
+
+
+BATCHNORM_PROBLEM = """import torch
+
+class Model(torch.nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(features)
+
+    def forward(self, x):
+        return self.bn(x)
+
+def get_inputs():
+    return [torch.randn(16, 4) * 3 + 1]
+
+def get_init_inputs():
+    return [4]
+{eval_mode}"""
+
+
+@pytest.mark.parametrize("eval_mode", [False, True])
+def test_kernelbench_instrument_steps_build_and_feed_as_the_grading_does(tmp_path: Path, eval_mode: bool):
+    """The instruments' reference and solution steps of a KernelBench file: in the mode the
+    grading uses (training, as KernelBench leaves a module, unless the file says EVAL_MODE),
+    on the inputs the grading draws for the seed."""
+    from types import SimpleNamespace
+
+    from kagent.sandbox.harness.kernelbench import KernelBenchSteps, fresh_inputs
+    from kagent.sandbox.harness.loading import load_module
+    from kagent.tasks import KINDS
+
+    task = tmp_path / "bn.py"
+    task.write_text(BATCHNORM_PROBLEM.format(eval_mode="EVAL_MODE = True\n" if eval_mode else ""))
+    solution = tmp_path / "solution.py"
+    solution.write_text(BATCHNORM_PROBLEM.format(eval_mode="").replace("class Model(", "class ModelNew("))
+    kind = SimpleNamespace(model_class=KINDS["kernelbench"].model_class)
+    job = SimpleNamespace(task=str(task), solution=str(solution), seed=7, kind=kind)
+    device = torch.device("cpu")
+    steps = KernelBenchSteps()
+    reference, run_reference, _ = steps.reference_step(job, device)
+    solution_model, run_solution, _ = steps.solution_step(job, device)
+    assert reference.training is not eval_mode and solution_model.training is not eval_mode
+    (drawn,) = fresh_inputs(load_module("bn_problem", task), 7, device)
+    with torch.no_grad():
+        expected = torch.nn.functional.batch_norm(
+            drawn, torch.zeros(4), torch.ones(4), training=not eval_mode, eps=reference.bn.eps
+        )
+        assert torch.allclose(run_reference(), expected, atol=1e-5)
+        assert run_solution().shape == (16, 4)

@@ -144,17 +144,3 @@ def build(
             if own.keys() == weights.keys() and all(own[k].shape == v.shape for k, v in weights.items()):
                 guard(f"{spec.label} load_state_dict", model.load_state_dict, weights)
     return guard(f"{spec.label} .eval()", model.eval) if spec.eval_mode else model
-
-
-def kernelbench_inputs(problem: Any, seed: int, device: torch.device) -> list:
-    """A KernelBench file's inputs for ``seed``: ``get_inputs()`` after the seed, on ``device``."""
-    torch.manual_seed(seed)
-    return [_to(value, device) for value in problem.get_inputs()]
-
-
-def _to(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to(v, device) for v in value)
-    return value

@@ -34,7 +34,7 @@ from .base import EvaluationBase, arena_bytes_for
 from .exchange import Layout
 from .job import Job
 from .kinds import Step
-from .loading import CandidateError, TaskError, load_module, to_device
+from .loading import CandidateError, TaskError, load_module
 from .remote import layout_of
 
 # KernelBench's correctness trials (num_correct_trials of its evaluation scripts).
@@ -494,16 +494,26 @@ class CallsContestant(timing.Contestant):
 
 class KernelBenchSteps:
     """A forward of ModelNew (or of the file's Model) on the file's inputs, as the instruments
-    build it (sandbox/instruments; ``job`` is their ChildJob)."""
+    build it (sandbox/instruments; ``job`` is their ChildJob): built, moded and fed as an
+    evaluation builds and feeds them, so that what an instrument shows is what is graded."""
 
-    def solution_step(self, job: Any, device: torch.device, module: Any = None) -> Step:
+    def _problem(self, job: Any) -> tuple[Path, Any, list, bool]:
         task_file = Path(job.task)
         problem = load_module(building.KERNELBENCH_MODULE, task_file)
-        init = list(problem.get_init_inputs())
-        spec = building.kernelbench_spec("reference", task_file, None, job.kind.model_class)
-        reference = building.build(spec, init, device, module=problem)
+        return task_file, problem, list(problem.get_init_inputs()), getattr(problem, "EVAL_MODE", False) is True
+
+    def _reference(self, job: Any, device: torch.device) -> tuple[Any, Any, list, bool]:
+        task_file, problem, init, eval_mode = self._problem(job)
+        spec = building.kernelbench_spec("reference", task_file, None, job.kind.model_class, eval_mode)
+        return building.build(spec, init, device, module=problem), problem, init, eval_mode
+
+    def solution_step(self, job: Any, device: torch.device, module: Any = None) -> Step:
+        reference, problem, init, eval_mode = self._reference(job, device)
+        solution = building.kernelbench_spec(
+            "solution", Path(job.task), Path(str(job.solution)), job.kind.model_class, eval_mode
+        )
         model = building.build(
-            building.kernelbench_spec("solution", task_file, Path(str(job.solution)), job.kind.model_class),
+            solution,
             init,
             device,
             reference.state_dict(),
@@ -513,11 +523,8 @@ class KernelBenchSteps:
         return model, (lambda: model(*inputs)), None
 
     def reference_step(self, job: Any, device: torch.device) -> Step:
-        problem = load_module("problem", Path(job.task))
-        torch.manual_seed(building.KERNELBENCH_SEED)  # as the harness builds models
-        model = problem.Model(*problem.get_init_inputs()).to(device).eval()
-        torch.manual_seed(job.seed)
-        inputs = to_device(list(problem.get_inputs()), device)
+        model, problem, _, _ = self._reference(job, device)
+        inputs = fresh_inputs(problem, job.seed, device)
         return model, (lambda: model(*inputs)), None
 
     def bytes_floor(self, job: Any, model: Any, context_len: Optional[int]) -> tuple[dict[str, int], int, str]:
