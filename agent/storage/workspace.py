@@ -15,31 +15,32 @@ files it names. Everything else the model made stays as it is: scratch scripts, 
 History on ``main`` stays linear: going back to an earlier attempt restores its tree and
 commits that as a new attempt, so nothing is rewritten. Every attempt also gets a ref
 ``refs/kagent/attempts/<n>`` that is never deleted, so failed attempts stay reachable.
-Git runs through its command line (via GitPython) with a local identity, no hooks, no
-signing and no global excludes, so a workspace behaves the same on every machine.
+Git runs through its command line (via GitPython, repository.py) with a local identity, no
+hooks, no signing and no global excludes, so a workspace behaves the same on every machine.
+The task's files are copied in, recorded and checked by task_files.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import shutil
-import stat
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
 
 import git
 
+from kagent.agent.storage.repository import Repository, git_call
+from kagent.agent.storage.task_files import (
+    TASK_DIR,
+    changed_task_files,
+    check_task_sources,
+    copy_task_in,
+    protect_task_files,
+    record_task_hashes,
+)
 from kagent.core.errors import KagentError
 
-TASK_DIR = "task"
 SCRATCH_DIR = "scratch"
 STATE_DIR = ".kagent"
 TASK_HASHES = f"{STATE_DIR}/task_hashes.json"
@@ -65,7 +66,6 @@ _CONFIG = {
 }
 _SOLUTION_KEY = "kagent.solution"
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ class Reverted:
 class Workspace:
     def __init__(self, repo: git.Repo, solution_name: str):
         """Use create() or open(); this wraps an already-checked repository."""
-        self._repo = repo
-        self._root = Path(repo.working_tree_dir or "").resolve()
+        self._git = Repository(repo)
+        self._root = self._git.root
         self._solution_name = solution_name
 
     # ----------------------------------------------------------------- making and opening
@@ -98,29 +98,17 @@ class Workspace:
                 hint="pick a new run folder, or resume the run that is there",
             )
         sources = [Path(p) for p in task_files]
-        names = [p.name for p in sources]
-        for path in sources:
-            if not path.exists():
-                raise KagentError(f"task file {path} does not exist")
-        if len(set(names)) != len(names):
-            raise KagentError(f"task files must have distinct names, got {sorted(names)}")
+        check_task_sources(sources)
 
         root.mkdir(parents=True, exist_ok=True)
-        repo = _git_call(lambda: git.Repo.init(root))
+        repo = git_call(lambda: git.Repo.init(root))
         # Before the first commit HEAD can simply be pointed at main; unlike
         # `git init --initial-branch` this works on every git version.
         repo.git.symbolic_ref("HEAD", "refs/heads/main")
         for key, value in {**_CONFIG, _SOLUTION_KEY: solution_name}.items():
             repo.git.config(key, value)
 
-        task_dir = root / TASK_DIR
-        task_dir.mkdir()
-        for path in sources:
-            target = task_dir / path.name
-            if path.is_dir():
-                shutil.copytree(path, target)
-            else:
-                shutil.copy2(path, target)
+        copy_task_in(root, sources)
         (root / ".gitignore").write_text(GITIGNORE)
         # The same rules again where the model cannot edit them: were they only in .gitignore,
         # a rewritten .gitignore would let restore() stage, then delete, .kagent/ and builds.
@@ -134,8 +122,8 @@ class Workspace:
 
         workspace = cls(repo, solution_name)
         (root / STATE_DIR).mkdir()
-        (root / TASK_HASHES).write_text(json.dumps(workspace._hash_task_files(), indent=1, sort_keys=True))
-        workspace._protect_task_files()
+        record_task_hashes(root, root / TASK_HASHES)
+        protect_task_files(root)
         workspace.mark_attempt(0, workspace.commit("attempt 0: starting point"))
         return workspace
 
@@ -167,32 +155,9 @@ class Workspace:
 
     # ----------------------------------------------------------------------- the task
 
-    def _task_files(self) -> Iterator[Path]:
-        task_dir = self._root / TASK_DIR
-        return (p for p in sorted(task_dir.rglob("*")) if p.is_file() and not p.is_symlink())
-
-    def _hash_task_files(self) -> dict[str, str]:
-        return {
-            p.relative_to(self._root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in self._task_files()
-        }
-
-    def _protect_task_files(self) -> None:
-        # A hint to tools and to non-root users; root ignores it, hence task_files_changed(), which
-        # the loop checks after every call that may change files (put_back_task_files).
-        for path in self._task_files():
-            path.chmod(stat.S_IMODE(path.stat().st_mode) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
     def task_files_changed(self) -> list[str]:
         """Task files edited, removed or added since creation (paths relative to root)."""
-        try:
-            recorded: dict[str, str] = json.loads((self._root / TASK_HASHES).read_text())
-        except (OSError, ValueError) as error:
-            raise KagentError(
-                f"the task's recorded hashes in {self._root / TASK_HASHES} are missing or damaged",
-                hint="the workspace's task can no longer be trusted; start a new run",
-            ) from error
-        current = self._hash_task_files()
-        return sorted(path for path in recorded.keys() | current.keys() if recorded.get(path) != current.get(path))
+        return changed_task_files(self._root, self._root / TASK_HASHES)
 
     def put_back_task_files(self) -> list[str]:
         """Task files edited, removed or added since creation, put back as the task gave them
@@ -202,13 +167,13 @@ class Workspace:
         if not changed:
             return []
         start = self.attempts()[0]
-        given = set(self._git("ls-tree", "-r", "--name-only", start, "--", TASK_DIR).splitlines())
+        given = set(self._git.run("ls-tree", "-r", "--name-only", start, "--", TASK_DIR).splitlines())
         for path in changed:
             if path in given:
-                self._git("checkout", start, "--", path)
+                self._git.run("checkout", start, "--", path)
             else:
                 (self._root / path).unlink()
-        self._protect_task_files()
+        protect_task_files(self._root)
         return changed
 
     # -------------------------------------------------------------------- commits, refs
@@ -226,14 +191,14 @@ class Workspace:
                 lines.append(f"{key}: {value.strip()}")
             # A blank line first, so the trailers form the message's last paragraph on their own.
             text += "\n\n" + "\n".join(lines)
-        self._git("add", "-A")
+        self._git.run("add", "-A")
         # cleanup=whitespace: the default would drop lines starting with '#' from the message.
-        self._git("commit", "--allow-empty", "--no-verify", "--cleanup=whitespace", "-m", text)
+        self._git.run("commit", "--allow-empty", "--no-verify", "--cleanup=whitespace", "-m", text)
         return self.head()
 
     def trailers(self, sha: str) -> dict[str, str]:
         """The git trailers of a commit ("Key: value" lines of its last paragraph)."""
-        out = self._git("log", "-1", "--format=%(trailers:only,unfold)", self._resolve(sha))
+        out = self._git.run("log", "-1", "--format=%(trailers:only,unfold)", self._git.resolve(sha))
         pairs = (line.split(":", 1) for line in out.splitlines() if ":" in line)
         return {key.strip(): value.strip() for key, value in pairs}
 
@@ -241,29 +206,39 @@ class Workspace:
         """Points refs/kagent/attempts/<number> at ``sha``; an attempt once marked never moves."""
         if number < 0:
             raise ValueError(f"attempt numbers start at 0, got {number}")
-        sha = self._resolve(sha)
+        sha = self._git.resolve(sha)
         existing = self.attempts().get(number)
         if existing is not None and existing != sha:
             raise KagentError(f"attempt {number} is already recorded as {existing[:12]} in {self._root}")
-        self._git("update-ref", f"{ATTEMPTS_REF}{number}", sha)
+        self._git.run("update-ref", f"{ATTEMPTS_REF}{number}", sha)
 
     def attempts(self) -> dict[int, str]:
         """Attempt number -> commit sha, in attempt order."""
-        found = self._refs(ATTEMPTS_REF)
+        found = self._git.refs(ATTEMPTS_REF)
         return dict(sorted((int(name), sha) for name, sha in found.items() if name.isdigit()))
 
     def uncommitted(self) -> dict[str, str]:
         """Name -> sha of work set aside by stash_uncommitted()."""
-        return self._refs(UNCOMMITTED_REF)
+        return self._git.refs(UNCOMMITTED_REF)
 
     def tag_best(self, sha: str) -> None:
-        self._git("tag", "--force", BEST_TAG, self._resolve(sha))
+        self._git.run("tag", "--force", BEST_TAG, self._git.resolve(sha))
 
     def best(self) -> str | None:
-        return self._try_resolve(f"refs/tags/{BEST_TAG}")
+        return self._git.try_resolve(f"refs/tags/{BEST_TAG}")
 
     def head(self) -> str:
-        return self._resolve("HEAD")
+        return self._git.resolve("HEAD")
+
+    def diffs(self, pairs: list[tuple[str, str]]) -> dict[str, str]:
+        """The diff from old to new for each (old, new) pair of commits, keyed by new
+        (Repository.diffs: one git process for them all)."""
+        return self._git.diffs(pairs)
+
+    def files(self, wanted: list[tuple[str, str]]) -> list[bytes | None]:
+        """The content of each (commit, path), None where the commit has no file at that path
+        (Repository.files: one git process for them all)."""
+        return self._git.files(wanted)
 
     # ---------------------------------------------------------------- the working tree
 
@@ -273,70 +248,18 @@ class Workspace:
 
     def changed_files(self, base: str) -> list[str]:
         """Paths that differ between ``base`` and the working tree, new files included."""
-        with self._snapshot_index() as env:
-            out = self._git("diff", "--cached", "--name-only", "--no-renames", "-z", self._resolve(base), env=env)
+        base_sha = self._git.resolve(base)
+        with self._git.snapshot_index() as env:
+            out = self._git.run("diff", "--cached", "--name-only", "--no-renames", "-z", base_sha, env=env)
         return sorted(p for p in out.split("\0") if p)
 
     def diff(self, base: str, target: str | None = None) -> str:
         """Unified diff from ``base`` to ``target``, or to the working tree (new files included) when None."""
-        base_sha = self._resolve(base)
+        base_sha = self._git.resolve(base)
         if target is not None:
-            return self._git("diff", base_sha, self._resolve(target), strip=False)
-        with self._snapshot_index() as env:
-            return self._git("diff", "--cached", base_sha, env=env, strip=False)
-
-    def diffs(self, pairs: list[tuple[str, str]]) -> dict[str, str]:
-        """Unified diffs, for each (old, new) pair of commits (full shas, as attempts() gives them)
-        the diff from old to new, keyed by new (empty where nothing changed). One git process for
-        them all: a report diffs every attempt against the one before, and a process each took
-        10 ms."""
-        self._require_commits({sha for pair in pairs for sha in pair})  # diff-tree passes over what it cannot read
-        lines = "".join(f"{new} {old}\n" for old, new in pairs)  # "<commit> <parent>": the diff from parent
-        out = self._batch(["diff-tree", "-p", "--no-color", "--stdin"], lines.encode()).decode(errors="replace")
-        diffs = {new: "" for _old, new in pairs}
-        current = None
-        for line in out.splitlines(keepends=True):
-            # Each commit's diff follows its id on a line of its own, which no diff line can be:
-            # content lines start with a space, + or -, and header lines with a word.
-            if line.rstrip("\n") in diffs:
-                current = line.rstrip("\n")
-            elif current is not None:
-                diffs[current] += line
-        return diffs
-
-    def files(self, wanted: list[tuple[str, str]]) -> list[bytes | None]:
-        """The content of each (commit, path), None where the commit has no file at that path:
-        one git process for them all."""
-        names = "".join(f"{sha}:{path}\n" for sha, path in wanted)
-        out = self._batch(["cat-file", "--batch"], names.encode())
-        found: list[bytes | None] = []
-        at = 0
-        for _ in wanted:
-            end = out.index(b"\n", at)
-            header = out[at:end].split()
-            at = end + 1
-            if len(header) != 3 or header[1] != b"blob":  # "<name> missing", or a folder there
-                if len(header) == 3:
-                    at += int(header[2]) + 1
-                found.append(None)
-                continue
-            size = int(header[2])
-            found.append(out[at : at + size])
-            at += size + 1
-        return found
-
-    def _require_commits(self, shas: set[str]) -> None:
-        listed = self._batch(["cat-file", "--batch-check"], "".join(f"{sha}\n" for sha in sorted(shas)).encode())
-        for sha, line in zip(sorted(shas), listed.decode().splitlines(), strict=True):
-            if line.split()[1:2] != ["commit"]:
-                raise KagentError(f"no commit '{sha}' in the workspace at {self._root}")
-
-    def _batch(self, args: list[str], stdin: bytes) -> bytes:
-        """A git command fed ``stdin`` whole (GitPython's execute takes no input bytes)."""
-        done = subprocess.run(["git", "-C", str(self._root), *args], input=stdin, capture_output=True)
-        if done.returncode != 0:
-            raise KagentError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
-        return done.stdout
+            return self._git.run("diff", base_sha, self._git.resolve(target), strip=False)
+        with self._git.snapshot_index() as env:
+            return self._git.run("diff", "--cached", base_sha, env=env, strip=False)
 
     def restore(self, sha: str, keep: Sequence[str] = ()) -> list[str]:
         """Makes the working tree equal to the tree of ``sha`` and returns the paths it changed.
@@ -346,18 +269,18 @@ class Workspace:
         they are, where they are (the model's notes outlive a revert). HEAD does not move: the
         caller commits the result.
         """
-        target = self._resolve(sha)
+        target = self._git.resolve(sha)
         kept = {name: (self._root / name).read_bytes() for name in keep if (self._root / name).is_file()}
         # Staging everything first puts new files in the index, so that read-tree -u, which
         # removes whatever the index has and the target lacks, removes them as well.
-        self._git("add", "-A")
+        self._git.run("add", "-A")
         changed = sorted(
-            p for p in self._git("diff", "--cached", "--name-only", "--no-renames", "-z", target).split("\0") if p
+            p for p in self._git.run("diff", "--cached", "--name-only", "--no-renames", "-z", target).split("\0") if p
         )
-        self._git("read-tree", "--reset", "-u", target)
+        self._git.run("read-tree", "--reset", "-u", target)
         for name, content in kept.items():
             (self._root / name).write_bytes(content)
-        self._protect_task_files()
+        protect_task_files(self._root)
         return [path for path in changed if path not in kept]
 
     def revert_solution(self, sha: str, keep: Sequence[str] = ()) -> Reverted:
@@ -369,8 +292,8 @@ class Workspace:
         scripts, dumps and notes are work a failed attempt must not take away. HEAD does not
         move: the caller commits the result.
         """
-        target = self._resolve(sha)
-        in_target = set(self._git("ls-tree", "-r", "--name-only", "-z", target).split("\0")) - {""}
+        target = self._git.resolve(sha)
+        in_target = set(self._git.run("ls-tree", "-r", "--name-only", "-z", target).split("\0")) - {""}
         differ = [
             p
             for p in self.changed_files(target)
@@ -382,8 +305,8 @@ class Workspace:
         texts.append(old.decode(errors="replace") if old is not None else "")
         restored = sorted(p for p in differ if p in in_target and (p == solution or _named_in(p, texts)))
         for path in restored:
-            self._git("checkout", target, "--", path)
-        self._protect_task_files()
+            self._git.run("checkout", target, "--", path)
+        protect_task_files(self._root)
         return Reverted(restored=restored, kept=sorted(set(differ) - set(restored)))
 
     def stash_uncommitted(self, name: str) -> str | None:
@@ -394,19 +317,19 @@ class Workspace:
         """
         ref = f"{UNCOMMITTED_REF}{name}"
         try:
-            self._repo.git.check_ref_format(ref)
+            self._git.repo.git.check_ref_format(ref)
         except git.GitCommandError as error:
             raise ValueError(f"{name!r} cannot name a git ref") from error
-        if self._try_resolve(ref) is not None:
+        if self._git.try_resolve(ref) is not None:
             raise KagentError(f"uncommitted work named {name!r} is already set aside in {self._root}")
         if not self.dirty():
             return None
         head = self.head()
-        with self._snapshot_index() as env:
-            tree = self._git("write-tree", env=env)
-        sha = self._git("commit-tree", tree, "-p", head, "-m", f"uncommitted work set aside: {name}")
+        with self._git.snapshot_index() as env:
+            tree = self._git.run("write-tree", env=env)
+        sha = self._git.run("commit-tree", tree, "-p", head, "-m", f"uncommitted work set aside: {name}")
         # The empty old value makes the update fail rather than overwrite a ref made meanwhile.
-        self._git("update-ref", ref, sha, "")
+        self._git.run("update-ref", ref, sha, "")
         self.restore(head)
         return sha
 
@@ -414,10 +337,10 @@ class Workspace:
         """A commit of the working tree as it is (untracked files included) on
         refs/kagent/snapshot, without moving main or touching the index: the state after a
         tool call, which a resumed run goes back to."""
-        with self._snapshot_index() as env:
-            tree = self._git("write-tree", env=env)
-        sha = self._git("commit-tree", tree, "-p", self.head(), "-m", "snapshot after a tool call")
-        self._git("update-ref", SNAPSHOT_REF, sha)
+        with self._git.snapshot_index() as env:
+            tree = self._git.run("write-tree", env=env)
+        sha = self._git.run("commit-tree", tree, "-p", self.head(), "-m", "snapshot after a tool call")
+        self._git.run("update-ref", SNAPSHOT_REF, sha)
         return sha
 
     def set_aside_attempts(self, keep: set[int]) -> dict[int, str]:
@@ -425,12 +348,12 @@ class Workspace:
         commits a killed run made for attempts its trace never recorded. An orphan of the same
         number set aside before keeps its ref: the newcomer's name ends with its own sha."""
         moved = {}
-        orphans = self._refs(ORPHAN_REF)
+        orphans = self._git.refs(ORPHAN_REF)
         for number, sha in self.attempts().items():
             if number not in keep:
                 name = str(number) if orphans.get(str(number), sha) == sha else f"{number}-{sha[:12]}"
-                self._git("update-ref", f"{ORPHAN_REF}{name}", sha)
-                self._git("update-ref", "-d", f"{ATTEMPTS_REF}{number}")
+                self._git.run("update-ref", f"{ORPHAN_REF}{name}", sha)
+                self._git.run("update-ref", "-d", f"{ATTEMPTS_REF}{number}")
                 moved[number] = sha
         return moved
 
@@ -441,70 +364,14 @@ class Workspace:
         ``sha``) is kept first on refs/kagent/previous-main/<keep_as>, whose name is returned:
         no commit loses its last ref. None when nothing was left behind.
         """
-        target, old = self._resolve(sha), self.head()
+        target, old = self._git.resolve(sha), self.head()
         kept = None
-        if keep_as is not None and old != target and not self._is_ancestor(old, target):
+        if keep_as is not None and old != target and not self._git.is_ancestor(old, target):
             kept = f"{PREVIOUS_MAIN_REF}{keep_as}"
-            self._git("update-ref", kept, old, "")  # the empty old value: never overwrite one kept before
-        self._git("update-ref", "refs/heads/main", target)
-        self._git("reset", "-q", "--mixed", target)
+            self._git.run("update-ref", kept, old, "")  # the empty old value: never overwrite one kept before
+        self._git.run("update-ref", "refs/heads/main", target)
+        self._git.run("reset", "-q", "--mixed", target)
         return kept
-
-    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        try:
-            self._repo.git.merge_base("--is-ancestor", ancestor, descendant)
-        except git.GitCommandError:
-            return False
-        return True
-
-    # ---------------------------------------------------------------------- git helpers
-
-    @contextmanager
-    def _snapshot_index(self) -> Iterator[dict[str, str]]:
-        """An environment whose GIT_INDEX_FILE is a throwaway copy of the index with the whole
-        working tree staged: diffs and trees can then include untracked files without
-        touching the real index."""
-        index = Path(self._repo.git_dir) / "index"
-        with tempfile.TemporaryDirectory(prefix="kagent-index-") as folder:
-            copy = Path(folder) / "index"
-            if index.exists():
-                shutil.copyfile(index, copy)  # keeps git's stat cache, so unchanged files are not re-hashed
-            env = {"GIT_INDEX_FILE": str(copy)}
-            self._git("add", "-A", env=env)
-            yield env
-
-    def _refs(self, prefix: str) -> dict[str, str]:
-        out = self._git("for-each-ref", "--format=%(refname) %(objectname)", prefix)
-        return {ref[len(prefix) :]: sha for ref, sha in (line.split(" ", 1) for line in out.splitlines())}
-
-    def _try_resolve(self, rev: str) -> str | None:
-        try:
-            return self._repo.git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}") or None
-        except git.GitCommandError:
-            return None
-
-    def _resolve(self, rev: str) -> str:
-        sha = self._try_resolve(rev)
-        if sha is None:
-            raise KagentError(f"no commit '{rev}' in the workspace at {self._root}")
-        return sha
-
-    def _git(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
-        def run() -> str:
-            return self._repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=strip)
-
-        return _git_call(run)
-
-
-def _git_call(run: Callable[[], T]) -> T:
-    """Runs ``run``, turning the git failures a user can act on into KagentError."""
-    try:
-        return run()
-    except git.GitCommandNotFound as error:
-        raise KagentError("git is not installed or not on PATH", hint="install git and try again") from error
-    except git.GitCommandError as error:
-        detail = (error.stderr or "").strip().removeprefix("stderr:").strip().strip("'")
-        raise KagentError(f"git {' '.join(map(str, error.command[1:2]))} failed: {detail}") from error
 
 
 def _named_in(path: str, texts: Sequence[str]) -> bool:
