@@ -1,5 +1,6 @@
-"""What the report's pages share: escaping, the document around a page's body, its style sheet
-and the colours that say a verdict or a state.
+"""What the report's pages share: escaping, the document around a page's body, its style sheet,
+the colours that say a verdict or a state, and the blocks a page is made of (a preformatted
+text, a capped one, a fold, a diff).
 
 Every text that comes from a run (what the model wrote, tool outputs, file contents, even the
 run id) goes through :func:`esc`. The page forbids itself every script and every fetch
@@ -13,6 +14,7 @@ import html
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 # Colour of each verdict (kagent.sandbox.results.Verdict), on the charts and in the tables.
 VERDICT_COLOURS = {
@@ -128,3 +130,44 @@ def write_page(path: Path, text: str) -> Path:
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def pre(text: str, css: str = "") -> str:
+    return f"<pre{f' class={css!r}' if css else ''}>{esc(text)}</pre>"
+
+
+def capped(text: str, limit: int, rest: str) -> str:
+    """``text`` escaped, cut at ``limit`` with a line that says how much more there is and where
+    (``rest``, already HTML)."""
+    if len(text) <= limit:
+        return esc(text)
+    return f'{esc(text[:limit])}\n<span class="dim">… {len(text) - limit:,} more characters: {rest}</span>'
+
+
+def fold(summary: str, body: str, open_: bool = False, css: str = "") -> str:
+    """A <details> block: ``summary`` and ``body`` are HTML."""
+    return (
+        f"<details{f' class={css!r}' if css else ''}{' open' if open_ else ''}><summary>{summary}</summary>"
+        f"{body}</details>"
+    )
+
+
+def diff_html(lines: list[str], limit: Optional[int] = None, anchor: str = "") -> str:
+    shown = lines if limit is None else lines[:limit]
+    parts = []
+    for line in shown:
+        css = (
+            "head"
+            if line.startswith(("---", "+++"))
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "hunk"
+            if line.startswith("@@")
+            else ""
+        )
+        parts.append(f'<span class="{css}">{esc(line)}</span>' if css else esc(line))
+    if len(lines) > len(shown):
+        parts.append(f'<span class="dim">… {len(lines) - len(shown):,} more diff lines</span>')
+    return f'<pre class="diff"{f" id={anchor!r}" if anchor else ""}>' + "\n".join(parts) + "</pre>"
