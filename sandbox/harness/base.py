@@ -21,6 +21,9 @@ from .remote import ContestantProcess, LeftRunning, SolutionFailed, TrustedFaile
 from .workers import ReferenceWorkers
 
 
+# Longer than 300 lines: what every kind's evaluation shares acts on the same processes and
+# their state (start, connect, calibrate, load, judge a failure, count launches, close); apart,
+# each part would take all of that state along. The launch count is the part to move first.
 class EvaluationBase:
     def __init__(
         self, job: Job, channel: Channel, early: dict[str, spawn.Started] | None = None, began: float | None = None

@@ -26,6 +26,9 @@ The referee, the baseline's process and the workers are non-dumpable before any 
 code runs: a process without capabilities (the jail drops them all) can then neither read
 their memory through /proc nor attach a debugger to them.
 """
+# Longer than 600 lines: the referee's whole view of a contestant's process is one protocol
+# (a process runs only while it is asked, and every answer is watched): Peer, Watch and
+# ContestantProcess keep its invariants together, where one reading can check them.
 
 from __future__ import annotations
 
