@@ -3,7 +3,8 @@ processes and threads that holds for root, so a fork bomb stops growing, and on 
 runaway allocation is killed and reported instead of taking the machine. Afterwards the
 command's cgroup tells what it hit (``ResourceReport``).
 
-Only root makes them; containment.py's probe finds out, once per process, whether they work.
+Whether they work here, containment.py's probe finds out once per process (a user other than
+root can seldom make them, and then gets none: the notice says so).
 """
 
 from __future__ import annotations
