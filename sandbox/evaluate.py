@@ -35,9 +35,8 @@ from kagent.core.errors import KagentError
 from kagent.sandbox import containment, runner, static_checks
 from kagent.sandbox.harness.job import Job
 from kagent.sandbox.harness.kinds import Kind
-from kagent.sandbox.harness.loading import read_regular
 from kagent.sandbox.harness.protocol import KEY_BYTES, signature
-from kagent.sandbox.harness.watchdog import HANG_AFTER_S
+from kagent.sandbox.harness.regular_files import read_regular
 from kagent.sandbox.lease import LeaseRecord, lease_folder, open_lease
 from kagent.sandbox.results import (
     Bandwidth,
@@ -52,7 +51,7 @@ from kagent.sandbox.results import (
     check_verdict,
 )
 from kagent.sandbox.scrub import scrubbed_env
-from kagent.sandbox.timeouts import EVAL_TIMEOUT_S
+from kagent.sandbox.timeouts import EVAL_TIMEOUT_S, HANG_AFTER_S
 from kagent.tasks import KINDS, TaskRef
 
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"

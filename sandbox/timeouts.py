@@ -20,3 +20,8 @@ SMOKE_CLI_TIMEOUT_S = 300.0
 def cli_eval_timeout_s(scale: str) -> float:
     """The limit of a `kagent eval` at ``scale`` ("full" or "smoke") given no --timeout."""
     return EVAL_TIMEOUT_S if scale == "full" else SMOKE_CLI_TIMEOUT_S
+
+
+# A request to the solution that runs this long once it is built, with no compiler running, has
+# hung (kagent.sandbox.harness.watchdog): no decode step takes a minute.
+HANG_AFTER_S = 60.0

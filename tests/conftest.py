@@ -4,6 +4,7 @@ write solutions for the smoke-scale flagship task."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,6 +94,26 @@ def run_eval(task: TaskRef, solution: Path | None, kagent_home: Path, **options)
     # so that what a test counts does not depend on the machine's speed.
     defaults = dict(device="cpu", scale="smoke", cache_dir=kagent_home, rounds=2, timeout_s=WAIT_S, min_request_ms=0)
     return evaluate(task, solution, EvalOptions(**{**defaults, **options}))
+
+
+# `kagent ARGS` in a process that prints, at its exit, "exit CODE TORCH": whether torch was
+# imported by then (it takes seconds to import, 7-14 s on a loaded machine: a typo must not
+# wait for it).
+_CLI_PROBE = (
+    "import sys\nfrom kagent.agent.cli.app import main\n"
+    "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n"
+)
+
+
+def kagent_counting_torch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _CLI_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def check_named(result: EvalResult, name: str):

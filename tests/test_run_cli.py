@@ -15,7 +15,7 @@ import pytest
 
 from kagent.agent.outcome import ENDINGS, exit_codes_text
 
-from conftest import WAIT_S, processes_with
+from conftest import WAIT_S, kagent_counting_torch, processes_with
 from terminal import CTRL_C, Terminal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -277,20 +277,9 @@ def test_exit_codes_are_documented_in_help_and_docs():
     ],
 )
 def test_bad_run_options_are_reported_before_torch_is_imported(args, message, tmp_path):
-    """torch takes seconds to import (7-14 s on a loaded machine): a typo must not wait for it;
-    and nothing was started, so no run folder was made."""
-    probe = (
-        "import sys\nfrom kagent.agent.cli.app import main\n"
-        "try:\n    main()\nexcept SystemExit as end:\n    print('exit', end.code, 'torch' in sys.modules)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe, "run", "02_kimi_linear_decode", *args],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    """Before torch is imported (conftest.kagent_counting_torch); and nothing was started, so no
+    run folder was made."""
+    proc = kagent_counting_torch(["run", "02_kimi_linear_decode", *args], tmp_path)
     assert proc.stdout.strip() == "exit 2 False", proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not Path(os.environ["KAGENT_RUNS"]).exists()

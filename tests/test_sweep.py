@@ -33,7 +33,7 @@ from kagent.agent.sweep.usage import GpuSampler, gpu_usage, read_samples
 from kagent.core.errors import KagentError
 from kagent.sandbox.lease import LeaseRecord
 
-from conftest import WAIT_S
+from conftest import WAIT_S, kagent_counting_torch
 from terminal import hearing_ctrl_c
 
 KAGENT = str(Path(sys.executable).parent / "kagent")
@@ -397,8 +397,9 @@ def kagent(*args: str, env: dict | None = None, cwd: Path | None = None) -> subp
     ],
 )
 def test_bad_sweep_arguments_give_one_clear_message(args, message, tmp_path):
-    proc = kagent(*args, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
+    """At once: before torch is imported (conftest.kagent_counting_torch)."""
+    proc = kagent_counting_torch(args, tmp_path)
+    assert proc.stdout.strip() == "exit 2 False", proc.stdout + proc.stderr
     assert message in " ".join(proc.stderr.split()), proc.stderr
 
 

@@ -18,6 +18,7 @@ from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.harness import watchdog
 from kagent.sandbox.harness.watchdog import Hung, StepWatchdog
 from kagent.sandbox.results import Verdict
+from kagent.sandbox.timeouts import HANG_AFTER_S
 
 from conftest import WAIT_S, check_named, reference_solution
 
@@ -135,7 +136,7 @@ def compiler(tmp_path: Path):
     shutil.copy(shutil.which("sleep"), ptxas)
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run([{str(ptxas)!r}, '600'])"])
     for _ in range(100):
-        if "ptxas" in StepWatchdog(parent.pid, "cpu", tmp_path / "none").compilers():
+        if "ptxas" in StepWatchdog(parent.pid, "cpu", tmp_path / "none", HANG_AFTER_S).compilers():
             break
         time.sleep(0.05)
     yield parent
@@ -200,7 +201,7 @@ def test_a_write_to_tritons_cache_restarts_the_wait(tmp_path: Path):
 
 def test_the_limit_is_60_s_or_20_baseline_steps_per_step_of_the_request():
     assert EvalOptions(device="cpu").hang_after_s == 60.0  # what an evaluation gets unless told
-    dog = StepWatchdog(os.getpid(), "cpu", Path("/nonexistent"))
+    dog = StepWatchdog(os.getpid(), "cpu", Path("/nonexistent"), HANG_AFTER_S)
     assert dog.limit_for({"op": "call"}) == 60.0
     dog.time_baseline(lambda: time.sleep(0.01))()
     assert len(dog.baseline_steps_s) == 1 and dog.baseline_steps_s[0] >= 0.01

@@ -4,12 +4,12 @@ time limit with none.
 
 Once the solution is built (its import, constructor and weights: the ``load`` request, which
 only the evaluation's own time limit bounds), every request is watched. A request of n steps
-has hung after ``max(hang_after_s, 20 × n × the baseline's step)`` (60 s by default: no decode
-step takes that long) during which no compiler ran: a compiler process below the solution's
-(nvcc, ptxas, a C++ compiler, ninja) or a write to Triton's cache, which Triton makes at each
-stage of a compile (its first launch of a kernel compiles in the solution's own process)
-restarts the wait. So a long compile is waited for, and said to be one, while a kernel that
-deadlocks right after its compile is caught a minute later.
+has hung after ``max(hang_after_s, 20 × n × the baseline's step)`` (the job's; a minute by
+default, kagent.sandbox.timeouts: no decode step takes that long) during which no compiler ran:
+a compiler process below the solution's (nvcc, ptxas, a C++ compiler, ninja) or a write to
+Triton's cache, which Triton makes at each stage of a compile (its first launch of a kernel
+compiles in the solution's own process) restarts the wait. So a long compile is waited for, and
+said to be one, while a kernel that deadlocks right after its compile is caught a minute later.
 
 The diagnosis says what the referee was asking for (the check, the request, how many steps
 answered before it), whether a compiler was running, how busy the GPU was (nvidia-smi,
@@ -29,7 +29,6 @@ from typing import Any, Optional
 from . import process_table
 from .remote import SolutionFailed, _descends, _processes
 
-HANG_AFTER_S = 60.0
 BASELINE_FACTOR = 20.0
 # The build, and what comes before it (the referee's own calibration): bounded by the
 # evaluation's time limit alone (a load_inline build can take minutes).
@@ -95,7 +94,7 @@ class StepWatchdog:
         solution_pid: int,
         device: Any,
         triton_cache: Path,
-        hang_after_s: float = HANG_AFTER_S,
+        hang_after_s: float,
         notify: Callable[..., None] = lambda *args, **fields: None,
         gpu_id: Optional[str] = None,
     ):
