@@ -6,6 +6,7 @@ copied beside it, and a new child process runs the harness there. The child repo
 pipe that only it was given (not stdout); the parent enforces the time limit by killing the
 child's whole process group, and afterwards checks by hash that the pristine copy is intact.
 """
+# Longer than 600 lines: the agent side of an evaluation, whole until its split (issue 49).
 
 from __future__ import annotations
 
