@@ -47,6 +47,12 @@ HANG_LIMIT_S = 20
 TIMED_ROUNDS = 4
 TIMED_LIMIT_S = WAIT_S
 FORK_BOMB_MARK = "kagent-redteam-fork-bomb"
+# A case caught by one of these checks may be wrong on a share of inputs only: it is judged on
+# the task's own count of secret seeds. Every other case is caught (or passes) whatever that
+# count, and takes the few that still give each check its kinds of case: the 48 of a smoke
+# evaluation are about half its wall time on the CPU.
+SEED_COUNTING_CHECKS = {"hidden_seeds", "hidden_work", "chained_steps"}
+FEW_SECRET = 4
 CAPS = containment.probe()
 
 
@@ -149,6 +155,8 @@ def test_the_corpus_covers_every_kind_of_attack():
 def eval_options(case: Case, want: Expectation, scratch: Path) -> dict:
     """How the case is evaluated (beyond conftest.run_eval's defaults)."""
     options: dict = {"mode": "check", "timeout_s": HANG_LIMIT_S if want.verdict is Verdict.TIMEOUT else WAIT_S}
+    if want.check not in SEED_COUNTING_CHECKS:
+        options["hidden_seeds"] = FEW_SECRET
     if want.timed:
         options.update(mode="eval", contexts=[16], rounds=TIMED_ROUNDS, timeout_s=TIMED_LIMIT_S)
     if want.requires_cuda:
