@@ -3,9 +3,13 @@ write solutions for the smoke-scale flagship task."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,10 +44,29 @@ torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder every xdist worker of this test session shares (their temporary folders lie in
+    one), or this process's own without xdist: what a session fixture builds there is built
+    once for the whole run, not once a worker."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextmanager
+def held(folder: Path) -> Iterator[None]:
+    """The folder's lock, held by one worker at a time (the others wait)."""
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def kagent_home(tmp_path_factory) -> Path:
-    """One cache for the whole session, so reference weights are built once."""
-    return tmp_path_factory.mktemp("kagent_home")
+    """One cache for the whole test run, every worker's, so reference weights, outputs and the
+    bandwidth are built once (a sweep's members share one the same way)."""
+    return shared_folder(tmp_path_factory, "kagent_home")
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +76,16 @@ def _isolated_env(kagent_home, tmp_path, monkeypatch):
     monkeypatch.delenv("KAGENT_DEBUG", raising=False)
 
 
+@pytest.fixture
+def user_home(tmp_path, monkeypatch) -> Path:
+    """A KAGENT_HOME of this test's own, for a test that writes the user's files there
+    (models.yaml, prices.yaml): the shared kagent_home is every worker's at once."""
+    home = tmp_path / "user_home"
+    home.mkdir()
+    monkeypatch.setenv("KAGENT_HOME", str(home))
+    return home
+
+
 @pytest.fixture(scope="session")
 def kimi() -> TaskRef:
     return resolve_task(KIMI)
@@ -60,21 +93,40 @@ def kimi() -> TaskRef:
 
 @pytest.fixture(scope="session")
 def scripted_session(tmp_path_factory, kagent_home, kimi) -> SimpleNamespace:
-    """The session of test_run_session.session_turns, run once per worker (a whole run takes
-    about 40 s): test_run_session checks it end to end, test_resume compares its killed runs with
-    it. Its folder is read-only: a test that changes it works on a copy.
+    """The session of test_run_session.session_turns, run once for the whole test run (a whole
+    run takes about 40 s; the first worker that asks runs it, the others wait and read what it
+    kept): test_run_session checks it end to end, test_resume compares its killed runs with it.
+    Its folder is read-only: a test that changes it works on a copy.
     Fields: script, run_dir, report, updates (what the live view was told)."""
     from kagent.agent.lifecycle.runs import start_run
+    from kagent.agent.loop.finalize import RunReport
+    from kagent.agent.loop.status import ViewUpdate
 
     from test_run_session import run_options, session_turns, write_script
 
-    folder = tmp_path_factory.mktemp("scripted_session")
-    script = write_script(folder / "script.json", session_turns((kimi.path / "reference.py").read_text()))
-    updates: list = []
-    with pytest.MonkeyPatch.context() as patch:  # session-scoped: the per-test environment is not set yet
-        patch.setenv("KAGENT_HOME", str(kagent_home))
-        run_dir, report = start_run(run_options(folder, script, wall_s=900), view=updates.append)
-    return SimpleNamespace(script=script, run_dir=run_dir, report=report, updates=updates)
+    folder = shared_folder(tmp_path_factory, "scripted_session")
+    kept = folder / "session.json"
+    with held(folder):
+        if not kept.exists():
+            script = write_script(folder / "script.json", session_turns((kimi.path / "reference.py").read_text()))
+            updates: list = []
+            with pytest.MonkeyPatch.context() as patch:  # session-scoped: the per-test environment is not set yet
+                patch.setenv("KAGENT_HOME", str(kagent_home))
+                run_dir, report = start_run(run_options(folder, script, wall_s=900), view=updates.append)
+            record = {
+                "script": str(script),
+                "run_dir": str(run_dir),
+                "report": report.model_dump(mode="json"),
+                "updates": [u.model_dump(mode="json") for u in updates],
+            }
+            kept.write_text(json.dumps(record))
+    record = json.loads(kept.read_text())
+    return SimpleNamespace(
+        script=Path(record["script"]),
+        run_dir=Path(record["run_dir"]),
+        report=RunReport.model_validate(record["report"]),
+        updates=[ViewUpdate.model_validate(u) for u in record["updates"]],
+    )
 
 
 def write_solution(folder: Path, source: str, name: str = "solution.py") -> Path:

@@ -70,11 +70,11 @@ CASES = {
 }
 
 
-def _run(tmp_path, kagent_home, kimi, monkeypatch, case: str, extra_turns: int = 0):
+def _run(tmp_path, user_home, kimi, monkeypatch, case: str, extra_turns: int = 0):
     spec, cap, thinking, user_limits = CASES[case]
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    (kagent_home / "models.yaml").write_text(user_limits + "\n")
+    (user_home / "models.yaml").write_text(user_limits + "\n")
     turns = session((kimi.path / "reference.py").read_text(), thinking=bool(thinking))
     server = FakeLLMServer(turns + turns[-extra_turns:] if extra_turns else turns, context_window=WINDOW)
     server.__enter__()
@@ -114,17 +114,17 @@ def _assert_past_the_window_with_no_request_refused(server: FakeLLMServer, run_d
 @pytest.mark.usefixtures("made_up")
 @pytest.mark.parametrize("case", sorted(set(CASES) - {"openai-responses"}))
 def test_a_session_past_a_200k_window_ends_finished_with_no_request_refused(
-    case, tmp_path, kagent_home, kimi, monkeypatch
+    case, tmp_path, user_home, kimi, monkeypatch
 ):
-    server, _, run_dir, report = _run(tmp_path, kagent_home, kimi, monkeypatch, case)
+    server, _, run_dir, report = _run(tmp_path, user_home, kimi, monkeypatch, case)
     server.__exit__(None, None, None)
     _assert_past_the_window_with_no_request_refused(server, run_dir, report)
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("made_up")
-def test_the_responses_session_keeps_its_reasoning_across_turns_and_resume(tmp_path, kagent_home, kimi, monkeypatch):
-    server, model, run_dir, report = _run(tmp_path, kagent_home, kimi, monkeypatch, "openai-responses", extra_turns=1)
+def test_the_responses_session_keeps_its_reasoning_across_turns_and_resume(tmp_path, user_home, kimi, monkeypatch):
+    server, model, run_dir, report = _run(tmp_path, user_home, kimi, monkeypatch, "openai-responses", extra_turns=1)
     try:
         _assert_past_the_window_with_no_request_refused(server, run_dir, report)
         before = len(server.requests)

@@ -581,14 +581,12 @@ def test_local_scripted_and_unknown_models():
     assert cost("openai:brand-new-model", usage) == 0 and not price_known("openai:brand-new-model")
 
 
-def test_user_price_file(kagent_home, tmp_path):
-    (kagent_home / "prices.yaml").write_text("gpt-5: {input: 2}\nmy-model: {input: 1, output: 4}\n")
+def test_user_price_file(user_home, tmp_path):
+    (user_home / "prices.yaml").write_text("gpt-5: {input: 2}\nmy-model: {input: 1, output: 4}\n")
     usage = Usage(input_tokens=10**6, output_tokens=10**6)
-    try:
-        assert cost("openai:gpt-5", usage) == pytest.approx(2 + 10)  # only input overridden
-        assert cost("openai:my-model-v2", usage) == pytest.approx(5) and price_known("openai:my-model-v2")
-    finally:
-        (kagent_home / "prices.yaml").unlink()
+    assert cost("openai:gpt-5", usage) == pytest.approx(2 + 10)  # only input overridden
+    assert cost("openai:my-model-v2", usage) == pytest.approx(5) and price_known("openai:my-model-v2")
+    (user_home / "prices.yaml").unlink()
     other = tmp_path / "p.yaml"
     other.write_text("claude-opus-4: {input: 1, output: 1, cache_read: 0, cache_write: 0}\n")
     assert cost("anthropic:claude-opus-4-1", usage, load_prices(other)) == pytest.approx(2)

@@ -97,8 +97,8 @@ def test_a_model_the_table_does_not_know_is_told_what_was_assumed():
     assert limits_warning("scripted:s.yaml", user={}) is None
 
 
-def test_a_user_file_extends_and_overrides_the_table(kagent_home):
-    (kagent_home / "models.yaml").write_text(
+def test_a_user_file_extends_and_overrides_the_table(user_home):
+    (user_home / "models.yaml").write_text(
         "claude-sonnet-4-5: {max_output_tokens: 20000}\n"
         "qwen3-coder: {max_output_tokens: 32768, thinking: effort, context_window: 262144}\n"
     )
@@ -115,11 +115,11 @@ def test_a_user_file_extends_and_overrides_the_table(kagent_home):
             "gpt-5: {colour: red}\n",
             "- a list\n",
         ):
-            (kagent_home / "models.yaml").write_text(bad)
+            (user_home / "models.yaml").write_text(bad)
             with pytest.raises(KagentError, match="malformed"):
                 load_limits()
     finally:
-        (kagent_home / "models.yaml").unlink()
+        (user_home / "models.yaml").unlink()
 
 
 @pytest.mark.parametrize(
