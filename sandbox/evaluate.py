@@ -2,25 +2,17 @@
 
 Static rules first; then a pristine, read-only copy of the task and of the GPU-side harness
 (kagent.sandbox.harness) is made in a fresh temporary folder, the solution's folder is
-copied beside it, and a new child process runs the harness there. The child reports over a
-pipe that only it was given (not stdout); the parent enforces the time limit by killing the
-child's whole process group, and afterwards checks by hash that the pristine copy is intact.
+copied beside it (bundle.py), and a new child process runs the harness there
+(harness_child.py). The child reports over a pipe that only it was given (not stdout); the
+parent enforces the time limit by killing the child's whole process group, and afterwards
+checks by hash that the pristine copy is intact. This module holds what is asked (the
+options, the harness's job) and the verdict drawn from what the child reported.
 """
-# Longer than 600 lines: the agent side of an evaluation, whole until its split (issue 49).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import hmac
-import importlib.util
 import json
-import os
-import secrets
-import selectors
-import shutil
-import site
-import stat
 import sys
 import tempfile
 import time
@@ -33,12 +25,12 @@ from typing import Literal, Optional
 from pydantic import BaseModel, Field, ValidationError
 
 from kagent.core.errors import KagentError
-from kagent.sandbox import containment, runner, static_checks
+from kagent.sandbox import static_checks
+from kagent.sandbox.bundle import Bundle, make_writable, promote_cache
 from kagent.sandbox.harness.job import Job
 from kagent.sandbox.harness.kinds import Kind
-from kagent.sandbox.harness.protocol import KEY_BYTES, signature
-from kagent.sandbox.harness.regular_files import read_regular
-from kagent.sandbox.lease import LeaseRecord, lease_folder, open_lease
+from kagent.sandbox.harness_child import OUTPUT_TAIL_CHARS, ChildRun, device_memory_ran_out, run_harness_child
+from kagent.sandbox.lease import LeaseRecord, lease_folder
 from kagent.sandbox.results import (
     Bandwidth,
     CheckResult,
@@ -51,31 +43,8 @@ from kagent.sandbox.results import (
     Verdict,
     check_verdict,
 )
-from kagent.sandbox.scrub import scrubbed_env
 from kagent.sandbox.timeouts import EVAL_TIMEOUT_S, HANG_AFTER_S
 from kagent.tasks import KINDS, TaskRef
-
-HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
-HARNESS_PACKAGE = "kagent_harness"
-# The referee starts as a fresh, isolated interpreter (-I: no PYTHON* variables, no user
-# site-packages, no working directory on the import path; -B: no bytecode written into the
-# pristine copy; -u: unbuffered), and imports the harness from the pristine copy alone.
-REFEREE_FLAGS = ("-I", "-B", "-u", "-c")
-REFEREE_BOOTSTRAP = (
-    "import json, sys; sys.path[:0] = json.loads(sys.argv.pop(1)); "
-    "from kagent_harness.__main__ import main; sys.exit(main())"
-)
-# A solution folder is copied whole (its kernels, headers, helpers); past this it is refused.
-MAX_SOLUTION_BYTES = 64 << 20
-# Never copied: history, caches, build outputs and the model's scratch area (scratch scripts,
-# dumps), none of which a solution runs from.
-SKIPPED_NAMES = {"__pycache__", ".git", "build", "scratch", ".ipynb_checkpoints"}
-# A single file larger than this is not copied either: a debug dump, not a kernel's source (an
-# 84 MB dump at the top of a workspace blocked every evaluation of one run).
-MAX_COPIED_FILE_BYTES = 16 << 20
-OUTPUT_TAIL_CHARS = 4000
-# After the child exits, how long to wait for stragglers holding the pipe.
-DRAIN_GRACE_S = 2.0
 
 
 class EvalOptions(BaseModel):
@@ -166,163 +135,8 @@ class EvalOptions(BaseModel):
         return self.hidden_seeds or KINDS[kind].hidden_seeds
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _tree_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-
-
-def hash_tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root``, by relative path."""
-    return {str(path.relative_to(root)): _sha256(path.read_bytes()) for path in _tree_files(root)}
-
-
-class Pristine:
-    """Source files as this process first read them. Every evaluation copies from here, so
-    code that patched kagent's harness or a task on disk changes no later evaluation of this
-    process; where no jail keeps code from those files, an evaluation also compares them with
-    the snapshot afterwards and puts them back (see ``Bundle.tampering``)."""
-
-    def __init__(self, root: Path, files: list[Path]):
-        self.root = root
-        self.content = {str(f.relative_to(root)): f.read_bytes() for f in files}
-
-    def hashes(self) -> dict[str, str]:
-        return {name: _sha256(data) for name, data in self.content.items()}
-
-    def write(self, dest: Path) -> None:
-        for name, data in self.content.items():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            (dest / name).write_bytes(data)
-
-    def restore_changed(self) -> list[str]:
-        """The source files that differ from the snapshot, each written back."""
-        changed = []
-        for name, data in self.content.items():
-            path = self.root / name
-            try:
-                same = path.read_bytes() == data
-            except OSError:
-                same = False
-            if not same:
-                changed.append(name)
-                path.write_bytes(data)
-        return changed
-
-
-HARNESS = Pristine(HARNESS_SOURCE, _tree_files(HARNESS_SOURCE))
-_TASKS: dict[Path, Pristine] = {}
-
-
-def pristine_task(task: TaskRef) -> Pristine:
-    """The task's files as this process first read them."""
-    if task.path not in _TASKS:
-        _TASKS[task.path] = Pristine(task.root, task.files())
-    return _TASKS[task.path]
-
-
-def _copy_solution(solution: Path, dest: Path) -> None:
-    total = 0
-    sizes: dict[Path, int] = {}
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        nonlocal total
-        skipped = []
-        for name in names:
-            path = Path(folder) / name
-            if name in SKIPPED_NAMES or name.startswith(".") or path.is_symlink():
-                skipped.append(name)
-            elif path.is_file():
-                size = path.stat().st_size
-                if size > MAX_COPIED_FILE_BYTES:
-                    skipped.append(name)
-                else:
-                    total += size
-                    sizes[path] = size
-        if total > MAX_SOLUTION_BYTES:
-            largest = sorted(sizes, key=lambda p: -sizes[p])[:5]
-            raise KagentError(
-                f"the solution's folder {solution.parent} holds more than {MAX_SOLUTION_BYTES >> 20} MiB of files "
-                f"an evaluation copies; the largest: "
-                + ", ".join(f"{p.relative_to(solution.parent)} ({sizes[p] / 2**20:.1f} MiB)" for p in largest),
-                hint="move data files under scratch/ or build/ (an evaluation copies neither, nor any file over "
-                f"{MAX_COPIED_FILE_BYTES >> 20} MiB), or delete them",
-            )
-        return skipped
-
-    shutil.copytree(solution.parent, dest, ignore=ignore)
-
-
-def _make_read_only(root: Path) -> None:
-    for path in [root, *root.rglob("*")]:
-        mode = path.stat().st_mode
-        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _make_writable(root: Path) -> None:
-    for path in [root, *root.rglob("*")]:
-        try:
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
-        except OSError:
-            pass
-
-
-class Bundle:
-    """The temporary folder of one evaluation."""
-
-    def __init__(self, tmp: Path, task: TaskRef, solution: Optional[Path]):
-        self.root = tmp
-        self.harness = tmp / "lib" / HARNESS_PACKAGE
-        self.task_dir = tmp / "task"
-        self.work = tmp / "solution"
-        self.cache_staging = tmp / "cache-new"
-        self.sources = {"harness": HARNESS, "task": pristine_task(task)}
-        HARNESS.write(self.harness)
-        self.task_dir.mkdir()
-        self.sources["task"].write(self.task_dir)
-        # Where the task lies in the copy: its folder, or its file in it.
-        self.task_path = self.task_dir / task.path.relative_to(task.root)
-        if solution is not None:
-            _copy_solution(solution, self.work)
-            self.solution: Optional[Path] = self.work / solution.name
-        else:
-            self.work.mkdir()
-            self.solution = None
-        # The pristine copy: what the source said, checked again after the run.
-        self.expected = {name: source.hashes() for name, source in self.sources.items()}
-        self.read_only = [self.harness.parent, self.task_dir]
-        for folder in self.read_only:
-            _make_read_only(folder)
-
-    def tampering(self) -> list[str]:
-        """Files of the pristine copy that were changed, added or removed; and, where the
-        jail cannot keep the code away from them, source files (kagent's installed harness,
-        the task's folder) that changed on disk during the run: those are put back.
-
-        Inside the jail those sources are read-only to the code, so a change there came from
-        outside (someone editing kagent while it runs) and is neither blamed nor undone;
-        evaluations in this process go on copying from the snapshot either way."""
-        changed = []
-        for name, folder in (("harness", self.harness), ("task", self.task_dir)):
-            now = hash_tree(folder)
-            want = self.expected[name]
-            changed += [f"{name}/{f}" for f in sorted(set(now) | set(want)) if now.get(f) != want.get(f)]
-        if not containment.probe().files:
-            for name, source in self.sources.items():
-                changed += [f"installed {name} {source.root / f} (restored)" for f in source.restore_changed()]
-        return changed
-
-    def digest(self) -> dict[str, str]:
-        return {
-            name: hashlib.sha256(json.dumps(h, sort_keys=True).encode()).hexdigest()
-            for name, h in self.expected.items()
-        }
-
-
 def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> Job:
-    """The harness's job for this evaluation, less how the referee runs (run_child adds it)."""
+    """The harness's job for this evaluation, less how the referee runs (run_harness_child adds it)."""
     return Job(
         kind=Kind(**task.kind_of.harness()),  # the harness knows a kind only from its job
         mode=options.mode,
@@ -349,300 +163,6 @@ def _job(task: TaskRef, bundle: Bundle, options: EvalOptions) -> Job:
         eval_mode=options.eval_mode,
         correct_trials=options.correct_trials,
     )
-
-
-class ChildRun(BaseModel):
-    events: list[dict]
-    forged: list[str] = Field(default_factory=list, description="Lines on the result channel the harness did not sign")
-    exit_code: Optional[int]
-    timed_out: bool
-    stdout_tail: str
-    stderr_tail: str
-    resources: containment.ResourceReport
-    overhead: dict[str, float] = Field(
-        default_factory=dict,
-        description="Seconds of the child's life outside "
-        "its phases: start (spawned to its first event: the jail, the interpreter, "
-        "torch), exit (its last event to its whole group stopped)",
-    )
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - OUTPUT_TAIL_CHARS))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def run_child(
-    bundle: Bundle,
-    job: Job,
-    options: EvalOptions,
-    progress: Optional[Callable[[dict], None]] = None,
-    alone: bool = False,
-) -> ChildRun:
-    """Run the harness in a new session, reading its events until done, exit or the limit;
-    ``progress`` gets each authentic event as it arrives. ``alone``: under a device lease,
-    the evaluation holds it exclusive from its first device work on, not shared."""
-    private = bundle.root / "private"
-    private.mkdir()
-    home = options.home or bundle.root / "home"
-    # The solution's own box (spawn.start): its folder and HOME, the harness, the task, and of
-    # the cache only the weights it is handed; None where no box is made.
-    cache = [options.cache_dir, bundle.cache_staging] if options.cache_dir is not None else []
-    weights = [folder / "weights" for folder in cache]
-    for folder in (home, *weights):
-        folder.mkdir(parents=True, exist_ok=True)
-    shown = [bundle.harness.parent, bundle.task_dir, *weights]
-    box = containment.solution_box(options.device, [bundle.work, home], shown, [bundle.root, *cache], options.python)
-    lease = open_lease(options.device)  # a sweep's device lease, as descriptors (kagent.sandbox.lease)
-    lease_field = lease.job_field
-    if lease_field is not None and alone:
-        lease_field = {**lease_field, "alone": True}
-    job = dataclasses.replace(
-        job,
-        solution_home=str(home),
-        pid_namespace=containment.probe().pid_namespace,
-        import_paths=_import_paths(),
-        gpu_lease=lease_field,
-        solution_box=box,  # the solution's own box (spawn.start), None where none is made
-    )
-    job_file = private / "job.json"
-    job.write(job_file)
-    out_path, err_path = bundle.root / "stdout.txt", bundle.root / "stderr.txt"
-    env = scrubbed_env()  # the solution must not see API keys
-    # The referee's HOME is the read-only private folder: nothing the solution writes (its
-    # builds' HOME is its own, see the job) can reach a cache the referee's libraries read.
-    env["HOME"] = str(private)
-    # The referee and the solution's process take turns on the CPU: an OpenMP pool left
-    # spinning by one after its turn would steal the cores of the other's next one. Where
-    # the steps themselves run on the CPU, each process computes on one thread, so that
-    # neither's pool waits on cores the other holds (thread wake-ups made CPU timings swing
-    # by 2x between blocks on a 2-core machine).
-    env["OMP_WAIT_POLICY"] = "PASSIVE"
-    if options.device == "cpu":
-        env["OMP_NUM_THREADS"] = "1"
-    # The harness stages new cache entries beside the bundle; the cache itself is read-only
-    # to the child (see promote_cache).
-    writable = [bundle.work, home, bundle.cache_staging]
-    show = [bundle.harness.parent, bundle.task_dir, private]
-    if options.cache_dir is not None:
-        options.cache_dir.mkdir(parents=True, exist_ok=True)
-        show.append(options.cache_dir)
-    for folder in (home, bundle.cache_staging):  # the solution's folder is there already
-        folder.mkdir(parents=True, exist_ok=True)
-    # The solution's folder, its HOME and the cache staging area are all it may write; it
-    # sees the harness, the task and the cache read-only, and nothing of the user's files or
-    # other runs.
-    files = containment.file_plan(writable=writable, show=show, python=options.python)
-    read_fd, write_fd = os.pipe()
-    # The events' signing key goes through a pipe of its own, read and closed by the harness
-    # before any candidate code runs: it is in no file and no argument.
-    key = secrets.token_bytes(KEY_BYTES)
-    key_read, key_write = os.pipe()
-    os.write(key_write, key)
-    os.close(key_write)
-    spawned = time.monotonic()
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        # No network, its own pid namespace, those files and caps on processes and memory where
-        # this machine allows; the pipes pass through unshare and the jail, which exec the
-        # harness with its fds intact.
-        child = runner.start(
-            [
-                options.python,
-                *REFEREE_FLAGS,
-                REFEREE_BOOTSTRAP,
-                json.dumps([str(bundle.harness.parent), *job.import_paths]),
-                "--job",
-                str(job_file),
-                "--result-fd",
-                str(write_fd),
-                "--key-fd",
-                str(key_read),
-            ],
-            files,
-            env,
-            private,
-            stdout=out,
-            stderr=err,
-            pass_fds=(write_fd, key_read, *lease.fds),
-        )
-    os.close(write_fd)
-    os.close(key_read)
-    lease.close()  # the referee holds its own copies; a lock must not outlive it here
-    received = ResultPipe(read_fd, key)
-    try:
-        received.read(child, time.monotonic() + options.timeout_s, progress)
-    finally:
-        os.close(read_fd)
-        # Give a finished child a moment to exit by itself; then no mercy for the group.
-        finished = child.stop(grace_s=0 if received.timed_out else 10, timed_out=received.timed_out)
-    stopped = time.monotonic()
-    overhead = {}
-    first, last = received.first_event_at, received.last_event_at
-    if first is not None and last is not None:
-        overhead["start"] = round(first - spawned, 3)
-        overhead["exit"] = round(stopped - last, 3)
-    # Through a pid namespace's init a death by signal N arrives as 128+N: read it back as -N.
-    return ChildRun(
-        events=received.events,
-        forged=received.forged,
-        exit_code=finished.exit_status,
-        timed_out=received.timed_out,
-        stdout_tail=_tail(out_path),
-        stderr_tail=_tail(err_path),
-        resources=finished.resources,
-        overhead=overhead,
-    )
-
-
-class ResultPipe:
-    """The harness's result pipe, as read: its authentic events, and the lines it did not sign."""
-
-    def __init__(self, fd: int, key: bytes):
-        self.fd, self.key = fd, key
-        self.events: list[dict] = []
-        self.forged: list[str] = []
-        self.timed_out = False
-        self.first_event_at: Optional[float] = None
-        self.last_event_at: Optional[float] = None
-
-    def read(self, child: runner.Running, deadline: float, progress: Optional[Callable[[dict], None]]) -> None:
-        """Until ``done``, the pipe's end, the child's exit (and a grace for stragglers holding
-        the pipe) or the deadline; ``progress`` gets each authentic event as it arrives."""
-        buffer, exited_at = b"", None
-        selector = selectors.DefaultSelector()
-        selector.register(self.fd, selectors.EVENT_READ)
-        try:
-            while True:
-                now = time.monotonic()
-                if now >= deadline:
-                    self.timed_out = True
-                    return
-                if child.poll() is not None:
-                    exited_at = exited_at or now
-                    if now - exited_at > DRAIN_GRACE_S:
-                        return  # a straggler holds the pipe: it is killed with the group
-                if not selector.select(timeout=min(0.5, deadline - now)):
-                    continue
-                chunk = os.read(self.fd, 1 << 16)
-                if not chunk:
-                    return
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    event = authentic_event(line, self.key, len(self.events))
-                    if event is None:
-                        self.forged.append(line[:200].decode("utf-8", "replace"))
-                    else:
-                        self.events.append(event)
-                        self.last_event_at = time.monotonic()
-                        self.first_event_at = self.first_event_at or self.last_event_at
-                        if progress is not None:
-                            progress(event)
-                if self.events and self.events[-1].get("event") == "done":
-                    return
-        finally:
-            selector.close()
-
-
-def _import_paths() -> list[str]:
-    """Where torch lives, if -I would not find it: a user site-packages folder."""
-    spec = importlib.util.find_spec("torch")
-    user_site = site.getusersitepackages()
-    if spec and spec.origin and site.ENABLE_USER_SITE and spec.origin.startswith(user_site + os.sep):
-        return [user_site]
-    return []
-
-
-def authentic_event(line: bytes, key: bytes, seq: int) -> Optional[dict]:
-    """The event on ``line`` without its signature, or None when the harness did not write it
-    (not JSON, a wrong MAC, or out of sequence: a line replayed or left out)."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(event, dict) or event.get("seq") != seq:
-        return None
-    if not hmac.compare_digest(str(event.get("mac", "")), signature(key, event)):
-        return None
-    return {k: v for k, v in event.items() if k not in ("seq", "mac")}
-
-
-def promote_cache(staging: Path, cache_dir: Path, events: list[dict]) -> list[str]:
-    """Move into the cache what the harness staged before any candidate code ran.
-
-    The harness lists each staged file and its hash in a signed ``cache_sealed`` event just
-    before it loads the solution, and after that stages only what it writes once the
-    solution's process is gone (``cache_staged``: the baseline's launch count). Only those
-    files, unchanged, are kept: whatever the solution wrote into the staging folder (a
-    poisoned weight file, a bandwidth that would switch the physics check off) never reaches a
-    later evaluation. Each is read as bytes, from a regular file reached through no link (a
-    link, or a folder replaced by one, would lead to a file the solution can rewrite later),
-    hashed as read, and those very bytes written into a new file of the cache: nothing of the
-    staging folder, no inode and no link, becomes part of the cache.
-    """
-    sealed: dict = next((e.get("files", {}) for e in events if e.get("event") == "cache_sealed"), {})
-    # Entries staged after the seal, once no solution code could run any more (the baseline's
-    # launch count), each with the hash of the bytes the referee wrote.
-    for event in events:
-        if event.get("event") == "cache_staged":
-            sealed = {**sealed, **event.get("files", {})}
-    promoted = []
-    for name, digest in sealed.items():
-        data = read_regular(staging, name)  # None for a link, a non-regular file, or none at all
-        if data is None or _sha256(data) != digest:
-            continue
-        target = cache_dir / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        with open(partial, "wb") as f:
-            f.write(data)
-        os.replace(partial, target)  # one atomic rename: a reader sees the old entry or the new
-        promoted.append(name)
-    return promoted
-
-
-# What the referee's own errors say when the device's memory ran out: torch's allocator, and
-# the math libraries, which allocate a handle's workspace as they create it (on an 80 GB H100
-# shared by 4 evaluations: `cusolverDnCreate(handle)` answered
-# CUSOLVER_STATUS_INTERNAL_ERROR in the task's reference with 76 of 80 GB in use).
-DEVICE_MEMORY_SIGNS = (
-    "out of memory",
-    "OUT_OF_MEMORY",
-    "ALLOC_FAILED",
-    "cusolverDnCreate(handle)",
-    "cublasCreate(handle)",
-)
-
-
-def device_memory_ran_out(child: ChildRun, aa: bool = False) -> Optional[str]:
-    """The referee's own error (the task's code failing, or the harness's) where it names the
-    device's memory running out; None otherwise. Only the referee's: a solution's process could
-    raise such words to win a second evaluation (its own failures are its verdict). In an A/A
-    run (``aa``) both contestants run the task's baseline, nobody's solution: a contestant that
-    failed or died with the device's memory named, in its report or in the stderr every
-    process of the evaluation writes to, is the task's code failing too (a sweep member's
-    baseline died loading on a shared GPU)."""
-
-    def names_memory(text: str) -> bool:
-        return any(sign in text for sign in DEVICE_MEMORY_SIGNS)
-
-    for event in child.events:
-        text = f"{event.get('reason', '')}\n{event.get('details', '')}"
-        referees = event.get("event") in ("task_error", "internal_error") and names_memory(text)
-        contestants = (
-            aa
-            and event.get("event") == "check"
-            and event.get("status") in ("crash", "error")
-            and names_memory(f"{text}\n{child.stderr_tail}")
-        )
-        if referees or contestants:
-            return str(event.get("reason", ""))[:OUTPUT_TAIL_CHARS]
-    return None
 
 
 def _syntax_error(solution: Path) -> Optional[CheckResult]:
@@ -718,14 +238,14 @@ def evaluate(
             bundle = Bundle(Path(tmp), task, solution)
             setup = time.monotonic() - begun
             try:
-                child = run_child(bundle, _job(task, bundle, options), this_run, progress, alone=alone)
+                child = run_harness_child(bundle, _job(task, bundle, options), this_run, progress, alone=alone)
                 child_done = time.monotonic()
                 tampered = bundle.tampering()
                 if options.cache_dir is not None:
                     promote_cache(bundle.cache_staging, options.cache_dir, child.events)
             finally:
                 for folder in bundle.read_only:
-                    _make_writable(folder)  # so the temporary folder can be removed
+                    make_writable(folder)  # so the temporary folder can be removed
             # Once, where the device's memory ran out while other evaluations shared it: again,
             # with the device alone (see device_memory_ran_out), within what is left of the limit.
             left_s = options.timeout_s - (time.monotonic() - started)

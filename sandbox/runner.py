@@ -4,7 +4,7 @@ own with stdin closed, and at its end the whole process group killed, reaped and
 read and removed.
 
 Every process run for the model goes through here: the evaluation's referee
-(sandbox/evaluate.py), and the model's shell commands, background jobs, compiles and
+(sandbox/harness_child.py), and the model's shell commands, background jobs, compiles and
 profiles (tools/base.py, tools/jobs.py). ``run`` waits for the end, or the time limit;
 ``start`` hands back a ``Running`` process for callers that read it while it runs (the
 evaluation's result pipe) or leave it running (a background job), and which must ``stop`` it.

@@ -36,7 +36,7 @@ KIMI = "02_kimi_linear_decode"
 WAIT_S = 900
 
 # The tests' own torch work (a reference built here, a step judged here) runs on one thread, as
-# an evaluation's processes do on the CPU (evaluate.py sets OMP_NUM_THREADS=1): on a 2-core
+# an evaluation's processes do on the CPU (harness_child.py sets OMP_NUM_THREADS=1): on a 2-core
 # machine with xdist's other workers and the evaluations' processes beside it, a second thread
 # waits for a core, and judging the flagship's 12 fixed-seed steps took 5 s of CPU instead of
 # 0.5 s (2026-12-07). The processes the tests start (kagent's CLI, drivers) likewise.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kagent.sandbox.evaluate import promote_cache
+from kagent.sandbox.bundle import promote_cache
 from kagent.sandbox.harness import loading
 from kagent.sandbox.harness.loading import DiskCache
 

@@ -381,7 +381,7 @@ def test_init_keeps_the_command_out_of_pid_1_and_its_status_readable(ctx: ToolCo
 
 @needs_pidns
 def test_killing_the_group_kills_a_setsid_child(tmp_path: Path):
-    # What run_child does at its limit: SIGKILL to the process group it started.
+    # What run_harness_child does at its limit: SIGKILL to the process group it started.
     marker = f"kagent-escape-{uuid.uuid4().hex}"
     started = tmp_path / "started"
     script = (

@@ -14,7 +14,7 @@ import torch
 from rich.console import Console
 
 from kagent.agent.cli.views import print_result
-from kagent.sandbox import containment, evaluate
+from kagent.sandbox import bundle, containment
 from kagent.sandbox.harness.exchange import decode, encode
 from kagent.sandbox.harness.loading import load_module
 from kagent.sandbox.results import Verdict
@@ -712,8 +712,8 @@ def test_writing_to_the_task_files_or_patching_the_installed_harness_is_caught(
     # evaluation copies from what this process read at start, and puts the source back. A copy
     # of the harness stands in for the install. One solution does both, at its import.
     installed = tmp_path / "installed-harness"
-    shutil.copytree(evaluate.HARNESS_SOURCE, installed, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(evaluate, "HARNESS", evaluate.Pristine(installed, sorted(installed.rglob("*.py"))))
+    shutil.copytree(bundle.HARNESS_SOURCE, installed, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(bundle, "HARNESS", bundle.Pristine(installed, sorted(installed.rglob("*.py"))))
     found = containment.probe()
     monkeypatch.setattr(containment, "probe", lambda: dataclasses.replace(found, files=False, solution_box=False))
     original = (installed / "compare.py").read_text()

@@ -26,7 +26,7 @@ from kagent.agent.settings import Budget, RunSettings
 from kagent.agent.storage.trace import read_trace
 from kagent.core.errors import KagentError
 from kagent.core.messages import TextBlock
-from kagent.sandbox.evaluate import _copy_solution
+from kagent.sandbox.bundle import _copy_solution
 from kagent.sandbox.harness.step_checker import fail_reason as _fail_reason
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from kagent.sandbox.evaluate import authentic_event, promote_cache
+from kagent.sandbox.bundle import promote_cache
 from kagent.sandbox.harness import compare, kernelbench, launches, timing
 from kagent.sandbox.harness.loading import DiskCache, TaskError
 from kagent.sandbox.harness.protocol import KEY_BYTES, Channel, read_key
 from kagent.sandbox.harness.step_checker import StepChecker
+from kagent.sandbox.harness_child import authentic_event
 from kagent.sandbox.results import Stats
 
 

@@ -18,10 +18,11 @@ from rich.console import Console
 from kagent.agent.cli.views import result_view
 from kagent.core.errors import KagentError
 from kagent.sandbox.cgroups import ResourceReport
-from kagent.sandbox.evaluate import ChildRun, EvalOptions, device_memory_ran_out, evaluate
+from kagent.sandbox.evaluate import EvalOptions, evaluate
 from kagent.sandbox.harness import lease as harness_lease
 from kagent.sandbox.harness.lease import Lease
 from kagent.sandbox.harness.remote import REREADS_ALONE, SHARED_REPROBES, LeftRunning, Watch
+from kagent.sandbox.harness_child import ChildRun, device_memory_ran_out
 from kagent.sandbox.lease import HOLDER_ENV, LEASE_DIR_ENV, exclusive_here, lease_name, open_lease, read_records
 from kagent.sandbox.results import Verdict
 from kagent.tasks import resolve_task

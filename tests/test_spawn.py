@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from kagent.sandbox import containment
+from kagent.sandbox.file_plans import solution_box_plan
 from kagent.sandbox.harness import spawn
 from kagent.sandbox.harness.job import Job
 from kagent.sandbox.harness.kinds import Kind
@@ -137,7 +138,7 @@ def test_a_boxed_server_sees_only_its_own_processes_and_folders(tmp_path):
     for folder in (work, hidden):
         folder.mkdir()
     (hidden / "job.json").write_text("{}")
-    box = {"jail": str(containment.JAIL), "plan": containment.solution_box_plan([work], hide=[hidden]).model_dump()}
+    box = {"jail": str(containment.JAIL), "plan": solution_box_plan([work], hide=[hidden]).model_dump()}
     probe = (
         "import os, signal, sys\n"
         f"seen = dict(pid=os.getpid(), procs=sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),"

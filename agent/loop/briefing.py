@@ -7,7 +7,7 @@ from __future__ import annotations
 from kagent.agent.loop.ledger import GOAL_FLOOR_FRACTION
 from kagent.agent.settings import RunConfig
 from kagent.agent.storage.workspace import SCRATCH_DIR
-from kagent.sandbox.evaluate import MAX_COPIED_FILE_BYTES, MAX_SOLUTION_BYTES
+from kagent.sandbox.bundle import MAX_COPIED_FILE_BYTES, MAX_SOLUTION_BYTES
 from kagent.tasks import TaskRef
 from kagent.tools.jobs import DEFAULT_WAIT_S
 

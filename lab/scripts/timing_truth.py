@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from kagent.sandbox.evaluate import HARNESS
+from kagent.sandbox.bundle import HARNESS
 from kagent.sandbox.results import Stats
 from kagent.tasks import KINDS, resolve_task
 

@@ -1,5 +1,5 @@
 """Files of a cache folder read as the bytes their writer put there: no link followed, no fifo or
-device taken for a file. Torch-free, so that the agent side (kagent.sandbox.evaluate, which
+device taken for a file. Torch-free, so that the agent side (kagent.sandbox.bundle, which
 promotes what the harness staged) reads them without loading torch."""
 
 from __future__ import annotations
