@@ -423,10 +423,20 @@ def test_device_bound_attempts_rank_by_their_own_time_not_by_a_speedup_the_basel
 
 
 @pytest.mark.slow
-def test_the_megakernel_session_ends_at_the_single_launch_kernel_given_a_gpu_s_outcomes(tmp_path, made_up):
+def test_the_megakernel_session_ends_at_the_single_launch_kernel_given_a_gpu_s_outcomes(tmp_path, made_up, monkeypatch):
     """examples/megakernel_session.yaml through the loop, with the outcomes a GPU gives its
     steps (made up here: the session needs one): the port, the stage launches, the single
-    launch, an incorrect attempt and a regression, both reverted; the run delivers the kernel."""
+    launch, an incorrect attempt and a regression, both reverted; the run delivers the kernel.
+    Its two profiles are made up too: on the CPU each ran the kernel under Triton's interpreter
+    for most of a minute, and the session reads nothing of them."""
+    profiled: list[int] = []
+
+    def made_up_profile(tool, ctx, job, tmp) -> dict:
+        profiled.append(job.steps)
+        op = {"name": "kimi_step", "calls": job.steps, "self_cpu_us": 900.0, "self_device_us": 300.0}
+        return {"ops": [op], "steps": job.steps, "device": "cpu", "scale": job.scale, "context_len": 16}
+
+    monkeypatch.setattr(evaluation_module.Profile, "_child", made_up_profile)
     queue, _ = made_up
     queue += [
         outcome("pass", 1.0, single_launch=False),  # the port, benchmarked
@@ -455,6 +465,7 @@ def test_the_megakernel_session_ends_at_the_single_launch_kernel_given_a_gpu_s_o
     assert notes[5].startswith("incorrect") and notes[5].endswith("reverted to attempt 5")
     assert notes[6].startswith("regression: 20.000x against the best 30.000x") and "reverted to attempt 5" in notes[6]
     assert report.status == "finished" and report.best_attempt == 5 and not queue
+    assert profiled == [3, 3]
     kernel = examples / "02_kimi_linear_decode"
     for name in ("solution.py", "megakernel.py"):
         assert (run_dir / "workspace" / name).read_text() == (kernel / name).read_text()
