@@ -99,7 +99,7 @@ def test_the_host_stamps_each_stage_s_end_under_the_interpreter(ran):
 # Two chained steps with the GPU's tiles and 5 programs (so that every program takes several
 # pieces of the split down projection, and the count of each tile is reached by pieces of
 # different programs), the kernel with every switch off against its switchable variants (the
-# split down projection; the top-k computed once in MOE_IN; both; the shared expert in pieces;
+# split down projection; the top-k computed once in MOE_IN; the shared expert in pieces;
 # the attention in one bf16 part) and against the defaults: hidden and every state tensor.
 VARIANTS_DRIVER = """
 import json, os, sys
@@ -133,9 +133,7 @@ for name, switches in variants.items():
                                    for a, b in zip(out["none"], out[name], strict=True)),
                      route=model.pk_route.tolist(), nap=c["NAP"], nact=c["NACT"], experts=c["E"],
                      bar_count=c["BAR_COUNT"],
-                     bitwise=all(torch.equal(a, b) for a, b in zip(out["none"], out[name], strict=True)),
-                     bitwise_both="both" in out and all(torch.equal(a, b)
-                                                        for a, b in zip(out["both"], out[name], strict=True)))
+                     bitwise=all(torch.equal(a, b) for a, b in zip(out["none"], out[name], strict=True)))
 print(json.dumps(ran))
 """
 
@@ -162,7 +160,6 @@ def variants():
         "none": SWITCHES_OFF,
         "split": on(KIMI_SPLIT_F="1"),
         "route_once": on(KIMI_ROUTE_ONCE="1"),
-        "both": on(KIMI_SPLIT_F="1", KIMI_ROUTE_ONCE="1"),
         "split_shared": on(KIMI_SPLIT_SH="2"),
         "late_count": on(KIMI_SPLIT_F="1", KIMI_LATE_COUNT="1"),
         "attention_bf16": on(KIMI_ATT_LO="0"),
@@ -181,7 +178,7 @@ def variants():
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", ["split", "both"])
+@pytest.mark.parametrize("name", ["split", "defaults"])
 def test_the_split_down_projection_gives_the_same_bits(variants, name):
     plain, split = variants["none"], variants[name]
     assert (plain["split"], split["split"]) == (0, 1)
@@ -202,7 +199,7 @@ def test_the_down_projection_s_pieces_counted_once_a_program_give_the_same_bits(
     assert late["bitwise"] and set(late["counts"]) == {0}
 
 
-@pytest.mark.parametrize("name", ["route_once", "both"])
+@pytest.mark.parametrize("name", ["route_once", "defaults"])
 def test_the_top_k_computed_once_gives_the_same_bits(variants, name):
     plain, once = variants["none"], variants[name]
     assert (plain["route_once"], once["route_once"]) == (0, 1)
@@ -248,13 +245,14 @@ def test_the_group_sums_left_in_the_slot_give_the_same_answer(variants):
 
 def test_the_switches_are_on_by_default(variants):
     """Unset, every switch is on but the shared expert's split, which the smoke scale's 2 groups
-    do not divide by 3 (the full scale's 18 do): the answer is the split and the top-k computed
-    once, bit for bit."""
+    do not divide by 3 (the full scale's 18 do): the answer is the kernel's with every switch
+    off, bit for bit (the two tests above take the defaults as the split and the top-k computed
+    once together)."""
     default = variants["defaults"]
     assert (default["split"], default["route_once"], default["bar_count"], default["att_lo"]) == (1, 1, 1, 1)
     assert default["group_sums"] == 0 and default["late_count"] == 0  # (until a GPU has timed them)
     assert default["split_sh"] == 1 and default["groups_a_piece"] == 2
-    assert default["bitwise_both"]
+    assert default["bitwise"]
 
 
 # The layout alone, without a model (one interpreter for the three tests below): the full scale's
