@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -66,7 +67,10 @@ def test_the_stage_alone_leaves_the_partials_torch_computes_for_every_variant(tm
             exact = row["variant"].get("consts", {}).get("ATT_LO", 1) == 1
             assert figures["weighted_sum_cos"] > (0.9999999 if exact else 0.99999), figures
             assert figures["sum_cos"] > 0.9999999 and figures["max_abs_diff_max"] < 1e-3, figures
-            assert figures["us"] > 0
+            # A time less the empty launch's, taken on this CPU under Triton's interpreter: a
+            # figure, not a sign (on a loaded 2-core machine one read -16 ms). The GPU run says
+            # what it is worth.
+            assert math.isfinite(figures["us"]) and math.isfinite(figures["us_per_block"])
 
 
 def test_a_stage_that_misses_rows_fails_the_check(tmp_path):
