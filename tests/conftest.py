@@ -22,11 +22,12 @@ from kagent.tasks import TaskRef, resolve_task
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: two workers a core. Many tests spend most of their time waiting (a scripted
-    model's thinking, a hang being noticed, a killed run being resumed, a sweep's members), and
-    one worker a core leaves those cores idle; the whole-evaluation tests' checks and timings are
-    built to hold on a loaded machine."""
-    return 2 * len(os.sched_getaffinity(0))
+    """``-n auto``: three workers a core. Many tests spend much of their time waiting (a scripted
+    model's thinking, a hang being noticed, a killed run being resumed, a sweep's members, a
+    worker waiting for a fixture another builds): with two a core the cores still stood idle a
+    quarter of the suite, with three they are kept busy. The whole-evaluation tests' checks and
+    timings are built to hold on a loaded machine."""
+    return 3 * len(os.sched_getaffinity(0))
 
 
 KIMI = "02_kimi_linear_decode"
