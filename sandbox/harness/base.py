@@ -23,7 +23,7 @@ from .workers import ReferenceWorkers
 
 # Longer than 300 lines: what every kind's evaluation shares acts on the same processes and
 # their state (start, connect, calibrate, load, judge a failure, count launches, close); apart,
-# each part would take all of that state along. The launch count is the part to move first.
+# each part would take all of that state along.
 class EvaluationBase:
     def __init__(
         self, job: Job, channel: Channel, early: dict[str, spawn.Started] | None = None, began: float | None = None
