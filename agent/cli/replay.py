@@ -25,6 +25,7 @@ from kagent.agent.outcome import ENDINGS
 from kagent.agent.report.trace_reading import (
     TraceFiles,
     budget_line,
+    diff_line_kind,
     interrupted_line,
     minutes,
     notice_line,
@@ -75,23 +76,16 @@ VERDICT_STYLE = {
 }
 
 
+# A diff line's colour on the terminal, by its kind (trace_reading.diff_line_kind).
+DIFF_STYLES = {"head": "dim", "add": "green", "del": "red", "hunk": "cyan", "": ""}
+
+
 def _diff_text(lines: list[str], indent: int = 4) -> RenderableType:
     """Unified-diff lines, coloured, capped at MAX_DIFF_LINES."""
     shown = lines[:MAX_DIFF_LINES]
     text = Text()
     for line in shown:
-        style = (
-            "dim"
-            if line.startswith(("---", "+++"))
-            else "green"
-            if line.startswith("+")
-            else "red"
-            if line.startswith("-")
-            else "cyan"
-            if line.startswith("@@")
-            else ""
-        )
-        text.append(line + "\n", style=style)
+        text.append(line + "\n", style=DIFF_STYLES[diff_line_kind(line)])
     if len(lines) > len(shown):
         text.append(f"… {len(lines) - len(shown)} more diff lines\n", style="dim")
     text.rstrip()

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from kagent.agent.report.trace_reading import diff_line_kind
+
 # Colour of each verdict (kagent.sandbox.results.Verdict), on the charts and in the tables.
 VERDICT_COLOURS = {
     "pass": "#1a9850",
@@ -156,17 +158,7 @@ def diff_html(lines: list[str], limit: Optional[int] = None, anchor: str = "") -
     shown = lines if limit is None else lines[:limit]
     parts = []
     for line in shown:
-        css = (
-            "head"
-            if line.startswith(("---", "+++"))
-            else "add"
-            if line.startswith("+")
-            else "del"
-            if line.startswith("-")
-            else "hunk"
-            if line.startswith("@@")
-            else ""
-        )
+        css = diff_line_kind(line)
         parts.append(f'<span class="{css}">{esc(line)}</span>' if css else esc(line))
     if len(lines) > len(shown):
         parts.append(f'<span class="dim">… {len(lines) - len(shown):,} more diff lines</span>')

@@ -122,6 +122,16 @@ def unified_diff(before: str, after: str, name: str, context: int = 2) -> list[s
     )
 
 
+def diff_line_kind(line: str) -> str:
+    """What a line of ``unified_diff`` is, as every view colours it: "head" (the file names),
+    "add", "del", "hunk" (an @@ line), or "" (context)."""
+    if line.startswith(("---", "+++")):
+        return "head"
+    if line.startswith(("+", "-")):
+        return "add" if line.startswith("+") else "del"
+    return "hunk" if line.startswith("@@") else ""
+
+
 @dataclass(frozen=True)
 class FileChange:
     """What one call that rewrites a file (write_file, edit_file) does to it, as far as the
