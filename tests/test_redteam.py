@@ -49,8 +49,8 @@ TIMED_LIMIT_S = WAIT_S
 FORK_BOMB_MARK = "kagent-redteam-fork-bomb"
 # A case caught by one of these checks may be wrong on a share of inputs only: it is judged on
 # the task's own count of secret seeds. Every other case is caught (or passes) whatever that
-# count, and takes the few that still give each check its kinds of case: the 48 of a smoke
-# evaluation are about half its wall time on the CPU.
+# count, and takes the few that still give each check its kinds of case: each secret seed
+# costs a reference step and a solution step (the lab notebook, 2026-12-08, has the figures).
 SEED_COUNTING_CHECKS = {"hidden_seeds", "hidden_work", "chained_steps"}
 FEW_SECRET = 4
 CAPS = containment.probe()

@@ -84,6 +84,8 @@ def test_every_setting_can_be_given_in_a_file_by_its_own_name(tmp_path):
         ),
         ("model: scripted:a.yaml\n", {"max_cost": 0}, "--max-cost: input should be greater than 0"),
         ("model: scripted:a.yaml\nbudget: soon\n", {}, "--budget takes a duration"),
+        ("model: scripted:a.yaml\neval_rounds: 0\n", {}, "kagent.yaml: eval_rounds: input should be greater than"),
+        ("model: scripted:a.yaml\neval_min_request_ms: fast\n", {}, "eval_min_request_ms: input should be a valid"),
         ("[1, 2]\n", {}, "a config file holds settings by name"),
         ("budget: 1h\n", {}, "give --model"),
     ],
